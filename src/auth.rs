@@ -1,0 +1,185 @@
+//! Management API keys (SPEC section 9): their format, and checking the `Authorization`
+//! header of a management request.
+
+use axum::http::HeaderMap;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use rand::RngCore;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::Secret;
+use crate::db::{self, keys::ManagementKeyRow, DbPool};
+use crate::error::ApiError;
+use crate::ids;
+
+pub const KEY_PREFIX: &str = "hym_live_";
+/// `hym_live_` and the first 8 characters of the random part: enough to tell keys apart
+/// in `keys list`, far too little to guess the rest.
+const DISPLAY_PREFIX_LENGTH: usize = 17;
+const RANDOM_PART_LENGTH: usize = 43;
+
+/// A key just made: the only moment the key itself exists outside its holder's hands.
+#[derive(Debug)]
+pub struct NewKey {
+    pub row: ManagementKeyRow,
+    pub key: Secret,
+}
+
+pub fn generate(name: &str, now: DateTime<Utc>) -> NewKey {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let key = format!(
+        "{KEY_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    );
+    NewKey {
+        row: ManagementKeyRow {
+            id: ids::management_key_id(),
+            name: name.to_string(),
+            display_prefix: key[..DISPLAY_PREFIX_LENGTH].to_string(),
+            key_digest: digest(&key),
+            created_at: now,
+            revoked_at: None,
+            last_used_at: None,
+        },
+        key: Secret::new(key),
+    }
+}
+
+/// Hex SHA-256 of the whole key string: what the database stores instead of the key.
+pub fn digest(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+pub fn is_well_formed(key: &str) -> bool {
+    key.strip_prefix(KEY_PREFIX).is_some_and(|random| {
+        random.len() == RANDOM_PART_LENGTH
+            && random
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
+/// The credential of an `Authorization: Bearer …` value. A missing header, another
+/// scheme or an empty credential is `authentication_required`.
+pub fn bearer_credential(authorization: Option<&str>) -> Result<&str, ApiError> {
+    let value = authorization
+        .ok_or(ApiError::AuthenticationRequired)?
+        .trim();
+    let (scheme, credential) = value.split_once(' ').unwrap_or((value, ""));
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(ApiError::AuthenticationRequired);
+    }
+    let credential = credential.trim();
+    if credential.is_empty() {
+        return Err(ApiError::AuthenticationRequired);
+    }
+    Ok(credential)
+}
+
+/// The key a request was authenticated with.
+#[derive(Debug, Clone)]
+pub struct AuthenticatedKey {
+    pub id: String,
+}
+
+/// Checks a key against the database on every call, so a revocation takes effect on the
+/// next request. Malformed, unknown and revoked keys get the same answer.
+pub async fn authenticate_key(
+    pool: &DbPool,
+    credential: &str,
+    now: DateTime<Utc>,
+) -> Result<AuthenticatedKey, ApiError> {
+    if !is_well_formed(credential) {
+        return Err(ApiError::InvalidApiKey);
+    }
+    let presented = digest(credential);
+    let mut connection = pool.get().await.map_err(db::DbError::from)?;
+    let row = db::keys::find_by_digest(&mut connection, &presented).await?;
+    let Some(row) = row else {
+        return Err(ApiError::InvalidApiKey);
+    };
+    // The lookup matched on the digest already; comparing again in constant time keeps the
+    // check itself free of timing differences whatever the database did.
+    let matches: bool = row.key_digest.as_bytes().ct_eq(presented.as_bytes()).into();
+    if !matches || row.revoked_at.is_some() {
+        return Err(ApiError::InvalidApiKey);
+    }
+    // A failure to record the use must not fail the request.
+    if let Err(error) =
+        db::keys::touch_last_used(&mut connection, &row.id, now, chrono::Duration::seconds(60))
+            .await
+    {
+        tracing::warn!(key_id = %row.id, error = %error.summary(), "could not record key use");
+    }
+    Ok(AuthenticatedKey { id: row.id })
+}
+
+/// Authenticates a management request from its headers (never from the query string).
+pub async fn authenticate_headers(
+    pool: &DbPool,
+    headers: &HeaderMap,
+    now: DateTime<Utc>,
+) -> Result<AuthenticatedKey, ApiError> {
+    let header = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .map(|value| value.to_str().map_err(|_| ApiError::InvalidApiKey))
+        .transpose()?;
+    let credential = bearer_credential(header)?;
+    authenticate_key(pool, credential, now).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_keys_have_the_documented_shape() {
+        let new = generate("ops", Utc::now());
+        let key = new.key.expose();
+        assert!(key.starts_with("hym_live_"));
+        assert_eq!(key.len(), 9 + 43);
+        assert!(is_well_formed(key));
+        assert_eq!(new.row.display_prefix, &key[..17]);
+        assert_eq!(new.row.key_digest, digest(key));
+        assert_eq!(new.row.key_digest.len(), 64);
+        assert!(new.row.id.starts_with("mk_") && new.row.id.len() == 35);
+        assert!(
+            !format!("{new:?}").contains(key),
+            "Debug must not show the key"
+        );
+    }
+
+    #[test]
+    fn malformed_keys_are_recognised() {
+        let good = generate("x", Utc::now()).key.expose().to_string();
+        assert!(is_well_formed(&good));
+        assert!(!is_well_formed(&good[..good.len() - 1]));
+        assert!(!is_well_formed(&format!("{good}A")));
+        assert!(!is_well_formed(&good.replace("hym_live_", "hym_test_")));
+        assert!(!is_well_formed(&format!("hym_live_{}", "+".repeat(43))));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert!(matches!(
+            bearer_credential(None),
+            Err(ApiError::AuthenticationRequired)
+        ));
+        assert!(matches!(
+            bearer_credential(Some("Basic abc")),
+            Err(ApiError::AuthenticationRequired)
+        ));
+        assert!(matches!(
+            bearer_credential(Some("Bearer")),
+            Err(ApiError::AuthenticationRequired)
+        ));
+        assert!(matches!(
+            bearer_credential(Some("Bearer   ")),
+            Err(ApiError::AuthenticationRequired)
+        ));
+        assert_eq!(bearer_credential(Some("bearer abc")).unwrap(), "abc");
+        assert_eq!(bearer_credential(Some("Bearer  abc ")).unwrap(), "abc");
+    }
+}

@@ -1,0 +1,361 @@
+//! The `hymical-forms` command line (SPEC section 1).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+
+use crate::app::App;
+use crate::auth;
+use crate::clock::{format_timestamp, Clock, SystemClock};
+use crate::config::{Config, Secret};
+use crate::db::{self, cluster};
+use crate::{graphql, http, telemetry};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hymical-forms",
+    version,
+    about = "Form backend and signed-webhook deliverer on PostgreSQL"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP server and the delivery workers (the default).
+    Serve,
+    /// Apply pending database migrations.
+    Migrate {
+        /// List applied and pending migrations instead of applying them.
+        #[arg(long)]
+        status: bool,
+    },
+    /// Manage management API keys.
+    Keys {
+        #[command(subcommand)]
+        action: KeysCommand,
+    },
+    /// Print the GraphQL schema (SDL).
+    Schema,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key; it is printed once and never shown again.
+    Create {
+        #[arg(long)]
+        name: String,
+    },
+    /// List keys (never the key itself).
+    List,
+    /// Revoke a key by its id (`mk_…`); revoking twice is harmless.
+    Revoke { key_id: String },
+}
+
+/// Exit status for a configuration that failed validation.
+const EXIT_CONFIG: u8 = 2;
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve);
+    if let Command::Schema = command {
+        print!("{}", graphql::sdl());
+        return ExitCode::SUCCESS;
+    }
+    if let Err(error) = dotenvy::dotenv() {
+        if !error.not_found() {
+            eprintln!("error: cannot read .env: {error}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(errors) => {
+            eprint!("{errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    telemetry::init(config.log_format);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    for unknown in Config::unknown_variables(std::env::vars().map(|(name, _)| name)) {
+        tracing::warn!(variable = %unknown, "unknown FORMS_ variable ignored");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error:#}");
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    let database = Database::open(&config, &command).await?;
+    let result = match command {
+        Command::Serve => serve(config, &database).await,
+        Command::Migrate { status } => migrate(&database, status).await,
+        Command::Keys { action } => keys(action, &database).await,
+        Command::Schema => Ok(()),
+    };
+    database.close().await;
+    result
+}
+
+/// The database a command works on: the operator's, or the embedded cluster.
+struct Database {
+    url: Secret,
+    embedded: bool,
+    server: Option<cluster::RunningServer>,
+}
+
+impl Database {
+    async fn open(config: &Config, command: &Command) -> anyhow::Result<Database> {
+        match &config.database.url {
+            Some(url) => {
+                let database = Database {
+                    url: url.clone(),
+                    embedded: false,
+                    server: None,
+                };
+                if !matches!(command, Command::Migrate { .. }) {
+                    let auto_migrate =
+                        config.database.auto_migrate && matches!(command, Command::Serve);
+                    database.check_migrations(auto_migrate).await?;
+                }
+                Ok(database)
+            }
+            None => Database::open_embedded(config).await,
+        }
+    }
+
+    async fn open_embedded(config: &Config) -> anyhow::Result<Database> {
+        let data_dir = config.database.data_dir.clone();
+        let (started, connection) = tokio::task::spawn_blocking(move || {
+            let cluster = cluster::Cluster::new(&data_dir)?;
+            if cluster.initialize()? {
+                tracing::info!(data_dir = %cluster.root().display(), "created the embedded PostgreSQL cluster");
+            }
+            cluster.ensure_running(&cluster::ServerSettings::default())
+        })
+        .await
+        .context("the embedded PostgreSQL start-up task failed")?
+        .context("embedded PostgreSQL")?;
+        let server = match started {
+            cluster::Started::ByUs(server) => {
+                tracing::info!(
+                    port = connection.port,
+                    "started the embedded PostgreSQL server"
+                );
+                Some(server)
+            }
+            cluster::Started::AlreadyRunning => {
+                tracing::info!(
+                    port = connection.port,
+                    "using the embedded PostgreSQL server already running"
+                );
+                None
+            }
+        };
+        let database = Database {
+            url: connection.url(cluster::DATABASE),
+            embedded: true,
+            server,
+        };
+        db::create_database_if_missing(&connection.url("postgres"), cluster::DATABASE)
+            .await
+            .context("cannot create the embedded database")?;
+        // The embedded cluster is ours to keep current.
+        let applied = db::migrations::run_pending(&database.url).await?;
+        if !applied.is_empty() {
+            tracing::info!(
+                count = applied.len(),
+                "applied migrations to the embedded database"
+            );
+        }
+        Ok(database)
+    }
+
+    async fn check_migrations(&self, auto_migrate: bool) -> anyhow::Result<()> {
+        let pending = db::migrations::pending(&self.url).await?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if auto_migrate {
+            let applied = db::migrations::run_pending(&self.url).await?;
+            tracing::info!(
+                count = applied.len(),
+                "FORMS_AUTO_MIGRATE applied pending migrations"
+            );
+            return Ok(());
+        }
+        bail!(
+            "the database has {} pending migration(s) ({}): run `hymical-forms migrate` first, or set FORMS_AUTO_MIGRATE=true",
+            pending.len(),
+            pending.join(", ")
+        )
+    }
+
+    /// Stops the embedded server if this process started it.
+    async fn close(self) {
+        if let Some(server) = self.server {
+            let _ = tokio::task::spawn_blocking(move || server.stop()).await;
+            tracing::info!("stopped the embedded PostgreSQL server");
+        }
+    }
+}
+
+async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
+    if !config.api_enabled && !config.worker.enabled {
+        bail!("FORMS_API_ENABLED and FORMS_WORKER_ENABLED are both false: this process would do nothing");
+    }
+    let pool = db::connect_pool(
+        &database.url,
+        config.database.pool_size,
+        config.database.statement_timeout,
+    )
+    .await
+    .context("cannot open the database pool")?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    if database.embedded {
+        create_first_key(&pool, clock.now()).await?;
+    }
+    let bind = config.bind;
+    let app = App::new(config, pool, clock);
+    if app.config.api_enabled {
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .with_context(|| format!("cannot listen on FORMS_BIND={bind}"))?;
+        let local = listener
+            .local_addr()
+            .context("cannot read the listening address")?;
+        tracing::info!(address = %local, "listening");
+        axum::serve(
+            listener,
+            http::router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(http::shutdown_signal())
+        .await
+        .context("the HTTP server failed")?;
+    } else {
+        http::shutdown_signal().await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// On an embedded cluster that has never had a key, makes one and prints it once, so a
+/// newcomer can call the API at once. Revoked keys count: revoking every key does not
+/// make a new one appear.
+async fn create_first_key(
+    pool: &db::DbPool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    let mut connection = pool.get().await.map_err(db::DbError::from)?;
+    if db::keys::count(&mut connection).await? > 0 {
+        return Ok(());
+    }
+    let new = auth::generate("first key (embedded start)", now);
+    db::keys::insert(&mut connection, &new.row).await?;
+    // Printed to standard output, never logged: this is the one time the key is shown.
+    println!(
+        "\nManagement API key created. It is shown only this once; store it now.\n  id:  {}\n  key: {}\n",
+        new.row.id,
+        new.key.expose()
+    );
+    Ok(())
+}
+
+async fn migrate(database: &Database, status: bool) -> anyhow::Result<()> {
+    if status {
+        for migration in db::migrations::status(&database.url).await? {
+            let state = if migration.applied {
+                "applied"
+            } else {
+                "pending"
+            };
+            println!("{state:8} {}", migration.name);
+        }
+        return Ok(());
+    }
+    let applied = db::migrations::run_pending(&database.url).await?;
+    if applied.is_empty() {
+        println!("no pending migrations");
+    }
+    for version in applied {
+        println!("applied  {version}");
+    }
+    Ok(())
+}
+
+async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
+    let mut connection = db::connect_one(&database.url).await?;
+    let now = SystemClock.now();
+    match action {
+        KeysCommand::Create { name } => {
+            let name = name.trim();
+            if name.is_empty() || name.chars().count() > 200 {
+                bail!("--name must be 1 to 200 characters");
+            }
+            let new = auth::generate(name, now);
+            db::keys::insert(&mut connection, &new.row).await?;
+            println!("id:  {}", new.row.id);
+            println!("key: {}", new.key.expose());
+            println!(
+                "The key is shown only this once; the database keeps only its SHA-256 digest."
+            );
+        }
+        KeysCommand::List => {
+            println!(
+                "{:35}  {:24}  {:17}  {:27}  {:27}  STATUS",
+                "ID", "NAME", "PREFIX", "CREATED", "LAST USED"
+            );
+            for key in db::keys::list(&mut connection).await? {
+                let status = match key.revoked_at {
+                    Some(at) => format!("revoked {}", format_timestamp(at)),
+                    None => "active".to_string(),
+                };
+                println!(
+                    "{:35}  {:24}  {:17}  {:27}  {:27}  {status}",
+                    key.id,
+                    key.name,
+                    key.display_prefix,
+                    format_timestamp(key.created_at),
+                    key.last_used_at
+                        .map(format_timestamp)
+                        .unwrap_or_else(|| "never".into()),
+                );
+            }
+        }
+        KeysCommand::Revoke { key_id } => {
+            match db::keys::revoke(&mut connection, &key_id, now).await? {
+                None => bail!("no management key has the id {key_id:?}"),
+                Some(key) => {
+                    let at = key.revoked_at.map(format_timestamp).unwrap_or_default();
+                    if key.revoked_at == Some(now) {
+                        println!("revoked {} at {at}", key.id);
+                    } else {
+                        println!("{} was already revoked at {at}", key.id);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

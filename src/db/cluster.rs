@@ -1,0 +1,472 @@
+//! A private PostgreSQL cluster run from the machine's server binaries (SPEC section 1,
+//! "Embedded default"). The same code starts the throwaway cluster of the test harness.
+//!
+//! Layout under the data directory:
+//! - `pgdata/`: the cluster, owned by the user PostgreSQL runs as;
+//! - `superuser-password`: the generated password of the `hymical` role (mode 0600);
+//! - `postgres.log`: the server's own log.
+//!
+//! The server is started through a small supervising shell whose standard input is a pipe
+//! held by this process. However this process ends (return, panic, SIGKILL), the pipe
+//! closes, the shell wakes up and asks PostgreSQL for a fast shutdown; nothing is left
+//! running. The server gets its own process group, so a Ctrl-C in the terminal reaches only
+//! this process, which can then finish recording in-flight work before the server stops.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use rand::RngCore;
+
+use crate::config::Secret;
+
+/// The role and database the embedded cluster is used through.
+pub const ROLE: &str = "hymical";
+pub const DATABASE: &str = "hymical";
+
+const INSTALL_HINT: &str = "PostgreSQL's server binaries (initdb and postgres) were not found through `pg_config --bindir`, PATH or /usr/lib/postgresql/*/bin: install the PostgreSQL server (Debian/Ubuntu: `apt-get install postgresql`; Fedora: `dnf install postgresql-server`; macOS: `brew install postgresql`), or set FORMS_DATABASE_URL to use an existing server";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("{INSTALL_HINT}")]
+    BinariesMissing,
+    #[error("running as root, the embedded PostgreSQL runs as the unprivileged user `postgres`, which does not exist on this machine: install the PostgreSQL server package (it creates the user) or set FORMS_DATABASE_URL")]
+    NoUnprivilegedUser,
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl ClusterError {
+    fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ClusterError {
+        let context = context.into();
+        move |source| ClusterError::Io { context, source }
+    }
+}
+
+/// Knobs that differ between a service's cluster and a test run's throwaway one.
+#[derive(Debug, Clone, Default)]
+pub struct ServerSettings {
+    /// Extra `-c name=value` settings, for example durability off in tests.
+    pub extra: Vec<(String, String)>,
+}
+
+impl ServerSettings {
+    /// For throwaway clusters: no fsync, many connections for parallel tests.
+    pub fn throwaway() -> Self {
+        let extra = [
+            ("fsync", "off"),
+            ("synchronous_commit", "off"),
+            ("full_page_writes", "off"),
+            ("max_connections", "400"),
+        ];
+        ServerSettings {
+            extra: extra
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+/// The user the server runs as: ourselves, or `postgres` when we are root.
+#[derive(Debug, Clone, Copy)]
+struct RunAs {
+    uid: u32,
+    gid: u32,
+    switch: bool,
+}
+
+impl RunAs {
+    fn detect() -> Result<RunAs, ClusterError> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(RunAs {
+                uid: nix::unistd::getuid().as_raw(),
+                gid: nix::unistd::getgid().as_raw(),
+                switch: false,
+            });
+        }
+        let user = nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .ok_or(ClusterError::NoUnprivilegedUser)?;
+        Ok(RunAs {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+            switch: true,
+        })
+    }
+
+    fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut command = Command::new(program);
+        if self.switch {
+            command.uid(self.uid).gid(self.gid);
+        }
+        command
+    }
+
+    fn give(&self, path: &Path) -> Result<(), ClusterError> {
+        if self.switch {
+            std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid)).map_err(
+                ClusterError::io(format!(
+                    "cannot hand {} to the postgres user",
+                    path.display()
+                )),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A cluster directory, initialised or not.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    root: PathBuf,
+    bin_dir: PathBuf,
+    run_as: RunAs,
+}
+
+/// How to reach a running cluster.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub port: u16,
+    pub password: Secret,
+}
+
+impl Connection {
+    pub fn url(&self, database: &str) -> Secret {
+        Secret::new(format!(
+            "postgres://{ROLE}:{}@127.0.0.1:{}/{database}",
+            self.password.expose(),
+            self.port
+        ))
+    }
+}
+
+/// A server this process started. Dropping it (or exiting in any way) stops the server;
+/// [`RunningServer::stop`] does so and waits for it.
+#[derive(Debug)]
+pub struct RunningServer {
+    supervisor: Child,
+    stdin: Option<ChildStdin>,
+}
+
+impl RunningServer {
+    /// Asks for a fast shutdown and waits for the server to exit.
+    pub fn stop(mut self) {
+        self.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            match self.supervisor.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        let _ = self.supervisor.kill();
+        let _ = self.supervisor.wait();
+    }
+}
+
+/// Whether `ensure_running` started the server or found one already running (for example
+/// a `serve` in another terminal while `keys create` runs).
+#[derive(Debug)]
+pub enum Started {
+    ByUs(RunningServer),
+    AlreadyRunning,
+}
+
+impl Cluster {
+    /// Locates the binaries and the user to run as; touches nothing on disk.
+    pub fn new(root: &Path) -> Result<Cluster, ClusterError> {
+        let root = std::path::absolute(root).map_err(ClusterError::io(format!(
+            "cannot resolve {}",
+            root.display()
+        )))?;
+        Ok(Cluster {
+            root,
+            bin_dir: find_bin_dir()?,
+            run_as: RunAs::detect()?,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn pgdata(&self) -> PathBuf {
+        self.root.join("pgdata")
+    }
+
+    fn password_file(&self) -> PathBuf {
+        self.root.join("superuser-password")
+    }
+
+    pub fn is_initialized(&self) -> bool {
+        self.pgdata().join("PG_VERSION").is_file()
+    }
+
+    /// Creates the cluster with `initdb` unless it exists. Returns whether it was created.
+    pub fn initialize(&self) -> Result<bool, ClusterError> {
+        if self.is_initialized() {
+            return Ok(false);
+        }
+        fs::create_dir_all(&self.root).map_err(ClusterError::io(format!(
+            "cannot create {}",
+            self.root.display()
+        )))?;
+        // The server's user must be able to reach pgdata through this directory.
+        fs::set_permissions(&self.root, fs::Permissions::from_mode(0o755)).map_err(
+            ClusterError::io(format!("cannot set permissions on {}", self.root.display())),
+        )?;
+        let pgdata = self.pgdata();
+        if pgdata.exists() {
+            return Err(ClusterError::Failed(format!(
+                "{} exists but holds no initialised cluster (an interrupted first start?): remove it and start again",
+                pgdata.display()
+            )));
+        }
+        fs::create_dir(&pgdata).map_err(ClusterError::io(format!(
+            "cannot create {}",
+            pgdata.display()
+        )))?;
+        fs::set_permissions(&pgdata, fs::Permissions::from_mode(0o700))
+            .map_err(ClusterError::io("cannot restrict pgdata"))?;
+        self.run_as.give(&pgdata)?;
+
+        let password = generate_password();
+        write_private(&self.password_file(), password.expose())?;
+        // initdb reads the password from a file the server's user can read; it lives only
+        // for the duration of initdb.
+        let pwfile = self.root.join(".initdb-password");
+        write_private(&pwfile, password.expose())?;
+        self.run_as.give(&pwfile)?;
+        let output = self
+            .run_as
+            .command(self.bin_dir.join("initdb"))
+            .arg("--pgdata")
+            .arg(&pgdata)
+            .args([
+                "--username",
+                ROLE,
+                "--auth",
+                "scram-sha-256",
+                "--encoding",
+                "UTF8",
+                "--locale",
+                "C",
+            ])
+            .arg(format!("--pwfile={}", pwfile.display()))
+            .current_dir(&self.root)
+            .output();
+        let _ = fs::remove_file(&pwfile);
+        let output = output.map_err(ClusterError::io("cannot run initdb"))?;
+        if !output.status.success() {
+            // Leave no half-made cluster behind, so the next start tries again cleanly.
+            let _ = fs::remove_dir_all(&pgdata);
+            return Err(ClusterError::Failed(format!(
+                "initdb failed ({}): {}",
+                output.status,
+                last_lines(&String::from_utf8_lossy(&output.stderr), 5)
+            )));
+        }
+        Ok(true)
+    }
+
+    fn password(&self) -> Result<Secret, ClusterError> {
+        let password = fs::read_to_string(self.password_file()).map_err(ClusterError::io(
+            format!("cannot read {}", self.password_file().display()),
+        ))?;
+        Ok(Secret::new(password.trim().to_string()))
+    }
+
+    /// The port of a server already running on this cluster, if one is.
+    fn running_port(&self) -> Option<u16> {
+        let contents = fs::read_to_string(self.pgdata().join("postmaster.pid")).ok()?;
+        let lines: Vec<&str> = contents.lines().collect();
+        let pid: i32 = lines.first()?.trim().parse().ok()?;
+        let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok();
+        let ready = lines.get(7).map(|s| s.trim() == "ready").unwrap_or(false);
+        if alive && ready {
+            lines.get(3)?.trim().parse().ok()
+        } else {
+            None
+        }
+    }
+
+    /// Starts the server unless one is running on this cluster already, and waits until it
+    /// accepts connections.
+    pub fn ensure_running(
+        &self,
+        settings: &ServerSettings,
+    ) -> Result<(Started, Connection), ClusterError> {
+        let password = self.password()?;
+        if let Some(port) = self.running_port() {
+            return Ok((Started::AlreadyRunning, Connection { port, password }));
+        }
+        let port = free_port()?;
+        let log_path = self.root.join("postgres.log");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log_path)
+            .map_err(ClusterError::io(format!(
+                "cannot open {}",
+                log_path.display()
+            )))?;
+        let log_err = log
+            .try_clone()
+            .map_err(ClusterError::io("cannot duplicate the log handle"))?;
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+
+        // The supervisor: run the server, wait for our end of the pipe to close, then ask
+        // for a fast shutdown (SIGINT) and wait for it to finish.
+        const SUPERVISOR: &str = r#""$@" &
+server=$!
+trap '' INT TERM HUP
+while IFS= read -r _line; do :; done
+kill -INT "$server" 2>/dev/null
+wait "$server""#;
+        let mut command = self.run_as.command("/bin/sh");
+        command
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("hymical-postgres-supervisor")
+            .arg(self.bin_dir.join("postgres"))
+            .arg("-D")
+            .arg(self.pgdata())
+            .arg("-p")
+            .arg(port.to_string())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "unix_socket_directories=",
+            ]);
+        for (name, value) in &settings.extra {
+            command.arg("-c").arg(format!("{name}={value}"));
+        }
+        command
+            .current_dir(&self.root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            .process_group(0);
+        let mut supervisor = command
+            .spawn()
+            .map_err(ClusterError::io("cannot start the PostgreSQL server"))?;
+        let stdin = supervisor.stdin.take();
+        let server = RunningServer { supervisor, stdin };
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut server = server;
+        loop {
+            if self.running_port() == Some(port) {
+                return Ok((Started::ByUs(server), Connection { port, password }));
+            }
+            if let Ok(Some(status)) = server.supervisor.try_wait() {
+                return Err(ClusterError::Failed(format!(
+                    "the PostgreSQL server exited during start-up ({status}); its log {} ends with: {}",
+                    log_path.display(),
+                    log_tail(&log_path, log_start)
+                )));
+            }
+            if Instant::now() > deadline {
+                server.stop();
+                return Err(ClusterError::Failed(format!(
+                    "the PostgreSQL server did not become ready within 60 seconds; see {}",
+                    log_path.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+/// Finds a directory holding both `initdb` and `postgres`.
+pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
+    let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
+    if let Ok(output) = Command::new("pg_config").arg("--bindir").output() {
+        if output.status.success() {
+            let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+            if has_server(&dir) {
+                return Ok(dir);
+            }
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            if has_server(&dir) {
+                return Ok(dir);
+            }
+        }
+    }
+    // Debian and Ubuntu keep the server outside PATH; prefer the newest version.
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_string_lossy().parse::<u32>().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, dir)| has_server(dir))
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .map(|(_, dir)| dir)
+        .ok_or(ClusterError::BinariesMissing)
+}
+
+fn generate_password() -> Secret {
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    Secret::new(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), ClusterError> {
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(ClusterError::io(format!("cannot write {}", path.display())))?;
+    file.write_all(contents.as_bytes())
+        .map_err(ClusterError::io(format!("cannot write {}", path.display())))
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(ClusterError::io("cannot find a free port for PostgreSQL"))?;
+    listener
+        .local_addr()
+        .map(|addr| addr.port())
+        .map_err(ClusterError::io("cannot find a free port for PostgreSQL"))
+}
+
+fn log_tail(path: &Path, from: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = fs::File::open(path) {
+        use std::io::Seek;
+        let _ = file.seek(std::io::SeekFrom::Start(from));
+        let _ = file.read_to_string(&mut text);
+    }
+    last_lines(&text, 5)
+}
+
+fn last_lines(text: &str, count: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(count)..].join(" | ")
+}

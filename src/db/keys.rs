@@ -1,0 +1,100 @@
+//! Queries on `management_api_keys`.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::schema::management_api_keys;
+use super::DbError;
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = management_api_keys)]
+pub struct ManagementKeyRow {
+    pub id: String,
+    pub name: String,
+    pub display_prefix: String,
+    pub key_digest: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+pub async fn insert(conn: &mut AsyncPgConnection, row: &ManagementKeyRow) -> Result<(), DbError> {
+    diesel::insert_into(management_api_keys::table)
+        .values(row)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Every key, revoked ones included, oldest first.
+pub async fn list(conn: &mut AsyncPgConnection) -> Result<Vec<ManagementKeyRow>, DbError> {
+    Ok(management_api_keys::table
+        .order((management_api_keys::created_at, management_api_keys::id))
+        .select(ManagementKeyRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// How many keys were ever made, revoked ones included.
+pub async fn count(conn: &mut AsyncPgConnection) -> Result<i64, DbError> {
+    Ok(management_api_keys::table.count().get_result(conn).await?)
+}
+
+pub async fn find_by_digest(
+    conn: &mut AsyncPgConnection,
+    digest: &str,
+) -> Result<Option<ManagementKeyRow>, DbError> {
+    Ok(management_api_keys::table
+        .filter(management_api_keys::key_digest.eq(digest))
+        .select(ManagementKeyRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Marks the key revoked unless it already is; returns the row as it now stands, or `None`
+/// for an unknown id. The row is kept for the audit trail.
+pub async fn revoke(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<ManagementKeyRow>, DbError> {
+    diesel::update(
+        management_api_keys::table
+            .filter(management_api_keys::id.eq(id))
+            .filter(management_api_keys::revoked_at.is_null()),
+    )
+    .set(management_api_keys::revoked_at.eq(now))
+    .execute(conn)
+    .await?;
+    Ok(management_api_keys::table
+        .find(id)
+        .select(ManagementKeyRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Records a use, at most once per `granularity`, so that a busy dashboard does not turn
+/// every read into a write.
+pub async fn touch_last_used(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    now: DateTime<Utc>,
+    granularity: chrono::Duration,
+) -> Result<(), DbError> {
+    diesel::update(
+        management_api_keys::table
+            .filter(management_api_keys::id.eq(id))
+            .filter(
+                management_api_keys::last_used_at
+                    .is_null()
+                    .or(management_api_keys::last_used_at.lt(now - granularity)),
+            ),
+    )
+    .set(management_api_keys::last_used_at.eq(now))
+    .execute(conn)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,120 @@
+// @generated automatically by Diesel CLI.
+
+diesel::table! {
+    delivery_attempts (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 36]
+        delivery_id -> Varchar,
+        #[max_length = 36]
+        submission_id -> Nullable<Varchar>,
+        attempt_number -> Int4,
+        #[max_length = 2048]
+        destination_url -> Varchar,
+        attempted_at -> Timestamptz,
+        #[max_length = 32]
+        outcome -> Varchar,
+        response_status -> Nullable<Int4>,
+        #[max_length = 500]
+        error -> Nullable<Varchar>,
+        duration_ms -> Int4,
+        late -> Bool,
+    }
+}
+
+diesel::table! {
+    endpoints (id) {
+        #[max_length = 64]
+        id -> Varchar,
+        #[max_length = 200]
+        name -> Varchar,
+        is_active -> Bool,
+        created_at -> Timestamptz,
+        #[max_length = 2048]
+        webhook_url -> Nullable<Varchar>,
+        #[max_length = 70]
+        webhook_secret -> Nullable<Varchar>,
+    }
+}
+
+diesel::table! {
+    management_api_keys (id) {
+        #[max_length = 35]
+        id -> Varchar,
+        #[max_length = 200]
+        name -> Varchar,
+        #[max_length = 17]
+        display_prefix -> Varchar,
+        #[max_length = 64]
+        key_digest -> Varchar,
+        created_at -> Timestamptz,
+        revoked_at -> Nullable<Timestamptz>,
+        last_used_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    rate_limit_counters (limiter, subject, window_start) {
+        #[max_length = 32]
+        limiter -> Varchar,
+        #[max_length = 128]
+        subject -> Varchar,
+        window_start -> Timestamptz,
+        attempts -> Int4,
+    }
+}
+
+diesel::table! {
+    submissions (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        received_at -> Timestamptz,
+        fields -> Json,
+        #[max_length = 255]
+        idempotency_key -> Nullable<Varchar>,
+        #[max_length = 64]
+        payload_fingerprint -> Nullable<Varchar>,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 36]
+        submission_id -> Nullable<Varchar>,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 2048]
+        destination_url -> Varchar,
+        #[max_length = 70]
+        signing_secret -> Varchar,
+        #[max_length = 16]
+        state -> Varchar,
+        attempts -> Int4,
+        cycle_attempts -> Int4,
+        next_attempt_at -> Timestamptz,
+        claim_expires_at -> Nullable<Timestamptz>,
+        #[max_length = 36]
+        claim_token -> Nullable<Varchar>,
+        created_at -> Timestamptz,
+        completed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::joinable!(delivery_attempts -> submissions (submission_id));
+diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
+diesel::joinable!(submissions -> endpoints (endpoint_id));
+diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
+diesel::joinable!(webhook_deliveries -> submissions (submission_id));
+
+diesel::allow_tables_to_appear_in_same_query!(
+    delivery_attempts,
+    endpoints,
+    management_api_keys,
+    rate_limit_counters,
+    submissions,
+    webhook_deliveries,
+);

@@ -1,0 +1,47 @@
+//! Identifier formats of SPEC section 3: a prefix and a v4 UUID as 32 lowercase hex digits.
+
+use uuid::Uuid;
+
+fn prefixed(prefix: &str) -> String {
+    format!("{prefix}{}", Uuid::new_v4().simple())
+}
+
+pub fn submission_id() -> String {
+    prefixed("sub_")
+}
+
+pub fn delivery_id() -> String {
+    prefixed("whd_")
+}
+
+pub fn attempt_id() -> String {
+    prefixed("att_")
+}
+
+pub fn claim_token() -> String {
+    prefixed("clm_")
+}
+
+pub fn management_key_id() -> String {
+    prefixed("mk_")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn formats() {
+        for (id, prefix) in [
+            (super::submission_id(), "sub_"),
+            (super::delivery_id(), "whd_"),
+            (super::attempt_id(), "att_"),
+            (super::claim_token(), "clm_"),
+            (super::management_key_id(), "mk_"),
+        ] {
+            let rest = id.strip_prefix(prefix).expect("prefix");
+            assert_eq!(rest.len(), 32);
+            assert!(rest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        }
+    }
+}
