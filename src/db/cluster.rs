@@ -59,6 +59,8 @@ impl ClusterError {
 pub struct ServerSettings {
     /// Extra `-c name=value` settings, for example durability off in tests.
     pub extra: Vec<(String, String)>,
+    /// Delete the whole cluster directory once the server has stopped (test runs).
+    pub remove_after_stop: bool,
 }
 
 impl ServerSettings {
@@ -75,6 +77,7 @@ impl ServerSettings {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            remove_after_stop: true,
         }
     }
 }
@@ -201,6 +204,16 @@ impl Cluster {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Gives the cluster directory itself to the server's user, so the supervisor can
+    /// remove it after the server stops (see `ServerSettings::remove_after_stop`).
+    pub fn hand_root_to_server_user(&self) -> Result<(), ClusterError> {
+        fs::create_dir_all(&self.root).map_err(ClusterError::io(format!(
+            "cannot create {}",
+            self.root.display()
+        )))?;
+        self.run_as.give(&self.root)
     }
 
     fn pgdata(&self) -> PathBuf {
@@ -336,7 +349,8 @@ server=$!
 trap '' INT TERM HUP
 while IFS= read -r _line; do :; done
 kill -INT "$server" 2>/dev/null
-wait "$server""#;
+wait "$server"
+if [ -n "$HYMICAL_REMOVE_AFTER_STOP" ]; then rm -rf -- "$HYMICAL_REMOVE_AFTER_STOP"; fi"#;
         let mut command = self.run_as.command("/bin/sh");
         command
             .arg("-c")
@@ -355,6 +369,9 @@ wait "$server""#;
             ]);
         for (name, value) in &settings.extra {
             command.arg("-c").arg(format!("{name}={value}"));
+        }
+        if settings.remove_after_stop {
+            command.env("HYMICAL_REMOVE_AFTER_STOP", &self.root);
         }
         command
             .current_dir(&self.root)
@@ -395,8 +412,26 @@ wait "$server""#;
 
 /// Finds a directory holding both `initdb` and `postgres`.
 pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
+    find_bin_dir_in(
+        std::env::var_os("PATH").as_deref(),
+        Path::new("/usr/lib/postgresql"),
+    )
+}
+
+/// [`find_bin_dir`] with the places to look given, so the search can be tested.
+pub fn find_bin_dir_in(
+    path: Option<&std::ffi::OsStr>,
+    versions_root: &Path,
+) -> Result<PathBuf, ClusterError> {
     let has_server = |dir: &Path| dir.join("initdb").is_file() && dir.join("postgres").is_file();
-    if let Ok(output) = Command::new("pg_config").arg("--bindir").output() {
+    let pg_config = path
+        .into_iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("pg_config"))
+        .find(|candidate| candidate.is_file());
+    if let Some(output) =
+        pg_config.and_then(|pg_config| Command::new(pg_config).arg("--bindir").output().ok())
+    {
         if output.status.success() {
             let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
             if has_server(&dir) {
@@ -404,15 +439,15 @@ pub fn find_bin_dir() -> Result<PathBuf, ClusterError> {
             }
         }
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
+    if let Some(path) = path {
+        for dir in std::env::split_paths(path) {
             if has_server(&dir) {
                 return Ok(dir);
             }
         }
     }
     // Debian and Ubuntu keep the server outside PATH; prefer the newest version.
-    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir("/usr/lib/postgresql")
+    let mut versions: Vec<(u32, PathBuf)> = fs::read_dir(versions_root)
         .into_iter()
         .flatten()
         .flatten()
@@ -469,4 +504,44 @@ fn log_tail(path: &Path, from: u64) -> String {
 fn last_lines(text: &str, count: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(count)..].join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binaries_say_what_to_install() {
+        let empty = tempfile::tempdir().expect("tempdir");
+        let error = find_bin_dir_in(Some(empty.path().as_os_str()), empty.path())
+            .expect_err("nothing to find");
+        assert!(matches!(error, ClusterError::BinariesMissing));
+        let message = error.to_string();
+        assert!(message.contains("apt-get install postgresql"), "{message}");
+        assert!(message.contains("FORMS_DATABASE_URL"), "{message}");
+    }
+
+    #[test]
+    fn versioned_directories_are_searched_newest_first() {
+        let root = tempfile::tempdir().expect("tempdir");
+        for version in ["13", "16", "notaversion"] {
+            let bin = root.path().join(version).join("bin");
+            fs::create_dir_all(&bin).unwrap();
+            fs::write(bin.join("initdb"), "").unwrap();
+            fs::write(bin.join("postgres"), "").unwrap();
+        }
+        let empty = tempfile::tempdir().expect("tempdir");
+        let found = find_bin_dir_in(Some(empty.path().as_os_str()), root.path()).unwrap();
+        assert_eq!(found, root.path().join("16").join("bin"));
+    }
+
+    #[test]
+    fn path_is_searched_before_versioned_directories() {
+        let on_path = tempfile::tempdir().expect("tempdir");
+        fs::write(on_path.path().join("initdb"), "").unwrap();
+        fs::write(on_path.path().join("postgres"), "").unwrap();
+        let empty = tempfile::tempdir().expect("tempdir");
+        let found = find_bin_dir_in(Some(on_path.path().as_os_str()), empty.path()).unwrap();
+        assert_eq!(found, on_path.path());
+    }
 }

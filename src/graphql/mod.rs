@@ -17,7 +17,7 @@ pub type FormsSchema = Schema<QueryRoot, EmptyMutation, EmptySubscription>;
 
 pub struct QueryRoot;
 
-#[Object]
+#[Object(name = "Query")]
 impl QueryRoot {
     /// The version of the running service.
     async fn version(&self) -> &'static str {

@@ -1,0 +1,310 @@
+//! The test harness every integration test uses.
+//!
+//! One PostgreSQL server per test run: a throwaway cluster started from the machine's
+//! binaries (the same code as the embedded default, in a temporary directory, stopped
+//! and deleted when this process exits however it exits), or the server named by
+//! `FORMS_TEST_DATABASE_URL`. A template database is migrated once; each test gets its own
+//! database cloned from it, so tests run in parallel and never see each other's rows.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use hymical_forms::app::{App, AppState};
+use hymical_forms::clock::{Clock, SystemClock};
+use hymical_forms::config::{Config, Secret};
+use hymical_forms::db::{self, cluster};
+
+struct TestServer {
+    /// URL of a maintenance database on the server, for CREATE/DROP DATABASE.
+    admin_url: Secret,
+    template: String,
+    /// Whether the databases live on the operator-provided server and must be dropped.
+    shared_server: bool,
+    /// Held until the process exits: closing it stops (and deletes) the throwaway cluster.
+    _running: Option<cluster::RunningServer>,
+}
+
+static SERVER: OnceLock<TestServer> = OnceLock::new();
+
+fn server() -> &'static TestServer {
+    SERVER.get_or_init(|| {
+        // Its own thread and runtime: the caller may be on any runtime flavour, and the
+        // migration harness needs a multi-threaded one.
+        std::thread::spawn(start_server)
+            .join()
+            .expect("the test database server failed to start")
+    })
+}
+
+fn start_server() -> TestServer {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (admin_url, shared_server, running) = match std::env::var("FORMS_TEST_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => (Secret::new(url), true, None),
+        _ => {
+            let root = std::env::temp_dir()
+                .join(format!("hymical-test-{}", uuid::Uuid::new_v4().simple()));
+            let cluster = cluster::Cluster::new(&root).expect("PostgreSQL server binaries");
+            cluster
+                .hand_root_to_server_user()
+                .expect("cluster directory");
+            cluster.initialize().expect("initdb");
+            let (started, connection) = cluster
+                .ensure_running(&cluster::ServerSettings::throwaway())
+                .expect("start the test cluster");
+            let running = match started {
+                cluster::Started::ByUs(running) => Some(running),
+                cluster::Started::AlreadyRunning => None,
+            };
+            (connection.url("postgres"), false, running)
+        }
+    };
+    let template = format!("hymical_template_{}", uuid::Uuid::new_v4().simple());
+    runtime.block_on(async {
+        create_database(&admin_url, &template, None).await;
+        let url = database_url(&admin_url, &template);
+        db::migrations::run_pending(&url)
+            .await
+            .expect("migrate the template");
+    });
+    TestServer {
+        admin_url,
+        template,
+        shared_server,
+        _running: running,
+    }
+}
+
+/// `admin_url` with its database name replaced.
+pub fn database_url(admin_url: &Secret, database: &str) -> Secret {
+    let mut url = url::Url::parse(admin_url.expose()).expect("database URL");
+    url.set_path(&format!("/{database}"));
+    Secret::new(url.to_string())
+}
+
+async fn create_database(admin_url: &Secret, name: &str, template: Option<&str>) {
+    let mut connection = AsyncPgConnection::establish(admin_url.expose())
+        .await
+        .expect("connect to the test server");
+    let sql = match template {
+        Some(template) => format!(
+            "CREATE DATABASE {} TEMPLATE {}",
+            db::quote_identifier(name),
+            db::quote_identifier(template)
+        ),
+        None => format!("CREATE DATABASE {}", db::quote_identifier(name)),
+    };
+    diesel::sql_query(sql)
+        .execute(&mut connection)
+        .await
+        .expect("create a test database");
+}
+
+/// A database of one test's own.
+pub struct TestDb {
+    pub name: String,
+    pub url: Secret,
+}
+
+impl TestDb {
+    /// A migrated database cloned from the template.
+    pub async fn new() -> TestDb {
+        TestDb::create(true).await
+    }
+
+    /// An empty database with no migrations applied.
+    pub async fn empty() -> TestDb {
+        TestDb::create(false).await
+    }
+
+    async fn create(migrated: bool) -> TestDb {
+        let server = server();
+        let name = format!("hymical_test_{}", uuid::Uuid::new_v4().simple());
+        let template = migrated.then_some(server.template.as_str());
+        create_database(&server.admin_url, &name, template).await;
+        let url = database_url(&server.admin_url, &name);
+        TestDb { name, url }
+    }
+
+    pub async fn connect(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(self.url.expose())
+            .await
+            .expect("connect to the test database")
+    }
+
+    pub async fn pool(&self, size: u32) -> db::DbPool {
+        db::connect_pool(&self.url, size, std::time::Duration::from_secs(30))
+            .await
+            .expect("test pool")
+    }
+
+    /// Drops the database now (for tests that need it gone, such as readiness failures).
+    pub async fn drop_now(&self) {
+        let mut connection = AsyncPgConnection::establish(server().admin_url.expose())
+            .await
+            .expect("connect to the test server");
+        diesel::sql_query(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            db::quote_identifier(&self.name)
+        ))
+        .execute(&mut connection)
+        .await
+        .expect("drop the test database");
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // A throwaway cluster is deleted whole at exit; only a shared server needs tidying.
+        if !server().shared_server {
+            return;
+        }
+        let admin_url = server().admin_url.clone();
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let mut connection = AsyncPgConnection::establish(admin_url.expose())
+                    .await
+                    .ok()?;
+                diesel::sql_query(format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    db::quote_identifier(&name)
+                ))
+                .execute(&mut connection)
+                .await
+                .ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// A configuration from the given variables (nothing read from the environment).
+pub fn config(vars: &[(&str, &str)]) -> Config {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+        .expect("valid test configuration")
+}
+
+/// The service's HTTP surface on a loopback port, inside this test's runtime.
+pub struct TestApp {
+    pub app: AppState,
+    pub addr: SocketAddr,
+    pub db: TestDb,
+    pub http: reqwest::Client,
+}
+
+impl TestApp {
+    pub async fn start() -> TestApp {
+        TestApp::start_with(&[], Arc::new(SystemClock)).await
+    }
+
+    pub async fn start_with(vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
+        let db = TestDb::new().await;
+        TestApp::start_on(db, vars, clock).await
+    }
+
+    pub async fn start_on(db: TestDb, vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
+        let config = config(vars);
+        let pool = db.pool(4).await;
+        let app = App::new(config, pool, clock);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let router = hymical_forms::http::router(app.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await;
+        });
+        TestApp {
+            app,
+            addr,
+            db,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Creates a management key directly in the database and returns the key.
+    pub async fn create_key(&self, name: &str) -> (String, String) {
+        let new = hymical_forms::auth::generate(name, self.app.clock.now());
+        let mut connection = self.db.connect().await;
+        db::keys::insert(&mut connection, &new.row)
+            .await
+            .expect("insert key");
+        (new.row.id.clone(), new.key.expose().to_string())
+    }
+
+    /// POSTs a GraphQL query with the given `Authorization` header value.
+    pub async fn graphql(
+        &self,
+        authorization: Option<&str>,
+        query: &str,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self
+            .http
+            .post(self.url("/graphql"))
+            .json(&serde_json::json!({ "query": query }));
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        let response = request.send().await.expect("graphql request");
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("json body"))
+    }
+}
+
+/// The `hymical-forms` binary with a clean environment: no `FORMS_*` variable leaks in
+/// from the developer's shell, and no `.env` is found (the working directory is `dir`).
+pub fn forms_command(dir: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hymical-forms"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .current_dir(dir);
+    command
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `url` until it answers `expected`, for up to 60 seconds.
+pub async fn wait_for_status(url: &str, expected: u16) {
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(response) = client.get(url).send().await {
+            if response.status().as_u16() == expected {
+                return;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{url} never answered {expected}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

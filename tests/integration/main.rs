@@ -1,0 +1,11 @@
+//! Integration tests against real PostgreSQL. One binary, so the whole run shares one
+//! throwaway server (see `harness`).
+
+mod harness;
+
+mod cli;
+mod embedded;
+mod foundation_http;
+mod keys;
+mod migrations;
+mod schema_files;

@@ -1,0 +1,411 @@
+//! Migrations apply, revert and re-apply; every CHECK and UNIQUE constraint refuses what it
+//! should.
+
+use diesel::sql_types::Text;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use hymical_forms::db::migrations;
+
+use crate::harness::TestDb;
+
+#[derive(diesel::QueryableByName, Debug, PartialEq)]
+struct Name {
+    #[diesel(sql_type = Text)]
+    name: String,
+}
+
+async fn tables(conn: &mut AsyncPgConnection) -> Vec<String> {
+    let rows: Vec<Name> = diesel::sql_query(
+        "SELECT table_name::text AS name FROM information_schema.tables
+         WHERE table_schema = 'public' AND table_name NOT LIKE '\\_\\_%' ORDER BY 1",
+    )
+    .load(conn)
+    .await
+    .expect("list tables");
+    rows.into_iter().map(|r| r.name).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_migration_applies_reverts_and_reapplies() {
+    let db = TestDb::empty().await;
+    let mut conn = db.connect().await;
+    assert!(tables(&mut conn).await.is_empty());
+    let status = migrations::status(&db.url).await.unwrap();
+    assert!(!status.is_empty() && status.iter().all(|m| !m.applied));
+
+    let applied = migrations::run_pending(&db.url).await.unwrap();
+    assert_eq!(applied.len(), status.len());
+    let after_up = tables(&mut conn).await;
+    for table in [
+        "delivery_attempts",
+        "endpoints",
+        "management_api_keys",
+        "rate_limit_counters",
+        "submissions",
+        "webhook_deliveries",
+    ] {
+        assert!(
+            after_up.contains(&table.to_string()),
+            "{table} missing: {after_up:?}"
+        );
+    }
+    assert!(migrations::pending(&db.url).await.unwrap().is_empty());
+    assert!(
+        migrations::run_pending(&db.url).await.unwrap().is_empty(),
+        "second run applies nothing"
+    );
+
+    let reverted = migrations::revert_all(&db.url).await.unwrap();
+    assert_eq!(reverted, status.len());
+    assert!(
+        tables(&mut conn).await.is_empty(),
+        "down.sql leaves nothing behind"
+    );
+
+    migrations::run_pending(&db.url).await.unwrap();
+    assert_eq!(tables(&mut conn).await, after_up);
+}
+
+/// Runs `sql` and expects it refused by `constraint`.
+async fn refused(conn: &mut AsyncPgConnection, sql: &str, constraint: &str) {
+    let error = diesel::sql_query(sql)
+        .execute(conn)
+        .await
+        .expect_err(&format!("{constraint} should refuse: {sql}"));
+    match &error {
+        diesel::result::Error::DatabaseError(_, info) => {
+            assert_eq!(info.constraint_name(), Some(constraint), "{sql}: {error}")
+        }
+        other => panic!("{sql}: unexpected error {other}"),
+    }
+}
+
+async fn accepted(conn: &mut AsyncPgConnection, sql: &str) {
+    diesel::sql_query(sql)
+        .execute(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+const HEX32: &str = "0123456789abcdef0123456789abcdef";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_check_and_unique_constraint_refuses() {
+    let db = TestDb::new().await;
+    let c = &mut db.connect().await;
+    let secret = format!("whsec_{HEX32}{HEX32}");
+
+    // endpoints
+    accepted(c, &format!("INSERT INTO endpoints (id, name, webhook_url, webhook_secret) VALUES ('contact', 'Contact', 'https://example.com/h', '{secret}')")).await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name) VALUES ('contact', 'Again')",
+        "endpoints_pkey",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name) VALUES ('-bad', 'x')",
+        "endpoints_id_format",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name) VALUES ('ab', 'x')",
+        "endpoints_id_format",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name) VALUES ('Upper', 'x')",
+        "endpoints_id_format",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name) VALUES ('blank', '  ')",
+        "endpoints_name_not_blank",
+    )
+    .await;
+    refused(c, "INSERT INTO endpoints (id, name, webhook_url) VALUES ('nosecret', 'x', 'https://example.com')", "endpoints_webhook_url_and_secret_together").await;
+    refused(
+        c,
+        &format!(
+            "INSERT INTO endpoints (id, name, webhook_secret) VALUES ('nourl', 'x', '{secret}')"
+        ),
+        "endpoints_webhook_url_and_secret_together",
+    )
+    .await;
+    refused(c, "INSERT INTO endpoints (id, name, webhook_url, webhook_secret) VALUES ('badsecret', 'x', 'https://e.com', 'whsec_short')", "endpoints_webhook_secret_format").await;
+
+    // submissions
+    let sub = format!("sub_{HEX32}");
+    accepted(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint) VALUES ('{sub}', 'contact', now(), '{{}}', 'key-0123456789abcdef', '{HEX32}{HEX32}')")).await;
+    refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('{sub}', 'contact', now(), '{{}}')"), "submissions_pkey").await;
+    refused(c, "INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_XYZ', 'contact', now(), '{}')", "submissions_id_format").await;
+    refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_{}', 'nowhere', now(), '{{}}')", "1".repeat(32)), "submissions_endpoint_id_fkey").await;
+    refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint) VALUES ('sub_{}', 'contact', now(), '{{}}', 'key-0123456789abcdef', '{HEX32}{HEX32}')", "2".repeat(32)), "submissions_endpoint_idempotency_key_unique").await;
+    refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key) VALUES ('sub_{}', 'contact', now(), '{{}}', 'only-the-key-here')", "3".repeat(32)), "submissions_idempotency_key_and_fingerprint_together").await;
+
+    // webhook_deliveries
+    let whd = format!("whd_{HEX32}");
+    let insert_delivery = |id: &str, extra_cols: &str, extra_vals: &str| {
+        format!(
+            "INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at{extra_cols}) VALUES ('{id}', NULL, 'contact', 'https://example.com/h', '{secret}', now(), now(){extra_vals})"
+        )
+    };
+    accepted(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('{whd}', '{sub}', 'contact', 'https://example.com/h', '{secret}', now(), now())")).await;
+    refused(c, &insert_delivery(&whd, "", ""), "webhook_deliveries_pkey").await;
+    refused(
+        c,
+        &insert_delivery("whd_bad", "", ""),
+        "webhook_deliveries_id_format",
+    )
+    .await;
+    refused(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('whd_{}', '{sub}', 'contact', 'https://example.com/h', '{secret}', now(), now())", "1".repeat(32)), "webhook_deliveries_submission_id_unique").await;
+    refused(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('whd_{}', 'sub_{}', 'contact', 'https://e.com', '{secret}', now(), now())", "2".repeat(32), "9".repeat(32)), "webhook_deliveries_submission_id_fkey").await;
+    let other = |n: &str| format!("whd_{}", n.repeat(32));
+    refused(
+        c,
+        &insert_delivery(&other("3"), ", state", ", 'sent'"),
+        "webhook_deliveries_state_valid",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(&other("4"), ", attempts", ", -1"),
+        "webhook_deliveries_attempts_non_negative",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(&other("5"), ", attempts, cycle_attempts", ", 1, 2"),
+        "webhook_deliveries_cycle_attempts_within_attempts",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(&other("6"), ", state", ", 'delivered'"),
+        "webhook_deliveries_completed_at_iff_terminal",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(&other("7"), ", completed_at", ", now()"),
+        "webhook_deliveries_completed_at_iff_terminal",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(
+            &other("8"),
+            ", state, claim_token",
+            &format!(", 'processing', 'clm_{HEX32}'"),
+        ),
+        "webhook_deliveries_claim_token_and_lease_together",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(&other("9"), ", state", ", 'processing'"),
+        "webhook_deliveries_claim_iff_processing",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(
+            &other("a"),
+            ", claim_token, claim_expires_at",
+            &format!(", 'clm_{HEX32}', now()"),
+        ),
+        "webhook_deliveries_claim_iff_processing",
+    )
+    .await;
+    refused(
+        c,
+        &insert_delivery(
+            &other("b"),
+            ", state, claim_token, claim_expires_at",
+            ", 'processing', 'clm_bad', now()",
+        ),
+        "webhook_deliveries_claim_token_format",
+    )
+    .await;
+    refused(c, "INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('whd_cccccccccccccccccccccccccccccccc', 'nowhere', 'https://e.com', 'x', now(), now())", "webhook_deliveries_endpoint_id_fkey").await;
+
+    // delivery_attempts
+    let insert_attempt = |id: &str, number: i32, extra_cols: &str, extra_vals: &str| {
+        format!(
+            "INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome{extra_cols}) VALUES ('{id}', '{whd}', '{sub}', {number}, 'https://example.com/h', now(), 'succeeded'{extra_vals})"
+        )
+    };
+    let att = |n: &str| format!("att_{}", n.repeat(32));
+    accepted(c, &insert_attempt(&att("0"), 1, "", "")).await;
+    refused(
+        c,
+        &insert_attempt(&att("0"), 2, "", ""),
+        "delivery_attempts_pkey",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt("att_x", 2, "", ""),
+        "delivery_attempts_id_format",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("1"), 1, "", ""),
+        "delivery_attempts_delivery_number_unique",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("2"), 0, "", ""),
+        "delivery_attempts_number_positive",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("3"), 3, "", "").replace("'succeeded'", "'maybe'"),
+        "delivery_attempts_outcome_valid",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("4"), 4, ", response_status", ", 99"),
+        "delivery_attempts_response_status_range",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("5"), 5, ", duration_ms", ", -1"),
+        "delivery_attempts_duration_non_negative",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("6"), 6, "", "").replace(&whd, "whd_dddddddddddddddddddddddddddddddd"),
+        "delivery_attempts_delivery_id_fkey",
+    )
+    .await;
+    refused(
+        c,
+        &insert_attempt(&att("7"), 7, "", "").replace(&sub, "sub_dddddddddddddddddddddddddddddddd"),
+        "delivery_attempts_submission_id_fkey",
+    )
+    .await;
+
+    // ON DELETE SET NULL keeps deliveries and attempts when a submission is erased.
+    accepted(c, &format!("DELETE FROM submissions WHERE id = '{sub}'")).await;
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let kept: Count = diesel::sql_query("SELECT (SELECT count(*) FROM webhook_deliveries WHERE submission_id IS NULL) + (SELECT count(*) FROM delivery_attempts WHERE submission_id IS NULL) AS n")
+        .get_result(c)
+        .await
+        .unwrap();
+    assert_eq!(kept.n, 2);
+
+    // management_api_keys
+    let key = |id: &str, prefix: &str, digest: &str, name: &str| {
+        format!("INSERT INTO management_api_keys (id, name, display_prefix, key_digest) VALUES ('{id}', '{name}', '{prefix}', '{digest}')")
+    };
+    let digest = format!("{HEX32}{HEX32}");
+    let mk = format!("mk_{HEX32}");
+    accepted(c, &key(&mk, "hym_live_abcdefgh", &digest, "ops")).await;
+    refused(
+        c,
+        &key(&mk, "hym_live_abcdefgh", &"1".repeat(64), "ops"),
+        "management_api_keys_pkey",
+    )
+    .await;
+    refused(
+        c,
+        &key("mk_x", "hym_live_abcdefgh", &"2".repeat(64), "ops"),
+        "management_api_keys_id_format",
+    )
+    .await;
+    refused(
+        c,
+        &key(
+            &format!("mk_{}", "1".repeat(32)),
+            "hym_live_abcdefgh",
+            &"3".repeat(64),
+            " ",
+        ),
+        "management_api_keys_name_not_blank",
+    )
+    .await;
+    refused(
+        c,
+        &key(
+            &format!("mk_{}", "2".repeat(32)),
+            "hym_test_abcdefgh",
+            &"4".repeat(64),
+            "ops",
+        ),
+        "management_api_keys_display_prefix_format",
+    )
+    .await;
+    refused(
+        c,
+        &key(
+            &format!("mk_{}", "3".repeat(32)),
+            "hym_live_abcdefgh",
+            "NOTHEX",
+            "ops",
+        ),
+        "management_api_keys_key_digest_format",
+    )
+    .await;
+    refused(
+        c,
+        &key(
+            &format!("mk_{}", "4".repeat(32)),
+            "hym_live_abcdefgh",
+            &digest,
+            "ops",
+        ),
+        "management_api_keys_key_digest_unique",
+    )
+    .await;
+
+    // rate_limit_counters
+    accepted(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abc', '2026-01-01T00:00:00Z', 1)").await;
+    refused(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abc', '2026-01-01T00:00:00Z', 1)", "rate_limit_counters_pkey").await;
+    refused(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abd', '2026-01-01T00:00:00Z', 0)", "rate_limit_counters_attempts_positive").await;
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct IndexDef {
+    #[diesel(sql_type = Text)]
+    name: String,
+    #[diesel(sql_type = Text)]
+    definition: String,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claiming_indexes_are_partial() {
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let indexes: Vec<IndexDef> = diesel::sql_query(
+        "SELECT indexname::text AS name, indexdef::text AS definition FROM pg_indexes WHERE tablename = 'webhook_deliveries'",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    let find = |name: &str| {
+        indexes
+            .iter()
+            .find(|i| i.name == name)
+            .unwrap_or_else(|| panic!("{name} missing: {indexes:?}"))
+    };
+    assert!(find("webhook_deliveries_pending_due_idx")
+        .definition
+        .contains("WHERE ((state)::text = 'pending'::text)"));
+    assert!(find("webhook_deliveries_processing_lease_idx")
+        .definition
+        .contains("WHERE ((state)::text = 'processing'::text)"));
+}
