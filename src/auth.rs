@@ -5,7 +5,6 @@ use axum::http::HeaderMap;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
@@ -49,7 +48,7 @@ pub fn generate(name: &str, now: DateTime<Utc>) -> NewKey {
 
 /// Hex SHA-256 of the whole key string: what the database stores instead of the key.
 pub fn digest(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+    crate::digest::sha256_hex(key.as_bytes())
 }
 
 pub fn is_well_formed(key: &str) -> bool {

@@ -11,7 +11,7 @@ use crate::auth;
 use crate::clock::{format_timestamp, Clock, SystemClock};
 use crate::config::{Config, Secret};
 use crate::db::{self, cluster};
-use crate::{graphql, http, telemetry};
+use crate::{graphql, http, intake, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -238,6 +238,15 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     }
     let bind = config.bind;
     let app = App::new(config, pool, clock);
+    // Background tasks stop when this flips to true.
+    let (stop_background, background_stopped) = tokio::sync::watch::channel(false);
+    let mut background = tokio::task::JoinSet::new();
+    if app.config.api_enabled && app.config.rate_limit.enabled {
+        background.spawn(intake::rate_limit::sweep_expired_counters(
+            app.clone(),
+            background_stopped.clone(),
+        ));
+    }
     if app.config.api_enabled {
         let listener = tokio::net::TcpListener::bind(bind)
             .await
@@ -256,6 +265,8 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     } else {
         http::shutdown_signal().await;
     }
+    let _ = stop_background.send(true);
+    while background.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
 }

@@ -20,8 +20,74 @@ pub enum ApiError {
     InvalidApiKey,
     #[error("Storage is unavailable; try again shortly.")]
     StorageUnavailable(#[source] DbError),
+
+    // Public intake (SPEC section 5), in the order the checks run.
+    #[error("The request body is larger than {limit_bytes} bytes.")]
+    RequestBodyTooLarge { limit_bytes: usize },
+    #[error("Too many requests; retry after {retry_after_seconds} seconds.")]
+    RateLimitExceeded {
+        scope: RateLimitScope,
+        limit: u32,
+        window_seconds: u32,
+        retry_after_seconds: u64,
+    },
+    #[error("The endpoint id is not valid: 3 to 64 characters of a-z, 0-9, '-' and '_', starting and ending with a letter or digit.")]
+    InvalidEndpointId,
+    #[error("No endpoint has this id.")]
+    EndpointNotFound { endpoint_id: String },
+    #[error("The endpoint is not accepting submissions.")]
+    EndpointInactive { endpoint_id: String },
+    #[error("Submissions from this origin are not allowed for this endpoint.")]
+    OriginNotAllowed { endpoint_id: String },
+    #[error("The content type is not supported; send a form or a JSON object.")]
+    UnsupportedMediaType { received: Option<String> },
+    #[error(
+        "The Idempotency-Key header must be 16 to 255 printable ASCII characters without spaces."
+    )]
+    InvalidIdempotencyKey,
+    #[error("The request body could not be parsed.")]
+    MalformedFormBody { reason: String },
+    #[error("File uploads are not supported.")]
+    FileUploadNotSupported { field: String },
+    #[error("The submission has more than {limit} values.")]
+    TooManyFields { limit: usize, received: usize },
+    #[error("A field name is empty or contains a control character.")]
+    InvalidFieldName,
+    #[error("A field name is longer than {limit} characters.")]
+    FieldNameTooLong { limit: usize, received: usize },
+    #[error("A field value is longer than {limit} characters.")]
+    FieldValueTooLong {
+        field: String,
+        limit: usize,
+        received: usize,
+    },
+    #[error("A field value contains a NUL character.")]
+    InvalidFieldValue { field: String },
+    #[error("The submission has no fields.")]
+    EmptySubmission,
+    #[error("This Idempotency-Key was already used with a different submission.")]
+    IdempotencyConflict {
+        endpoint_id: String,
+        idempotency_key: String,
+    },
     #[error("An unexpected error occurred.")]
     Internal(String),
+}
+
+/// Which limit refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLimitScope {
+    Ip,
+    Endpoint,
+}
+
+impl RateLimitScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateLimitScope::Ip => "ip",
+            RateLimitScope::Endpoint => "endpoint",
+        }
+    }
 }
 
 impl From<DbError> for ApiError {
@@ -40,6 +106,23 @@ impl ApiError {
             ApiError::InvalidApiKey => "invalid_api_key",
             ApiError::StorageUnavailable(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal_error",
+            ApiError::RequestBodyTooLarge { .. } => "request_body_too_large",
+            ApiError::RateLimitExceeded { .. } => "rate_limit_exceeded",
+            ApiError::InvalidEndpointId => "invalid_endpoint_id",
+            ApiError::EndpointNotFound { .. } => "endpoint_not_found",
+            ApiError::EndpointInactive { .. } => "endpoint_inactive",
+            ApiError::OriginNotAllowed { .. } => "origin_not_allowed",
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::InvalidIdempotencyKey => "invalid_idempotency_key",
+            ApiError::MalformedFormBody { .. } => "malformed_form_body",
+            ApiError::FileUploadNotSupported { .. } => "file_upload_not_supported",
+            ApiError::TooManyFields { .. } => "too_many_fields",
+            ApiError::InvalidFieldName => "invalid_field_name",
+            ApiError::FieldNameTooLong { .. } => "field_name_too_long",
+            ApiError::FieldValueTooLong { .. } => "field_value_too_long",
+            ApiError::InvalidFieldValue { .. } => "invalid_field_value",
+            ApiError::EmptySubmission => "empty_submission",
+            ApiError::IdempotencyConflict { .. } => "idempotency_conflict",
         }
     }
 
@@ -50,18 +133,82 @@ impl ApiError {
             ApiError::AuthenticationRequired | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
             ApiError::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RateLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::InvalidEndpointId | ApiError::EndpointNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::EndpointInactive { .. } | ApiError::IdempotencyConflict { .. } => {
+                StatusCode::CONFLICT
+            }
+            ApiError::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::InvalidIdempotencyKey | ApiError::MalformedFormBody { .. } => {
+                StatusCode::BAD_REQUEST
+            }
+            ApiError::FileUploadNotSupported { .. }
+            | ApiError::TooManyFields { .. }
+            | ApiError::InvalidFieldName
+            | ApiError::FieldNameTooLong { .. }
+            | ApiError::FieldValueTooLong { .. }
+            | ApiError::InvalidFieldValue { .. }
+            | ApiError::EmptySubmission => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 
     /// Machine-readable details; empty ones are omitted from responses.
     pub fn details(&self) -> Map<String, Value> {
-        match self {
+        let details = match self {
+            ApiError::RequestBodyTooLarge { limit_bytes } => json!({ "limit_bytes": limit_bytes }),
+            ApiError::RateLimitExceeded {
+                scope,
+                limit,
+                window_seconds,
+                retry_after_seconds,
+            } => json!({
+                "scope": scope.as_str(),
+                "limit": limit,
+                "window_seconds": window_seconds,
+                "retry_after_seconds": retry_after_seconds,
+            }),
+            ApiError::EndpointNotFound { endpoint_id }
+            | ApiError::EndpointInactive { endpoint_id }
+            | ApiError::OriginNotAllowed { endpoint_id } => json!({ "endpoint_id": endpoint_id }),
+            ApiError::UnsupportedMediaType { received } => json!({
+                "received": received,
+                "supported": crate::intake::SUPPORTED_MEDIA_TYPES,
+            }),
+            ApiError::MalformedFormBody { reason } => json!({ "reason": reason }),
+            ApiError::FileUploadNotSupported { field } | ApiError::InvalidFieldValue { field } => {
+                json!({ "field": field })
+            }
+            ApiError::TooManyFields { limit, received }
+            | ApiError::FieldNameTooLong { limit, received } => {
+                json!({ "limit": limit, "received": received })
+            }
+            ApiError::FieldValueTooLong {
+                field,
+                limit,
+                received,
+            } => json!({ "field": field, "limit": limit, "received": received }),
+            ApiError::IdempotencyConflict {
+                endpoint_id,
+                idempotency_key,
+            } => json!({ "endpoint_id": endpoint_id, "idempotency_key": idempotency_key }),
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
             | ApiError::AuthenticationRequired
             | ApiError::InvalidApiKey
             | ApiError::StorageUnavailable(_)
-            | ApiError::Internal(_) => Map::new(),
+            | ApiError::Internal(_)
+            | ApiError::InvalidEndpointId
+            | ApiError::InvalidIdempotencyKey
+            | ApiError::InvalidFieldName
+            | ApiError::EmptySubmission => Value::Null,
+        };
+        match details {
+            Value::Object(map) => map,
+            _ => Map::new(),
         }
     }
 
@@ -213,6 +360,40 @@ mod tests {
             let (graphql, _) = graphql_code(error);
             assert_eq!(graphql, code.to_ascii_uppercase());
         }
+    }
+
+    #[test]
+    fn details_reach_both_surfaces() {
+        let error = ApiError::RateLimitExceeded {
+            scope: RateLimitScope::Endpoint,
+            limit: 3,
+            window_seconds: 60,
+            retry_after_seconds: 7,
+        };
+        assert_eq!(
+            error.body()["error"]["details"],
+            json!({"scope": "endpoint", "limit": 3, "window_seconds": 60, "retry_after_seconds": 7})
+        );
+        let response = ApiError::RateLimitExceeded {
+            scope: RateLimitScope::Ip,
+            limit: 3,
+            window_seconds: 60,
+            retry_after_seconds: 7,
+        }
+        .into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        let (code, details) = graphql_code(error);
+        assert_eq!(code, "RATE_LIMIT_EXCEEDED");
+        let details = details.expect("details").into_json().unwrap();
+        assert_eq!(details["scope"], "endpoint");
+        let media = ApiError::UnsupportedMediaType { received: None }.body();
+        assert_eq!(media["error"]["details"]["received"], Value::Null);
+        assert_eq!(
+            media["error"]["details"]["supported"]
+                .as_array()
+                .map(Vec::len),
+            Some(3)
+        );
     }
 
     #[test]

@@ -45,3 +45,38 @@ mod tests {
         }
     }
 }
+
+/// Endpoint ids (chosen by operators): 3–64 characters of `a-z`, `0-9`, `-`, `_`, starting
+/// and ending with a letter or digit.
+pub fn is_valid_endpoint_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    (3..=64).contains(&bytes.len())
+        && bytes.iter().all(|b| edge(b) || *b == b'-' || *b == b'_')
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+}
+
+#[cfg(test)]
+mod endpoint_id_tests {
+    #[test]
+    fn endpoint_ids() {
+        for good in ["abc", "contact-form", "a_b", "0x1", &"a".repeat(64)] {
+            assert!(super::is_valid_endpoint_id(good), "{good}");
+        }
+        for bad in [
+            "ab",
+            "-abc",
+            "abc-",
+            "_abc",
+            "Abc",
+            "a b",
+            "abé",
+            "a.b",
+            &"a".repeat(65),
+            "",
+        ] {
+            assert!(!super::is_valid_endpoint_id(bad), "{bad}");
+        }
+    }
+}

@@ -39,11 +39,35 @@ pub struct MigrationStatus {
 
 // The harness drives Diesel's synchronous migration code with `block_in_place`, so these
 // functions need the multi-threaded tokio runtime (which `main` and the tests use).
+//
+// Every function holds the advisory lock: even reading the status creates Diesel's
+// bookkeeping table when it is missing, and two processes creating it at once collide.
+
+/// Runs `work` on a harness whose connection holds the migration lock.
+async fn with_lock<T>(
+    url: &Secret,
+    work: impl FnOnce(&mut AsyncMigrationHarness<AsyncPgConnection>) -> Result<T, MigrationError>,
+) -> Result<T, MigrationError> {
+    let mut connection = connect_one(url).await?;
+    diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+        .execute(&mut connection)
+        .await?;
+    let mut harness = AsyncMigrationHarness::new(connection);
+    let result = work(&mut harness);
+    let mut connection = harness.into_inner();
+    // Closing the connection would release the lock too; unlocking says so explicitly.
+    diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
+        .execute(&mut connection)
+        .await?;
+    result
+}
 
 /// Every embedded migration, oldest first, with whether it is applied.
 pub async fn status(url: &Secret) -> Result<Vec<MigrationStatus>, MigrationError> {
-    let mut harness = AsyncMigrationHarness::new(connect_one(url).await?);
-    let applied = harness.applied_migrations().map_err(migration_failed)?;
+    let applied = with_lock(url, |harness| {
+        harness.applied_migrations().map_err(migration_failed)
+    })
+    .await?;
     let mut all = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
         .map_err(migration_failed)?;
     all.sort_by(|a, b| a.name().version().cmp(&b.name().version()));
@@ -66,30 +90,25 @@ pub async fn pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
         .collect())
 }
 
-/// Applies every pending migration under the advisory lock; returns the names applied.
+/// Applies every pending migration; returns the versions applied. Processes that start
+/// together wait for each other on the lock, and the later ones find nothing pending.
 pub async fn run_pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
-    let mut connection = connect_one(url).await?;
-    diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
-        .execute(&mut connection)
-        .await?;
-    let mut harness = AsyncMigrationHarness::new(connection);
-    let result = harness
-        .run_pending_migrations(MIGRATIONS)
-        .map(|versions| versions.iter().map(|v| v.to_string()).collect::<Vec<_>>())
-        .map_err(migration_failed);
-    let mut connection: AsyncPgConnection = harness.into_inner();
-    // Closing the connection would release the lock too; unlocking says so explicitly.
-    diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
-        .execute(&mut connection)
-        .await?;
-    result
+    with_lock(url, |harness| {
+        harness
+            .run_pending_migrations(MIGRATIONS)
+            .map(|versions| versions.iter().map(|v| v.to_string()).collect())
+            .map_err(migration_failed)
+    })
+    .await
 }
 
 /// Reverts every applied migration, newest first (used by the migration round-trip test).
 pub async fn revert_all(url: &Secret) -> Result<usize, MigrationError> {
-    let mut harness = AsyncMigrationHarness::new(connect_one(url).await?);
-    let reverted = harness
-        .revert_all_migrations(MIGRATIONS)
-        .map_err(migration_failed)?;
-    Ok(reverted.len())
+    with_lock(url, |harness| {
+        harness
+            .revert_all_migrations(MIGRATIONS)
+            .map(|reverted| reverted.len())
+            .map_err(migration_failed)
+    })
+    .await
 }

@@ -2,9 +2,12 @@
 //! generated schema and the queries of each concern. No other module builds a query.
 
 pub mod cluster;
+pub mod endpoints;
 pub mod keys;
 pub mod migrations;
+pub mod rate_limits;
 pub mod schema;
+pub mod submissions;
 
 use std::time::Duration;
 

@@ -34,6 +34,11 @@ diesel::table! {
         webhook_url -> Nullable<Varchar>,
         #[max_length = 70]
         webhook_secret -> Nullable<Varchar>,
+        #[max_length = 2048]
+        redirect_url -> Nullable<Varchar>,
+        allowed_origins -> Array<Nullable<Text>>,
+        #[max_length = 128]
+        honeypot_field -> Nullable<Varchar>,
     }
 }
 

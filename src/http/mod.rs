@@ -13,13 +13,14 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
-use crate::graphql;
+use crate::{graphql, intake};
 
 pub fn router(app: AppState) -> Router {
     let schema = graphql::build_schema(app.clone());
     Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
+        .merge(intake::routes())
         .merge(graphql::routes(schema))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

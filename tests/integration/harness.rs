@@ -103,10 +103,21 @@ async fn create_database(admin_url: &Secret, name: &str, template: Option<&str>)
         .expect("create a test database");
 }
 
-/// A database of one test's own.
-pub struct TestDb {
+/// A database of one test's own. Clones share it (several servers on one database); it is
+/// dropped with the last clone.
+#[derive(Clone)]
+pub struct TestDb(Arc<TestDbInner>);
+
+pub struct TestDbInner {
     pub name: String,
     pub url: Secret,
+}
+
+impl std::ops::Deref for TestDb {
+    type Target = TestDbInner;
+    fn deref(&self) -> &TestDbInner {
+        &self.0
+    }
 }
 
 impl TestDb {
@@ -126,7 +137,7 @@ impl TestDb {
         let template = migrated.then_some(server.template.as_str());
         create_database(&server.admin_url, &name, template).await;
         let url = database_url(&server.admin_url, &name);
-        TestDb { name, url }
+        TestDb(Arc::new(TestDbInner { name, url }))
     }
 
     pub async fn connect(&self) -> AsyncPgConnection {
@@ -156,7 +167,7 @@ impl TestDb {
     }
 }
 
-impl Drop for TestDb {
+impl Drop for TestDbInner {
     fn drop(&mut self) {
         // A throwaway cluster is deleted whole at exit; only a shared server needs tidying.
         if !server().shared_server {
@@ -234,7 +245,11 @@ impl TestApp {
             app,
             addr,
             db,
-            http: reqwest::Client::new(),
+            // Redirects are answers under test, never followed.
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("http client"),
         }
     }
 
@@ -306,5 +321,78 @@ pub async fn wait_for_status(url: &str, expected: u16) {
             "{url} never answered {expected}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// An endpoint row with defaults a test can adjust before inserting.
+pub fn endpoint(id: &str) -> hymical_forms::db::endpoints::NewEndpoint {
+    hymical_forms::db::endpoints::NewEndpoint {
+        id: id.to_string(),
+        name: format!("Endpoint {id}"),
+        is_active: true,
+        created_at: chrono::Utc::now(),
+        webhook_url: None,
+        webhook_secret: None,
+        redirect_url: None,
+        allowed_origins: Vec::new(),
+        honeypot_field: None,
+    }
+}
+
+/// A signing secret in the documented format.
+pub fn webhook_secret() -> String {
+    format!(
+        "whsec_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+impl TestApp {
+    pub async fn insert_endpoint(&self, endpoint: &hymical_forms::db::endpoints::NewEndpoint) {
+        let mut conn = self.db.connect().await;
+        db::endpoints::insert(&mut conn, endpoint)
+            .await
+            .expect("insert endpoint");
+    }
+
+    /// Rows in `submissions` and `webhook_deliveries`.
+    pub async fn stored_counts(&self) -> (i64, i64) {
+        #[derive(diesel::QueryableByName)]
+        struct Counts {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            submissions: i64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            deliveries: i64,
+        }
+        let mut conn = self.db.connect().await;
+        let counts: Counts = diesel::sql_query(
+            "SELECT (SELECT count(*) FROM submissions) AS submissions, (SELECT count(*) FROM webhook_deliveries) AS deliveries",
+        )
+        .get_result(&mut conn)
+        .await
+        .expect("count rows");
+        (counts.submissions, counts.deliveries)
+    }
+
+    /// POSTs `body` to `/f/{endpoint}` with the given content type and extra headers.
+    pub async fn post_form(
+        &self,
+        endpoint: &str,
+        content_type: Option<&str>,
+        body: impl Into<reqwest::Body>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(self.url(&format!("/f/{endpoint}")))
+            .body(body);
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.expect("post form")
     }
 }

@@ -6,6 +6,7 @@ mod harness;
 mod cli;
 mod embedded;
 mod foundation_http;
+mod intake;
 mod keys;
 mod migrations;
 mod schema_files;

@@ -70,7 +70,7 @@ fn declared_columns() -> Vec<Column> {
             "Json" => "json",
             "Jsonb" => "jsonb",
             "Text" => "text",
-            "Array<Text>" => "ARRAY",
+            "Array<Text>" | "Array<Nullable<Text>>" => "ARRAY",
             other => panic!("schema.rs type {other} has no mapping in this test"),
         };
         columns.push(Column {

@@ -1,0 +1,378 @@
+//! Public intake: `POST /f/{endpoint_id}` (SPEC section 5).
+//!
+//! The checks run in the specified order and the first failure answers; nothing of the
+//! submission is stored on any failure. The submission and its delivery are written in
+//! one statement (the transactional outbox), which also wakes the workers.
+
+pub mod browser;
+pub mod fields;
+pub mod parse;
+pub mod rate_limit;
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use diesel_async::AsyncPgConnection;
+use http_body_util::BodyExt;
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::clock::format_timestamp;
+use crate::db::endpoints::EndpointRow;
+use crate::db::submissions::{InsertOutcome, KeyedSubmission, NewSubmission};
+use crate::db::{self, DbError};
+use crate::error::{ApiError, RateLimitScope};
+use crate::ids;
+
+pub use parse::SUPPORTED_MEDIA_TYPES;
+
+use fields::{Honeypot, NormalisedFields};
+use rate_limit::Limit;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/f/{endpoint_id}", post(submit).options(preflight))
+}
+
+/// What a successful (or honeypot-faked) submission answers.
+struct Accepted {
+    submission_id: String,
+    endpoint_id: String,
+    received_at: DateTime<Utc>,
+    field_count: usize,
+    idempotent_replay: bool,
+    delivery_queued: bool,
+}
+
+async fn submit(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    endpoint_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
+    let mut endpoint = None;
+    let result = accept(&app, peer.ip(), endpoint_id, &headers, body, &mut endpoint).await;
+    let mut response = match result {
+        Ok(accepted) => success_response(accepted, endpoint.as_ref(), &headers),
+        Err(error) => error.into_response(),
+    };
+    browser::add_cors_headers(
+        response.headers_mut(),
+        endpoint.as_ref(),
+        header_text(&headers, header::ORIGIN),
+    );
+    response
+}
+
+/// The checks of SPEC section 5 in order. `endpoint` receives the endpoint once it is
+/// known, for the CORS headers of whatever the answer is.
+async fn accept(
+    app: &AppState,
+    peer: IpAddr,
+    endpoint_id: Option<String>,
+    headers: &HeaderMap,
+    body: Body,
+    endpoint: &mut Option<EndpointRow>,
+) -> Result<Accepted, ApiError> {
+    // 1. Body size: a declared length is judged before any byte is read.
+    let limit_bytes = app.config.intake.max_body_bytes;
+    let declared =
+        header_text(headers, header::CONTENT_LENGTH).and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit_bytes as u64) {
+        return Err(ApiError::RequestBodyTooLarge { limit_bytes });
+    }
+    let body = read_body(body, limit_bytes).await?;
+    let now = app.clock.now();
+    let mut conn = app.pool.get().await.map_err(DbError::from)?;
+    let limits = &app.config.rate_limit;
+
+    // 2. Per-source limit.
+    if limits.enabled {
+        let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
+        let subject = rate_limit::address_digest(&address, limits.ip_secret.as_ref());
+        let limit = Limit {
+            requests: limits.ip_requests,
+            window_seconds: limits.ip_window_seconds,
+        };
+        rate_limit::check(&mut conn, RateLimitScope::Ip, &subject, limit, now).await?;
+    }
+
+    // 3. Id syntax; 4. lookup.
+    let endpoint_id = endpoint_id
+        .filter(|id| ids::is_valid_endpoint_id(id))
+        .ok_or(ApiError::InvalidEndpointId)?;
+    let found = db::endpoints::find(&mut conn, &endpoint_id)
+        .await?
+        .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
+    let endpoint = &*endpoint.insert(found);
+
+    // 5. Per-endpoint limit.
+    if limits.enabled {
+        let limit = Limit {
+            requests: limits.endpoint_requests,
+            window_seconds: limits.endpoint_window_seconds,
+        };
+        rate_limit::check(
+            &mut conn,
+            RateLimitScope::Endpoint,
+            &endpoint.id,
+            limit,
+            now,
+        )
+        .await?;
+    }
+
+    // 6. Active; 7. origin.
+    if !endpoint.is_active {
+        return Err(ApiError::EndpointInactive {
+            endpoint_id: endpoint.id.clone(),
+        });
+    }
+    if !browser::origin_allowed(endpoint, header_text(headers, header::ORIGIN)) {
+        return Err(ApiError::OriginNotAllowed {
+            endpoint_id: endpoint.id.clone(),
+        });
+    }
+
+    // 8. Media type; 9. Idempotency-Key.
+    let content_type = header_text(headers, header::CONTENT_TYPE);
+    let media_type = parse::media_type(content_type)?;
+    let idempotency_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => Some(valid_idempotency_key(value)?),
+    };
+
+    // 10. Parse; 11. rules; 12. honeypot.
+    let mut pairs = parse::parse(media_type, content_type.unwrap_or_default(), body).await?;
+    fields::check_rules(&pairs, &app.config.intake)?;
+    if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
+        // Answer exactly as a success would, so the bot learns nothing; store nothing.
+        return Ok(Accepted {
+            submission_id: ids::submission_id(),
+            endpoint_id: endpoint.id.clone(),
+            received_at: now,
+            field_count: pairs.len(),
+            idempotent_replay: false,
+            delivery_queued: endpoint.has_webhook(),
+        });
+    }
+    if pairs.is_empty() {
+        // Only empty honeypot fields were sent.
+        return Err(ApiError::EmptySubmission);
+    }
+
+    // 13. Normalise and store.
+    let fields = NormalisedFields::from_pairs(pairs);
+    store(
+        &mut conn,
+        endpoint,
+        &fields,
+        idempotency_key.as_deref(),
+        now,
+    )
+    .await
+}
+
+/// Collects the body, refusing it as soon as it passes the limit, so at most `limit`
+/// bytes are ever buffered whether or not the length was declared.
+async fn read_body(body: Body, limit_bytes: usize) -> Result<Bytes, ApiError> {
+    match http_body_util::Limited::new(body, limit_bytes)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error)
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::RequestBodyTooLarge { limit_bytes })
+        }
+        Err(_) => Err(ApiError::MalformedFormBody {
+            reason: "the request body could not be read".into(),
+        }),
+    }
+}
+
+/// 16–255 characters, each in ASCII 0x21–0x7E.
+fn valid_idempotency_key(value: &HeaderValue) -> Result<String, ApiError> {
+    let bytes = value.as_bytes();
+    let valid =
+        (16..=255).contains(&bytes.len()) && bytes.iter().all(|b| (0x21..=0x7e).contains(b));
+    if !valid {
+        return Err(ApiError::InvalidIdempotencyKey);
+    }
+    // Every byte is printable ASCII, so this is lossless.
+    Ok(String::from_utf8_lossy(bytes).into_owned())
+}
+
+async fn store(
+    conn: &mut AsyncPgConnection,
+    endpoint: &EndpointRow,
+    fields: &NormalisedFields,
+    idempotency_key: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Accepted, ApiError> {
+    let fingerprint = idempotency_key.map(|_| fields.fingerprint());
+    let idempotency = idempotency_key.zip(fingerprint.as_deref());
+    if let Some((key, fingerprint)) = idempotency {
+        if let Some(existing) =
+            db::submissions::find_by_idempotency_key(conn, &endpoint.id, key).await?
+        {
+            return replay(existing, endpoint, key, fingerprint);
+        }
+    }
+    let submission_id = ids::submission_id();
+    let delivery_id = ids::delivery_id();
+    let fields_json = fields.to_json();
+    let outcome = db::submissions::insert_with_delivery(
+        conn,
+        &NewSubmission {
+            id: &submission_id,
+            endpoint_id: &endpoint.id,
+            received_at: now,
+            fields: &fields_json,
+            idempotency,
+            delivery_id: &delivery_id,
+        },
+    )
+    .await?;
+    match (outcome, idempotency) {
+        (InsertOutcome::Stored { delivery_queued }, _) => Ok(Accepted {
+            submission_id,
+            endpoint_id: endpoint.id.clone(),
+            received_at: now,
+            field_count: fields.value_count(),
+            idempotent_replay: false,
+            delivery_queued,
+        }),
+        // A concurrent first request with the same key won; answer as its replay.
+        (InsertOutcome::KeyTaken, Some((key, fingerprint))) => {
+            let existing = db::submissions::find_by_idempotency_key(conn, &endpoint.id, key)
+                .await?
+                .ok_or_else(|| {
+                    ApiError::Internal("an idempotency key's submission vanished".into())
+                })?;
+            replay(existing, endpoint, key, fingerprint)
+        }
+        (InsertOutcome::KeyTaken, None) => Err(ApiError::Internal(
+            "a submission without an idempotency key conflicted".into(),
+        )),
+    }
+}
+
+/// Same key and same fields: the original answer again. Same key, other fields: 409.
+fn replay(
+    existing: KeyedSubmission,
+    endpoint: &EndpointRow,
+    key: &str,
+    fingerprint: &str,
+) -> Result<Accepted, ApiError> {
+    if existing.payload_fingerprint != fingerprint {
+        return Err(ApiError::IdempotencyConflict {
+            endpoint_id: endpoint.id.clone(),
+            idempotency_key: key.to_string(),
+        });
+    }
+    Ok(Accepted {
+        field_count: fields::count_stored_values(&existing.fields),
+        submission_id: existing.id,
+        endpoint_id: endpoint.id.clone(),
+        received_at: existing.received_at,
+        idempotent_replay: true,
+        delivery_queued: existing.delivery_queued,
+    })
+}
+
+/// `202` with the JSON receipt, or `303` to the endpoint's redirect for a browser post.
+fn success_response(
+    accepted: Accepted,
+    endpoint: Option<&EndpointRow>,
+    headers: &HeaderMap,
+) -> Response {
+    let redirect = endpoint.and_then(|e| e.redirect_url.as_deref());
+    if let Some(location) =
+        redirect.filter(|_| browser::prefers_html(header_text(headers, header::ACCEPT)))
+    {
+        if let Ok(location) = HeaderValue::from_str(location) {
+            return (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response();
+        }
+    }
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "submission_id": accepted.submission_id,
+            "endpoint_id": accepted.endpoint_id,
+            "received_at": format_timestamp(accepted.received_at),
+            "field_count": accepted.field_count,
+            "idempotent_replay": accepted.idempotent_replay,
+            "delivery": { "queued": accepted.delivery_queued },
+        })),
+    )
+        .into_response()
+}
+
+/// `OPTIONS /f/{endpoint_id}`: answers CORS preflights.
+async fn preflight(
+    State(app): State<AppState>,
+    endpoint_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let origin = header_text(&headers, header::ORIGIN);
+    let result = async {
+        let endpoint_id = endpoint_id
+            .ok()
+            .map(|Path(id)| id)
+            .filter(|id| ids::is_valid_endpoint_id(id))
+            .ok_or(ApiError::InvalidEndpointId)?;
+        let mut conn = app.pool.get().await.map_err(DbError::from)?;
+        let endpoint = db::endpoints::find(&mut conn, &endpoint_id)
+            .await?
+            .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
+        if !browser::origin_allowed(&endpoint, origin) {
+            return Err((
+                Some(endpoint.clone()),
+                ApiError::OriginNotAllowed {
+                    endpoint_id: endpoint.id,
+                },
+            ));
+        }
+        Ok(endpoint)
+    }
+    .await;
+    let (endpoint, mut response) = match result {
+        Ok(endpoint) => {
+            let mut response = StatusCode::NO_CONTENT.into_response();
+            browser::add_preflight_headers(response.headers_mut());
+            (Some(endpoint), response)
+        }
+        Err((endpoint, error)) => (endpoint, error.into_response()),
+    };
+    browser::add_cors_headers(response.headers_mut(), endpoint.as_ref(), origin);
+    response
+}
+
+impl From<ApiError> for (Option<EndpointRow>, ApiError) {
+    fn from(error: ApiError) -> Self {
+        (None, error)
+    }
+}
+
+impl From<DbError> for (Option<EndpointRow>, ApiError) {
+    fn from(error: DbError) -> Self {
+        (None, ApiError::from(error))
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}

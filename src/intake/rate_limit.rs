@@ -1,0 +1,185 @@
+//! Fixed-window rate limits shared across processes through PostgreSQL (SPEC section 5.2).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use axum::http::HeaderMap;
+use chrono::{DateTime, TimeZone, Utc};
+use diesel_async::AsyncPgConnection;
+
+use crate::app::AppState;
+use crate::config::Secret;
+use crate::db;
+use crate::digest::{hmac_sha256_hex, sha256_hex};
+use crate::error::{ApiError, RateLimitScope};
+
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub requests: u32,
+    pub window_seconds: u32,
+}
+
+/// The window containing `now`, aligned to the Unix epoch: (start, end).
+pub fn window(now: DateTime<Utc>, window_seconds: u32) -> (DateTime<Utc>, DateTime<Utc>) {
+    let width = i64::from(window_seconds.max(1));
+    let start_seconds = now.timestamp().div_euclid(width) * width;
+    let start = Utc.timestamp_opt(start_seconds, 0).single().unwrap_or(now);
+    (start, start + chrono::Duration::seconds(width))
+}
+
+/// Whole seconds from `now` to the end of the window, rounded up, at least 1.
+pub fn retry_after_seconds(now: DateTime<Utc>, window_end: DateTime<Utc>) -> u64 {
+    let remaining_micros = (window_end - now).num_microseconds().unwrap_or(0).max(0) as u64;
+    remaining_micros.div_ceil(1_000_000).max(1)
+}
+
+/// Counts this request against `subject` and refuses it when the count, its own attempt
+/// included, exceeds the limit. Refused attempts count too.
+pub async fn check(
+    conn: &mut AsyncPgConnection,
+    scope: RateLimitScope,
+    subject: &str,
+    limit: Limit,
+    now: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    let (start, end) = window(now, limit.window_seconds);
+    let count = db::rate_limits::count_attempt(conn, scope.as_str(), subject, start).await?;
+    if count as i64 <= i64::from(limit.requests) {
+        return Ok(());
+    }
+    Err(ApiError::RateLimitExceeded {
+        scope,
+        limit: limit.requests,
+        window_seconds: limit.window_seconds,
+        retry_after_seconds: retry_after_seconds(now, end),
+    })
+}
+
+/// The client's address: the socket peer, or with `trusted_hops = n > 0` the n-th entry
+/// from the right of `X-Forwarded-For` when it has at least n (each trusted proxy appends
+/// the address it received the request from).
+pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_hops: usize) -> String {
+    if trusted_hops > 0 {
+        let entries: Vec<&str> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .collect();
+        if entries.len() >= trusted_hops {
+            let entry = entries[entries.len() - trusted_hops];
+            // Canonical form when it is an address (so `::1` and `0::1` are one client).
+            return match entry.parse::<IpAddr>() {
+                Ok(address) => address.to_string(),
+                Err(_) => entry.to_string(),
+            };
+        }
+    }
+    peer.to_string()
+}
+
+/// The stored subject for an address: hex SHA-256, or HMAC-SHA256 with the configured
+/// secret. The raw address is never stored or logged.
+pub fn address_digest(address: &str, secret: Option<&Secret>) -> String {
+    match secret {
+        Some(secret) => hmac_sha256_hex(secret.expose().as_bytes(), address.as_bytes()),
+        None => sha256_hex(address.as_bytes()),
+    }
+}
+
+/// Deletes expired counters now and then, so the table stays the size of the live windows.
+pub async fn sweep_expired_counters(
+    app: AppState,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
+    let longest = app
+        .config
+        .rate_limit
+        .ip_window_seconds
+        .max(app.config.rate_limit.endpoint_window_seconds);
+    let every = Duration::from_secs(u64::from(longest).clamp(10, 300));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+        let cutoff = app.clock.now() - chrono::Duration::seconds(i64::from(longest));
+        let result = async {
+            let mut conn = app.pool.get().await.map_err(db::DbError::from)?;
+            db::rate_limits::sweep(&mut conn, cutoff).await
+        }
+        .await;
+        match result {
+            Ok(0) => {}
+            Ok(deleted) => tracing::debug!(deleted, "swept expired rate-limit counters"),
+            Err(error) => {
+                tracing::warn!(error = %error.summary(), "could not sweep rate-limit counters")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn windows_align_to_the_epoch() {
+        let (start, end) = window(at("2026-01-01T00:01:30.5Z"), 60);
+        assert_eq!(start, at("2026-01-01T00:01:00Z"));
+        assert_eq!(end, at("2026-01-01T00:02:00Z"));
+        let (start, _) = window(at("2026-01-01T00:00:07Z"), 7);
+        assert_eq!(start.timestamp() % 7, 0);
+    }
+
+    #[test]
+    fn retry_after_rounds_up_and_is_at_least_one() {
+        let end = at("2026-01-01T00:02:00Z");
+        assert_eq!(retry_after_seconds(at("2026-01-01T00:01:00Z"), end), 60);
+        assert_eq!(retry_after_seconds(at("2026-01-01T00:01:00.5Z"), end), 60);
+        assert_eq!(
+            retry_after_seconds(at("2026-01-01T00:01:58.000001Z"), end),
+            2
+        );
+        assert_eq!(retry_after_seconds(at("2026-01-01T00:01:59.9Z"), end), 1);
+        assert_eq!(retry_after_seconds(end, end), 1);
+    }
+
+    #[test]
+    fn client_address_with_trusted_hops() {
+        let peer: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        headers.append(
+            "x-forwarded-for",
+            "203.0.113.7, 198.51.100.2".parse().unwrap(),
+        );
+        headers.append("x-forwarded-for", "192.0.2.1".parse().unwrap());
+        assert_eq!(client_address(peer, &headers, 0), "10.0.0.9");
+        assert_eq!(client_address(peer, &headers, 1), "192.0.2.1");
+        assert_eq!(client_address(peer, &headers, 2), "198.51.100.2");
+        assert_eq!(client_address(peer, &headers, 3), "203.0.113.7");
+        assert_eq!(
+            client_address(peer, &headers, 4),
+            "10.0.0.9",
+            "fewer entries than hops: the peer"
+        );
+        assert_eq!(client_address(peer, &HeaderMap::new(), 1), "10.0.0.9");
+    }
+
+    #[test]
+    fn digests() {
+        assert_eq!(address_digest("127.0.0.1", None), sha256_hex(b"127.0.0.1"));
+        let secret = Secret::new("0123456789abcdef");
+        let keyed = address_digest("127.0.0.1", Some(&secret));
+        assert_eq!(keyed.len(), 64);
+        assert_ne!(keyed, address_digest("127.0.0.1", None));
+    }
+}

@@ -1,0 +1,400 @@
+//! Public intake through HTTP against real PostgreSQL (SPEC section 5).
+
+use std::sync::Arc;
+
+use diesel::sql_types::{Bool, Text, Timestamptz};
+use diesel_async::RunQueryDsl;
+use hymical_forms::clock::SystemClock;
+use serde_json::{json, Value};
+
+use crate::harness::{endpoint, webhook_secret, TestApp};
+
+const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+const JSON: Option<&str> = Some("application/json");
+
+async fn app_with_endpoint(vars: &[(&str, &str)]) -> (TestApp, String) {
+    let app = TestApp::start_with(vars, Arc::new(SystemClock)).await;
+    let mut contact = endpoint("contact");
+    contact.webhook_url = Some("https://receiver.example/hook".into());
+    contact.webhook_secret = Some(webhook_secret());
+    let secret = contact.webhook_secret.clone().unwrap();
+    app.insert_endpoint(&contact).await;
+    (app, secret)
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct StoredSubmission {
+    #[diesel(sql_type = Text)]
+    id: String,
+    #[diesel(sql_type = Text)]
+    fields: String,
+    #[diesel(sql_type = Timestamptz)]
+    received_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct StoredDelivery {
+    #[diesel(sql_type = Text)]
+    submission_id: String,
+    #[diesel(sql_type = Text)]
+    destination_url: String,
+    #[diesel(sql_type = Text)]
+    signing_secret: String,
+    #[diesel(sql_type = Text)]
+    state: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    attempts: i32,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    cycle_attempts: i32,
+    #[diesel(sql_type = Bool)]
+    due_at_receipt: bool,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_post_is_stored_with_its_delivery_in_order() {
+    let (app, secret) = app_with_endpoint(&[]).await;
+    let response = app
+        .post_form(
+            "contact",
+            FORM,
+            "topics=billing&email=a%40example.com&topics=api&note=h%C3%A9+%E2%9C%93&topics=",
+            &[("authorization", "Bearer ignored-on-public-routes")],
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["endpoint_id"], "contact");
+    assert_eq!(body["field_count"], 5, "values are counted one by one");
+    assert_eq!(body["idempotent_replay"], false);
+    assert_eq!(body["delivery"], json!({"queued": true}));
+    let id = body["submission_id"].as_str().unwrap();
+    assert!(id.starts_with("sub_") && id.len() == 36);
+    assert!(
+        !body.to_string().contains("example.com"),
+        "values never echoed"
+    );
+
+    let mut conn = app.db.connect().await;
+    let stored: StoredSubmission =
+        diesel::sql_query("SELECT id, fields::text AS fields, received_at FROM submissions")
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(stored.id, id);
+    assert_eq!(
+        stored.fields,
+        r#"{"topics":["billing","api",""],"email":["a@example.com"],"note":["hé ✓"]}"#
+    );
+    assert_eq!(
+        body["received_at"],
+        hymical_forms::clock::format_timestamp(stored.received_at),
+        "the answer's time is the stored time, to the microsecond"
+    );
+    let received = body["received_at"].as_str().unwrap();
+    assert_eq!(received.len(), 27);
+    assert!(received.ends_with('Z'));
+
+    let delivery: StoredDelivery = diesel::sql_query(
+        "SELECT submission_id, destination_url, signing_secret, state, attempts, cycle_attempts,
+                (next_attempt_at = s.received_at AND created_at = s.received_at) AS due_at_receipt
+         FROM webhook_deliveries d JOIN submissions s ON s.id = d.submission_id",
+    )
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(delivery.submission_id, id);
+    assert_eq!(delivery.destination_url, "https://receiver.example/hook");
+    assert_eq!(delivery.signing_secret, secret);
+    assert_eq!(delivery.state, "pending");
+    assert_eq!((delivery.attempts, delivery.cycle_attempts), (0, 0));
+    assert!(delivery.due_at_receipt);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_and_multipart_bodies() {
+    let (app, _) = app_with_endpoint(&[]).await;
+    let response = app
+        .post_form(
+            "contact",
+            JSON,
+            r#"{"name": "Zoë", "topics": ["a", "b"], "skip": []}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["field_count"], 3);
+
+    let multipart = "--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--B\r\nContent-Disposition: form-data; name=\"y\"\r\n\r\nline one\r\nline two\r\n--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n2\r\n--B--\r\n";
+    let response = app
+        .post_form(
+            "contact",
+            Some("multipart/form-data; boundary=B"),
+            multipart,
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+    let mut conn = app.db.connect().await;
+    let rows: Vec<StoredSubmission> = diesel::sql_query(
+        "SELECT id, fields::text AS fields, received_at FROM submissions ORDER BY received_at",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(rows[0].fields, r#"{"name":["Zoë"],"topics":["a","b"]}"#);
+    assert_eq!(
+        rows[1].fields,
+        r#"{"x":["1","2"],"y":["line one\r\nline two"]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_delivery_without_a_webhook() {
+    let app = TestApp::start().await;
+    app.insert_endpoint(&endpoint("plain")).await;
+    let response = app.post_form("plain", FORM, "a=1", &[]).await;
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["delivery"]["queued"], false);
+    assert_eq!(app.stored_counts().await, (1, 0));
+}
+
+/// One refused request: expected status, code and details; nothing stored.
+struct Refusal<'a> {
+    endpoint: &'a str,
+    content_type: Option<&'a str>,
+    body: Vec<u8>,
+    headers: Vec<(&'a str, String)>,
+    status: u16,
+    code: &'a str,
+    details: Option<Value>,
+}
+
+fn refusal<'a>(
+    endpoint: &'a str,
+    content_type: Option<&'a str>,
+    body: impl Into<Vec<u8>>,
+    status: u16,
+    code: &'a str,
+) -> Refusal<'a> {
+    Refusal {
+        endpoint,
+        content_type,
+        body: body.into(),
+        headers: Vec::new(),
+        status,
+        code,
+        details: None,
+    }
+}
+
+impl<'a> Refusal<'a> {
+    fn header(mut self, name: &'a str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+    fn details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_error_code_with_status_details_and_nothing_stored() {
+    let (app, _) = app_with_endpoint(&[
+        ("FORMS_MAX_BODY_BYTES", "2000"),
+        ("FORMS_MAX_FIELDS", "3"),
+        ("FORMS_MAX_FIELD_NAME_LENGTH", "8"),
+        ("FORMS_MAX_FIELD_VALUE_LENGTH", "10"),
+    ])
+    .await;
+    let mut inactive = endpoint("dormant");
+    inactive.is_active = false;
+    app.insert_endpoint(&inactive).await;
+    let mut guarded = endpoint("guarded");
+    guarded.allowed_origins = vec![Some("https://site.example".into())];
+    app.insert_endpoint(&guarded).await;
+
+    let big = "a=".to_string() + &"x".repeat(2100);
+    let file = "--B\r\nContent-Disposition: form-data; name=\"cv\"; filename=\"cv.pdf\"\r\n\r\n%PDF\r\n--B--\r\n";
+    let cases = vec![
+        refusal("contact", FORM, big.clone(), 413, "request_body_too_large").details(json!({"limit_bytes": 2000})),
+        // Check order: the size check comes before everything else.
+        refusal("no-such-endpoint", FORM, big.clone(), 413, "request_body_too_large"),
+        refusal("NO", FORM, big, 413, "request_body_too_large"),
+        refusal("AB", FORM, "a=1", 404, "invalid_endpoint_id"),
+        refusal("-bad-", FORM, "a=1", 404, "invalid_endpoint_id"),
+        refusal("missing", FORM, "a=1", 404, "endpoint_not_found").details(json!({"endpoint_id": "missing"})),
+        refusal("missing", Some("text/plain"), "a=1", 404, "endpoint_not_found"),
+        refusal("dormant", FORM, "a=1", 409, "endpoint_inactive").details(json!({"endpoint_id": "dormant"})),
+        refusal("dormant", Some("text/plain"), "garbage", 409, "endpoint_inactive"),
+        refusal("guarded", FORM, "a=1", 403, "origin_not_allowed").header("origin", "https://evil.example"),
+        refusal("guarded", Some("text/plain"), "a=1", 403, "origin_not_allowed").header("origin", "https://evil.example"),
+        refusal("contact", Some("text/plain"), "a=1", 415, "unsupported_media_type")
+            .details(json!({"received": "text/plain", "supported": ["application/x-www-form-urlencoded", "multipart/form-data", "application/json"]})),
+        refusal("contact", None, "a=1", 415, "unsupported_media_type")
+            .details(json!({"received": null, "supported": ["application/x-www-form-urlencoded", "multipart/form-data", "application/json"]})),
+        refusal("contact", Some("Text/HTML ; charset=x"), "a=1", 415, "unsupported_media_type")
+            .details(json!({"received": "text/html", "supported": ["application/x-www-form-urlencoded", "multipart/form-data", "application/json"]})),
+        refusal("contact", FORM, "a=1", 400, "invalid_idempotency_key").header("idempotency-key", ""),
+        refusal("contact", FORM, "a=1", 400, "invalid_idempotency_key").header("idempotency-key", "too-short"),
+        refusal("contact", FORM, "a=1", 400, "invalid_idempotency_key").header("idempotency-key", "has a space in the key"),
+        refusal("contact", FORM, "a=1", 400, "invalid_idempotency_key").header("idempotency-key", "k".repeat(256)),
+        refusal("contact", FORM, "{{{", 400, "invalid_idempotency_key").header("idempotency-key", "short"),
+        refusal("contact", JSON, "{not json", 400, "malformed_form_body"),
+        refusal("contact", JSON, "[\"a\"]", 400, "malformed_form_body"),
+        refusal("contact", JSON, r#"{"a": 1}"#, 400, "malformed_form_body"),
+        refusal("contact", JSON, r#"{"a": ["x", null]}"#, 400, "malformed_form_body"),
+        refusal("contact", FORM, b"a=%FF%FE".to_vec(), 400, "malformed_form_body"),
+        refusal("contact", Some("multipart/form-data"), "x", 400, "malformed_form_body"),
+        refusal("contact", Some("multipart/form-data; boundary=B"), file, 422, "file_upload_not_supported").details(json!({"field": "cv"})),
+        refusal("contact", FORM, "a=1&a=2&b=3&c=4", 422, "too_many_fields").details(json!({"limit": 3, "received": 4})),
+        refusal("contact", FORM, "=value", 422, "invalid_field_name"),
+        refusal("contact", FORM, "a%01b=1", 422, "invalid_field_name"),
+        refusal("contact", FORM, "a%C2%85=1", 422, "invalid_field_name"),
+        refusal("contact", FORM, "abcdefghi=1", 422, "field_name_too_long").details(json!({"limit": 8, "received": 9})),
+        // Pair by pair, name before value: the long name in the second pair loses to
+        // nothing in the first, and the long value of the first pair wins.
+        refusal("contact", FORM, "v=12345678901&abcdefghi=1", 422, "field_value_too_long")
+            .details(json!({"field": "v", "limit": 10, "received": 11})),
+        refusal("contact", FORM, "v=%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9%C3%A9", 422, "field_value_too_long")
+            .details(json!({"field": "v", "limit": 10, "received": 11})),
+        refusal("contact", FORM, "v=a%00b", 422, "invalid_field_value").details(json!({"field": "v"})),
+        refusal("contact", JSON, r#"{"v": "a\u0000b"}"#, 422, "invalid_field_value"),
+        refusal("contact", FORM, "", 422, "empty_submission"),
+        refusal("contact", JSON, "{}", 422, "empty_submission"),
+    ];
+    for case in cases {
+        let headers: Vec<(&str, &str)> =
+            case.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let response = app
+            .post_form(
+                case.endpoint,
+                case.content_type,
+                case.body.clone(),
+                &headers,
+            )
+            .await;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        assert_eq!(
+            status,
+            case.status,
+            "{} {:?}: {body}",
+            case.code,
+            String::from_utf8_lossy(&case.body)
+        );
+        assert_eq!(body["error"]["code"], case.code, "{body}");
+        assert!(body["error"]["message"].is_string());
+        if let Some(details) = &case.details {
+            assert_eq!(&body["error"]["details"], details, "{}", case.code);
+        }
+        assert_eq!(
+            app.stored_counts().await,
+            (0, 0),
+            "{}: nothing stored",
+            case.code
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_without_declared_length_is_cut_off_at_the_limit() {
+    let (app, _) = app_with_endpoint(&[("FORMS_MAX_BODY_BYTES", "1000")]).await;
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..20).map(|_| Ok(b"aaaaaaaaaa".repeat(10))).collect();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(chunks));
+    let response = app.post_form("no-such-endpoint", FORM, body, &[]).await;
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "request_body_too_large");
+    assert_eq!(body["error"]["details"]["limit_bytes"], 1000);
+
+    // At the limit exactly, without a declared length, it is read and stored.
+    let exact = format!("a={}", "b".repeat(998));
+    let stream = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(exact.into_bytes())]);
+    let response = app
+        .post_form("contact", FORM, reqwest::Body::wrap_stream(stream), &[])
+        .await;
+    assert_eq!(response.status(), 202);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn submission_and_delivery_are_one_transaction() {
+    let (app, _) = app_with_endpoint(&[]).await;
+    // Make the second insert fail: a trigger that raises when a delivery is written.
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(
+        "CREATE FUNCTION refuse_delivery() RETURNS trigger LANGUAGE plpgsql AS
+         $$ BEGIN RAISE EXCEPTION 'injected failure between the two inserts'; END $$",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query(
+        "CREATE TRIGGER refuse_delivery BEFORE INSERT ON webhook_deliveries
+         FOR EACH ROW EXECUTE FUNCTION refuse_delivery()",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let response = app.post_form("contact", FORM, "a=1", &[]).await;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "storage_unavailable");
+    assert!(
+        !body.to_string().contains("injected"),
+        "no driver message: {body}"
+    );
+    assert_eq!(app.stored_counts().await, (0, 0), "neither row");
+
+    diesel::sql_query("DROP TRIGGER refuse_delivery ON webhook_deliveries")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &[]).await.status(),
+        202
+    );
+    assert_eq!(app.stored_counts().await, (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn accepting_a_delivery_notifies_the_workers() {
+    use futures_util::StreamExt;
+    let (app, _) = app_with_endpoint(&[]).await;
+    let mut listener = app.db.connect().await;
+    diesel::sql_query(format!(
+        "LISTEN {}",
+        hymical_forms::db::submissions::DELIVERY_DUE_CHANNEL
+    ))
+    .execute(&mut listener)
+    .await
+    .unwrap();
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &[]).await.status(),
+        202
+    );
+    let mut notifications = std::pin::pin!(listener.notifications_stream());
+    let notification =
+        tokio::time::timeout(std::time::Duration::from_secs(10), notifications.next())
+            .await
+            .expect("a wake-up within 10 s")
+            .expect("stream open")
+            .expect("notification");
+    assert_eq!(
+        notification.channel,
+        hymical_forms::db::submissions::DELIVERY_DUE_CHANNEL
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storage_failure_is_503() {
+    let (app, _) = app_with_endpoint(&[]).await;
+    app.db.drop_now().await;
+    let response = app.post_form("contact", FORM, "a=1", &[]).await;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "storage_unavailable");
+}
