@@ -241,21 +241,23 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.log();
         let mut response = (self.status(), axum::Json(self.body())).into_response();
-        if let ApiError::MethodNotAllowed { allow } = &self {
-            match HeaderValue::from_str(allow) {
-                Ok(value) if !allow.is_empty() => {
-                    response.headers_mut().insert(header::ALLOW, value);
+        let headers = response.headers_mut();
+        match &self {
+            ApiError::MethodNotAllowed { allow } if !allow.is_empty() => {
+                if let Ok(value) = HeaderValue::from_str(allow) {
+                    headers.insert(header::ALLOW, value);
                 }
-                _ => {}
             }
-        }
-        if matches!(
-            self,
-            ApiError::AuthenticationRequired | ApiError::InvalidApiKey
-        ) {
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            ApiError::RateLimitExceeded {
+                retry_after_seconds,
+                ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
+            }
+            ApiError::AuthenticationRequired | ApiError::InvalidApiKey => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
         }
         response
     }

@@ -1,0 +1,295 @@
+//! Rate limits shared across processes through the database (SPEC section 5.2).
+
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use diesel::sql_types::{Integer, Text};
+use diesel_async::RunQueryDsl;
+use hymical_forms::clock::{ManualClock, SystemClock};
+use serde_json::Value;
+use tokio::sync::Barrier;
+
+use crate::harness::{endpoint, TestApp, TestDb};
+
+const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
+
+#[derive(diesel::QueryableByName, Debug, PartialEq)]
+struct Counter {
+    #[diesel(sql_type = Text)]
+    limiter: String,
+    #[diesel(sql_type = Text)]
+    subject: String,
+    #[diesel(sql_type = Integer)]
+    attempts: i32,
+}
+
+async fn counters(app: &TestApp) -> Vec<Counter> {
+    let mut conn = app.db.connect().await;
+    diesel::sql_query("SELECT limiter::text, subject::text, attempts FROM rate_limit_counters ORDER BY limiter, subject")
+        .load(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Three servers on one database; `requests` concurrent posts spread over them.
+async fn race_three_servers(
+    vars: &[(&str, &str)],
+    requests: usize,
+) -> (Vec<(u16, Value, Option<String>)>, TestApp) {
+    let db = TestDb::new().await;
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(Arc::new(
+            TestApp::start_on(db.clone(), vars, Arc::new(SystemClock)).await,
+        ));
+    }
+    servers[0].insert_endpoint(&endpoint("contact")).await;
+    let barrier = Arc::new(Barrier::new(requests));
+    let mut tasks = Vec::new();
+    for i in 0..requests {
+        let server = servers[i % 3].clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let response = server.post_form("contact", FORM, "a=1", &[]).await;
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+            (status, response.json::<Value>().await.unwrap(), retry_after)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    drop(servers.split_off(1));
+    let first = Arc::try_unwrap(servers.pop().unwrap())
+        .ok()
+        .expect("sole owner");
+    (results, first)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ip_limit_is_exact_across_three_servers() {
+    let (results, app) = race_three_servers(
+        &[
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "3"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "3600"),
+        ],
+        12,
+    )
+    .await;
+    let accepted = results.iter().filter(|(s, _, _)| *s == 202).count();
+    assert_eq!(accepted, 3, "{results:?}");
+    for (status, body, retry_after) in results.iter().filter(|(s, _, _)| *s != 202) {
+        assert_eq!(*status, 429);
+        assert_eq!(body["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(body["error"]["details"]["scope"], "ip");
+        assert_eq!(body["error"]["details"]["limit"], 3);
+        assert_eq!(body["error"]["details"]["window_seconds"], 3600);
+        let seconds = body["error"]["details"]["retry_after_seconds"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(retry_after.as_deref(), Some(seconds.to_string().as_str()));
+        assert!((1..=3600).contains(&seconds));
+    }
+    assert_eq!(app.stored_counts().await, (3, 0));
+    // Refused attempts count too; the subject is the digest of the address, never it.
+    let counters = counters(&app).await;
+    let ip: Vec<_> = counters.iter().filter(|c| c.limiter == "ip").collect();
+    assert_eq!(ip.len(), 1);
+    assert_eq!(ip[0].attempts, 12);
+    assert_eq!(
+        ip[0].subject,
+        hymical_forms::digest::sha256_hex(b"127.0.0.1")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_endpoint_limit_is_exact_across_three_servers() {
+    let (results, app) = race_three_servers(
+        &[
+            ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "3"),
+            ("FORMS_RATE_LIMIT_ENDPOINT_WINDOW_SECONDS", "3600"),
+        ],
+        9,
+    )
+    .await;
+    assert_eq!(
+        results.iter().filter(|(s, _, _)| *s == 202).count(),
+        3,
+        "{results:?}"
+    );
+    for (status, body, _) in results.iter().filter(|(s, _, _)| *s != 202) {
+        assert_eq!(*status, 429);
+        assert_eq!(body["error"]["details"]["scope"], "endpoint");
+    }
+    let counters = counters(&app).await;
+    let endpoint_counter = counters.iter().find(|c| c.limiter == "endpoint").unwrap();
+    assert_eq!(
+        (endpoint_counter.subject.as_str(), endpoint_counter.attempts),
+        ("contact", 9)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_source_limit_runs_before_the_endpoint_lookup() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_IP_REQUESTS", "1")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    assert_eq!(
+        app.post_form("unknown", FORM, "a=1", &[]).await.status(),
+        404
+    );
+    let response = app.post_form("unknown", FORM, "a=1", &[]).await;
+    assert_eq!(response.status(), 429);
+    // The endpoint limit counts only requests that reached an existing endpoint.
+    assert!(counters(&app).await.iter().all(|c| c.limiter == "ip"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_after_counts_whole_seconds_to_the_window_end() {
+    let start = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(
+        start + chrono::Duration::milliseconds(20_500),
+    ));
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "1"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "60"),
+        ],
+        clock.clone(),
+    )
+    .await;
+    app.insert_endpoint(&endpoint("contact")).await;
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &[]).await.status(),
+        202
+    );
+    let refused = app.post_form("contact", FORM, "a=1", &[]).await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        refused.headers()["retry-after"],
+        "40",
+        "39.5 s left rounds up to 40"
+    );
+
+    clock.set(start + chrono::Duration::milliseconds(59_999));
+    let refused = app.post_form("contact", FORM, "a=1", &[]).await;
+    assert_eq!(refused.headers()["retry-after"], "1", "at least one second");
+
+    // The next window starts afresh.
+    clock.set(start + chrono::Duration::seconds(60));
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &[]).await.status(),
+        202
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forwarded_addresses_with_trusted_hops_and_keyed_digests() {
+    let secret = "a-secret-of-at-least-16-chars";
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "1"),
+            ("FORMS_TRUSTED_PROXY_HOPS", "1"),
+            ("FORMS_RATE_LIMIT_IP_SECRET", secret),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    app.insert_endpoint(&endpoint("contact")).await;
+    let from = |chain: &'static str| [("x-forwarded-for", chain)];
+    // The proxy appended the client's address as the rightmost entry; what the client
+    // wrote to the left of it is not trusted.
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &from("6.6.6.6, 203.0.113.1"))
+            .await
+            .status(),
+        202
+    );
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &from("7.7.7.7, 203.0.113.1"))
+            .await
+            .status(),
+        429
+    );
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &from("203.0.113.2"))
+            .await
+            .status(),
+        202
+    );
+    // Without the header, the socket peer is the client.
+    assert_eq!(
+        app.post_form("contact", FORM, "a=1", &[]).await.status(),
+        202
+    );
+
+    let subjects: Vec<String> = counters(&app)
+        .await
+        .into_iter()
+        .filter(|c| c.limiter == "ip")
+        .map(|c| c.subject)
+        .collect();
+    let keyed = |address: &str| {
+        hymical_forms::digest::hmac_sha256_hex(secret.as_bytes(), address.as_bytes())
+    };
+    let mut expected = vec![
+        keyed("203.0.113.1"),
+        keyed("203.0.113.2"),
+        keyed("127.0.0.1"),
+    ];
+    expected.sort();
+    assert_eq!(subjects, expected);
+    for subject in &subjects {
+        assert!(!subject.contains("203.0.113"), "never the raw address");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn disabled_limits_count_nothing() {
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "1"),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    app.insert_endpoint(&endpoint("contact")).await;
+    for _ in 0..3 {
+        assert_eq!(
+            app.post_form("contact", FORM, "a=1", &[]).await.status(),
+            202
+        );
+    }
+    assert!(counters(&app).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expired_counters_are_swept() {
+    let app = TestApp::start().await;
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(
+        "INSERT INTO rate_limit_counters VALUES ('ip', 'old', now() - interval '1 hour', 5), ('ip', 'new', now(), 1)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let deleted =
+        hymical_forms::db::rate_limits::sweep(&mut conn, Utc::now() - chrono::Duration::minutes(5))
+            .await
+            .unwrap();
+    assert_eq!(deleted, 1);
+    let left: Vec<String> = counters(&app)
+        .await
+        .into_iter()
+        .map(|c| c.subject)
+        .collect();
+    assert_eq!(left, ["new"]);
+}
