@@ -2,17 +2,10 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Integer, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::schema::rate_limit_counters;
 use super::DbError;
-
-#[derive(QueryableByName)]
-struct Attempts {
-    #[diesel(sql_type = Integer)]
-    attempts: i32,
-}
 
 /// Counts one attempt in the window and returns the count including it. One atomic
 /// upsert, so concurrent requests in any number of processes each see a distinct count.
@@ -22,19 +15,22 @@ pub async fn count_attempt(
     subject: &str,
     window_start: DateTime<Utc>,
 ) -> Result<i32, DbError> {
-    let row: Attempts = diesel::sql_query(
-        "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts)
-         VALUES ($1, $2, $3, 1)
-         ON CONFLICT (limiter, subject, window_start)
-         DO UPDATE SET attempts = rate_limit_counters.attempts + 1
-         RETURNING attempts",
-    )
-    .bind::<Text, _>(limiter)
-    .bind::<Text, _>(subject)
-    .bind::<Timestamptz, _>(window_start)
-    .get_result(conn)
-    .await?;
-    Ok(row.attempts)
+    use rate_limit_counters::dsl;
+    // Built with the query builder (not `sql_query`) so the statement is prepared once
+    // per connection and reused: this runs on every public request.
+    Ok(diesel::insert_into(dsl::rate_limit_counters)
+        .values((
+            dsl::limiter.eq(limiter),
+            dsl::subject.eq(subject),
+            dsl::window_start.eq(window_start),
+            dsl::attempts.eq(1),
+        ))
+        .on_conflict((dsl::limiter, dsl::subject, dsl::window_start))
+        .do_update()
+        .set(dsl::attempts.eq(dsl::attempts + 1))
+        .returning(dsl::attempts)
+        .get_result(conn)
+        .await?)
 }
 
 /// Deletes counters of windows that started before `before`; returns how many.

@@ -277,7 +277,7 @@ fn replay(
     key: &str,
     fingerprint: &str,
 ) -> Result<Accepted, ApiError> {
-    if existing.payload_fingerprint != fingerprint {
+    if existing.payload_fingerprint.as_deref() != Some(fingerprint) {
         return Err(ApiError::IdempotencyConflict {
             endpoint_id: endpoint.id.clone(),
             idempotency_key: key.to_string(),

@@ -1,0 +1,316 @@
+//! Intake throughput against the PostgreSQL ceiling, measured in one run.
+//!
+//! `cargo bench --bench intake` starts a throwaway PostgreSQL cluster, serves the intake
+//! route on loopback, and offers load from many concurrent keep-alive connections
+//! (urlencoded, 5 fields, webhook configured so every submission also writes a delivery).
+//! In the same run `pgbench` executes the same SQL (the submission and delivery inserts in
+//! one transaction) at the same concurrency against the same cluster: the ceiling on this
+//! machine. Rounds alternate so that drift in the shared machine affects all equally.
+//!
+//! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use hymical_forms::app::App;
+use hymical_forms::clock::SystemClock;
+use hymical_forms::config::{Config, Secret};
+use hymical_forms::db::{self, cluster};
+
+const FORM_BODY: &str =
+    "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
+    let seconds = env_number("BENCH_SECONDS", 8);
+    let rounds = env_number("BENCH_ROUNDS", 3);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+
+    let root =
+        std::env::temp_dir().join(format!("hymical-bench-{}", uuid::Uuid::new_v4().simple()));
+    let cluster = cluster::Cluster::new(&root).expect("PostgreSQL server binaries");
+    cluster.hand_root_to_server_user().expect("cluster dir");
+    cluster.initialize().expect("initdb");
+    // Durable storage is not what is compared (both sides would wait on the same fsync);
+    // with synchronous_commit off the ratio shows the cost of our own code.
+    let settings = cluster::ServerSettings {
+        extra: vec![
+            ("synchronous_commit".into(), "off".into()),
+            ("max_connections".into(), "300".into()),
+        ],
+        remove_after_stop: true,
+    };
+    let (started, connection) = cluster.ensure_running(&settings).expect("start PostgreSQL");
+    let _server = match started {
+        cluster::Started::ByUs(server) => Some(server),
+        cluster::Started::AlreadyRunning => None,
+    };
+    let url = connection.url(cluster::DATABASE);
+    runtime.block_on(async {
+        db::create_database_if_missing(&connection.url("postgres"), cluster::DATABASE)
+            .await
+            .expect("database");
+        db::migrations::run_pending(&url).await.expect("migrate");
+        let mut conn = db::connect_one(&url).await.expect("connect");
+        db::endpoints::insert(
+            &mut conn,
+            &db::endpoints::NewEndpoint {
+                id: "bench".into(),
+                name: "Benchmark".into(),
+                is_active: true,
+                created_at: chrono::Utc::now(),
+                webhook_url: Some("https://receiver.example/hook".into()),
+                webhook_secret: Some(format!("whsec_{}", "ab".repeat(32))),
+                redirect_url: None,
+                allowed_origins: Vec::new(),
+                honeypot_field: None,
+            },
+        )
+        .await
+        .expect("endpoint");
+    });
+
+    let pgbench = cluster::find_bin_dir().expect("bin dir").join("pgbench");
+    let script = root.join("outbox.sql");
+    std::fs::write(
+        &script,
+        r#"\set n random(1, 9223372036854775807)
+BEGIN;
+INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench', now(), '{"name":["Ada Lovelace"],"email":["ada@example.com"],"topic":["billing"],"message":["Hello there, world"],"consent":["yes"]}');
+INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES ('whd_' || lpad(to_hex(:n::bigint), 32, '0'), 'sub_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench', 'https://receiver.example/hook', 'whsec_abababababababababababababababababababababababababababababababab', 'pending', 0, 0, now(), now());
+COMMIT;
+"#,
+    )
+    .expect("script");
+    let _ = std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+
+    let unlimited = [
+        ("FORMS_RATE_LIMIT_IP_REQUESTS", "1000000000"),
+        ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "1000000000"),
+    ];
+    let servers = runtime.block_on(async {
+        let off = start_server(&url, concurrency, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
+        let on = start_server(&url, concurrency, &unlimited).await;
+        (off, on)
+    });
+
+    println!("concurrency {concurrency}, {seconds} s per measurement, {rounds} rounds");
+    let mut ceiling = Vec::new();
+    let mut limits_off = Vec::new();
+    let mut limits_on = Vec::new();
+    // Warm-up: fills caches and prepared statements on every connection.
+    runtime.block_on(offer_load(servers.0, concurrency, Duration::from_secs(2)));
+    for round in 1..=rounds {
+        let pg = run_pgbench(&pgbench, &url, &script, concurrency, seconds);
+        let off = runtime.block_on(offer_load(
+            servers.0,
+            concurrency,
+            Duration::from_secs(seconds),
+        ));
+        let on = runtime.block_on(offer_load(
+            servers.1,
+            concurrency,
+            Duration::from_secs(seconds),
+        ));
+        println!(
+            "round {round}: pgbench {pg:.0} tps | intake, limits off {off:.0}/s ({:.0}%) | intake, limits on {on:.0}/s ({:.0}%)",
+            100.0 * off / pg,
+            100.0 * on / pg
+        );
+        ceiling.push(pg);
+        limits_off.push(off);
+        limits_on.push(on);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "mean: pgbench {:.0} tps | limits off {:.0}/s = {:.0}% of ceiling | limits on {:.0}/s = {:.0}% of ceiling",
+        mean(&ceiling),
+        mean(&limits_off),
+        100.0 * mean(&limits_off) / mean(&ceiling),
+        mean(&limits_on),
+        100.0 * mean(&limits_on) / mean(&ceiling),
+    );
+}
+
+async fn start_server(url: &Secret, pool_size: usize, vars: &[(&str, &str)]) -> SocketAddr {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let config =
+        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+            .expect("config");
+    let pool = db::connect_pool(url, pool_size as u32, Duration::from_secs(30))
+        .await
+        .expect("pool");
+    let app = App::new(config, pool, Arc::new(SystemClock));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = hymical_forms::http::router(app);
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await;
+    });
+    addr
+}
+
+/// Accepted submissions per second from `concurrency` keep-alive connections.
+///
+/// The load generator writes raw HTTP/1.1 on each connection, so that the client costs
+/// about as little CPU as pgbench's does and the comparison measures the server.
+async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
+    let request = format!(
+        "POST /f/bench HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
+        FORM_BODY.len()
+    );
+    let accepted = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let request = request.clone();
+        let accepted = accepted.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let mut buffer = Vec::with_capacity(4096);
+            while Instant::now() < deadline {
+                stream.write_all(request.as_bytes()).await.expect("write");
+                let status = read_response(&mut stream, &mut buffer).await;
+                assert_eq!(status, 202, "unexpected status");
+                accepted.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("load task");
+    }
+    let count = accepted.load(Ordering::Relaxed) as f64;
+    let (process, machine) = cpu_seconds();
+    println!(
+        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs",
+        (process - cpu_before.0) / count * 1e6,
+        (machine - cpu_before.1) / count * 1e6
+    );
+    count / started.elapsed().as_secs_f64()
+}
+
+/// (CPU seconds of this process, busy CPU seconds of the whole machine).
+fn cpu_seconds() -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let own = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = own
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let own_ticks: f64 = fields
+        .get(11)
+        .and_then(|u| u.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        + fields
+            .get(12)
+            .and_then(|s| s.parse::<f64>().ok())
+            .unwrap_or(0.0);
+    let all = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let cpu: Vec<f64> = all
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
+    let busy: f64 = cpu
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    (own_ticks / ticks, busy / ticks)
+}
+
+/// Reads one response (headers and a Content-Length body) and returns its status.
+async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
+    buffer.clear();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk).await.expect("read");
+        assert!(read > 0, "connection closed");
+        buffer.extend_from_slice(&chunk[..read]);
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&buffer[..end]).expect("headers");
+        let status: u16 = head[9..12].parse().expect("status");
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let read = stream.read(&mut chunk).await.expect("read body");
+            assert!(read > 0, "connection closed");
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+        return status;
+    }
+}
+
+fn run_pgbench(
+    pgbench: &std::path::Path,
+    url: &Secret,
+    script: &std::path::Path,
+    clients: usize,
+    seconds: u64,
+) -> f64 {
+    let output = Command::new(pgbench)
+        .args(["-n", "-M", "prepared", "-j", "2"])
+        .arg("-c")
+        .arg(clients.to_string())
+        .arg("-T")
+        .arg(seconds.to_string())
+        .arg("-f")
+        .arg(script)
+        .arg(url.expose())
+        .output()
+        .expect("run pgbench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find(|line| line.starts_with("tps = "))
+        .and_then(|line| line.trim_start_matches("tps = ").split_whitespace().next())
+        .and_then(|tps| tps.parse().ok())
+        .expect("pgbench tps line")
+}
