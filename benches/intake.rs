@@ -158,7 +158,7 @@ async fn start_server(url: &Secret, pool_size: usize, vars: &[(&str, &str)]) -> 
     let pool = db::connect_pool(url, pool_size as u32, Duration::from_secs(30))
         .await
         .expect("pool");
-    let app = App::new(config, pool, Arc::new(SystemClock));
+    let app = App::new(config, url.clone(), pool, Arc::new(SystemClock));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, Secret};
 use crate::db::DbPool;
 
 pub struct App {
     pub config: Config,
+    /// For the connections that live outside the pool (the notification listener).
+    pub database_url: Secret,
     pub pool: DbPool,
     pub clock: Arc<dyn Clock>,
 }
@@ -15,9 +17,15 @@ pub struct App {
 pub type AppState = Arc<App>;
 
 impl App {
-    pub fn new(config: Config, pool: DbPool, clock: Arc<dyn Clock>) -> AppState {
+    pub fn new(
+        config: Config,
+        database_url: Secret,
+        pool: DbPool,
+        clock: Arc<dyn Clock>,
+    ) -> AppState {
         Arc::new(App {
             config,
+            database_url,
             pool,
             clock,
         })

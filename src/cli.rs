@@ -11,7 +11,7 @@ use crate::auth;
 use crate::clock::{format_timestamp, Clock, SystemClock};
 use crate::config::{Config, Secret};
 use crate::db::{self, cluster};
-use crate::{graphql, http, intake, telemetry};
+use crate::{delivery, graphql, http, intake, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -237,15 +237,43 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         create_first_key(&pool, clock.now()).await?;
     }
     let bind = config.bind;
-    let app = App::new(config, pool, clock);
-    // Background tasks stop when this flips to true.
-    let (stop_background, background_stopped) = tokio::sync::watch::channel(false);
+    let app = App::new(config, database.url.clone(), pool, clock);
+    // Everything stops when this flips to true: on SIGTERM or SIGINT.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        http::shutdown_signal().await;
+        let _ = stop.send(true);
+    });
     let mut background = tokio::task::JoinSet::new();
     if app.config.api_enabled && app.config.rate_limit.enabled {
         background.spawn(intake::rate_limit::sweep_expired_counters(
             app.clone(),
-            background_stopped.clone(),
+            stopping.clone(),
         ));
+    }
+    if app.config.worker.enabled {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let listener_wake = wake.clone();
+        background.spawn(db::listen::run(
+            app.database_url.clone(),
+            &[db::submissions::DELIVERY_DUE_CHANNEL],
+            move |notification| match notification {
+                // Reconnected: wake-ups may have been missed.
+                None => listener_wake.notify_one(),
+                Some((channel, _)) if channel == db::submissions::DELIVERY_DUE_CHANNEL => {
+                    listener_wake.notify_one()
+                }
+                Some(_) => {}
+            },
+            stopping.clone(),
+        ));
+        let client = delivery::client::WebhookClient::new(
+            &app.config.webhook,
+            Arc::new(delivery::client::SystemResolver),
+        )
+        .context("cannot build the webhook HTTP client")?;
+        let worker = delivery::Worker::new(app.clone(), client, wake);
+        background.spawn(worker.run(stopping.clone()));
     }
     if app.config.api_enabled {
         let listener = tokio::net::TcpListener::bind(bind)
@@ -259,16 +287,25 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
             listener,
             http::router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
         )
-        .with_graceful_shutdown(http::shutdown_signal())
+        .with_graceful_shutdown(stopped(stopping.clone()))
         .await
         .context("the HTTP server failed")?;
     } else {
-        http::shutdown_signal().await;
+        stopped(stopping.clone()).await;
     }
-    let _ = stop_background.send(true);
+    // The workers finish their requests in flight and record them before this returns.
     while background.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Resolves once `stopping` turns true.
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    while !*stopping.borrow() {
+        if stopping.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// On an embedded cluster that has never had a key, makes one and prints it once, so a

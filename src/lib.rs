@@ -7,6 +7,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod db;
+pub mod delivery;
 pub mod digest;
 pub mod error;
 pub mod graphql;

@@ -2,9 +2,12 @@
 //! generated schema and the queries of each concern. No other module builds a query.
 
 pub mod cluster;
+pub mod deliveries;
 pub mod endpoints;
 pub mod keys;
+pub mod listen;
 pub mod migrations;
+pub mod prepared;
 pub mod rate_limits;
 pub mod schema;
 pub mod submissions;

@@ -1,12 +1,11 @@
 //! Storing submissions: the transactional outbox of public intake.
 
 use chrono::{DateTime, Utc};
-use diesel::pg::Pg;
 use diesel::prelude::*;
-use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
 use diesel::sql_types::{BigInt, Json, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::prepared::{bind, PreparedSql};
 use super::DbError;
 
 /// The channel a worker listens on to hear that a delivery is due now.
@@ -44,11 +43,22 @@ pub async fn insert_with_delivery(
     conn: &mut AsyncPgConnection,
     submission: &NewSubmission<'_>,
 ) -> Result<InsertOutcome, DbError> {
-    let query = OutboxInsert {
-        submission,
-        idempotency_key: submission.idempotency.map(|(key, _)| key),
-        payload_fingerprint: submission.idempotency.map(|(_, fingerprint)| fingerprint),
+    let (key, fingerprint) = match submission.idempotency {
+        Some((key, fingerprint)) => (Some(key), Some(fingerprint)),
+        None => (None, None),
     };
+    let query = PreparedSql::<OutboxInsert, (BigInt, BigInt), _>::new(
+        OUTBOX_INSERT_SQL,
+        (
+            bind::<Text, _>(submission.id),
+            bind::<Text, _>(submission.endpoint_id),
+            bind::<Timestamptz, _>(submission.received_at),
+            bind::<Json, _>(submission.fields),
+            bind::<Nullable<Text>, _>(key),
+            bind::<Nullable<Text>, _>(fingerprint),
+            bind::<Text, _>(submission.delivery_id),
+        ),
+    );
     let (submissions, deliveries): (i64, i64) = query.get_result(conn).await?;
     Ok(if submissions == 0 {
         InsertOutcome::KeyTaken
@@ -59,73 +69,31 @@ pub async fn insert_with_delivery(
     })
 }
 
-/// The outbox statement as a query type of its own rather than `sql_query`: Diesel then
-/// prepares it once per connection and reuses it, where `sql_query` would parse and plan it
-/// again on every accepted submission (measured in docs/BENCHMARKS.md).
-struct OutboxInsert<'a> {
-    submission: &'a NewSubmission<'a>,
-    idempotency_key: Option<&'a str>,
-    payload_fingerprint: Option<&'a str>,
-}
+/// Identity of the outbox statement in the prepared-statement cache.
+struct OutboxInsert;
 
-/// `OutboxInsert`'s identity in the prepared-statement cache.
-struct OutboxInsertId;
-
-impl QueryId for OutboxInsert<'_> {
-    type QueryId = OutboxInsertId;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl Query for OutboxInsert<'_> {
-    type SqlType = (BigInt, BigInt);
-}
-
-impl QueryFragment<Pg> for OutboxInsert<'_> {
-    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
-        let submission = self.submission;
-        out.push_sql(
-            "WITH new_submission AS (\
-                 INSERT INTO submissions \
-                     (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint) \
-                 VALUES (",
-        );
-        out.push_bind_param::<Text, _>(submission.id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Text, _>(submission.endpoint_id)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Timestamptz, _>(&submission.received_at)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Json, _>(submission.fields)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.idempotency_key)?;
-        out.push_sql(", ");
-        out.push_bind_param::<Nullable<Text>, _>(&self.payload_fingerprint)?;
-        out.push_sql(
-            ") ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING \
-                 RETURNING id, endpoint_id, received_at \
-             ), new_delivery AS (\
-                 INSERT INTO webhook_deliveries \
-                     (id, submission_id, endpoint_id, destination_url, signing_secret, state, \
-                      attempts, cycle_attempts, next_attempt_at, created_at) \
-                 SELECT ",
-        );
-        out.push_bind_param::<Text, _>(submission.delivery_id)?;
-        out.push_sql(
-            ", s.id, s.endpoint_id, e.webhook_url, e.webhook_secret, 'pending', \
-                        0, 0, s.received_at, s.received_at \
-                 FROM new_submission s \
-                 JOIN endpoints e ON e.id = s.endpoint_id \
-                 WHERE e.webhook_url IS NOT NULL \
-                 RETURNING id \
-             ) \
-             SELECT (SELECT count(*) FROM new_submission), \
-                    (SELECT count(*) FROM new_delivery, LATERAL pg_notify('",
-        );
-        out.push_sql(DELIVERY_DUE_CHANNEL);
-        out.push_sql("', '') AS notified)");
-        Ok(())
-    }
-}
+/// Binds: submission id, endpoint id, received at, fields, idempotency key, fingerprint,
+/// delivery id. The channel is `DELIVERY_DUE_CHANNEL`.
+const OUTBOX_INSERT_SQL: &str = "\
+WITH new_submission AS (
+    INSERT INTO submissions
+        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
+    VALUES (?, ?, ?, ?, ?, ?)
+    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
+    RETURNING id, endpoint_id, received_at
+), new_delivery AS (
+    INSERT INTO webhook_deliveries
+        (id, submission_id, endpoint_id, destination_url, signing_secret, state,
+         attempts, cycle_attempts, next_attempt_at, created_at)
+    SELECT ?, s.id, s.endpoint_id, e.webhook_url, e.webhook_secret, 'pending',
+           0, 0, s.received_at, s.received_at
+    FROM new_submission s
+    JOIN endpoints e ON e.id = s.endpoint_id
+    WHERE e.webhook_url IS NOT NULL
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM new_submission),
+       (SELECT count(*) FROM new_delivery, LATERAL pg_notify('hymical_delivery_due', '') AS notified)";
 
 /// The submission an idempotency key already names.
 #[derive(Debug, Clone, Queryable)]
@@ -160,4 +128,14 @@ pub async fn find_by_idempotency_key(
         .first(conn)
         .await
         .optional()?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_outbox_statement_notifies_the_delivery_channel() {
+        assert!(super::OUTBOX_INSERT_SQL
+            .contains(&format!("pg_notify('{}'", super::DELIVERY_DUE_CHANNEL)));
+        assert_eq!(super::OUTBOX_INSERT_SQL.matches('?').count(), 7);
+    }
 }

@@ -228,7 +228,7 @@ impl TestApp {
     pub async fn start_on(db: TestDb, vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
         let config = config(vars);
         let pool = db.pool(4).await;
-        let app = App::new(config, pool, clock);
+        let app = App::new(config, db.url.clone(), pool, clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -394,5 +394,131 @@ impl TestApp {
             request = request.header(*name, *value);
         }
         request.send().await.expect("post form")
+    }
+}
+
+impl TestApp {
+    /// A worker on this app's pool and clock, resolving names with `resolver` (the system
+    /// resolver when `None`).
+    pub fn worker(
+        &self,
+        resolver: Option<hymical_forms::delivery::client::StaticResolver>,
+    ) -> Arc<hymical_forms::delivery::Worker> {
+        use hymical_forms::delivery::client::{NameResolver, SystemResolver, WebhookClient};
+        let resolver: Arc<dyn NameResolver> = match resolver {
+            Some(resolver) => Arc::new(resolver),
+            None => Arc::new(SystemResolver),
+        };
+        let client =
+            WebhookClient::new(&self.app.config.webhook, resolver).expect("webhook client");
+        hymical_forms::delivery::Worker::new(
+            self.app.clone(),
+            client,
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    /// An active endpoint with a webhook to `url`; returns its secret.
+    pub async fn webhook_endpoint(&self, id: &str, url: &str) -> String {
+        let mut new = endpoint(id);
+        new.webhook_url = Some(url.to_string());
+        new.webhook_secret = Some(webhook_secret());
+        self.insert_endpoint(&new).await;
+        new.webhook_secret.unwrap_or_default()
+    }
+
+    /// Posts one urlencoded form and returns the submission id.
+    pub async fn submit(&self, endpoint: &str, body: &str) -> String {
+        let response = self
+            .post_form(
+                endpoint,
+                Some("application/x-www-form-urlencoded"),
+                body.to_string(),
+                &[],
+            )
+            .await;
+        assert_eq!(response.status(), 202);
+        let body: serde_json::Value = response.json().await.expect("receipt");
+        body["submission_id"]
+            .as_str()
+            .expect("submission id")
+            .to_string()
+    }
+}
+
+/// One delivery row, as tests inspect it.
+#[derive(diesel::QueryableByName, Debug, Clone)]
+pub struct DeliveryRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub state: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub cycle_attempts: i32,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub next_attempt_at: chrono::DateTime<chrono::Utc>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub claim_expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub claim_token: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub submission_id: Option<String>,
+}
+
+/// One attempt row.
+#[derive(diesel::QueryableByName, Debug, Clone)]
+pub struct AttemptRow {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempt_number: i32,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub outcome: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    pub response_status: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub error: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    pub late: bool,
+    #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+    pub attempted_at: chrono::DateTime<chrono::Utc>,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub duration_ms: i32,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub row_json: String,
+}
+
+impl TestDb {
+    pub async fn deliveries(&self) -> Vec<DeliveryRow> {
+        let mut conn = self.connect().await;
+        diesel::sql_query(
+            "SELECT id, state, attempts, cycle_attempts, next_attempt_at, claim_expires_at, claim_token, completed_at, submission_id
+             FROM webhook_deliveries ORDER BY created_at, id",
+        )
+        .load(&mut conn)
+        .await
+        .expect("deliveries")
+    }
+
+    pub async fn delivery(&self, id: &str) -> DeliveryRow {
+        self.deliveries()
+            .await
+            .into_iter()
+            .find(|d| d.id == id)
+            .expect("delivery row")
+    }
+
+    pub async fn attempts(&self, delivery_id: &str) -> Vec<AttemptRow> {
+        let mut conn = self.connect().await;
+        diesel::sql_query(
+            "SELECT attempt_number, outcome, response_status, error, late, attempted_at, duration_ms, row_to_json(a)::text AS row_json
+             FROM delivery_attempts a WHERE delivery_id = $1 ORDER BY attempt_number",
+        )
+        .bind::<diesel::sql_types::Text, _>(delivery_id)
+        .load(&mut conn)
+        .await
+        .expect("attempts")
     }
 }

@@ -4,6 +4,7 @@
 mod harness;
 
 mod cli;
+mod delivery;
 mod embedded;
 mod foundation_http;
 mod intake;
@@ -12,4 +13,5 @@ mod intake_idempotency;
 mod intake_rate_limits;
 mod keys;
 mod migrations;
+mod receiver;
 mod schema_files;

@@ -1,0 +1,200 @@
+//! Classifying a request's result and scheduling the next attempt (SPEC sections 6.2, 6.3).
+
+use std::time::Duration;
+
+use crate::config::WebhookConfig;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    HttpError,
+    Timeout,
+    NetworkError,
+    BlockedDestination,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::HttpError => "http_error",
+            Outcome::Timeout => "timeout",
+            Outcome::NetworkError => "network_error",
+            Outcome::BlockedDestination => "blocked_destination",
+        }
+    }
+}
+
+/// What one request produced, as recorded in `delivery_attempts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptResult {
+    pub outcome: Outcome,
+    pub response_status: Option<u16>,
+    /// Names the kind of failure, at most 500 characters; never a response body.
+    pub error: Option<String>,
+}
+
+pub const MAX_ERROR_LENGTH: usize = 500;
+
+impl AttemptResult {
+    pub fn from_status(status: u16) -> AttemptResult {
+        if (200..300).contains(&status) {
+            AttemptResult {
+                outcome: Outcome::Succeeded,
+                response_status: Some(status),
+                error: None,
+            }
+        } else {
+            AttemptResult {
+                outcome: Outcome::HttpError,
+                response_status: Some(status),
+                error: Some(format!("the destination answered HTTP {status}")),
+            }
+        }
+    }
+
+    pub fn failure(outcome: Outcome, error: impl Into<String>) -> AttemptResult {
+        let mut error: String = error.into();
+        if error.chars().count() > MAX_ERROR_LENGTH {
+            error = error.chars().take(MAX_ERROR_LENGTH).collect();
+        }
+        AttemptResult {
+            outcome,
+            response_status: None,
+            error: Some(error),
+        }
+    }
+
+    /// Whether another attempt could help: timeouts, network failures, 5xx, 408, 425
+    /// and 429. Other 4xx (409 included) and 3xx are final, as is a refused destination.
+    pub fn is_retryable(&self) -> bool {
+        match self.outcome {
+            Outcome::Succeeded | Outcome::BlockedDestination => false,
+            Outcome::Timeout | Outcome::NetworkError => true,
+            Outcome::HttpError => self
+                .response_status
+                .is_some_and(|status| status >= 500 || matches!(status, 408 | 425 | 429)),
+        }
+    }
+}
+
+/// The state an owner's attempt moves the delivery to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextStep {
+    Delivered,
+    /// Back to `pending`, due after this long.
+    RetryAfter(Duration),
+    Failed,
+}
+
+/// `cycle_attempts` is the count after this attempt. The wait doubles from the initial
+/// delay, capped, with no jitter: `min(initial × 2^(cycle_attempts−1), max)`.
+pub fn next_step(result: &AttemptResult, cycle_attempts: u32, config: &WebhookConfig) -> NextStep {
+    if result.outcome == Outcome::Succeeded {
+        return NextStep::Delivered;
+    }
+    if !result.is_retryable() || cycle_attempts >= config.max_attempts {
+        return NextStep::Failed;
+    }
+    NextStep::RetryAfter(backoff(cycle_attempts, config))
+}
+
+pub fn backoff(cycle_attempts: u32, config: &WebhookConfig) -> Duration {
+    let exponent = cycle_attempts.saturating_sub(1).min(62);
+    let factor = 2f64.powi(exponent as i32);
+    let wait = config.retry_initial.as_secs_f64() * factor;
+    Duration::from_secs_f64(wait.min(config.retry_max.as_secs_f64()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> WebhookConfig {
+        WebhookConfig {
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(10),
+            max_attempts: 5,
+            retry_initial: Duration::from_secs(10),
+            retry_max: Duration::from_secs(3600),
+            allow_private_targets: false,
+        }
+    }
+
+    #[test]
+    fn classification_table() {
+        let config = config();
+        for (status, expected) in [
+            (200, NextStep::Delivered),
+            (201, NextStep::Delivered),
+            (204, NextStep::Delivered),
+            (299, NextStep::Delivered),
+            (301, NextStep::Failed),
+            (302, NextStep::Failed),
+            (400, NextStep::Failed),
+            (401, NextStep::Failed),
+            (404, NextStep::Failed),
+            (409, NextStep::Failed),
+            (410, NextStep::Failed),
+            (408, NextStep::RetryAfter(Duration::from_secs(10))),
+            (425, NextStep::RetryAfter(Duration::from_secs(10))),
+            (429, NextStep::RetryAfter(Duration::from_secs(10))),
+            (500, NextStep::RetryAfter(Duration::from_secs(10))),
+            (502, NextStep::RetryAfter(Duration::from_secs(10))),
+            (503, NextStep::RetryAfter(Duration::from_secs(10))),
+        ] {
+            let result = AttemptResult::from_status(status);
+            assert_eq!(next_step(&result, 1, &config), expected, "{status}");
+            let outcome = if (200..300).contains(&status) {
+                Outcome::Succeeded
+            } else {
+                Outcome::HttpError
+            };
+            assert_eq!(result.outcome, outcome, "{status}");
+        }
+        for outcome in [Outcome::Timeout, Outcome::NetworkError] {
+            let result = AttemptResult::failure(outcome, "x");
+            assert_eq!(
+                next_step(&result, 1, &config),
+                NextStep::RetryAfter(Duration::from_secs(10))
+            );
+        }
+        let blocked = AttemptResult::failure(Outcome::BlockedDestination, "x");
+        assert_eq!(next_step(&blocked, 1, &config), NextStep::Failed);
+    }
+
+    #[test]
+    fn doubling_schedule_capped_and_bounded_by_the_allowance() {
+        let mut config = config();
+        let retry = AttemptResult::from_status(503);
+        let waits: Vec<NextStep> = (1..=5).map(|n| next_step(&retry, n, &config)).collect();
+        assert_eq!(
+            waits,
+            [10, 20, 40, 80]
+                .map(|s| NextStep::RetryAfter(Duration::from_secs(s)))
+                .into_iter()
+                .chain([NextStep::Failed])
+                .collect::<Vec<_>>()
+        );
+        config.retry_initial = Duration::from_secs(3);
+        config.retry_max = Duration::from_secs(7);
+        config.max_attempts = 4;
+        let waits: Vec<NextStep> = (1..=4).map(|n| next_step(&retry, n, &config)).collect();
+        assert_eq!(
+            waits,
+            vec![
+                NextStep::RetryAfter(Duration::from_secs(3)),
+                NextStep::RetryAfter(Duration::from_secs(6)),
+                NextStep::RetryAfter(Duration::from_secs(7)),
+                NextStep::Failed
+            ]
+        );
+        assert_eq!(backoff(200, &config), Duration::from_secs(7), "no overflow");
+    }
+
+    #[test]
+    fn error_text_is_bounded() {
+        let result = AttemptResult::failure(Outcome::NetworkError, "é".repeat(900));
+        assert_eq!(result.error.unwrap().chars().count(), 500);
+    }
+}

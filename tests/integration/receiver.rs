@@ -1,0 +1,150 @@
+//! A real local HTTP receiver for webhook tests: records every request it gets (headers,
+//! exact body bytes, when it arrived) and answers by path:
+//! - `/status/{code}`: that status (3xx with a `Location` to `/landing`);
+//! - `/hang`: never answers while `hanging` is set, then 200;
+//! - `/slow/{ms}`: 200 after that many milliseconds;
+//! - anything else: 200.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub at: Instant,
+}
+
+#[derive(Clone, Default)]
+pub struct Receiver {
+    pub addr: Option<SocketAddr>,
+    pub requests: Arc<Mutex<Vec<Received>>>,
+    pub hanging: Arc<AtomicBool>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        let mut receiver = Receiver::default();
+        receiver.hanging.store(true, Ordering::SeqCst);
+        let router = Router::new()
+            .route("/status/{code}", any(status))
+            .route("/hang", any(hang))
+            .route("/slow/{ms}", any(slow))
+            .fallback(any(ok))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind receiver");
+        receiver.addr = Some(listener.local_addr().expect("receiver address"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        receiver
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr.expect("started"))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.expect("started").port()
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.requests.lock().expect("receiver lock").clone()
+    }
+
+    pub fn stop_hanging(&self) {
+        self.hanging.store(false, Ordering::SeqCst);
+    }
+
+    /// Waits until at least `count` requests arrived (at most 60 s).
+    pub async fn wait_for(&self, count: usize) -> Vec<Received> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let received = self.received();
+            if received.len() >= count {
+                return received;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {} of {count} requests arrived",
+                received.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn remember(receiver: &Receiver, uri: &Uri, headers: HeaderMap, body: Bytes) {
+    receiver
+        .requests
+        .lock()
+        .expect("receiver lock")
+        .push(Received {
+            path: uri.path().to_string(),
+            headers,
+            body,
+            at: Instant::now(),
+        });
+}
+
+async fn status(
+    State(receiver): State<Receiver>,
+    Path(code): Path<u16>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    remember(&receiver, &uri, headers, body);
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT);
+    if status.is_redirection() {
+        return (status, [("location", "/landing")], "moved").into_response();
+    }
+    (status, "a response body that must never be stored").into_response()
+}
+
+async fn hang(
+    State(receiver): State<Receiver>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    remember(&receiver, &uri, headers, body);
+    while receiver.hanging.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    StatusCode::OK
+}
+
+async fn slow(
+    State(receiver): State<Receiver>,
+    Path(ms): Path<u64>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    remember(&receiver, &uri, headers, body);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    StatusCode::OK
+}
+
+async fn ok(
+    State(receiver): State<Receiver>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    remember(&receiver, &uri, headers, body);
+    StatusCode::OK
+}
