@@ -246,8 +246,11 @@ impl TestApp {
             addr,
             db,
             // Redirects are answers under test, never followed.
+            // No pooled connections: a server that answers 413 before reading a body
+            // closes the connection, and a pooled client could race to reuse it.
             http: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
+                .pool_max_idle_per_host(0)
                 .build()
                 .expect("http client"),
         }

@@ -5,6 +5,7 @@ mod harness;
 
 mod cli;
 mod delivery;
+mod delivery_fence;
 mod embedded;
 mod foundation_http;
 mod intake;
