@@ -291,6 +291,11 @@ async fn the_retry_schedule_with_an_injected_clock() {
     assert!(attempts
         .iter()
         .all(|a| a.outcome == "http_error" && a.response_status == Some(503)));
+    let started: Vec<_> = attempts
+        .iter()
+        .map(|a| (a.attempted_at - start).num_seconds())
+        .collect();
+    assert_eq!(started, [0, 10, 30, 70, 150], "attempted_at is when each request started");
     clock.advance(chrono::Duration::days(1));
     assert_eq!(worker.run_once().await.unwrap(), 0, "terminal is terminal");
 }
@@ -419,6 +424,7 @@ async fn an_erased_submission_fails_its_delivery_without_an_attempt() {
     assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
     let delivery = &app.db.deliveries().await[0];
     assert_eq!(delivery.state, "failed");
+    assert!(delivery.submission_id.is_none());
     assert!(app.db.attempts(&delivery.id).await.is_empty());
     assert!(receiver.received().is_empty());
 }

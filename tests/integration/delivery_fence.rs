@@ -23,16 +23,33 @@ fn start() -> DateTime<Utc> {
 
 /// An app with one endpoint and `count` queued deliveries (nothing is ever sent).
 async fn queued(count: usize) -> (TestApp, Vec<String>) {
-    let app = TestApp::start_with(&[("FORMS_RATE_LIMIT_ENABLED", "false")], Arc::new(ManualClock::new(start()))).await;
-    app.webhook_endpoint("contact", "https://receiver.example/hook").await;
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(ManualClock::new(start())),
+    )
+    .await;
+    app.webhook_endpoint("contact", "https://receiver.example/hook")
+        .await;
     for _ in 0..count {
         app.submit("contact", "a=1").await;
     }
-    let ids = app.db.deliveries().await.into_iter().map(|d| d.id).collect();
+    let ids = app
+        .db
+        .deliveries()
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
     (app, ids)
 }
 
-fn record<'a>(delivery_id: &'a str, token: &'a str, attempt_id: &'a str, outcome: &'a str, status: Option<i32>) -> AttemptRecord<'a> {
+fn record<'a>(
+    delivery_id: &'a str,
+    token: &'a str,
+    attempt_id: &'a str,
+    outcome: &'a str,
+    status: Option<i32>,
+) -> AttemptRecord<'a> {
     AttemptRecord {
         attempt_id,
         delivery_id,
@@ -53,55 +70,132 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     let mut worker_a = app.db.connect().await;
     let mut worker_b = app.db.connect().await;
 
-    let claim_a = deliveries::claim(&mut worker_a, start(), LEASE, 10).await.unwrap();
+    let claim_a = deliveries::claim(&mut worker_a, start(), LEASE, 10)
+        .await
+        .unwrap();
     assert_eq!(claim_a.len(), 1);
     // A's lease runs out mid-request; B reclaims.
     let later = start() + chrono::Duration::seconds(61);
-    assert!(deliveries::claim(&mut worker_b, start() + chrono::Duration::seconds(59), LEASE, 10).await.unwrap().is_empty());
-    let claim_b = deliveries::claim(&mut worker_b, later, LEASE, 10).await.unwrap();
+    assert!(deliveries::claim(
+        &mut worker_b,
+        start() + chrono::Duration::seconds(59),
+        LEASE,
+        10
+    )
+    .await
+    .unwrap()
+    .is_empty());
+    let claim_b = deliveries::claim(&mut worker_b, later, LEASE, 10)
+        .await
+        .unwrap();
     assert_eq!(claim_b.len(), 1);
     assert_ne!(claim_a[0].claim_token, claim_b[0].claim_token);
-    assert_eq!((claim_b[0].attempts, claim_b[0].cycle_attempts), (0, 0), "a claim changes no counter");
+    assert_eq!(
+        (claim_b[0].attempts, claim_b[0].cycle_attempts),
+        (0, 0),
+        "a claim changes no counter"
+    );
     let before = app.db.delivery(id).await;
-    assert_eq!(before.claim_expires_at, Some(later + chrono::Duration::seconds(60)));
+    assert_eq!(
+        before.claim_expires_at,
+        Some(later + chrono::Duration::seconds(60))
+    );
 
     // A finishes: success, then (say) a final 400. Neither may move the delivery.
     let transition_used = Arc::new(AtomicBool::new(false));
-    for (attempt_id, outcome, status) in [("att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1", "succeeded", Some(200)), ("att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2", "http_error", Some(400))] {
+    for (attempt_id, outcome, status) in [
+        (
+            "att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1",
+            "succeeded",
+            Some(200),
+        ),
+        (
+            "att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2",
+            "http_error",
+            Some(400),
+        ),
+    ] {
         let used = transition_used.clone();
-        let recorded = deliveries::record_attempt(&mut worker_a, &record(id, &claim_a[0].claim_token, attempt_id, outcome, status), move |_| {
-            used.store(true, Ordering::SeqCst);
-            OwnerTransition::Delivered { at: later }
-        })
+        let recorded = deliveries::record_attempt(
+            &mut worker_a,
+            &record(id, &claim_a[0].claim_token, attempt_id, outcome, status),
+            move |_| {
+                used.store(true, Ordering::SeqCst);
+                OwnerTransition::Delivered { at: later }
+            },
+        )
         .await
         .unwrap();
         assert!(matches!(recorded, Recorded::Late { .. }), "{recorded:?}");
     }
-    assert!(!AtomicBool::load(&transition_used, Ordering::SeqCst), "a late worker never decides the state");
+    assert!(
+        !AtomicBool::load(&transition_used, Ordering::SeqCst),
+        "a late worker never decides the state"
+    );
     let after = app.db.delivery(id).await;
-    assert_eq!(after.state, "processing", "not delivered, failed or pending");
-    assert_eq!(after.claim_token, before.claim_token, "the new claim stands");
-    assert_eq!(after.claim_expires_at, before.claim_expires_at, "the lease is neither cleared nor shortened");
-    assert_eq!(after.cycle_attempts, 0, "the owner's allowance is not spent");
-    assert_eq!(after.next_attempt_at, before.next_attempt_at, "the due time does not move");
+    assert_eq!(
+        after.state, "processing",
+        "not delivered, failed or pending"
+    );
+    assert_eq!(
+        after.claim_token, before.claim_token,
+        "the new claim stands"
+    );
+    assert_eq!(
+        after.claim_expires_at, before.claim_expires_at,
+        "the lease is neither cleared nor shortened"
+    );
+    assert_eq!(
+        after.cycle_attempts, 0,
+        "the owner's allowance is not spent"
+    );
+    assert_eq!(
+        after.next_attempt_at, before.next_attempt_at,
+        "the due time does not move"
+    );
     assert_eq!(after.attempts, 2, "the requests it really made are counted");
     assert!(after.completed_at.is_none());
 
     // The owner records a retryable failure: the next free number, and the transition.
     let retry_at = later + chrono::Duration::seconds(10);
-    let recorded = deliveries::record_attempt(&mut worker_b, &record(id, &claim_b[0].claim_token, "att_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb1", "http_error", Some(503)), |cycle| {
-        assert_eq!(cycle, 1);
-        OwnerTransition::Retry { at: retry_at }
-    })
+    let recorded = deliveries::record_attempt(
+        &mut worker_b,
+        &record(
+            id,
+            &claim_b[0].claim_token,
+            "att_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb1",
+            "http_error",
+            Some(503),
+        ),
+        |cycle| {
+            assert_eq!(cycle, 1);
+            OwnerTransition::Retry { at: retry_at }
+        },
+    )
     .await
     .unwrap();
-    assert_eq!(recorded, Recorded::Owner { attempt_number: 3, state: "pending" });
+    assert_eq!(
+        recorded,
+        Recorded::Owner {
+            attempt_number: 3,
+            state: "pending"
+        }
+    );
     let owned = app.db.delivery(id).await;
-    assert_eq!((owned.state.as_str(), owned.attempts, owned.cycle_attempts), ("pending", 3, 1));
+    assert_eq!(
+        (owned.state.as_str(), owned.attempts, owned.cycle_attempts),
+        ("pending", 3, 1)
+    );
     assert_eq!(owned.next_attempt_at, retry_at);
     assert!(owned.claim_token.is_none() && owned.claim_expires_at.is_none());
     let history = app.db.attempts(id).await;
-    assert_eq!(history.iter().map(|a| (a.attempt_number, a.late)).collect::<Vec<_>>(), [(1, true), (2, true), (3, false)]);
+    assert_eq!(
+        history
+            .iter()
+            .map(|a| (a.attempt_number, a.late))
+            .collect::<Vec<_>>(),
+        [(1, true), (2, true), (3, false)]
+    );
 }
 
 async fn waiting_on_locks(conn: &mut AsyncPgConnection, database: &str) -> i64 {
@@ -125,48 +219,97 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
     let id = ids[0].clone();
     let mut first = app.db.connect().await;
     let mut second = app.db.connect().await;
-    let claim_a = deliveries::claim(&mut first, start(), LEASE, 1).await.unwrap().remove(0);
-    let claim_b = deliveries::claim(&mut second, start() + chrono::Duration::seconds(61), LEASE, 1).await.unwrap().remove(0);
+    let claim_a = deliveries::claim(&mut first, start(), LEASE, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let claim_b = deliveries::claim(
+        &mut second,
+        start() + chrono::Duration::seconds(61),
+        LEASE,
+        1,
+    )
+    .await
+    .unwrap()
+    .remove(0);
 
     // Hold the row lock so that both recorders are queued on it at the same time.
     let mut blocker = app.db.connect().await;
     blocker
-        .batch_execute(&format!("BEGIN; SELECT 1 FROM webhook_deliveries WHERE id = '{id}' FOR UPDATE"))
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM webhook_deliveries WHERE id = '{id}' FOR UPDATE"
+        ))
         .await
         .unwrap();
     let late = {
         let id = id.clone();
         tokio::spawn(async move {
-            deliveries::record_attempt(&mut first, &record(&id, &claim_a.claim_token, "att_cccccccccccccccccccccccccccccc01", "succeeded", Some(200)), |_| OwnerTransition::Delivered { at: start() })
-                .await
-                .unwrap()
+            deliveries::record_attempt(
+                &mut first,
+                &record(
+                    &id,
+                    &claim_a.claim_token,
+                    "att_cccccccccccccccccccccccccccccc01",
+                    "succeeded",
+                    Some(200),
+                ),
+                |_| OwnerTransition::Delivered { at: start() },
+            )
+            .await
+            .unwrap()
         })
     };
     let owner = {
         let id = id.clone();
         tokio::spawn(async move {
-            deliveries::record_attempt(&mut second, &record(&id, &claim_b.claim_token, "att_cccccccccccccccccccccccccccccc02", "succeeded", Some(200)), |_| OwnerTransition::Delivered { at: start() })
-                .await
-                .unwrap()
+            deliveries::record_attempt(
+                &mut second,
+                &record(
+                    &id,
+                    &claim_b.claim_token,
+                    "att_cccccccccccccccccccccccccccccc02",
+                    "succeeded",
+                    Some(200),
+                ),
+                |_| OwnerTransition::Delivered { at: start() },
+            )
+            .await
+            .unwrap()
         })
     };
     let mut observer = app.db.connect().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while waiting_on_locks(&mut observer, &app.db.name).await < 2 {
-        assert!(std::time::Instant::now() < deadline, "both recorders should be waiting on the row lock");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both recorders should be waiting on the row lock"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     blocker.batch_execute("COMMIT").await.unwrap();
     let late = late.await.unwrap();
     let owner = owner.await.unwrap();
     let mut numbers = vec![
-        match late { Recorded::Late { attempt_number, .. } => attempt_number, other => panic!("{other:?}") },
-        match owner { Recorded::Owner { attempt_number, .. } => attempt_number, other => panic!("{other:?}") },
+        match late {
+            Recorded::Late { attempt_number, .. } => attempt_number,
+            other => panic!("{other:?}"),
+        },
+        match owner {
+            Recorded::Owner { attempt_number, .. } => attempt_number,
+            other => panic!("{other:?}"),
+        },
     ];
     numbers.sort();
     assert_eq!(numbers, [1, 2], "no number reused");
     let delivery = app.db.delivery(&id).await;
-    assert_eq!((delivery.state.as_str(), delivery.attempts, delivery.cycle_attempts), ("delivered", 2, 1));
+    assert_eq!(
+        (
+            delivery.state.as_str(),
+            delivery.attempts,
+            delivery.cycle_attempts
+        ),
+        ("delivered", 2, 1)
+    );
     assert_eq!(app.db.attempts(&id).await.len(), 2);
 }
 
@@ -175,12 +318,20 @@ async fn two_workers_racing_for_one_due_row_claim_it_once() {
     let (app, ids) = queued(10).await;
     // Ten rounds, one row due per round.
     let mut conn = app.db.connect().await;
-    diesel::sql_query("UPDATE webhook_deliveries SET next_attempt_at = next_attempt_at + interval '1 day'").execute(&mut conn).await.unwrap();
+    diesel::sql_query(
+        "UPDATE webhook_deliveries SET next_attempt_at = next_attempt_at + interval '1 day'",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
     for id in ids {
-        diesel::sql_query(format!("UPDATE webhook_deliveries SET next_attempt_at = '{}' WHERE id = '{id}'", start().to_rfc3339()))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        diesel::sql_query(format!(
+            "UPDATE webhook_deliveries SET next_attempt_at = '{}' WHERE id = '{id}'",
+            start().to_rfc3339()
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
         let barrier = Arc::new(Barrier::new(2));
         let mut racers = Vec::new();
         for _ in 0..2 {
@@ -188,7 +339,9 @@ async fn two_workers_racing_for_one_due_row_claim_it_once() {
             let barrier = barrier.clone();
             racers.push(tokio::spawn(async move {
                 barrier.wait().await;
-                deliveries::claim(&mut racer, start(), LEASE, 5).await.unwrap()
+                deliveries::claim(&mut racer, start(), LEASE, 5)
+                    .await
+                    .unwrap()
             }));
         }
         let mut claimed = Vec::new();
@@ -205,24 +358,39 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
     let (app, ids) = queued(1).await;
     let mut holder = app.db.connect().await;
     holder
-        .batch_execute(&format!("BEGIN; SELECT 1 FROM webhook_deliveries WHERE id = '{}' FOR UPDATE", ids[0]))
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM webhook_deliveries WHERE id = '{}' FOR UPDATE",
+            ids[0]
+        ))
         .await
         .unwrap();
     let mut worker = app.db.connect().await;
-    let claimed = tokio::time::timeout(Duration::from_secs(5), deliveries::claim(&mut worker, start(), LEASE, 10))
-        .await
-        .expect("the claim does not wait for the lock")
-        .unwrap();
+    let claimed = tokio::time::timeout(
+        Duration::from_secs(5),
+        deliveries::claim(&mut worker, start(), LEASE, 10),
+    )
+    .await
+    .expect("the claim does not wait for the lock")
+    .unwrap();
     assert!(claimed.is_empty());
     holder.batch_execute("ROLLBACK").await.unwrap();
-    assert_eq!(deliveries::claim(&mut worker, start(), LEASE, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        deliveries::claim(&mut worker, start(), LEASE, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
     let (app, ids) = queued(1).await;
     let mut first = app.db.connect().await;
-    let original = deliveries::claim(&mut first, start(), LEASE, 1).await.unwrap().remove(0);
+    let original = deliveries::claim(&mut first, start(), LEASE, 1)
+        .await
+        .unwrap()
+        .remove(0);
     let after_lease = start() + chrono::Duration::seconds(60);
     let barrier = Arc::new(Barrier::new(2));
     let mut racers = Vec::new();
@@ -231,7 +399,9 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
         let barrier = barrier.clone();
         racers.push(tokio::spawn(async move {
             barrier.wait().await;
-            deliveries::claim(&mut racer, after_lease, LEASE, 1).await.unwrap()
+            deliveries::claim(&mut racer, after_lease, LEASE, 1)
+                .await
+                .unwrap()
         }));
     }
     let mut claimed = Vec::new();
@@ -241,20 +411,47 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, ids[0]);
     assert_ne!(claimed[0].claim_token, original.claim_token);
-    assert_eq!(app.db.delivery(&ids[0]).await.claim_expires_at, Some(after_lease + chrono::Duration::seconds(60)));
+    assert_eq!(
+        app.db.delivery(&ids[0]).await.claim_expires_at,
+        Some(after_lease + chrono::Duration::seconds(60))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hand_back_is_guarded_by_the_token() {
     let (app, ids) = queued(1).await;
     let mut conn = app.db.connect().await;
-    let claim = deliveries::claim(&mut conn, start(), LEASE, 1).await.unwrap().remove(0);
-    assert!(!deliveries::hand_back(&mut conn, &ids[0], "clm_00000000000000000000000000000000").await.unwrap());
+    let claim = deliveries::claim(&mut conn, start(), LEASE, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert!(
+        !deliveries::hand_back(&mut conn, &ids[0], "clm_00000000000000000000000000000000")
+            .await
+            .unwrap()
+    );
     assert_eq!(app.db.delivery(&ids[0]).await.state, "processing");
-    assert!(deliveries::hand_back(&mut conn, &ids[0], &claim.claim_token).await.unwrap());
+    assert!(
+        deliveries::hand_back(&mut conn, &ids[0], &claim.claim_token)
+            .await
+            .unwrap()
+    );
     let handed = app.db.delivery(&ids[0]).await;
-    assert_eq!((handed.state.as_str(), handed.attempts, handed.cycle_attempts), ("pending", 0, 0));
+    assert_eq!(
+        (
+            handed.state.as_str(),
+            handed.attempts,
+            handed.cycle_attempts
+        ),
+        ("pending", 0, 0)
+    );
     assert!(handed.claim_token.is_none() && handed.claim_expires_at.is_none());
     assert!(handed.next_attempt_at <= start(), "still due");
-    assert_eq!(deliveries::claim(&mut conn, start(), LEASE, 1).await.unwrap().len(), 1);
+    assert_eq!(
+        deliveries::claim(&mut conn, start(), LEASE, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }

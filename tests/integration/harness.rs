@@ -525,3 +525,84 @@ impl TestDb {
         .expect("attempts")
     }
 }
+
+/// A `hymical-forms serve` process on a test database, its log kept in a file.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub port: u16,
+    pub log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ServeProcess {
+    pub fn start(db: &TestDb, vars: &[(&str, &str)]) -> ServeProcess {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = free_port();
+        let log = dir.path().join("serve.log");
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let mut command = forms_command(dir.path());
+        command
+            .env("FORMS_DATABASE_URL", db.url.expose())
+            .env("FORMS_BIND", format!("127.0.0.1:{port}"))
+            .env("FORMS_DATABASE_POOL_SIZE", "4")
+            .stdout(log_file.try_clone().expect("log handle"))
+            .stderr(log_file);
+        for (name, value) in vars {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("start serve");
+        ServeProcess {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), signal)
+            .expect("signal");
+    }
+
+    /// SIGTERM, then waits for the exit status.
+    pub fn stop(mut self) -> (std::process::ExitStatus, String) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let status = self.child.wait().expect("wait");
+        (status, self.log_text())
+    }
+
+    pub fn kill(mut self) {
+        self.signal(nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+impl TestDb {
+    /// Polls until `done` holds for the deliveries (at most `seconds`).
+    pub async fn wait_for_deliveries(
+        &self,
+        seconds: u64,
+        done: impl Fn(&[DeliveryRow]) -> bool,
+    ) -> Vec<DeliveryRow> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        loop {
+            let rows = self.deliveries().await;
+            if done(&rows) {
+                return rows;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "deliveries never reached the expected state: {rows:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -6,6 +6,7 @@ mod harness;
 mod cli;
 mod delivery;
 mod delivery_fence;
+mod delivery_processes;
 mod embedded;
 mod foundation_http;
 mod intake;

@@ -22,7 +22,6 @@ pub struct Received {
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
-    pub at: Instant,
 }
 
 #[derive(Clone, Default)]
@@ -95,7 +94,6 @@ fn remember(receiver: &Receiver, uri: &Uri, headers: HeaderMap, body: Bytes) {
             path: uri.path().to_string(),
             headers,
             body,
-            at: Instant::now(),
         });
 }
 
