@@ -10,7 +10,6 @@
 //! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,17 +19,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use hymical_forms::app::App;
 use hymical_forms::clock::SystemClock;
 use hymical_forms::config::{Config, Secret};
-use hymical_forms::db::{self, cluster};
+use hymical_forms::db;
+
+mod common;
+use common::{cpu_seconds, env_number, BenchCluster};
 
 const FORM_BODY: &str =
     "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() {
     let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
@@ -41,31 +36,9 @@ fn main() {
         .build()
         .expect("runtime");
 
-    let root =
-        std::env::temp_dir().join(format!("hymical-bench-{}", uuid::Uuid::new_v4().simple()));
-    let cluster = cluster::Cluster::new(&root).expect("PostgreSQL server binaries");
-    cluster.hand_root_to_server_user().expect("cluster dir");
-    cluster.initialize().expect("initdb");
-    // Durable storage is not what is compared (both sides would wait on the same fsync);
-    // with synchronous_commit off the ratio shows the cost of our own code.
-    let settings = cluster::ServerSettings {
-        extra: vec![
-            ("synchronous_commit".into(), "off".into()),
-            ("max_connections".into(), "300".into()),
-        ],
-        remove_after_stop: true,
-    };
-    let (started, connection) = cluster.ensure_running(&settings).expect("start PostgreSQL");
-    let _server = match started {
-        cluster::Started::ByUs(server) => Some(server),
-        cluster::Started::AlreadyRunning => None,
-    };
-    let url = connection.url(cluster::DATABASE);
+    let cluster = BenchCluster::start(&runtime);
+    let url = cluster.url.clone();
     runtime.block_on(async {
-        db::create_database_if_missing(&connection.url("postgres"), cluster::DATABASE)
-            .await
-            .expect("database");
-        db::migrations::run_pending(&url).await.expect("migrate");
         let mut conn = db::connect_one(&url).await.expect("connect");
         db::endpoints::insert(
             &mut conn,
@@ -85,19 +58,15 @@ fn main() {
         .expect("endpoint");
     });
 
-    let pgbench = cluster::find_bin_dir().expect("bin dir").join("pgbench");
-    let script = root.join("outbox.sql");
-    std::fs::write(
-        &script,
+    let script = cluster.script(
+        "outbox.sql",
         r#"\set n random(1, 9223372036854775807)
 BEGIN;
 INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench', now(), '{"name":["Ada Lovelace"],"email":["ada@example.com"],"topic":["billing"],"message":["Hello there, world"],"consent":["yes"]}');
 INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES ('whd_' || lpad(to_hex(:n::bigint), 32, '0'), 'sub_' || lpad(to_hex(:n::bigint), 32, '0'), 'bench', 'https://receiver.example/hook', 'whsec_abababababababababababababababababababababababababababababababab', 'pending', 0, 0, now(), now());
 COMMIT;
 "#,
-    )
-    .expect("script");
-    let _ = std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644));
+    );
 
     let unlimited = [
         ("FORMS_RATE_LIMIT_IP_REQUESTS", "1000000000"),
@@ -116,7 +85,15 @@ COMMIT;
     // Warm-up: fills caches and prepared statements on every connection.
     runtime.block_on(offer_load(servers.0, concurrency, Duration::from_secs(2)));
     for round in 1..=rounds {
-        let pg = run_pgbench(&pgbench, &url, &script, concurrency, seconds);
+        let pg = cluster.pgbench(
+            &script,
+            &[
+                "-c".into(),
+                concurrency.to_string(),
+                "-T".into(),
+                seconds.to_string(),
+            ],
+        );
         let off = runtime.block_on(offer_load(
             servers.0,
             concurrency,
@@ -216,43 +193,6 @@ async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) ->
     count / started.elapsed().as_secs_f64()
 }
 
-/// (CPU seconds of this process, busy CPU seconds of the whole machine).
-fn cpu_seconds() -> (f64, f64) {
-    let ticks = 100.0; // USER_HZ on Linux
-    let own = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = own
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let own_ticks: f64 = fields
-        .get(11)
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0);
-    let all = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let cpu: Vec<f64> = all
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait.
-    let busy: f64 = cpu
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, v)| v)
-        .sum();
-    (own_ticks / ticks, busy / ticks)
-}
-
 /// Reads one response (headers and a Content-Length body) and returns its status.
 async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
     buffer.clear();
@@ -281,36 +221,4 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
         }
         return status;
     }
-}
-
-fn run_pgbench(
-    pgbench: &std::path::Path,
-    url: &Secret,
-    script: &std::path::Path,
-    clients: usize,
-    seconds: u64,
-) -> f64 {
-    let output = Command::new(pgbench)
-        .args(["-n", "-M", "prepared", "-j", "2"])
-        .arg("-c")
-        .arg(clients.to_string())
-        .arg("-T")
-        .arg(seconds.to_string())
-        .arg("-f")
-        .arg(script)
-        .arg(url.expose())
-        .output()
-        .expect("run pgbench");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "pgbench failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-        .lines()
-        .find(|line| line.starts_with("tps = "))
-        .and_then(|line| line.trim_start_matches("tps = ").split_whitespace().next())
-        .and_then(|tps| tps.parse().ok())
-        .expect("pgbench tps line")
 }

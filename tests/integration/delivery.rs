@@ -295,7 +295,11 @@ async fn the_retry_schedule_with_an_injected_clock() {
         .iter()
         .map(|a| (a.attempted_at - start).num_seconds())
         .collect();
-    assert_eq!(started, [0, 10, 30, 70, 150], "attempted_at is when each request started");
+    assert_eq!(
+        started,
+        [0, 10, 30, 70, 150],
+        "attempted_at is when each request started"
+    );
     clock.advance(chrono::Duration::days(1));
     assert_eq!(worker.run_once().await.unwrap(), 0, "terminal is terminal");
 }

@@ -1,0 +1,333 @@
+//! End-to-end delivery: throughput against the PostgreSQL ceiling, and latency at light load.
+//!
+//! `cargo bench --bench delivery`:
+//! 1. **Ceiling.** `pgbench` runs the worker's SQL for one delivery, claim (the same
+//!    `FOR UPDATE SKIP LOCKED` statement, one row) and record (lock the row, insert the
+//!    attempt, update the delivery, in one transaction), over a queue of pending deliveries.
+//! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
+//!    queued deliveries (50 endpoints) to a local receiver that answers 200 at once.
+//! 3. **Latency.** One `hymical-forms serve` accepts forms posted one at a time (light
+//!    load); for each, the time from the `202` to the receiver's first byte.
+//!
+//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_LATENCY_SAMPLES` (300).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use axum::Router;
+use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
+use hymical_forms::config::Secret;
+
+mod common;
+use common::{env_number, BenchCluster};
+
+#[derive(Clone, Default)]
+struct Receiver {
+    count: Arc<AtomicU64>,
+    /// Arrival time by submission id, when latency is being measured.
+    arrivals: Arc<Mutex<HashMap<String, Instant>>>,
+    track: Arc<std::sync::atomic::AtomicBool>,
+}
+
+async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str {
+    let arrived = Instant::now();
+    receiver.count.fetch_add(1, Ordering::Relaxed);
+    if receiver.track.load(Ordering::Relaxed) {
+        if let Ok(payload) = serde_json::from_slice::<serde_json::Value>(&body) {
+            if let Some(id) = payload["submission"]["id"].as_str() {
+                receiver
+                    .arrivals
+                    .lock()
+                    .expect("arrivals")
+                    .insert(id.to_string(), arrived);
+            }
+        }
+    }
+    "ok"
+}
+
+const ENDPOINTS: usize = 50;
+
+fn main() {
+    let deliveries = env_number("BENCH_DELIVERIES", 20_000);
+    let rounds = env_number("BENCH_ROUNDS", 2);
+    let samples = env_number("BENCH_LATENCY_SAMPLES", 300) as usize;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = BenchCluster::start(&runtime);
+    let receiver = Receiver::default();
+    let receiver_addr: SocketAddr = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = Router::new()
+            .route("/hook", post(receive))
+            .with_state(receiver.clone());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        addr
+    });
+    runtime.block_on(async {
+        let mut conn = AsyncPgConnection::establish(cluster.url.expose()).await.expect("connect");
+        conn.batch_execute(&format!(
+            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
+             SELECT 'bench-' || n, 'Benchmark ' || n, 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)
+             FROM generate_series(0, {}) AS n",
+            ENDPOINTS - 1
+        ))
+        .await
+        .expect("endpoints");
+    });
+
+    let claim_and_record = cluster.script(
+        "claim_and_record.sql",
+        r#"WITH expired AS MATERIALIZED (
+    SELECT id FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
+    ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED
+), picked AS (SELECT id FROM expired UNION ALL SELECT id FROM due LIMIT 1)
+UPDATE webhook_deliveries d
+SET state = 'processing', claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''), claim_expires_at = now() + interval '60 seconds'
+FROM picked WHERE d.id = picked.id
+RETURNING d.id AS id, d.claim_token AS token,
+    (SELECT s.received_at FROM submissions s WHERE s.id = d.submission_id) AS received_at,
+    (SELECT s.fields FROM submissions s WHERE s.id = d.submission_id) AS fields
+\gset
+BEGIN;
+SELECT claim_token, attempts, cycle_attempts, state, submission_id, next_attempt_at FROM webhook_deliveries WHERE id = :id FOR UPDATE;
+INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late) VALUES ('att_' || md5(random()::text), :id, NULL, 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, false);
+UPDATE webhook_deliveries SET attempts = 1, cycle_attempts = 1, state = 'delivered', claim_token = NULL, claim_expires_at = NULL, completed_at = now(), next_attempt_at = next_attempt_at WHERE id = :id;
+COMMIT;
+"#,
+    );
+
+    println!("{deliveries} deliveries per measurement, {ENDPOINTS} endpoints, {rounds} rounds");
+    let mut ceiling = Vec::new();
+    let mut ours = Vec::new();
+    let clients = 16u64;
+    for round in 1..=rounds {
+        runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
+        let pg = cluster.pgbench(
+            &claim_and_record,
+            &[
+                "-c".into(),
+                clients.to_string(),
+                "-t".into(),
+                (deliveries / clients).to_string(),
+            ],
+        );
+        runtime.block_on(clear(&cluster.url));
+
+        let workers = [spawn_worker(&cluster.url), spawn_worker(&cluster.url)];
+        std::thread::sleep(Duration::from_secs(2));
+        let before = receiver.count.load(Ordering::Relaxed);
+        let started = Instant::now();
+        runtime.block_on(queue(&cluster.url, deliveries));
+        runtime.block_on(wait_delivered(&cluster.url, deliveries));
+        let elapsed = started.elapsed().as_secs_f64();
+        let rate = deliveries as f64 / elapsed;
+        let sent = receiver.count.load(Ordering::Relaxed) - before;
+        for worker in workers {
+            stop(worker);
+        }
+        runtime.block_on(clear(&cluster.url));
+        println!(
+            "round {round}: pgbench claim+record {pg:.0} tps | two worker processes {rate:.0} deliveries/s ({:.0}%), {sent} requests received",
+            100.0 * rate / pg
+        );
+        ceiling.push(pg);
+        ours.push(rate);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    println!(
+        "throughput mean: ceiling {:.0}/s, ours {:.0}/s = {:.0}% of the ceiling",
+        mean(&ceiling),
+        mean(&ours),
+        100.0 * mean(&ours) / mean(&ceiling)
+    );
+
+    // Latency at light load: one serve process, one form at a time.
+    let port = free_port();
+    let serve = spawn_serve(&cluster.url, port);
+    let client = reqwest::Client::new();
+    runtime.block_on(async {
+        let ready = format!("http://127.0.0.1:{port}/ready");
+        for _ in 0..600 {
+            if client
+                .get(&ready)
+                .send()
+                .await
+                .map(|r| r.status() == 200)
+                .unwrap_or(false)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    receiver.track.store(true, Ordering::Relaxed);
+    let mut after_202 = Vec::new();
+    let mut after_post = Vec::new();
+    runtime.block_on(async {
+        for n in 0..samples {
+            let posted = Instant::now();
+            let response = client
+                .post(format!("http://127.0.0.1:{port}/f/bench-{}", n % ENDPOINTS))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("n={n}&email=a%40example.com"))
+                .send()
+                .await
+                .expect("post");
+            let accepted = Instant::now();
+            assert_eq!(response.status(), 202);
+            let receipt: serde_json::Value = response.json().await.expect("receipt");
+            let id = receipt["submission_id"].as_str().expect("id").to_string();
+            let arrived = loop {
+                if let Some(at) = receiver.arrivals.lock().expect("arrivals").get(&id) {
+                    break *at;
+                }
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            };
+            after_202.push(signed_ms(arrived, accepted));
+            after_post.push(signed_ms(arrived, posted));
+            // Light load: about 20 forms a second.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    stop(serve);
+    println!(
+        "latency over {samples} forms at light load, 202 → receiver's first byte: p50 {:.2} ms, p99 {:.2} ms (POST sent → receiver: p50 {:.2} ms, p99 {:.2} ms)",
+        percentile(&mut after_202, 50.0),
+        percentile(&mut after_202, 99.0),
+        percentile(&mut after_post, 50.0),
+        percentile(&mut after_post, 99.0),
+    );
+}
+
+/// `later − earlier` in milliseconds, negative when the webhook arrived before the client
+/// had read its 202.
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        (later - earlier).as_secs_f64() * 1000.0
+    } else {
+        -((earlier - later).as_secs_f64() * 1000.0)
+    }
+}
+
+fn percentile(values: &mut [f64], p: f64) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let index = ((p / 100.0) * (values.len() as f64 - 1.0)).round() as usize;
+    values[index.min(values.len() - 1)]
+}
+
+/// Queues `count` pending deliveries (with their submissions) across the endpoints, in
+/// one transaction, and wakes the workers.
+async fn queue(url: &Secret, count: u64) {
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    conn.batch_execute(&format!(
+        "BEGIN;
+         CREATE TEMP TABLE batch ON COMMIT DROP AS
+             SELECT n, replace(gen_random_uuid()::text, '-', '') AS s, replace(gen_random_uuid()::text, '-', '') AS d
+             FROM generate_series(1, {count}) AS n;
+         INSERT INTO submissions (id, endpoint_id, received_at, fields)
+             SELECT 'sub_' || s, 'bench-' || (n % {ENDPOINTS}), now(), ('{{\"n\":[\"' || n || '\"],\"email\":[\"a@example.com\"]}}')::json FROM batch;
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_' || d, 'sub_' || s, e.id, e.webhook_url, e.webhook_secret, now(), now()
+             FROM batch JOIN endpoints e ON e.id = 'bench-' || (n % {ENDPOINTS});
+         SELECT pg_notify('hymical_delivery_due', '');
+         COMMIT;"
+    ))
+    .await
+    .expect("queue deliveries");
+}
+
+/// Removes every delivery, attempt and submission (between measurements).
+async fn clear(url: &Secret) {
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    conn.batch_execute("TRUNCATE delivery_attempts, webhook_deliveries, submissions")
+        .await
+        .expect("clear");
+    conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
+}
+
+async fn wait_delivered(url: &Secret, count: u64) {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Delivered {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    loop {
+        let delivered: Delivered = diesel::sql_query(
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
+        )
+        .get_result(&mut conn)
+        .await
+        .expect("count");
+        if delivered.n as u64 >= count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn forms(url: &Secret, port: u16) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hymical-forms"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("FORMS_DATABASE_URL", url.expose())
+        .env("FORMS_BIND", format!("127.0.0.1:{port}"))
+        .env("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true")
+        .env("FORMS_RATE_LIMIT_ENABLED", "false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    command
+}
+
+fn spawn_worker(url: &Secret) -> Child {
+    forms(url, free_port())
+        .env("FORMS_API_ENABLED", "false")
+        .spawn()
+        .expect("start a worker process")
+}
+
+fn spawn_serve(url: &Secret, port: u16) -> Child {
+    forms(url, port).spawn().expect("start serve")
+}
+
+fn stop(mut child: Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+}
