@@ -3,11 +3,11 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Interval, Json, Nullable, Text, Timestamptz};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel::sql_types::{BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::prepared::{bind, PreparedSql};
-use super::schema::{delivery_attempts, webhook_deliveries};
+use super::schema::webhook_deliveries;
 use super::DbError;
 
 /// A delivery this worker now holds, with what it needs to send it.
@@ -115,7 +115,9 @@ pub struct AttemptRecord<'a> {
     pub error: Option<&'a str>,
 }
 
-/// The delivery's state after the owner's attempt.
+/// The delivery's state after the owner's attempt. The owner decides it from the cycle
+/// count it claimed with: while a worker holds the token nobody else changes that count
+/// (late workers leave it alone, and only failed deliveries can be replayed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnerTransition {
     Delivered { at: DateTime<Utc> },
@@ -127,107 +129,90 @@ pub enum OwnerTransition {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recorded {
     /// The row still carried this worker's token: counters raised, claim cleared, state moved.
-    Owner {
-        attempt_number: i32,
-        state: &'static str,
-    },
+    Owner { attempt_number: i32, state: String },
     /// The claim had been superseded: only the attempt and `attempts` were recorded.
     Late { attempt_number: i32, state: String },
 }
 
-#[derive(Queryable)]
-struct Locked {
-    claim_token: Option<String>,
-    attempts: i32,
-    cycle_attempts: i32,
-    state: String,
-    submission_id: Option<String>,
-    next_attempt_at: DateTime<Utc>,
-}
+struct RecordAttempt;
 
-/// Records one attempt in one transaction that locks the delivery row, so the attempt
-/// number read from the row cannot be taken twice. `transition` is told the cycle count
-/// after this attempt and returns where the owner moves the delivery.
+/// Binds: token, delivery id, attempt id, URL, attempted at, outcome, status, error,
+/// duration, then the owner's state, next attempt time (null: unchanged), completion time.
+///
+/// One statement, so one transaction: `locked` takes the row lock, so a concurrent
+/// recorder waits and then reads the row as this one left it; the attempt number is the
+/// next free one from the locked row, never from memory. A worker whose token is gone
+/// (late) inserts its attempt marked `late` and raises `attempts`, nothing else.
+const RECORD_SQL: &str = "\
+WITH locked AS MATERIALIZED (
+    SELECT id, submission_id, attempts, (claim_token IS NOT DISTINCT FROM ?) AS owner
+    FROM webhook_deliveries
+    WHERE id = ?
+    FOR UPDATE
+), attempt AS (
+    INSERT INTO delivery_attempts
+        (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at,
+         outcome, response_status, error, duration_ms, late)
+    SELECT ?, id, submission_id, attempts + 1, ?, ?, ?, ?, ?, ?, NOT owner
+    FROM locked
+    RETURNING attempt_number
+), updated AS (
+    UPDATE webhook_deliveries d
+    SET attempts = l.attempts + 1,
+        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
+        state = CASE WHEN l.owner THEN ? ELSE d.state END,
+        next_attempt_at = CASE WHEN l.owner THEN coalesce(?, d.next_attempt_at) ELSE d.next_attempt_at END,
+        completed_at = CASE WHEN l.owner THEN ? ELSE d.completed_at END,
+        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
+        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
+    FROM locked l
+    WHERE d.id = l.id
+    RETURNING d.state
+)
+SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated)";
+
+/// Records one attempt and, for the owner, the transition.
 pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
     record: &AttemptRecord<'_>,
-    transition: impl FnOnce(i32) -> OwnerTransition + Send,
+    transition: OwnerTransition,
 ) -> Result<Recorded, DbError> {
-    let record = record.clone();
-    conn.transaction::<_, diesel::result::Error, _>(async move |conn| {
-        {
-            let locked: Locked = webhook_deliveries::table
-                .find(record.delivery_id)
-                .select((
-                    webhook_deliveries::claim_token,
-                    webhook_deliveries::attempts,
-                    webhook_deliveries::cycle_attempts,
-                    webhook_deliveries::state,
-                    webhook_deliveries::submission_id,
-                    webhook_deliveries::next_attempt_at,
-                ))
-                .for_update()
-                .first(conn)
-                .await?;
-            // The next free lifetime number, from the locked row, never from memory.
-            let attempt_number = locked.attempts + 1;
-            let owner = locked.claim_token.as_deref() == Some(record.claim_token);
-            diesel::insert_into(delivery_attempts::table)
-                .values((
-                    delivery_attempts::id.eq(record.attempt_id),
-                    delivery_attempts::delivery_id.eq(record.delivery_id),
-                    delivery_attempts::submission_id.eq(&locked.submission_id),
-                    delivery_attempts::attempt_number.eq(attempt_number),
-                    delivery_attempts::destination_url.eq(record.destination_url),
-                    delivery_attempts::attempted_at.eq(record.attempted_at),
-                    delivery_attempts::outcome.eq(record.outcome),
-                    delivery_attempts::response_status.eq(record.response_status),
-                    delivery_attempts::error.eq(record.error),
-                    delivery_attempts::duration_ms.eq(record.duration_ms),
-                    delivery_attempts::late.eq(!owner),
-                ))
-                .execute(conn)
-                .await?;
-            let row = webhook_deliveries::table.find(record.delivery_id);
-            if !owner {
-                // A superseded worker records the request it really made, and nothing else:
-                // not the lease, the state, the cycle allowance or the due time.
-                diesel::update(row)
-                    .set(webhook_deliveries::attempts.eq(attempt_number))
-                    .execute(conn)
-                    .await?;
-                return Ok(Recorded::Late {
-                    attempt_number,
-                    state: locked.state,
-                });
-            }
-            let cycle_attempts = locked.cycle_attempts + 1;
-            let unchanged = locked.next_attempt_at;
-            let (state, next_attempt_at, completed_at) = match transition(cycle_attempts) {
-                OwnerTransition::Delivered { at } => ("delivered", unchanged, Some(at)),
-                OwnerTransition::Retry { at } => ("pending", at, None),
-                OwnerTransition::Failed { at } => ("failed", unchanged, Some(at)),
-            };
-            diesel::update(row)
-                .set((
-                    webhook_deliveries::attempts.eq(attempt_number),
-                    webhook_deliveries::cycle_attempts.eq(cycle_attempts),
-                    webhook_deliveries::state.eq(state),
-                    webhook_deliveries::claim_token.eq(None::<String>),
-                    webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
-                    webhook_deliveries::completed_at.eq(completed_at),
-                    webhook_deliveries::next_attempt_at.eq(next_attempt_at),
-                ))
-                .execute(conn)
-                .await?;
-            Ok(Recorded::Owner {
-                attempt_number,
-                state,
-            })
-        }
-    })
-    .await
-    .map_err(DbError::from)
+    let (state, next_attempt_at, completed_at) = match transition {
+        OwnerTransition::Delivered { at } => ("delivered", None, Some(at)),
+        OwnerTransition::Retry { at } => ("pending", Some(at), None),
+        OwnerTransition::Failed { at } => ("failed", None, Some(at)),
+    };
+    let query =
+        PreparedSql::<RecordAttempt, (Nullable<Integer>, Nullable<Bool>, Nullable<Text>), _>::new(
+            RECORD_SQL,
+            (
+                bind::<Text, _>(record.claim_token),
+                bind::<Text, _>(record.delivery_id),
+                bind::<Text, _>(record.attempt_id),
+                bind::<Text, _>(record.destination_url),
+                bind::<Timestamptz, _>(record.attempted_at),
+                bind::<Text, _>(record.outcome),
+                bind::<Nullable<Integer>, _>(record.response_status),
+                bind::<Nullable<Text>, _>(record.error),
+                bind::<Integer, _>(record.duration_ms),
+                bind::<Text, _>(state),
+                bind::<Nullable<Timestamptz>, _>(next_attempt_at),
+                bind::<Nullable<Timestamptz>, _>(completed_at),
+            ),
+        );
+    let (number, owner, state): (Option<i32>, Option<bool>, Option<String>) =
+        query.get_result(conn).await?;
+    match (number, owner, state) {
+        (Some(attempt_number), Some(true), Some(state)) => Ok(Recorded::Owner {
+            attempt_number,
+            state,
+        }),
+        (Some(attempt_number), Some(false), Some(state)) => Ok(Recorded::Late {
+            attempt_number,
+            state,
+        }),
+        _ => Err(DbError::Query(diesel::result::Error::NotFound)),
+    }
 }
 
 /// Ends a claim without an attempt (the submission was erased before it could be sent):
@@ -298,7 +283,8 @@ pub async fn next_due_at(conn: &mut AsyncPgConnection) -> Result<Option<DateTime
 #[cfg(test)]
 mod tests {
     #[test]
-    fn claim_binds_match_placeholders() {
+    fn binds_match_placeholders() {
         assert_eq!(super::CLAIM_SQL.matches('?').count(), 7);
+        assert_eq!(super::RECORD_SQL.matches('?').count(), 12);
     }
 }

@@ -106,3 +106,6 @@ tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
 tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
 tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+tuple_binds!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12);

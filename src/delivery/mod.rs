@@ -216,24 +216,25 @@ impl Worker {
             response_status: result.response_status.map(i32::from),
             error: result.error.as_deref(),
         };
+        // The owner's transition, decided from the cycle count it claimed with.
+        let now = self.app.clock.now();
+        let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
+        let transition = match outcome::next_step(result, cycle_attempts, &self.app.config.webhook)
+        {
+            NextStep::Delivered => OwnerTransition::Delivered { at: now },
+            NextStep::Failed => OwnerTransition::Failed { at: now },
+            NextStep::RetryAfter(wait) => OwnerTransition::Retry {
+                at: chrono::Duration::from_std(wait)
+                    .ok()
+                    .and_then(|wait| now.checked_add_signed(wait))
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC),
+            },
+        };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {
             let outcome = async {
                 let mut conn = self.app.pool.get().await?;
-                let config = &self.app.config.webhook;
-                let clock = &self.app.clock;
-                deliveries::record_attempt(&mut conn, &record, |cycle_attempts| {
-                    let now = clock.now();
-                    match outcome::next_step(result, cycle_attempts.max(0) as u32, config) {
-                        NextStep::Delivered => OwnerTransition::Delivered { at: now },
-                        NextStep::Failed => OwnerTransition::Failed { at: now },
-                        NextStep::RetryAfter(wait) => OwnerTransition::Retry {
-                            at: now
-                                + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX),
-                        },
-                    }
-                })
-                .await
+                deliveries::record_attempt(&mut conn, &record, transition).await
             }
             .await;
             match outcome {
@@ -246,7 +247,7 @@ impl Worker {
                         attempt = attempt_number,
                         outcome = result.outcome.as_str(),
                         status = result.response_status,
-                        state,
+                        state = %state,
                         "delivery attempt"
                     );
                     if state == "pending" {
