@@ -2,8 +2,9 @@
 //!
 //! `cargo bench --bench delivery`:
 //! 1. **Ceiling.** `pgbench` runs the worker's SQL for one delivery, claim (the same
-//!    `FOR UPDATE SKIP LOCKED` statement, one row) and record (lock the row, insert the
-//!    attempt, update the delivery, in one transaction), over a queue of pending deliveries.
+//!    `FOR UPDATE SKIP LOCKED` statement, one row) and record (the same single statement
+//!    that locks the row, inserts the attempt and updates the delivery), over a queue of
+//!    pending deliveries. The worker claims in batches; pgbench claims one row at a time.
 //! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
 //!    queued deliveries (50 endpoints) to a local receiver that answers 200 at once.
 //! 3. **Latency.** One `hymical-forms serve` accepts forms posted one at a time (light
@@ -106,11 +107,26 @@ RETURNING d.id AS id, d.claim_token AS token,
     (SELECT s.received_at FROM submissions s WHERE s.id = d.submission_id) AS received_at,
     (SELECT s.fields FROM submissions s WHERE s.id = d.submission_id) AS fields
 \gset
-BEGIN;
-SELECT claim_token, attempts, cycle_attempts, state, submission_id, next_attempt_at FROM webhook_deliveries WHERE id = :id FOR UPDATE;
-INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late) VALUES ('att_' || md5(random()::text), :id, NULL, 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, false);
-UPDATE webhook_deliveries SET attempts = 1, cycle_attempts = 1, state = 'delivered', claim_token = NULL, claim_expires_at = NULL, completed_at = now(), next_attempt_at = next_attempt_at WHERE id = :id;
-COMMIT;
+WITH locked AS MATERIALIZED (
+    SELECT id, submission_id, attempts, (claim_token IS NOT DISTINCT FROM :token) AS owner
+    FROM webhook_deliveries WHERE id = :id FOR UPDATE
+), attempt AS (
+    INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late)
+    SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
+    RETURNING attempt_number
+), updated AS (
+    UPDATE webhook_deliveries d
+    SET attempts = l.attempts + 1,
+        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
+        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
+        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
+        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
+        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
+        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
+    FROM locked l WHERE d.id = l.id
+    RETURNING d.state
+)
+SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
 "#,
     );
 
