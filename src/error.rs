@@ -19,7 +19,7 @@ pub enum ApiError {
     #[error("The management API key is not valid.")]
     InvalidApiKey,
     #[error("Storage is unavailable; try again shortly.")]
-    StorageUnavailable(#[source] DbError),
+    StorageUnavailable(#[source] std::sync::Arc<DbError>),
 
     // Public intake (SPEC section 5), in the order the checks run.
     #[error("The request body is larger than {limit_bytes} bytes.")]
@@ -70,6 +70,38 @@ pub enum ApiError {
         endpoint_id: String,
         idempotency_key: String,
     },
+
+    // Management (SPEC sections 7, 9, 10).
+    #[error("An endpoint with this id already exists.")]
+    EndpointAlreadyExists { endpoint_id: String },
+    #[error("The webhook URL is not allowed: {reason}.")]
+    InvalidWebhookUrl { field: String, reason: String },
+    #[error("The value of {field} is not valid: {reason}.")]
+    InvalidInput { field: String, reason: String },
+    #[error("The endpoint has no webhook.")]
+    EndpointHasNoWebhook { endpoint_id: String },
+    #[error("No delivery has this id.")]
+    DeliveryNotFound { delivery_id: String },
+    #[error("No submission has this id.")]
+    SubmissionNotFound { submission_id: String },
+    #[error("Only a failed delivery whose submission still exists can be replayed.")]
+    DeliveryNotReplayable {
+        delivery_id: String,
+        state: String,
+        submission_erased: bool,
+    },
+    #[error("The submission's delivery is still in progress; erase it once the delivery is delivered or failed.")]
+    SubmissionDeliveryInProgress { submission_id: String, state: String },
+    #[error("The time range is empty or inverted: the lower bound must be before the upper bound.")]
+    InvalidTimeRange,
+    #[error("The cursor is not valid; use a cursor from a previous page.")]
+    InvalidCursor,
+    #[error("At most {limit} items can be asked for at once.")]
+    PageSizeTooLarge { limit: usize, requested: i64 },
+    #[error("The export would hold {count} submissions, more than the limit of {limit}; narrow the time range or the endpoint.")]
+    ExportTooLarge { limit: u64, count: u64 },
+    #[error("The export format is not supported; use json or csv.")]
+    UnsupportedExportFormat { received: String },
     #[error("An unexpected error occurred.")]
     Internal(String),
 }
@@ -90,8 +122,21 @@ impl RateLimitScope {
     }
 }
 
+impl From<diesel::result::Error> for ApiError {
+    fn from(error: diesel::result::Error) -> Self {
+        ApiError::from(DbError::Query(error))
+    }
+}
+
 impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {
+        ApiError::StorageUnavailable(std::sync::Arc::new(error))
+    }
+}
+
+/// A DataLoader's shared failure.
+impl From<std::sync::Arc<DbError>> for ApiError {
+    fn from(error: std::sync::Arc<DbError>) -> Self {
         ApiError::StorageUnavailable(error)
     }
 }
@@ -123,6 +168,19 @@ impl ApiError {
             ApiError::InvalidFieldValue { .. } => "invalid_field_value",
             ApiError::EmptySubmission => "empty_submission",
             ApiError::IdempotencyConflict { .. } => "idempotency_conflict",
+            ApiError::EndpointAlreadyExists { .. } => "endpoint_already_exists",
+            ApiError::InvalidWebhookUrl { .. } => "invalid_webhook_url",
+            ApiError::InvalidInput { .. } => "invalid_input",
+            ApiError::EndpointHasNoWebhook { .. } => "endpoint_has_no_webhook",
+            ApiError::DeliveryNotFound { .. } => "delivery_not_found",
+            ApiError::SubmissionNotFound { .. } => "submission_not_found",
+            ApiError::DeliveryNotReplayable { .. } => "delivery_not_replayable",
+            ApiError::SubmissionDeliveryInProgress { .. } => "submission_delivery_in_progress",
+            ApiError::InvalidTimeRange => "invalid_time_range",
+            ApiError::InvalidCursor => "invalid_cursor",
+            ApiError::PageSizeTooLarge { .. } => "page_size_too_large",
+            ApiError::ExportTooLarge { .. } => "export_too_large",
+            ApiError::UnsupportedExportFormat { .. } => "unsupported_export_format",
         }
     }
 
@@ -153,6 +211,19 @@ impl ApiError {
             | ApiError::FieldValueTooLong { .. }
             | ApiError::InvalidFieldValue { .. }
             | ApiError::EmptySubmission => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::EndpointAlreadyExists { .. }
+            | ApiError::EndpointHasNoWebhook { .. }
+            | ApiError::DeliveryNotReplayable { .. }
+            | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
+            ApiError::InvalidWebhookUrl { .. }
+            | ApiError::InvalidInput { .. }
+            | ApiError::InvalidTimeRange
+            | ApiError::ExportTooLarge { .. }
+            | ApiError::UnsupportedExportFormat { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::DeliveryNotFound { .. } | ApiError::SubmissionNotFound { .. } => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::InvalidCursor | ApiError::PageSizeTooLarge { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -195,6 +266,35 @@ impl ApiError {
                 endpoint_id,
                 idempotency_key,
             } => json!({ "endpoint_id": endpoint_id, "idempotency_key": idempotency_key }),
+            ApiError::EndpointAlreadyExists { endpoint_id }
+            | ApiError::EndpointHasNoWebhook { endpoint_id } => json!({ "endpoint_id": endpoint_id }),
+            ApiError::InvalidWebhookUrl { field, reason } | ApiError::InvalidInput { field, reason } => {
+                json!({ "field": field, "reason": reason })
+            }
+            ApiError::DeliveryNotFound { delivery_id } => json!({ "delivery_id": delivery_id }),
+            ApiError::SubmissionNotFound { submission_id } => json!({ "submission_id": submission_id }),
+            ApiError::DeliveryNotReplayable {
+                delivery_id,
+                state,
+                submission_erased,
+            } => {
+                if *submission_erased {
+                    json!({ "delivery_id": delivery_id, "state": state, "reason": "submission_erased" })
+                } else {
+                    json!({ "delivery_id": delivery_id, "state": state })
+                }
+            }
+            ApiError::SubmissionDeliveryInProgress { submission_id, state } => {
+                json!({ "submission_id": submission_id, "state": state })
+            }
+            ApiError::PageSizeTooLarge { limit, requested } => {
+                json!({ "limit": limit, "requested": requested })
+            }
+            ApiError::ExportTooLarge { limit, count } => json!({ "limit": limit, "count": count }),
+            ApiError::UnsupportedExportFormat { received } => {
+                json!({ "received": received, "supported": ["json", "csv"] })
+            }
+            ApiError::InvalidTimeRange | ApiError::InvalidCursor => Value::Null,
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
             | ApiError::AuthenticationRequired
@@ -345,7 +445,7 @@ mod tests {
                 "invalid_api_key",
             ),
             (
-                ApiError::StorageUnavailable(DbError::Pool("timed out".into())),
+                ApiError::from(DbError::Pool("timed out".into())),
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
             ),
@@ -399,6 +499,19 @@ mod tests {
     }
 
     #[test]
+    fn replay_refusals_carry_the_state() {
+        let error = ApiError::DeliveryNotReplayable {
+            delivery_id: "whd_1".into(),
+            state: "delivered".into(),
+            submission_erased: false,
+        };
+        let (code, details) = graphql_code(error);
+        assert_eq!(code, "DELIVERY_NOT_REPLAYABLE");
+        let details = details.expect("details").into_json().unwrap();
+        assert_eq!(details, json!({"delivery_id": "whd_1", "state": "delivered"}));
+    }
+
+    #[test]
     fn empty_details_are_omitted_on_both_surfaces() {
         assert!(ApiError::NotFound.body()["error"].get("details").is_none());
         let (_, details) = graphql_code(ApiError::NotFound);
@@ -407,7 +520,7 @@ mod tests {
 
     #[test]
     fn internal_text_never_reaches_the_client() {
-        let error = ApiError::StorageUnavailable(DbError::Pool("password=hunter2".into()));
+        let error = ApiError::from(DbError::Pool("password=hunter2".into()));
         assert!(!error.body().to_string().contains("hunter2"));
         let error = ApiError::Internal("SELECT secret".into());
         assert!(!error.body().to_string().contains("SELECT"));

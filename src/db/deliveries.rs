@@ -288,3 +288,225 @@ mod tests {
         assert_eq!(super::RECORD_SQL.matches('?').count(), 12);
     }
 }
+
+/// A delivery as the management API reads it: every column but the signing secret.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = webhook_deliveries)]
+pub struct DeliveryRow {
+    pub id: String,
+    pub submission_id: Option<String>,
+    pub endpoint_id: String,
+    pub destination_url: String,
+    pub state: String,
+    pub attempts: i32,
+    pub cycle_attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+    pub claim_expires_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = super::schema::delivery_attempts)]
+pub struct AttemptRow {
+    pub delivery_id: String,
+    pub attempt_number: i32,
+    pub attempted_at: DateTime<Utc>,
+    pub outcome: String,
+    pub response_status: Option<i32>,
+    pub error: Option<String>,
+    pub duration_ms: i32,
+    pub late: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub endpoint_id: Option<String>,
+    pub state: Option<String>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<DeliveryRow>, DbError> {
+    Ok(webhook_deliveries::table
+        .filter(webhook_deliveries::id.eq_any(ids))
+        .select(DeliveryRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+pub async fn for_submissions(conn: &mut AsyncPgConnection, submission_ids: &[String]) -> Result<Vec<DeliveryRow>, DbError> {
+    Ok(webhook_deliveries::table
+        .filter(webhook_deliveries::submission_id.eq_any(submission_ids))
+        .select(DeliveryRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Every attempt of the given deliveries, in number order.
+pub async fn attempts_for(conn: &mut AsyncPgConnection, delivery_ids: &[String]) -> Result<Vec<AttemptRow>, DbError> {
+    use super::schema::delivery_attempts;
+    Ok(delivery_attempts::table
+        .filter(delivery_attempts::delivery_id.eq_any(delivery_ids))
+        .order((delivery_attempts::delivery_id, delivery_attempts::attempt_number))
+        .select(AttemptRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Newest first; `after` is the (created_at, id) of the last row of the previous page.
+pub async fn page(
+    conn: &mut AsyncPgConnection,
+    filter: &DeliveryFilter,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i64,
+) -> Result<Vec<DeliveryRow>, DbError> {
+    let mut query = webhook_deliveries::table.select(DeliveryRow::as_select()).into_boxed();
+    if let Some(endpoint_id) = &filter.endpoint_id {
+        query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
+    }
+    if let Some(state) = &filter.state {
+        query = query.filter(webhook_deliveries::state.eq(state.clone()));
+    }
+    if let Some(after) = filter.created_after {
+        query = query.filter(webhook_deliveries::created_at.gt(after));
+    }
+    if let Some(before) = filter.created_before {
+        query = query.filter(webhook_deliveries::created_at.lt(before));
+    }
+    if let Some((created_at, id)) = after {
+        query = query.filter(super::keyset_before("created_at", "id", created_at, id));
+    }
+    Ok(query
+        .order((webhook_deliveries::created_at.desc(), webhook_deliveries::id.desc()))
+        .limit(limit)
+        .load(conn)
+        .await?)
+}
+
+/// How many deliveries are in each state, optionally for one endpoint.
+pub async fn count_by_state(conn: &mut AsyncPgConnection, endpoint_id: Option<&str>) -> Result<Vec<(String, i64)>, DbError> {
+    let mut query = webhook_deliveries::table
+        .group_by(webhook_deliveries::state)
+        .select((webhook_deliveries::state, diesel::dsl::count_star()))
+        .into_boxed();
+    if let Some(endpoint_id) = endpoint_id {
+        query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.to_string()));
+    }
+    Ok(query.load(conn).await?)
+}
+
+/// What a single replay did.
+#[derive(Debug, Clone)]
+pub enum ReplayOutcome {
+    Replayed(DeliveryRow),
+    NotFound,
+    /// Not `failed`, or its submission was erased (`submission_erased`).
+    NotReplayable { state: String, submission_erased: bool },
+}
+
+/// Puts a failed delivery back in the queue in one conditional update: `pending`, due
+/// now, a fresh cycle (`cycle_attempts = 0`), no claim, no completion. `attempts` and the
+/// history stay, so numbering continues. Wakes the workers in the same transaction.
+pub async fn replay(conn: &mut AsyncPgConnection, id: &str, now: DateTime<Utc>) -> Result<ReplayOutcome, DbError> {
+    use diesel_async::AsyncConnection;
+    let id = id.to_string();
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let replayed: Option<DeliveryRow> = diesel::update(
+                webhook_deliveries::table
+                    .find(&id)
+                    .filter(webhook_deliveries::state.eq("failed"))
+                    .filter(webhook_deliveries::submission_id.is_not_null()),
+            )
+            .set(replay_changes(now))
+            .returning(DeliveryRow::as_returning())
+            .get_result(conn)
+            .await
+            .optional()?;
+            if let Some(row) = replayed {
+                notify_due(conn).await?;
+                return Ok(ReplayOutcome::Replayed(row));
+            }
+            let current: Option<(String, Option<String>)> = webhook_deliveries::table
+                .find(&id)
+                .select((webhook_deliveries::state, webhook_deliveries::submission_id))
+                .first(conn)
+                .await
+                .optional()?;
+            Ok(match current {
+                None => ReplayOutcome::NotFound,
+                Some((state, submission_id)) => ReplayOutcome::NotReplayable {
+                    state,
+                    submission_erased: submission_id.is_none(),
+                },
+            })
+        })
+        .await?)
+}
+
+/// Which failed deliveries a bulk replay takes: exclusive bounds on `completed_at`.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    pub endpoint_id: Option<String>,
+    pub failed_after: Option<DateTime<Utc>>,
+    pub failed_before: Option<DateTime<Utc>>,
+}
+
+/// Replays every failed delivery matching the filter in one statement; returns how many.
+pub async fn replay_matching(conn: &mut AsyncPgConnection, filter: &ReplayFilter, now: DateTime<Utc>) -> Result<usize, DbError> {
+    use diesel_async::AsyncConnection;
+    let filter = filter.clone();
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let mut query = diesel::update(webhook_deliveries::table)
+                .filter(webhook_deliveries::state.eq("failed"))
+                .filter(webhook_deliveries::submission_id.is_not_null())
+                .into_boxed();
+            if let Some(endpoint_id) = filter.endpoint_id {
+                query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id));
+            }
+            if let Some(after) = filter.failed_after {
+                query = query.filter(webhook_deliveries::completed_at.gt(after));
+            }
+            if let Some(before) = filter.failed_before {
+                query = query.filter(webhook_deliveries::completed_at.lt(before));
+            }
+            let count = query.set(replay_changes(now)).execute(conn).await?;
+            if count > 0 {
+                notify_due(conn).await?;
+            }
+            Ok(count)
+        })
+        .await?)
+}
+
+#[allow(clippy::type_complexity)]
+fn replay_changes(
+    now: DateTime<Utc>,
+) -> (
+    diesel::dsl::Eq<webhook_deliveries::state, &'static str>,
+    diesel::dsl::Eq<webhook_deliveries::next_attempt_at, DateTime<Utc>>,
+    diesel::dsl::Eq<webhook_deliveries::cycle_attempts, i32>,
+    diesel::dsl::Eq<webhook_deliveries::claim_token, Option<String>>,
+    diesel::dsl::Eq<webhook_deliveries::claim_expires_at, Option<DateTime<Utc>>>,
+    diesel::dsl::Eq<webhook_deliveries::completed_at, Option<DateTime<Utc>>>,
+) {
+    (
+        webhook_deliveries::state.eq("pending"),
+        webhook_deliveries::next_attempt_at.eq(now),
+        webhook_deliveries::cycle_attempts.eq(0),
+        webhook_deliveries::claim_token.eq(None),
+        webhook_deliveries::claim_expires_at.eq(None),
+        webhook_deliveries::completed_at.eq(None),
+    )
+}
+
+/// Wakes every worker; PostgreSQL delivers it when the transaction commits.
+async fn notify_due(conn: &mut AsyncPgConnection) -> Result<(), diesel::result::Error> {
+    diesel::sql_query("SELECT pg_notify($1, '')")
+        .bind::<Text, _>(super::submissions::DELIVERY_DUE_CHANNEL)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -63,3 +63,94 @@ pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &NewEndpoint) -> Res
         .await?;
     Ok(())
 }
+
+impl From<EndpointRow> for NewEndpoint {
+    fn from(row: EndpointRow) -> Self {
+        NewEndpoint {
+            id: row.id,
+            name: row.name,
+            is_active: row.is_active,
+            created_at: row.created_at,
+            webhook_url: row.webhook_url,
+            webhook_secret: row.webhook_secret,
+            redirect_url: row.redirect_url,
+            allowed_origins: row.allowed_origins,
+            honeypot_field: row.honeypot_field,
+        }
+    }
+}
+
+/// Whether an insert failed because the id is taken.
+pub fn is_duplicate_id(error: &DbError) -> bool {
+    matches!(
+        error,
+        DbError::Query(diesel::result::Error::DatabaseError(
+            diesel::result::DatabaseErrorKind::UniqueViolation,
+            info,
+        )) if info.constraint_name() == Some("endpoints_pkey")
+    )
+}
+
+pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<EndpointRow>, DbError> {
+    Ok(endpoints::table
+        .filter(endpoints::id.eq_any(ids))
+        .select(EndpointRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Newest first; `after` is the (created_at, id) of the last row of the previous page.
+pub async fn page(
+    conn: &mut AsyncPgConnection,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i64,
+) -> Result<Vec<EndpointRow>, DbError> {
+    let mut query = endpoints::table.select(EndpointRow::as_select()).into_boxed();
+    if let Some((created_at, id)) = after {
+        query = query.filter(super::keyset_before("created_at", "id", created_at, id));
+    }
+    Ok(query
+        .order((endpoints::created_at.desc(), endpoints::id.desc()))
+        .limit(limit)
+        .load(conn)
+        .await?)
+}
+
+/// Locks the endpoint, lets `change` compute its new state from the current one, and
+/// writes it, all in one transaction. `Ok(None)` when no endpoint has the id.
+pub async fn update_with<E, F>(conn: &mut AsyncPgConnection, id: &str, change: F) -> Result<Option<EndpointRow>, E>
+where
+    E: From<diesel::result::Error> + Send + 'static,
+    F: FnOnce(EndpointRow) -> Result<NewEndpoint, E> + Send + 'static,
+{
+    use diesel_async::AsyncConnection;
+    let id = id.to_string();
+    conn.transaction::<_, E, _>(async move |conn| {
+        let current: Option<EndpointRow> = endpoints::table
+            .find(&id)
+            .select(EndpointRow::as_select())
+            .for_update()
+            .first(conn)
+            .await
+            .optional()?;
+        let Some(current) = current else {
+            return Ok(None);
+        };
+        let next = change(current)?;
+        let row = diesel::update(endpoints::table.find(&id))
+            .set((
+                endpoints::name.eq(next.name),
+                endpoints::is_active.eq(next.is_active),
+                endpoints::webhook_url.eq(next.webhook_url),
+                endpoints::webhook_secret.eq(next.webhook_secret),
+                endpoints::redirect_url.eq(next.redirect_url),
+                endpoints::allowed_origins.eq(next.allowed_origins),
+                endpoints::honeypot_field.eq(next.honeypot_field),
+            ))
+            .returning(EndpointRow::as_returning())
+            .get_result(conn)
+            .await?;
+        Ok(Some(row))
+    })
+    .await
+}

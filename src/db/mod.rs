@@ -119,6 +119,26 @@ pub async fn create_database_if_missing(admin_url: &Secret, database: &str) -> R
     Ok(())
 }
 
+/// `(time_column, id_column) < (time, id)`: the keyset condition for "after this row" in a
+/// newest-first listing, as one row comparison so that PostgreSQL can use the index.
+pub fn keyset_before(
+    time_column: &'static str,
+    id_column: &'static str,
+    time: chrono::DateTime<chrono::Utc>,
+    id: String,
+) -> diesel::expression::SqlLiteral<diesel::sql_types::Bool, impl diesel::query_builder::QueryFragment<diesel::pg::Pg>> {
+    use diesel::sql_types::{Text, Timestamptz};
+    diesel::dsl::sql::<diesel::sql_types::Bool>("(")
+        .sql(time_column)
+        .sql(", ")
+        .sql(id_column)
+        .sql(") < (")
+        .bind::<Timestamptz, _>(time)
+        .sql(", ")
+        .bind::<Text, _>(id)
+        .sql(")")
+}
+
 /// Quotes an identifier for the few statements (CREATE DATABASE) that take no parameters.
 pub fn quote_identifier(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

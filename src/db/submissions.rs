@@ -139,3 +139,98 @@ mod tests {
         assert_eq!(super::OUTBOX_INSERT_SQL.matches('?').count(), 7);
     }
 }
+
+/// A stored submission, as the management API reads it.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = super::schema::submissions)]
+pub struct SubmissionRow {
+    pub id: String,
+    pub endpoint_id: String,
+    pub received_at: DateTime<Utc>,
+    pub fields: serde_json::Value,
+    pub idempotency_key: Option<String>,
+}
+
+/// Filters of a submission listing: exclusive time bounds.
+#[derive(Debug, Clone, Default)]
+pub struct SubmissionFilter {
+    pub endpoint_id: Option<String>,
+    pub received_after: Option<DateTime<Utc>>,
+    pub received_before: Option<DateTime<Utc>>,
+}
+
+pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<SubmissionRow>, DbError> {
+    use super::schema::submissions;
+    Ok(submissions::table
+        .filter(submissions::id.eq_any(ids))
+        .select(SubmissionRow::as_select())
+        .load(conn)
+        .await?)
+}
+
+/// Newest first; `after` is the (received_at, id) of the last row of the previous page.
+pub async fn page(
+    conn: &mut AsyncPgConnection,
+    filter: &SubmissionFilter,
+    after: Option<(DateTime<Utc>, String)>,
+    limit: i64,
+) -> Result<Vec<SubmissionRow>, DbError> {
+    use super::schema::submissions;
+    let mut query = submissions::table.select(SubmissionRow::as_select()).into_boxed();
+    if let Some(endpoint_id) = &filter.endpoint_id {
+        query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
+    }
+    if let Some(after) = filter.received_after {
+        query = query.filter(submissions::received_at.gt(after));
+    }
+    if let Some(before) = filter.received_before {
+        query = query.filter(submissions::received_at.lt(before));
+    }
+    if let Some((received_at, id)) = after {
+        query = query.filter(super::keyset_before("received_at", "id", received_at, id));
+    }
+    Ok(query
+        .order((submissions::received_at.desc(), submissions::id.desc()))
+        .limit(limit)
+        .load(conn)
+        .await?)
+}
+
+/// What erasing a submission did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EraseOutcome {
+    Erased,
+    NotFound,
+    /// Its delivery is still owed (`pending` or `processing`): nothing was erased.
+    DeliveryInProgress { state: String },
+}
+
+/// Erases a submission unless its delivery is still owed. The delivery row is locked first,
+/// so a replay running at the same moment either finishes before (and the erase is refused)
+/// or finds the submission gone (and the replay is refused). Deliveries and attempts stay,
+/// their `submission_id` set to null.
+pub async fn erase(conn: &mut AsyncPgConnection, id: &str) -> Result<EraseOutcome, DbError> {
+    use super::schema::{submissions, webhook_deliveries};
+    use diesel_async::AsyncConnection;
+    let id = id.to_string();
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let state: Option<String> = webhook_deliveries::table
+                .filter(webhook_deliveries::submission_id.eq(&id))
+                .select(webhook_deliveries::state)
+                .for_update()
+                .first(conn)
+                .await
+                .optional()?;
+            if let Some(state) = state.filter(|s| s == "pending" || s == "processing") {
+                return Ok(EraseOutcome::DeliveryInProgress { state });
+            }
+            let deleted = diesel::delete(submissions::table.find(&id)).execute(conn).await?;
+            Ok(if deleted == 1 {
+                EraseOutcome::Erased
+            } else {
+                EraseOutcome::NotFound
+            })
+        })
+        .await?)
+}

@@ -86,3 +86,11 @@ mod tests {
         );
     }
 }
+
+/// A new signing secret: `whsec_` and 64 lowercase hex digits (32 random bytes).
+pub fn new_secret() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("whsec_{}", hex::encode(bytes))
+}

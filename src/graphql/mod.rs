@@ -1,34 +1,27 @@
-//! The GraphQL management API (SPEC section 7) and its HTTP handler.
+//! The GraphQL management API (SPEC section 7): schema, resolvers and the HTTP handler.
 
-use async_graphql::{EmptyMutation, EmptySubscription, Object, Schema};
-use async_graphql_axum::{GraphQLRequest, GraphQLResponse};
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::json;
+pub mod http;
+pub mod loaders;
+pub mod mutation;
+pub mod pagination;
+pub mod query;
+pub mod types;
+
+use async_graphql::{Context, EmptySubscription, ErrorExtensions, Schema};
+use chrono::{DateTime, Utc};
 
 use crate::app::AppState;
-use crate::auth;
 use crate::error::ApiError;
+use mutation::MutationRoot;
+use query::QueryRoot;
+use types::Timestamp;
 
-pub type FormsSchema = Schema<QueryRoot, EmptyMutation, EmptySubscription>;
+pub type FormsSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
 
-pub struct QueryRoot;
-
-#[Object(name = "Query")]
-impl QueryRoot {
-    /// The version of the running service.
-    async fn version(&self) -> &'static str {
-        env!("CARGO_PKG_VERSION")
-    }
-}
-
-/// The schema with the query limits of the configuration.
+/// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {
     let limits = app.config.graphql.clone();
-    Schema::build(QueryRoot, EmptyMutation, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
         .data(app)
@@ -37,63 +30,38 @@ pub fn build_schema(app: AppState) -> FormsSchema {
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, EmptyMutation, EmptySubscription)
-        .finish()
-        .sdl()
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl()
 }
 
-pub fn routes(schema: FormsSchema) -> Router<AppState> {
-    Router::new().route(
-        "/graphql",
-        get(execute).post(execute).layer(axum::Extension(schema)),
-    )
+pub use http::routes;
+
+pub(crate) fn app<'a>(ctx: &Context<'a>) -> &'a AppState {
+    ctx.data_unchecked::<AppState>()
 }
 
-/// Authenticates before the request body is even parsed: without a usable key nothing
-/// executes, introspection included.
-async fn execute(
-    State(app): State<AppState>,
-    axum::Extension(schema): axum::Extension<FormsSchema>,
-    request: Request,
-) -> Response {
-    let key = match auth::authenticate_headers(&app.pool, request.headers(), app.clock.now()).await
-    {
-        Ok(key) => key,
-        Err(error) => return graphql_error_response(error),
-    };
-    let graphql_request =
-        match GraphQLRequest::<async_graphql_axum::rejection::GraphQLRejection>::from_request(
-            request,
-            &(),
-        )
-        .await
-        {
-            Ok(graphql_request) => graphql_request,
-            Err(rejection) => return rejection.into_response(),
-        };
-    GraphQLResponse::from(schema.execute(graphql_request.into_inner().data(key)).await)
-        .into_response()
+/// Turns any failure into the GraphQL error of the one catalogue (`extensions.code`,
+/// `extensions.details`). async-graphql would also convert any `Display` type into an
+/// error without a code, so resolvers go through this rather than plain `?`.
+pub(crate) trait ResultExt<T> {
+    fn gql(self) -> async_graphql::Result<T>;
 }
 
-/// A request-level failure as a GraphQL error body, with the REST status.
-fn graphql_error_response(error: ApiError) -> Response {
-    let status = error.status();
-    let unauthorized = matches!(
-        error,
-        ApiError::AuthenticationRequired | ApiError::InvalidApiKey
-    );
-    let graphql_error = async_graphql::ErrorExtensions::extend(&error);
-    let server_error = graphql_error.into_server_error(async_graphql::Pos::default());
-    let mut body = json!({ "errors": [server_error] });
-    // A request error has no position in the document.
-    if let Some(first) = body["errors"].get_mut(0).and_then(|e| e.as_object_mut()) {
-        first.remove("locations");
+impl<T, E: Into<ApiError>> ResultExt<T> for Result<T, E> {
+    fn gql(self) -> async_graphql::Result<T> {
+        self.map_err(|error| error.into().extend())
     }
-    let mut response = (status, Json(body)).into_response();
-    if unauthorized {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+}
+
+/// Exclusive bounds: a range with nothing strictly inside (empty or inverted) is refused.
+pub(crate) fn time_range(
+    after: Option<Timestamp>,
+    before: Option<Timestamp>,
+) -> async_graphql::Result<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)> {
+    let (after, before) = (after.map(|t| t.0), before.map(|t| t.0));
+    if let (Some(after), Some(before)) = (after, before) {
+        if before <= after + chrono::Duration::microseconds(1) {
+            return Err(ApiError::InvalidTimeRange).gql();
+        }
     }
-    response
+    Ok((after, before))
 }

@@ -41,7 +41,7 @@ async fn health() -> Json<serde_json::Value> {
 async fn ready(State(app): State<AppState>) -> Response {
     match db::ping(&app.pool).await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
-        Err(error) => ApiError::StorageUnavailable(error).into_response(),
+        Err(error) => ApiError::from(error).into_response(),
     }
 }
 

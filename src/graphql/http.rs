@@ -1,0 +1,279 @@
+//! `/graphql` over HTTP, written for this service rather than taken from async-graphql-axum,
+//! because the stock handler does not do all of the following:
+//!
+//! - a management key on every operation, checked before the body is even parsed
+//!   (introspection included): 401 with `WWW-Authenticate: Bearer` and a GraphQL error;
+//! - POST only as `application/json` (text/plain, form and multipart bodies are refused,
+//!   which closes the CSRF door), no array batching, the body capped like every body;
+//! - GET for queries only: a mutation over GET is 405 with `Allow: POST`;
+//! - `application/json` answers unless the client asks for
+//!   `application/graphql-response+json`, in which case request errors use 4xx;
+//! - GraphiQL for a browser's GET.
+
+use async_graphql::http::GraphiQLSource;
+use async_graphql::parser::types::OperationType;
+use async_graphql::Variables;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use http_body_util::BodyExt;
+use serde_json::{json, Map, Value};
+
+use super::loaders::Loaders;
+use super::FormsSchema;
+use crate::app::AppState;
+use crate::auth;
+use crate::error::ApiError;
+
+pub fn routes(schema: FormsSchema) -> Router<AppState> {
+    Router::new().route(
+        "/graphql",
+        get(handle).post(handle).layer(Extension(schema)),
+    )
+}
+
+const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
+
+/// The response media type the client asked for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Json,
+    GraphqlResponseJson,
+}
+
+impl Answer {
+    fn from_accept(headers: &HeaderMap) -> Answer {
+        let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
+            return Answer::Json;
+        };
+        let quality = |wanted: &str| -> f32 {
+            accept
+                .split(',')
+                .filter_map(|range| {
+                    let mut parts = range.split(';');
+                    let media = parts.next()?.trim().to_ascii_lowercase();
+                    (media == wanted).then(|| {
+                        parts
+                            .filter_map(|p| p.trim().strip_prefix("q="))
+                            .find_map(|q| q.trim().parse::<f32>().ok())
+                            .unwrap_or(1.0)
+                    })
+                })
+                .fold(0.0, f32::max)
+        };
+        let modern = quality(GRAPHQL_RESPONSE_JSON);
+        if modern > 0.0 && modern >= quality("application/json") {
+            Answer::GraphqlResponseJson
+        } else {
+            Answer::Json
+        }
+    }
+
+    fn content_type(self) -> HeaderValue {
+        match self {
+            Answer::Json => HeaderValue::from_static("application/json; charset=utf-8"),
+            Answer::GraphqlResponseJson => HeaderValue::from_static("application/graphql-response+json; charset=utf-8"),
+        }
+    }
+}
+
+/// A request that could not become a GraphQL operation: an HTTP status and a message.
+struct Refusal {
+    status: StatusCode,
+    message: String,
+    allow: Option<&'static str>,
+}
+
+impl Refusal {
+    fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            message: message.into(),
+            allow: None,
+        }
+    }
+}
+
+fn json_response(status: StatusCode, answer: Answer, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, answer.content_type());
+    response
+}
+
+fn refusal_response(refusal: Refusal, answer: Answer) -> Response {
+    let body = json!({ "errors": [{ "message": refusal.message }] });
+    let mut response = json_response(refusal.status, answer, &body);
+    if let Some(allow) = refusal.allow {
+        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    }
+    response
+}
+
+/// A management-key failure as a GraphQL error body with the REST status.
+fn unauthorized(error: ApiError, answer: Answer) -> Response {
+    let status = error.status();
+    let body = json!({ "errors": [{
+        "message": error.to_string(),
+        "extensions": { "code": error.code().to_ascii_uppercase() },
+    }] });
+    let mut response = json_response(status, answer, &body);
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+fn wants_graphiql(method: &Method, headers: &HeaderMap, query: Option<&str>) -> bool {
+    let accepts_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"));
+    method == Method::GET && accepts_html && query.is_none_or(|q| !q.contains("query="))
+}
+
+async fn handle(
+    State(app): State<AppState>,
+    Extension(schema): Extension<FormsSchema>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let answer = Answer::from_accept(&parts.headers);
+    if wants_graphiql(&parts.method, &parts.headers, parts.uri.query()) {
+        return Html(GraphiQLSource::build().endpoint("/graphql").finish()).into_response();
+    }
+    // Nothing is read or executed before the key is checked.
+    let key = match auth::authenticate_headers(&app.pool, &parts.headers, app.clock.now()).await {
+        Ok(key) => key,
+        Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => return unauthorized(error, answer),
+        Err(error) => return error.into_response(),
+    };
+    let graphql_request = match parse_request(&parts.method, &parts.headers, parts.uri.query(), body, app.config.intake.max_body_bytes).await {
+        Ok(request) => request,
+        Err(refusal) => return refusal_response(refusal, answer),
+    };
+    if parts.method == Method::GET {
+        if let Err(refusal) = refuse_mutation_over_get(&graphql_request) {
+            return refusal_response(refusal, answer);
+        }
+    }
+    let response = schema
+        .execute(graphql_request.data(key).data(Loaders::new(&app)))
+        .await;
+    // A request error (the document did not parse or validate) has no data at all.
+    let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty();
+    let mut body = serde_json::to_value(&response).unwrap_or_else(|_| json!({ "errors": [{ "message": "the response could not be encoded" }] }));
+    if request_error {
+        if let Value::Object(object) = &mut body {
+            object.remove("data");
+        }
+    }
+    let status = match (answer, request_error) {
+        (Answer::GraphqlResponseJson, true) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    };
+    json_response(status, answer, &body)
+}
+
+/// Turns the HTTP request into a GraphQL request, or says why it cannot be one.
+async fn parse_request(
+    method: &Method,
+    headers: &HeaderMap,
+    query_string: Option<&str>,
+    body: Body,
+    limit_bytes: usize,
+) -> Result<async_graphql::Request, Refusal> {
+    let params: Map<String, Value> = if *method == Method::GET {
+        let mut params = Map::new();
+        for (name, value) in url::form_urlencoded::parse(query_string.unwrap_or_default().as_bytes()) {
+            let value = match name.as_ref() {
+                "variables" | "extensions" => serde_json::from_str(&value)
+                    .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, format!("the {name} parameter is not valid JSON")))?,
+                _ => Value::String(value.into_owned()),
+            };
+            params.insert(name.into_owned(), value);
+        }
+        params
+    } else {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let mut parameters = content_type.split(';').map(str::trim);
+        let media = parameters.next().unwrap_or_default();
+        let charset_ok = parameters
+            .filter_map(|p| p.strip_prefix("charset="))
+            .all(|charset| charset.trim_matches('"').eq_ignore_ascii_case("utf-8"));
+        if media != "application/json" || !charset_ok {
+            return Err(Refusal::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "POST bodies must be application/json (UTF-8)",
+            ));
+        }
+        let bytes: Bytes = match http_body_util::Limited::new(body, limit_bytes).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return Err(Refusal::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the request body must be at most {limit_bytes} bytes"),
+                ))
+            }
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(object)) => object,
+            Ok(Value::Array(_)) => {
+                return Err(Refusal::new(StatusCode::BAD_REQUEST, "batched requests are not supported"));
+            }
+            Ok(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "the body must be a JSON object")),
+            Err(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "the body is not valid JSON")),
+        }
+    };
+    let query = match params.get("query") {
+        Some(Value::String(query)) => query.clone(),
+        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "query must be a string")),
+        None => return Err(Refusal::new(StatusCode::BAD_REQUEST, "a query is required")),
+    };
+    let mut request = async_graphql::Request::new(query);
+    match params.get("operationName") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(name)) => request = request.operation_name(name.clone()),
+        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "operationName must be a string")),
+    }
+    match params.get("variables") {
+        None | Some(Value::Null) => {}
+        Some(variables @ Value::Object(_)) => request = request.variables(Variables::from_json(variables.clone())),
+        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "variables must be an object")),
+    }
+    match params.get("extensions") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => {}
+        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "extensions must be an object")),
+    }
+    Ok(request)
+}
+
+/// Mutations change state, so GET (which browsers and caches send freely) may not carry one.
+fn refuse_mutation_over_get(request: &async_graphql::Request) -> Result<(), Refusal> {
+    // A document that does not parse is left to the executor to report.
+    let Ok(document) = async_graphql::parser::parse_query(&request.query) else {
+        return Ok(());
+    };
+    let operation = match &request.operation_name {
+        Some(name) => document
+            .operations
+            .iter()
+            .find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name.as_str()))
+            .map(|(_, op)| op),
+        None => document.operations.iter().next().map(|(_, op)| op),
+    };
+    if operation.is_some_and(|op| op.node.ty == OperationType::Mutation) {
+        return Err(Refusal {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: "mutations are only accepted over POST".into(),
+            allow: Some("POST"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The query root.
+
+use async_graphql::connection::Connection;
+use async_graphql::{Context, InputObject, Object, Result, ID};
+
+use super::loaders::Loaders;
+use super::pagination::PageRequest;
+use super::types::{deliveries_page, submissions_page, Delivery, DeliveryCounts, DeliveryState, Endpoint, Submission, Timestamp};
+use super::{app, time_range, ResultExt};
+use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
+use crate::db::submissions::SubmissionFilter as SubmissionQuery;
+use crate::db::{self, DbError};
+
+/// Exclusive bounds on `receivedAt`.
+#[derive(InputObject, Default)]
+#[graphql(name = "SubmissionFilter")]
+pub struct SubmissionFilterInput {
+    pub endpoint_id: Option<ID>,
+    pub received_after: Option<Timestamp>,
+    pub received_before: Option<Timestamp>,
+}
+
+/// Exclusive bounds on `createdAt`.
+#[derive(InputObject, Default)]
+#[graphql(name = "DeliveryFilter")]
+pub struct DeliveryFilterInput {
+    pub endpoint_id: Option<ID>,
+    pub state: Option<DeliveryState>,
+    pub created_after: Option<Timestamp>,
+    pub created_before: Option<Timestamp>,
+}
+
+pub struct QueryRoot;
+
+#[Object(name = "Query")]
+impl QueryRoot {
+    /// The version of the running service.
+    async fn version(&self) -> &'static str {
+        env!("CARGO_PKG_VERSION")
+    }
+
+    async fn endpoint(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Endpoint>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.endpoints.load_one(id.0).await.gql()?.map(Endpoint))
+    }
+
+    /// Every endpoint, newest first.
+    async fn endpoints(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Endpoint>> {
+        let app = app(ctx);
+        let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
+        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
+        let rows = db::endpoints::page(&mut conn, page.after.clone(), page.fetch_limit()).await.gql()?;
+        Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Endpoint))
+    }
+
+    /// The only place submitted field values are returned.
+    async fn submission(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Submission>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.submissions.load_one(id.0).await.gql()?.map(Submission))
+    }
+
+    /// Submissions, newest first.
+    async fn submissions(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<SubmissionFilterInput>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Submission>> {
+        let filter = filter.unwrap_or_default();
+        let (received_after, received_before) = time_range(filter.received_after, filter.received_before)?;
+        let query = SubmissionQuery {
+            endpoint_id: filter.endpoint_id.map(|id| id.0),
+            received_after,
+            received_before,
+        };
+        submissions_page(ctx, &query, first, after).await
+    }
+
+    async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
+        let app = app(ctx);
+        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
+        let rows = db::deliveries::find_many(&mut conn, &[id.0]).await.gql()?;
+        Ok(rows.into_iter().next().map(Delivery))
+    }
+
+    /// Deliveries, newest first.
+    async fn deliveries(
+        &self,
+        ctx: &Context<'_>,
+        filter: Option<DeliveryFilterInput>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Delivery>> {
+        let filter = filter.unwrap_or_default();
+        let (created_after, created_before) = time_range(filter.created_after, filter.created_before)?;
+        let query = DeliveryQuery {
+            endpoint_id: filter.endpoint_id.map(|id| id.0),
+            state: filter.state.map(|state| state.as_db().to_string()),
+            created_after,
+            created_before,
+        };
+        deliveries_page(ctx, &query, first, after).await
+    }
+
+    /// How many deliveries are in each state, for one endpoint or all.
+    async fn delivery_counts(&self, ctx: &Context<'_>, endpoint_id: Option<ID>) -> Result<DeliveryCounts> {
+        let app = app(ctx);
+        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
+        let rows = db::deliveries::count_by_state(&mut conn, endpoint_id.as_ref().map(|id| id.0.as_str())).await.gql()?;
+        let mut counts = DeliveryCounts::default();
+        for (state, count) in rows {
+            match DeliveryState::from_db(&state) {
+                DeliveryState::Pending => counts.pending = count,
+                DeliveryState::Processing => counts.processing = count,
+                DeliveryState::Delivered => counts.delivered = count,
+                DeliveryState::Failed => counts.failed = count,
+            }
+        }
+        Ok(counts)
+    }
+}

@@ -1,0 +1,324 @@
+//! The object types of the schema (SPEC section 7). Field values appear only in
+//! `Submission.fields`; signing secrets never appear here.
+
+use async_graphql::connection::Connection;
+use async_graphql::{Context, Enum, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType, SimpleObject, Value, ID};
+use chrono::{DateTime, Utc};
+
+use super::loaders::Loaders;
+use super::pagination::PageRequest;
+use super::{app, ResultExt};
+use crate::clock::format_timestamp;
+use crate::db::deliveries::{AttemptRow, DeliveryFilter, DeliveryRow};
+use crate::db::endpoints::EndpointRow;
+use crate::db::submissions::{SubmissionFilter, SubmissionRow};
+use crate::db::{self, DbError};
+
+/// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timestamp(pub DateTime<Utc>);
+
+#[Scalar(name = "DateTime")]
+impl ScalarType for Timestamp {
+    fn parse(value: Value) -> InputValueResult<Self> {
+        match &value {
+            Value::String(text) => DateTime::parse_from_rfc3339(text)
+                .map(|time| Timestamp(time.with_timezone(&Utc)))
+                .map_err(|_| InputValueError::custom("expected an RFC 3339 date-time, such as 2026-08-24T14:34:27.651841Z")),
+            _ => Err(InputValueError::expected_type(value)),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Value::String(format_timestamp(self.0))
+    }
+}
+
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeliveryState {
+    Pending,
+    Processing,
+    Delivered,
+    Failed,
+}
+
+impl DeliveryState {
+    pub fn as_db(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Processing => "processing",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::Failed => "failed",
+        }
+    }
+
+    pub fn from_db(state: &str) -> DeliveryState {
+        match state {
+            "processing" => DeliveryState::Processing,
+            "delivered" => DeliveryState::Delivered,
+            "failed" => DeliveryState::Failed,
+            _ => DeliveryState::Pending,
+        }
+    }
+}
+
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AttemptOutcome {
+    Succeeded,
+    HttpError,
+    Timeout,
+    NetworkError,
+    BlockedDestination,
+}
+
+impl AttemptOutcome {
+    fn from_db(outcome: &str) -> AttemptOutcome {
+        match outcome {
+            "succeeded" => AttemptOutcome::Succeeded,
+            "http_error" => AttemptOutcome::HttpError,
+            "timeout" => AttemptOutcome::Timeout,
+            "blocked_destination" => AttemptOutcome::BlockedDestination,
+            _ => AttemptOutcome::NetworkError,
+        }
+    }
+}
+
+pub struct Endpoint(pub EndpointRow);
+
+#[Object]
+impl Endpoint {
+    async fn id(&self) -> ID {
+        ID(self.0.id.clone())
+    }
+    async fn name(&self) -> &str {
+        &self.0.name
+    }
+    async fn is_active(&self) -> bool {
+        self.0.is_active
+    }
+    async fn created_at(&self) -> Timestamp {
+        Timestamp(self.0.created_at)
+    }
+    async fn webhook_url(&self) -> Option<&str> {
+        self.0.webhook_url.as_deref()
+    }
+    async fn redirect_url(&self) -> Option<&str> {
+        self.0.redirect_url.as_deref()
+    }
+    async fn allowed_origins(&self) -> Vec<&str> {
+        self.0.allowed_origins().collect()
+    }
+    async fn honeypot_field(&self) -> Option<&str> {
+        self.0.honeypot_field.as_deref()
+    }
+
+    /// This endpoint's submissions, newest first.
+    async fn submissions(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Submission>> {
+        let filter = SubmissionFilter {
+            endpoint_id: Some(self.0.id.clone()),
+            ..SubmissionFilter::default()
+        };
+        submissions_page(ctx, &filter, first, after).await
+    }
+
+    /// This endpoint's deliveries, newest first.
+    async fn deliveries(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Delivery>> {
+        let filter = DeliveryFilter {
+            endpoint_id: Some(self.0.id.clone()),
+            ..DeliveryFilter::default()
+        };
+        deliveries_page(ctx, &filter, first, after).await
+    }
+}
+
+/// One field of a submission: its name and its values in submission order.
+#[derive(SimpleObject)]
+pub struct Field {
+    name: String,
+    values: Vec<String>,
+}
+
+pub struct Submission(pub SubmissionRow);
+
+#[Object]
+impl Submission {
+    async fn id(&self) -> ID {
+        ID(self.0.id.clone())
+    }
+    async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.endpoints.load_one(self.0.endpoint_id.clone()).await.gql()?.map(Endpoint))
+    }
+    async fn received_at(&self) -> Timestamp {
+        Timestamp(self.0.received_at)
+    }
+    /// How many values were submitted, counted one by one.
+    async fn field_count(&self) -> usize {
+        crate::intake::fields::count_stored_values(&self.0.fields)
+    }
+    /// Whether it was sent with an `Idempotency-Key` (the key itself is never shown).
+    async fn idempotent(&self) -> bool {
+        self.0.idempotency_key.is_some()
+    }
+    /// The submitted fields in stored order: the only place field values are returned.
+    async fn fields(&self) -> Vec<Field> {
+        self.0
+            .fields
+            .as_object()
+            .map(|object| {
+                object
+                    .iter()
+                    .map(|(name, values)| Field {
+                        name: name.clone(),
+                        values: values
+                            .as_array()
+                            .map(|values| values.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                            .unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    async fn delivery(&self, ctx: &Context<'_>) -> Result<Option<Delivery>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.delivery_by_submission.load_one(self.0.id.clone()).await.gql()?.map(Delivery))
+    }
+}
+
+pub struct Delivery(pub DeliveryRow);
+
+#[Object]
+impl Delivery {
+    async fn id(&self) -> ID {
+        ID(self.0.id.clone())
+    }
+    async fn state(&self) -> DeliveryState {
+        DeliveryState::from_db(&self.0.state)
+    }
+    /// Null once the submission was erased.
+    async fn submission(&self, ctx: &Context<'_>) -> Result<Option<Submission>> {
+        let Some(id) = &self.0.submission_id else {
+            return Ok(None);
+        };
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.submissions.load_one(id.clone()).await.gql()?.map(Submission))
+    }
+    async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders.endpoints.load_one(self.0.endpoint_id.clone()).await.gql()?.map(Endpoint))
+    }
+    /// The URL captured when the submission was accepted.
+    async fn destination_url(&self) -> &str {
+        &self.0.destination_url
+    }
+    /// Requests this delivery ever produced.
+    async fn attempts(&self) -> i32 {
+        self.0.attempts
+    }
+    /// Requests since it last entered the queue (the retry allowance is measured on this).
+    async fn cycle_attempts(&self) -> i32 {
+        self.0.cycle_attempts
+    }
+    async fn next_attempt_at(&self) -> Timestamp {
+        Timestamp(self.0.next_attempt_at)
+    }
+    async fn claim_expires_at(&self) -> Option<Timestamp> {
+        self.0.claim_expires_at.map(Timestamp)
+    }
+    async fn created_at(&self) -> Timestamp {
+        Timestamp(self.0.created_at)
+    }
+    async fn completed_at(&self) -> Option<Timestamp> {
+        self.0.completed_at.map(Timestamp)
+    }
+    /// Every request that went out, in number order, late ones included.
+    async fn attempt_history(&self, ctx: &Context<'_>) -> Result<Vec<DeliveryAttempt>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders
+            .attempts
+            .load_one(self.0.id.clone())
+            .await
+            .gql()?
+            .unwrap_or_default()
+            .into_iter()
+            .map(DeliveryAttempt)
+            .collect())
+    }
+}
+
+pub struct DeliveryAttempt(pub AttemptRow);
+
+#[Object]
+impl DeliveryAttempt {
+    async fn number(&self) -> i32 {
+        self.0.attempt_number
+    }
+    /// When the request started.
+    async fn attempted_at(&self) -> Timestamp {
+        Timestamp(self.0.attempted_at)
+    }
+    async fn outcome(&self) -> AttemptOutcome {
+        AttemptOutcome::from_db(&self.0.outcome)
+    }
+    async fn http_status(&self) -> Option<i32> {
+        self.0.response_status
+    }
+    /// The kind of failure; never a response body.
+    async fn error(&self) -> Option<&str> {
+        self.0.error.as_deref()
+    }
+    async fn duration_ms(&self) -> i32 {
+        self.0.duration_ms
+    }
+    /// Recorded by a worker whose claim had been superseded.
+    async fn late(&self) -> bool {
+        self.0.late
+    }
+}
+
+#[derive(SimpleObject, Default)]
+pub struct DeliveryCounts {
+    pub pending: i64,
+    pub processing: i64,
+    pub delivered: i64,
+    pub failed: i64,
+}
+
+#[derive(SimpleObject)]
+pub struct EndpointSecretPayload {
+    pub endpoint: Endpoint,
+    /// The signing secret, only when this mutation made a new one; never shown again.
+    pub webhook_secret: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct ReplayDeliveryPayload {
+    pub delivery: Delivery,
+}
+
+#[derive(SimpleObject)]
+pub struct ReplayDeliveriesPayload {
+    /// How many failed deliveries were put back in the queue.
+    pub count: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct DeleteSubmissionPayload {
+    pub deleted_submission_id: ID,
+}
+
+pub async fn submissions_page(ctx: &Context<'_>, filter: &SubmissionFilter, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Submission>> {
+    let app = app(ctx);
+    let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
+    let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
+    let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit()).await.gql()?;
+    Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
+}
+
+pub async fn deliveries_page(ctx: &Context<'_>, filter: &DeliveryFilter, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Delivery>> {
+    let app = app(ctx);
+    let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
+    let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
+    let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit()).await.gql()?;
+    Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))
+}
