@@ -18,7 +18,7 @@ pub struct CreateEndpointInput {
     pub id: ID,
     pub name: String,
     /// Defaults to true; `null` counts as left out.
-    #[graphql(default = true)]
+    #[graphql(default_with = "Some(true)")]
     pub is_active: Option<bool>,
     pub webhook_url: Option<String>,
     pub redirect_url: Option<String>,
