@@ -91,8 +91,13 @@ pub enum ApiError {
         submission_erased: bool,
     },
     #[error("The submission's delivery is still in progress; erase it once the delivery is delivered or failed.")]
-    SubmissionDeliveryInProgress { submission_id: String, state: String },
-    #[error("The time range is empty or inverted: the lower bound must be before the upper bound.")]
+    SubmissionDeliveryInProgress {
+        submission_id: String,
+        state: String,
+    },
+    #[error(
+        "The time range is empty or inverted: the lower bound must be before the upper bound."
+    )]
     InvalidTimeRange,
     #[error("The cursor is not valid; use a cursor from a previous page.")]
     InvalidCursor,
@@ -267,12 +272,17 @@ impl ApiError {
                 idempotency_key,
             } => json!({ "endpoint_id": endpoint_id, "idempotency_key": idempotency_key }),
             ApiError::EndpointAlreadyExists { endpoint_id }
-            | ApiError::EndpointHasNoWebhook { endpoint_id } => json!({ "endpoint_id": endpoint_id }),
-            ApiError::InvalidWebhookUrl { field, reason } | ApiError::InvalidInput { field, reason } => {
+            | ApiError::EndpointHasNoWebhook { endpoint_id } => {
+                json!({ "endpoint_id": endpoint_id })
+            }
+            ApiError::InvalidWebhookUrl { field, reason }
+            | ApiError::InvalidInput { field, reason } => {
                 json!({ "field": field, "reason": reason })
             }
             ApiError::DeliveryNotFound { delivery_id } => json!({ "delivery_id": delivery_id }),
-            ApiError::SubmissionNotFound { submission_id } => json!({ "submission_id": submission_id }),
+            ApiError::SubmissionNotFound { submission_id } => {
+                json!({ "submission_id": submission_id })
+            }
             ApiError::DeliveryNotReplayable {
                 delivery_id,
                 state,
@@ -284,7 +294,10 @@ impl ApiError {
                     json!({ "delivery_id": delivery_id, "state": state })
                 }
             }
-            ApiError::SubmissionDeliveryInProgress { submission_id, state } => {
+            ApiError::SubmissionDeliveryInProgress {
+                submission_id,
+                state,
+            } => {
                 json!({ "submission_id": submission_id, "state": state })
             }
             ApiError::PageSizeTooLarge { limit, requested } => {
@@ -508,7 +521,10 @@ mod tests {
         let (code, details) = graphql_code(error);
         assert_eq!(code, "DELIVERY_NOT_REPLAYABLE");
         let details = details.expect("details").into_json().unwrap();
-        assert_eq!(details, json!({"delivery_id": "whd_1", "state": "delivered"}));
+        assert_eq!(
+            details,
+            json!({"delivery_id": "whd_1", "state": "delivered"})
+        );
     }
 
     #[test]

@@ -327,7 +327,10 @@ pub struct DeliveryFilter {
     pub created_before: Option<DateTime<Utc>>,
 }
 
-pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<DeliveryRow>, DbError> {
+pub async fn find_many(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<DeliveryRow>, DbError> {
     Ok(webhook_deliveries::table
         .filter(webhook_deliveries::id.eq_any(ids))
         .select(DeliveryRow::as_select())
@@ -335,7 +338,10 @@ pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<V
         .await?)
 }
 
-pub async fn for_submissions(conn: &mut AsyncPgConnection, submission_ids: &[String]) -> Result<Vec<DeliveryRow>, DbError> {
+pub async fn for_submissions(
+    conn: &mut AsyncPgConnection,
+    submission_ids: &[String],
+) -> Result<Vec<DeliveryRow>, DbError> {
     Ok(webhook_deliveries::table
         .filter(webhook_deliveries::submission_id.eq_any(submission_ids))
         .select(DeliveryRow::as_select())
@@ -344,11 +350,17 @@ pub async fn for_submissions(conn: &mut AsyncPgConnection, submission_ids: &[Str
 }
 
 /// Every attempt of the given deliveries, in number order.
-pub async fn attempts_for(conn: &mut AsyncPgConnection, delivery_ids: &[String]) -> Result<Vec<AttemptRow>, DbError> {
+pub async fn attempts_for(
+    conn: &mut AsyncPgConnection,
+    delivery_ids: &[String],
+) -> Result<Vec<AttemptRow>, DbError> {
     use super::schema::delivery_attempts;
     Ok(delivery_attempts::table
         .filter(delivery_attempts::delivery_id.eq_any(delivery_ids))
-        .order((delivery_attempts::delivery_id, delivery_attempts::attempt_number))
+        .order((
+            delivery_attempts::delivery_id,
+            delivery_attempts::attempt_number,
+        ))
         .select(AttemptRow::as_select())
         .load(conn)
         .await?)
@@ -361,7 +373,9 @@ pub async fn page(
     after: Option<(DateTime<Utc>, String)>,
     limit: i64,
 ) -> Result<Vec<DeliveryRow>, DbError> {
-    let mut query = webhook_deliveries::table.select(DeliveryRow::as_select()).into_boxed();
+    let mut query = webhook_deliveries::table
+        .select(DeliveryRow::as_select())
+        .into_boxed();
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
     }
@@ -378,14 +392,20 @@ pub async fn page(
         query = query.filter(super::keyset_before("created_at", "id", created_at, id));
     }
     Ok(query
-        .order((webhook_deliveries::created_at.desc(), webhook_deliveries::id.desc()))
+        .order((
+            webhook_deliveries::created_at.desc(),
+            webhook_deliveries::id.desc(),
+        ))
         .limit(limit)
         .load(conn)
         .await?)
 }
 
 /// How many deliveries are in each state, optionally for one endpoint.
-pub async fn count_by_state(conn: &mut AsyncPgConnection, endpoint_id: Option<&str>) -> Result<Vec<(String, i64)>, DbError> {
+pub async fn count_by_state(
+    conn: &mut AsyncPgConnection,
+    endpoint_id: Option<&str>,
+) -> Result<Vec<(String, i64)>, DbError> {
     let mut query = webhook_deliveries::table
         .group_by(webhook_deliveries::state)
         .select((webhook_deliveries::state, diesel::dsl::count_star()))
@@ -402,13 +422,20 @@ pub enum ReplayOutcome {
     Replayed(DeliveryRow),
     NotFound,
     /// Not `failed`, or its submission was erased (`submission_erased`).
-    NotReplayable { state: String, submission_erased: bool },
+    NotReplayable {
+        state: String,
+        submission_erased: bool,
+    },
 }
 
 /// Puts a failed delivery back in the queue in one conditional update: `pending`, due
 /// now, a fresh cycle (`cycle_attempts = 0`), no claim, no completion. `attempts` and the
 /// history stay, so numbering continues. Wakes the workers in the same transaction.
-pub async fn replay(conn: &mut AsyncPgConnection, id: &str, now: DateTime<Utc>) -> Result<ReplayOutcome, DbError> {
+pub async fn replay(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<ReplayOutcome, DbError> {
     use diesel_async::AsyncConnection;
     let id = id.to_string();
     Ok(conn
@@ -454,7 +481,11 @@ pub struct ReplayFilter {
 }
 
 /// Replays every failed delivery matching the filter in one statement; returns how many.
-pub async fn replay_matching(conn: &mut AsyncPgConnection, filter: &ReplayFilter, now: DateTime<Utc>) -> Result<usize, DbError> {
+pub async fn replay_matching(
+    conn: &mut AsyncPgConnection,
+    filter: &ReplayFilter,
+    now: DateTime<Utc>,
+) -> Result<usize, DbError> {
     use diesel_async::AsyncConnection;
     let filter = filter.clone();
     Ok(conn

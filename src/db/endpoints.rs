@@ -91,7 +91,10 @@ pub fn is_duplicate_id(error: &DbError) -> bool {
     )
 }
 
-pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<EndpointRow>, DbError> {
+pub async fn find_many(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<EndpointRow>, DbError> {
     Ok(endpoints::table
         .filter(endpoints::id.eq_any(ids))
         .select(EndpointRow::as_select())
@@ -105,7 +108,9 @@ pub async fn page(
     after: Option<(DateTime<Utc>, String)>,
     limit: i64,
 ) -> Result<Vec<EndpointRow>, DbError> {
-    let mut query = endpoints::table.select(EndpointRow::as_select()).into_boxed();
+    let mut query = endpoints::table
+        .select(EndpointRow::as_select())
+        .into_boxed();
     if let Some((created_at, id)) = after {
         query = query.filter(super::keyset_before("created_at", "id", created_at, id));
     }
@@ -118,7 +123,11 @@ pub async fn page(
 
 /// Locks the endpoint, lets `change` compute its new state from the current one, and
 /// writes it, all in one transaction. `Ok(None)` when no endpoint has the id.
-pub async fn update_with<E, F>(conn: &mut AsyncPgConnection, id: &str, change: F) -> Result<Option<EndpointRow>, E>
+pub async fn update_with<E, F>(
+    conn: &mut AsyncPgConnection,
+    id: &str,
+    change: F,
+) -> Result<Option<EndpointRow>, E>
 where
     E: From<diesel::result::Error> + Send + 'static,
     F: FnOnce(EndpointRow) -> Result<NewEndpoint, E> + Send + 'static,

@@ -126,7 +126,10 @@ pub fn keyset_before(
     id_column: &'static str,
     time: chrono::DateTime<chrono::Utc>,
     id: String,
-) -> diesel::expression::SqlLiteral<diesel::sql_types::Bool, impl diesel::query_builder::QueryFragment<diesel::pg::Pg>> {
+) -> diesel::expression::SqlLiteral<
+    diesel::sql_types::Bool,
+    impl diesel::query_builder::QueryFragment<diesel::pg::Pg>,
+> {
     use diesel::sql_types::{Text, Timestamptz};
     diesel::dsl::sql::<diesel::sql_types::Bool>("(")
         .sql(time_column)

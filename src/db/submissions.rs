@@ -159,7 +159,10 @@ pub struct SubmissionFilter {
     pub received_before: Option<DateTime<Utc>>,
 }
 
-pub async fn find_many(conn: &mut AsyncPgConnection, ids: &[String]) -> Result<Vec<SubmissionRow>, DbError> {
+pub async fn find_many(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<SubmissionRow>, DbError> {
     use super::schema::submissions;
     Ok(submissions::table
         .filter(submissions::id.eq_any(ids))
@@ -176,7 +179,9 @@ pub async fn page(
     limit: i64,
 ) -> Result<Vec<SubmissionRow>, DbError> {
     use super::schema::submissions;
-    let mut query = submissions::table.select(SubmissionRow::as_select()).into_boxed();
+    let mut query = submissions::table
+        .select(SubmissionRow::as_select())
+        .into_boxed();
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
     }
@@ -202,7 +207,9 @@ pub enum EraseOutcome {
     Erased,
     NotFound,
     /// Its delivery is still owed (`pending` or `processing`): nothing was erased.
-    DeliveryInProgress { state: String },
+    DeliveryInProgress {
+        state: String,
+    },
 }
 
 /// Erases a submission unless its delivery is still owed. The delivery row is locked first,
@@ -225,7 +232,9 @@ pub async fn erase(conn: &mut AsyncPgConnection, id: &str) -> Result<EraseOutcom
             if let Some(state) = state.filter(|s| s == "pending" || s == "processing") {
                 return Ok(EraseOutcome::DeliveryInProgress { state });
             }
-            let deleted = diesel::delete(submissions::table.find(&id)).execute(conn).await?;
+            let deleted = diesel::delete(submissions::table.find(&id))
+                .execute(conn)
+                .await?;
             Ok(if deleted == 1 {
                 EraseOutcome::Erased
             } else {

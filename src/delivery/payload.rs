@@ -47,6 +47,14 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     format!("v1={}", hmac_sha256_hex(secret.as_bytes(), body))
 }
 
+/// A new signing secret: `whsec_` and 64 lowercase hex digits (32 random bytes).
+pub fn new_secret() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("whsec_{}", hex::encode(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,12 +93,4 @@ mod tests {
             format!("v1={}", hmac_sha256_hex("0".repeat(64).as_bytes(), b"{}"))
         );
     }
-}
-
-/// A new signing secret: `whsec_` and 64 lowercase hex digits (32 random bytes).
-pub fn new_secret() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("whsec_{}", hex::encode(bytes))
 }

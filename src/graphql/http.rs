@@ -75,7 +75,9 @@ impl Answer {
     fn content_type(self) -> HeaderValue {
         match self {
             Answer::Json => HeaderValue::from_static("application/json; charset=utf-8"),
-            Answer::GraphqlResponseJson => HeaderValue::from_static("application/graphql-response+json; charset=utf-8"),
+            Answer::GraphqlResponseJson => {
+                HeaderValue::from_static("application/graphql-response+json; charset=utf-8")
+            }
         }
     }
 }
@@ -99,7 +101,9 @@ impl Refusal {
 
 fn json_response(status: StatusCode, answer: Answer, body: &Value) -> Response {
     let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, answer.content_type());
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, answer.content_type());
     response
 }
 
@@ -107,7 +111,9 @@ fn refusal_response(refusal: Refusal, answer: Answer) -> Response {
     let body = json!({ "errors": [{ "message": refusal.message }] });
     let mut response = json_response(refusal.status, answer, &body);
     if let Some(allow) = refusal.allow {
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(allow));
     }
     response
 }
@@ -147,10 +153,20 @@ async fn handle(
     // Nothing is read or executed before the key is checked.
     let key = match auth::authenticate_headers(&app.pool, &parts.headers, app.clock.now()).await {
         Ok(key) => key,
-        Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => return unauthorized(error, answer),
+        Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
+            return unauthorized(error, answer)
+        }
         Err(error) => return error.into_response(),
     };
-    let graphql_request = match parse_request(&parts.method, &parts.headers, parts.uri.query(), body, app.config.intake.max_body_bytes).await {
+    let graphql_request = match parse_request(
+        &parts.method,
+        &parts.headers,
+        parts.uri.query(),
+        body,
+        app.config.intake.max_body_bytes,
+    )
+    .await
+    {
         Ok(request) => request,
         Err(refusal) => return refusal_response(refusal, answer),
     };
@@ -164,7 +180,9 @@ async fn handle(
         .await;
     // A request error (the document did not parse or validate) has no data at all.
     let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty();
-    let mut body = serde_json::to_value(&response).unwrap_or_else(|_| json!({ "errors": [{ "message": "the response could not be encoded" }] }));
+    let mut body = serde_json::to_value(&response).unwrap_or_else(
+        |_| json!({ "errors": [{ "message": "the response could not be encoded" }] }),
+    );
     if request_error {
         if let Value::Object(object) = &mut body {
             object.remove("data");
@@ -187,10 +205,16 @@ async fn parse_request(
 ) -> Result<async_graphql::Request, Refusal> {
     let params: Map<String, Value> = if *method == Method::GET {
         let mut params = Map::new();
-        for (name, value) in url::form_urlencoded::parse(query_string.unwrap_or_default().as_bytes()) {
+        for (name, value) in
+            url::form_urlencoded::parse(query_string.unwrap_or_default().as_bytes())
+        {
             let value = match name.as_ref() {
-                "variables" | "extensions" => serde_json::from_str(&value)
-                    .map_err(|_| Refusal::new(StatusCode::BAD_REQUEST, format!("the {name} parameter is not valid JSON")))?,
+                "variables" | "extensions" => serde_json::from_str(&value).map_err(|_| {
+                    Refusal::new(
+                        StatusCode::BAD_REQUEST,
+                        format!("the {name} parameter is not valid JSON"),
+                    )
+                })?,
                 _ => Value::String(value.into_owned()),
             };
             params.insert(name.into_owned(), value);
@@ -213,7 +237,10 @@ async fn parse_request(
                 "POST bodies must be application/json (UTF-8)",
             ));
         }
-        let bytes: Bytes = match http_body_util::Limited::new(body, limit_bytes).collect().await {
+        let bytes: Bytes = match http_body_util::Limited::new(body, limit_bytes)
+            .collect()
+            .await
+        {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
                 return Err(Refusal::new(
@@ -225,31 +252,66 @@ async fn parse_request(
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(object)) => object,
             Ok(Value::Array(_)) => {
-                return Err(Refusal::new(StatusCode::BAD_REQUEST, "batched requests are not supported"));
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "batched requests are not supported",
+                ));
             }
-            Ok(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "the body must be a JSON object")),
-            Err(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "the body is not valid JSON")),
+            Ok(_) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "the body must be a JSON object",
+                ))
+            }
+            Err(_) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "the body is not valid JSON",
+                ))
+            }
         }
     };
     let query = match params.get("query") {
         Some(Value::String(query)) => query.clone(),
-        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "query must be a string")),
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "query must be a string",
+            ))
+        }
         None => return Err(Refusal::new(StatusCode::BAD_REQUEST, "a query is required")),
     };
     let mut request = async_graphql::Request::new(query);
     match params.get("operationName") {
         None | Some(Value::Null) => {}
         Some(Value::String(name)) => request = request.operation_name(name.clone()),
-        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "operationName must be a string")),
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "operationName must be a string",
+            ))
+        }
     }
     match params.get("variables") {
         None | Some(Value::Null) => {}
-        Some(variables @ Value::Object(_)) => request = request.variables(Variables::from_json(variables.clone())),
-        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "variables must be an object")),
+        Some(variables @ Value::Object(_)) => {
+            request = request.variables(Variables::from_json(variables.clone()))
+        }
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "variables must be an object",
+            ))
+        }
     }
     match params.get("extensions") {
         None | Some(Value::Null) | Some(Value::Object(_)) => {}
-        Some(_) => return Err(Refusal::new(StatusCode::BAD_REQUEST, "extensions must be an object")),
+        Some(_) => {
+            return Err(Refusal::new(
+                StatusCode::BAD_REQUEST,
+                "extensions must be an object",
+            ))
+        }
     }
     Ok(request)
 }

@@ -27,7 +27,10 @@ impl Loaders {
         Loaders {
             endpoints: DataLoader::new(EndpointLoader(app.clone()), tokio::spawn),
             submissions: DataLoader::new(SubmissionLoader(app.clone()), tokio::spawn),
-            delivery_by_submission: DataLoader::new(DeliveryBySubmissionLoader(app.clone()), tokio::spawn),
+            delivery_by_submission: DataLoader::new(
+                DeliveryBySubmissionLoader(app.clone()),
+                tokio::spawn,
+            ),
             attempts: DataLoader::new(AttemptLoader(app.clone()), tokio::spawn),
         }
     }
@@ -43,8 +46,15 @@ impl Loader<String> for EndpointLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
-        let mut conn = self.0.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::endpoints::find_many(&mut conn, keys).await.map_err(Arc::new)?;
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let rows = db::endpoints::find_many(&mut conn, keys)
+            .await
+            .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
     }
 }
@@ -54,8 +64,15 @@ impl Loader<String> for SubmissionLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, SubmissionRow>, LoadError> {
-        let mut conn = self.0.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::submissions::find_many(&mut conn, keys).await.map_err(Arc::new)?;
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let rows = db::submissions::find_many(&mut conn, keys)
+            .await
+            .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
     }
 }
@@ -65,8 +82,15 @@ impl Loader<String> for DeliveryBySubmissionLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, DeliveryRow>, LoadError> {
-        let mut conn = self.0.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::deliveries::for_submissions(&mut conn, keys).await.map_err(Arc::new)?;
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let rows = db::deliveries::for_submissions(&mut conn, keys)
+            .await
+            .map_err(Arc::new)?;
         Ok(rows
             .into_iter()
             .filter_map(|row| Some((row.submission_id.clone()?, row)))
@@ -80,11 +104,21 @@ impl Loader<String> for AttemptLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, Vec<AttemptRow>>, LoadError> {
-        let mut conn = self.0.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::deliveries::attempts_for(&mut conn, keys).await.map_err(Arc::new)?;
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let rows = db::deliveries::attempts_for(&mut conn, keys)
+            .await
+            .map_err(Arc::new)?;
         let mut by_delivery: HashMap<String, Vec<AttemptRow>> = HashMap::new();
         for row in rows {
-            by_delivery.entry(row.delivery_id.clone()).or_default().push(row);
+            by_delivery
+                .entry(row.delivery_id.clone())
+                .or_default()
+                .push(row);
         }
         Ok(by_delivery)
     }

@@ -30,7 +30,9 @@ pub fn build_schema(app: AppState) -> FormsSchema {
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription).finish().sdl()
+    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+        .finish()
+        .sdl()
 }
 
 pub use http::routes;
@@ -52,11 +54,14 @@ impl<T, E: Into<ApiError>> ResultExt<T> for Result<T, E> {
     }
 }
 
+/// Exclusive time bounds: (after, before).
+pub(crate) type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
 /// Exclusive bounds: a range with nothing strictly inside (empty or inverted) is refused.
 pub(crate) fn time_range(
     after: Option<Timestamp>,
     before: Option<Timestamp>,
-) -> async_graphql::Result<(Option<DateTime<Utc>>, Option<DateTime<Utc>>)> {
+) -> async_graphql::Result<TimeRange> {
     let (after, before) = (after.map(|t| t.0), before.map(|t| t.0));
     if let (Some(after), Some(before)) = (after, before) {
         if before <= after + chrono::Duration::microseconds(1) {

@@ -3,7 +3,10 @@
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, ID};
 use url::Url;
 
-use super::types::{DeleteSubmissionPayload, Delivery, Endpoint, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload, Timestamp};
+use super::types::{
+    DeleteSubmissionPayload, Delivery, Endpoint, EndpointSecretPayload, ReplayDeliveriesPayload,
+    ReplayDeliveryPayload, Timestamp,
+};
 use super::{app, time_range, ResultExt};
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
 use crate::db::endpoints::NewEndpoint;
@@ -72,9 +75,13 @@ fn valid_webhook_url(url: &str, allow_private: bool) -> Result<String, ApiError>
 }
 
 fn valid_redirect_url(url: &str) -> Result<String, ApiError> {
-    let parsed = Url::parse(url.trim()).map_err(|_| invalid("redirectUrl", "must be an absolute http or https URL"))?;
+    let parsed = Url::parse(url.trim())
+        .map_err(|_| invalid("redirectUrl", "must be an absolute http or https URL"))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-        return Err(invalid("redirectUrl", "must be an absolute http or https URL"));
+        return Err(invalid(
+            "redirectUrl",
+            "must be an absolute http or https URL",
+        ));
     }
     if url.chars().count() > 2048 {
         return Err(invalid("redirectUrl", "must be at most 2048 characters"));
@@ -90,11 +97,18 @@ fn valid_origins(origins: &[String]) -> Result<Vec<Option<String>>, ApiError> {
     }
     let mut valid: Vec<Option<String>> = Vec::new();
     for origin in origins {
-        let parsed = Url::parse(origin.trim()).map_err(|_| invalid("allowedOrigins", "each origin must be scheme://host[:port]"))?;
+        let parsed = Url::parse(origin.trim())
+            .map_err(|_| invalid("allowedOrigins", "each origin must be scheme://host[:port]"))?;
         let serialised = parsed.origin().ascii_serialization();
-        let bare = parsed.path() == "/" && parsed.query().is_none() && parsed.fragment().is_none() && parsed.username().is_empty();
+        let bare = parsed.path() == "/"
+            && parsed.query().is_none()
+            && parsed.fragment().is_none()
+            && parsed.username().is_empty();
         if !matches!(parsed.scheme(), "http" | "https") || !bare || serialised == "null" {
-            return Err(invalid("allowedOrigins", "each origin must be scheme://host[:port]"));
+            return Err(invalid(
+                "allowedOrigins",
+                "each origin must be scheme://host[:port]",
+            ));
         }
         if !valid.contains(&Some(serialised.clone())) {
             valid.push(Some(serialised));
@@ -106,7 +120,9 @@ fn valid_origins(origins: &[String]) -> Result<Vec<Option<String>>, ApiError> {
 fn valid_honeypot(name: &str, max_length: usize) -> Result<String, ApiError> {
     let bad = name.is_empty()
         || name.chars().count() > max_length
-        || name.chars().any(|c| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}'));
+        || name
+            .chars()
+            .any(|c| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}'));
     if bad {
         return Err(invalid("honeypotField", "must be a valid field name"));
     }
@@ -118,7 +134,11 @@ pub struct MutationRoot;
 #[Object(name = "Mutation")]
 impl MutationRoot {
     /// Creates an endpoint. A webhook URL gets a new signing secret, returned here only.
-    async fn create_endpoint(&self, ctx: &Context<'_>, input: CreateEndpointInput) -> Result<EndpointSecretPayload> {
+    async fn create_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        input: CreateEndpointInput,
+    ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
         let config = &app.config;
         if !ids::is_valid_endpoint_id(&input.id) {
@@ -131,7 +151,9 @@ impl MutationRoot {
             .map(|url| valid_webhook_url(url, config.webhook.allow_private_targets))
             .transpose()
             .gql()?;
-        let webhook_secret = webhook_url.as_ref().map(|_| crate::delivery::payload::new_secret());
+        let webhook_secret = webhook_url
+            .as_ref()
+            .map(|_| crate::delivery::payload::new_secret());
         let endpoint = NewEndpoint {
             id: input.id.0.clone(),
             name,
@@ -139,8 +161,14 @@ impl MutationRoot {
             created_at: app.clock.now(),
             webhook_url,
             webhook_secret: webhook_secret.clone(),
-            redirect_url: input.redirect_url.as_deref().map(valid_redirect_url).transpose().gql()?,
-            allowed_origins: valid_origins(input.allowed_origins.as_deref().unwrap_or_default()).gql()?,
+            redirect_url: input
+                .redirect_url
+                .as_deref()
+                .map(valid_redirect_url)
+                .transpose()
+                .gql()?,
+            allowed_origins: valid_origins(input.allowed_origins.as_deref().unwrap_or_default())
+                .gql()?,
             honeypot_field: input
                 .honeypot_field
                 .as_deref()
@@ -152,7 +180,10 @@ impl MutationRoot {
         match db::endpoints::insert(&mut conn, &endpoint).await {
             Ok(()) => {}
             Err(error) if db::endpoints::is_duplicate_id(&error) => {
-                return Err(ApiError::EndpointAlreadyExists { endpoint_id: input.id.0 }).gql();
+                return Err(ApiError::EndpointAlreadyExists {
+                    endpoint_id: input.id.0,
+                })
+                .gql();
             }
             Err(error) => return Err(error).gql(),
         }
@@ -170,7 +201,11 @@ impl MutationRoot {
     /// Changes an endpoint. Left out: unchanged; `webhookUrl: null`: webhook and secret
     /// removed; the same URL: nothing changes; a different URL: validated, new secret.
     /// Queued deliveries keep the URL and secret they were accepted with.
-    async fn update_endpoint(&self, ctx: &Context<'_>, input: UpdateEndpointInput) -> Result<EndpointSecretPayload> {
+    async fn update_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        input: UpdateEndpointInput,
+    ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
         let config = &app.config;
         let name = input.name.as_deref().map(valid_name).transpose().gql()?;
@@ -185,7 +220,9 @@ impl MutationRoot {
             MaybeUndefined::Undefined => None,
         };
         let honeypot_field = match &input.honeypot_field {
-            MaybeUndefined::Value(field) => MaybeUndefined::Value(valid_honeypot(field, config.intake.max_field_name_length).gql()?),
+            MaybeUndefined::Value(field) => MaybeUndefined::Value(
+                valid_honeypot(field, config.intake.max_field_name_length).gql()?,
+            ),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
@@ -195,45 +232,49 @@ impl MutationRoot {
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let updated = db::endpoints::update_with::<ApiError, _>(&mut conn, &input.id, move |current| {
-            let mut next = NewEndpoint::from(current);
-            if let Some(name) = name {
-                next.name = name;
-            }
-            if let Some(is_active) = is_active {
-                next.is_active = is_active;
-            }
-            match webhook_url {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => {
-                    next.webhook_url = None;
-                    next.webhook_secret = None;
+        let updated =
+            db::endpoints::update_with::<ApiError, _>(&mut conn, &input.id, move |current| {
+                let mut next = NewEndpoint::from(current);
+                if let Some(name) = name {
+                    next.name = name;
                 }
-                MaybeUndefined::Value(url) if Some(url.trim()) == next.webhook_url.as_deref() => {}
-                MaybeUndefined::Value(url) => {
-                    next.webhook_url = Some(valid_webhook_url(&url, allow_private)?);
-                    next.webhook_secret = Some(secret_for_change);
+                if let Some(is_active) = is_active {
+                    next.is_active = is_active;
                 }
-            }
-            match redirect_url {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.redirect_url = None,
-                MaybeUndefined::Value(url) => next.redirect_url = Some(url),
-            }
-            if let Some(origins) = allowed_origins {
-                next.allowed_origins = origins;
-            }
-            match honeypot_field {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.honeypot_field = None,
-                MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
-            }
-            Ok(next)
-        })
-        .await
-        .gql()?;
+                match webhook_url {
+                    MaybeUndefined::Undefined => {}
+                    MaybeUndefined::Null => {
+                        next.webhook_url = None;
+                        next.webhook_secret = None;
+                    }
+                    MaybeUndefined::Value(url)
+                        if Some(url.trim()) == next.webhook_url.as_deref() => {}
+                    MaybeUndefined::Value(url) => {
+                        next.webhook_url = Some(valid_webhook_url(&url, allow_private)?);
+                        next.webhook_secret = Some(secret_for_change);
+                    }
+                }
+                match redirect_url {
+                    MaybeUndefined::Undefined => {}
+                    MaybeUndefined::Null => next.redirect_url = None,
+                    MaybeUndefined::Value(url) => next.redirect_url = Some(url),
+                }
+                if let Some(origins) = allowed_origins {
+                    next.allowed_origins = origins;
+                }
+                match honeypot_field {
+                    MaybeUndefined::Undefined => {}
+                    MaybeUndefined::Null => next.honeypot_field = None,
+                    MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
+                }
+                Ok(next)
+            })
+            .await
+            .gql()?;
         let row = updated
-            .ok_or(ApiError::EndpointNotFound { endpoint_id: input.id.0 })
+            .ok_or(ApiError::EndpointNotFound {
+                endpoint_id: input.id.0,
+            })
             .gql()?;
         let made = row.webhook_secret.as_deref() == Some(candidate_secret.as_str());
         Ok(EndpointSecretPayload {
@@ -243,24 +284,31 @@ impl MutationRoot {
     }
 
     /// A new signing secret for the same URL; queued deliveries keep the old one.
-    async fn rotate_webhook_secret(&self, ctx: &Context<'_>, endpoint_id: ID) -> Result<EndpointSecretPayload> {
+    async fn rotate_webhook_secret(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: ID,
+    ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
         let secret = crate::delivery::payload::new_secret();
         let new_secret = secret.clone();
         let id = endpoint_id.0.clone();
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let updated = db::endpoints::update_with::<ApiError, _>(&mut conn, &endpoint_id, move |current| {
-            if current.webhook_url.is_none() {
-                return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
-            }
-            let mut next = NewEndpoint::from(current);
-            next.webhook_secret = Some(new_secret);
-            Ok(next)
-        })
-        .await
-        .gql()?;
+        let updated =
+            db::endpoints::update_with::<ApiError, _>(&mut conn, &endpoint_id, move |current| {
+                if current.webhook_url.is_none() {
+                    return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
+                }
+                let mut next = NewEndpoint::from(current);
+                next.webhook_secret = Some(new_secret);
+                Ok(next)
+            })
+            .await
+            .gql()?;
         let row = updated
-            .ok_or(ApiError::EndpointNotFound { endpoint_id: endpoint_id.0 })
+            .ok_or(ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.0,
+            })
             .gql()?;
         Ok(EndpointSecretPayload {
             endpoint: Endpoint(row),
@@ -272,10 +320,18 @@ impl MutationRoot {
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> Result<ReplayDeliveryPayload> {
         let app = app(ctx);
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        match db::deliveries::replay(&mut conn, &id, app.clock.now()).await.gql()? {
-            ReplayOutcome::Replayed(row) => Ok(ReplayDeliveryPayload { delivery: Delivery(row) }),
+        match db::deliveries::replay(&mut conn, &id, app.clock.now())
+            .await
+            .gql()?
+        {
+            ReplayOutcome::Replayed(row) => Ok(ReplayDeliveryPayload {
+                delivery: Delivery(row),
+            }),
             ReplayOutcome::NotFound => Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql(),
-            ReplayOutcome::NotReplayable { state, submission_erased } => Err(ApiError::DeliveryNotReplayable {
+            ReplayOutcome::NotReplayable {
+                state,
+                submission_erased,
+            } => Err(ApiError::DeliveryNotReplayable {
                 delivery_id: id.0,
                 state,
                 submission_erased,
@@ -285,7 +341,11 @@ impl MutationRoot {
     }
 
     /// Replays every failed delivery matching the filter, in one statement.
-    async fn replay_deliveries(&self, ctx: &Context<'_>, filter: ReplayFilter) -> Result<ReplayDeliveriesPayload> {
+    async fn replay_deliveries(
+        &self,
+        ctx: &Context<'_>,
+        filter: ReplayFilter,
+    ) -> Result<ReplayDeliveriesPayload> {
         let app = app(ctx);
         let (failed_after, failed_before) = time_range(filter.failed_after, filter.failed_before)?;
         let query = ReplayQuery {
@@ -294,7 +354,9 @@ impl MutationRoot {
             failed_before,
         };
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let count = db::deliveries::replay_matching(&mut conn, &query, app.clock.now()).await.gql()?;
+        let count = db::deliveries::replay_matching(&mut conn, &query, app.clock.now())
+            .await
+            .gql()?;
         Ok(ReplayDeliveriesPayload {
             count: i32::try_from(count).unwrap_or(i32::MAX),
         })
@@ -302,17 +364,28 @@ impl MutationRoot {
 
     /// Erases a submission's values (a GDPR request) unless its delivery is still owed.
     /// Its delivery and attempt history stay, without the submission.
-    async fn delete_submission(&self, ctx: &Context<'_>, id: ID) -> Result<DeleteSubmissionPayload> {
+    async fn delete_submission(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<DeleteSubmissionPayload> {
         let app = app(ctx);
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
         match db::submissions::erase(&mut conn, &id).await.gql()? {
-            EraseOutcome::Erased => Ok(DeleteSubmissionPayload { deleted_submission_id: id }),
-            EraseOutcome::NotFound => Err(ApiError::SubmissionNotFound { submission_id: id.0 }).gql(),
-            EraseOutcome::DeliveryInProgress { state } => Err(ApiError::SubmissionDeliveryInProgress {
+            EraseOutcome::Erased => Ok(DeleteSubmissionPayload {
+                deleted_submission_id: id,
+            }),
+            EraseOutcome::NotFound => Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,
-                state,
             })
             .gql(),
+            EraseOutcome::DeliveryInProgress { state } => {
+                Err(ApiError::SubmissionDeliveryInProgress {
+                    submission_id: id.0,
+                    state,
+                })
+                .gql()
+            }
         }
     }
 }

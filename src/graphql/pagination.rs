@@ -67,7 +67,10 @@ impl PageRequest {
             }
             Some(n) => n as usize,
         };
-        let after = after.map(|cursor| decode_cursor(&cursor)).transpose().gql()?;
+        let after = after
+            .map(|cursor| decode_cursor(&cursor))
+            .transpose()
+            .gql()?;
         Ok(PageRequest { first, after })
     }
 
@@ -100,16 +103,30 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_refuse_edits() {
-        let position = (DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap(), "whd_abc".to_string());
+        let position = (
+            DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap(),
+            "whd_abc".to_string(),
+        );
         let cursor = encode_cursor(&position);
         assert_eq!(decode_cursor(&cursor).unwrap(), position);
         assert!(!cursor.contains("whd_"), "opaque");
-        let mut edited = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&cursor).unwrap()).unwrap();
+        let mut edited = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(&cursor)
+                .unwrap(),
+        )
+        .unwrap();
         edited = edited.replace("whd_abc", "whd_abd");
         let edited = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(edited);
-        assert!(matches!(decode_cursor(&edited), Err(ApiError::InvalidCursor)));
+        assert!(matches!(
+            decode_cursor(&edited),
+            Err(ApiError::InvalidCursor)
+        ));
         for junk in ["", "!!!", "djE6MTox", &cursor[..cursor.len() - 2]] {
-            assert!(matches!(decode_cursor(junk), Err(ApiError::InvalidCursor)), "{junk}");
+            assert!(
+                matches!(decode_cursor(junk), Err(ApiError::InvalidCursor)),
+                "{junk}"
+            );
         }
     }
 }

@@ -5,7 +5,10 @@ use async_graphql::{Context, InputObject, Object, Result, ID};
 
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
-use super::types::{deliveries_page, submissions_page, Delivery, DeliveryCounts, DeliveryState, Endpoint, Submission, Timestamp};
+use super::types::{
+    deliveries_page, submissions_page, Delivery, DeliveryCounts, DeliveryState, Endpoint,
+    Submission, Timestamp,
+};
 use super::{app, time_range, ResultExt};
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
@@ -45,18 +48,30 @@ impl QueryRoot {
     }
 
     /// Every endpoint, newest first.
-    async fn endpoints(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Endpoint>> {
+    async fn endpoints(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Endpoint>> {
         let app = app(ctx);
         let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let rows = db::endpoints::page(&mut conn, page.after.clone(), page.fetch_limit()).await.gql()?;
+        let rows = db::endpoints::page(&mut conn, page.after.clone(), page.fetch_limit())
+            .await
+            .gql()?;
         Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Endpoint))
     }
 
     /// The only place submitted field values are returned.
     async fn submission(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Submission>> {
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.submissions.load_one(id.0).await.gql()?.map(Submission))
+        Ok(loaders
+            .submissions
+            .load_one(id.0)
+            .await
+            .gql()?
+            .map(Submission))
     }
 
     /// Submissions, newest first.
@@ -68,7 +83,8 @@ impl QueryRoot {
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
         let filter = filter.unwrap_or_default();
-        let (received_after, received_before) = time_range(filter.received_after, filter.received_before)?;
+        let (received_after, received_before) =
+            time_range(filter.received_after, filter.received_before)?;
         let query = SubmissionQuery {
             endpoint_id: filter.endpoint_id.map(|id| id.0),
             received_after,
@@ -93,7 +109,8 @@ impl QueryRoot {
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
         let filter = filter.unwrap_or_default();
-        let (created_after, created_before) = time_range(filter.created_after, filter.created_before)?;
+        let (created_after, created_before) =
+            time_range(filter.created_after, filter.created_before)?;
         let query = DeliveryQuery {
             endpoint_id: filter.endpoint_id.map(|id| id.0),
             state: filter.state.map(|state| state.as_db().to_string()),
@@ -104,10 +121,17 @@ impl QueryRoot {
     }
 
     /// How many deliveries are in each state, for one endpoint or all.
-    async fn delivery_counts(&self, ctx: &Context<'_>, endpoint_id: Option<ID>) -> Result<DeliveryCounts> {
+    async fn delivery_counts(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Option<ID>,
+    ) -> Result<DeliveryCounts> {
         let app = app(ctx);
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let rows = db::deliveries::count_by_state(&mut conn, endpoint_id.as_ref().map(|id| id.0.as_str())).await.gql()?;
+        let rows =
+            db::deliveries::count_by_state(&mut conn, endpoint_id.as_ref().map(|id| id.0.as_str()))
+                .await
+                .gql()?;
         let mut counts = DeliveryCounts::default();
         for (state, count) in rows {
             match DeliveryState::from_db(&state) {

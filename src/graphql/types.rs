@@ -2,7 +2,10 @@
 //! `Submission.fields`; signing secrets never appear here.
 
 use async_graphql::connection::Connection;
-use async_graphql::{Context, Enum, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType, SimpleObject, Value, ID};
+use async_graphql::{
+    Context, Enum, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType,
+    SimpleObject, Value, ID,
+};
 use chrono::{DateTime, Utc};
 
 use super::loaders::Loaders;
@@ -24,7 +27,11 @@ impl ScalarType for Timestamp {
         match &value {
             Value::String(text) => DateTime::parse_from_rfc3339(text)
                 .map(|time| Timestamp(time.with_timezone(&Utc)))
-                .map_err(|_| InputValueError::custom("expected an RFC 3339 date-time, such as 2026-08-24T14:34:27.651841Z")),
+                .map_err(|_| {
+                    InputValueError::custom(
+                        "expected an RFC 3339 date-time, such as 2026-08-24T14:34:27.651841Z",
+                    )
+                }),
             _ => Err(InputValueError::expected_type(value)),
         }
     }
@@ -113,7 +120,12 @@ impl Endpoint {
     }
 
     /// This endpoint's submissions, newest first.
-    async fn submissions(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Submission>> {
+    async fn submissions(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Submission>> {
         let filter = SubmissionFilter {
             endpoint_id: Some(self.0.id.clone()),
             ..SubmissionFilter::default()
@@ -122,7 +134,12 @@ impl Endpoint {
     }
 
     /// This endpoint's deliveries, newest first.
-    async fn deliveries(&self, ctx: &Context<'_>, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Delivery>> {
+    async fn deliveries(
+        &self,
+        ctx: &Context<'_>,
+        first: Option<i32>,
+        after: Option<String>,
+    ) -> Result<Connection<String, Delivery>> {
         let filter = DeliveryFilter {
             endpoint_id: Some(self.0.id.clone()),
             ..DeliveryFilter::default()
@@ -147,7 +164,12 @@ impl Submission {
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.endpoints.load_one(self.0.endpoint_id.clone()).await.gql()?.map(Endpoint))
+        Ok(loaders
+            .endpoints
+            .load_one(self.0.endpoint_id.clone())
+            .await
+            .gql()?
+            .map(Endpoint))
     }
     async fn received_at(&self) -> Timestamp {
         Timestamp(self.0.received_at)
@@ -172,7 +194,12 @@ impl Submission {
                         name: name.clone(),
                         values: values
                             .as_array()
-                            .map(|values| values.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                            .map(|values| {
+                                values
+                                    .iter()
+                                    .filter_map(|v| v.as_str().map(str::to_string))
+                                    .collect()
+                            })
                             .unwrap_or_default(),
                     })
                     .collect()
@@ -181,7 +208,12 @@ impl Submission {
     }
     async fn delivery(&self, ctx: &Context<'_>) -> Result<Option<Delivery>> {
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.delivery_by_submission.load_one(self.0.id.clone()).await.gql()?.map(Delivery))
+        Ok(loaders
+            .delivery_by_submission
+            .load_one(self.0.id.clone())
+            .await
+            .gql()?
+            .map(Delivery))
     }
 }
 
@@ -201,11 +233,21 @@ impl Delivery {
             return Ok(None);
         };
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.submissions.load_one(id.clone()).await.gql()?.map(Submission))
+        Ok(loaders
+            .submissions
+            .load_one(id.clone())
+            .await
+            .gql()?
+            .map(Submission))
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.endpoints.load_one(self.0.endpoint_id.clone()).await.gql()?.map(Endpoint))
+        Ok(loaders
+            .endpoints
+            .load_one(self.0.endpoint_id.clone())
+            .await
+            .gql()?
+            .map(Endpoint))
     }
     /// The URL captured when the submission was accepted.
     async fn destination_url(&self) -> &str {
@@ -307,18 +349,32 @@ pub struct DeleteSubmissionPayload {
     pub deleted_submission_id: ID,
 }
 
-pub async fn submissions_page(ctx: &Context<'_>, filter: &SubmissionFilter, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Submission>> {
+pub async fn submissions_page(
+    ctx: &Context<'_>,
+    filter: &SubmissionFilter,
+    first: Option<i32>,
+    after: Option<String>,
+) -> Result<Connection<String, Submission>> {
     let app = app(ctx);
     let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
     let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-    let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit()).await.gql()?;
+    let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
+        .await
+        .gql()?;
     Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
 }
 
-pub async fn deliveries_page(ctx: &Context<'_>, filter: &DeliveryFilter, first: Option<i32>, after: Option<String>) -> Result<Connection<String, Delivery>> {
+pub async fn deliveries_page(
+    ctx: &Context<'_>,
+    filter: &DeliveryFilter,
+    first: Option<i32>,
+    after: Option<String>,
+) -> Result<Connection<String, Delivery>> {
     let app = app(ctx);
     let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
     let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-    let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit()).await.gql()?;
+    let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
+        .await
+        .gql()?;
     Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))
 }
