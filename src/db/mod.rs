@@ -51,11 +51,38 @@ pub async fn connect_pool(
     size: u32,
     statement_timeout: Duration,
 ) -> Result<DbPool, DbError> {
+    connect_counted_pool(url, size, statement_timeout, None).await
+}
+
+/// Counts the statements a pool's connections run (tests prove that nested lists are
+/// batched by counting them).
+pub type StatementCounter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+
+/// [`connect_pool`], optionally counting every statement into `counter`.
+pub async fn connect_counted_pool(
+    url: &Secret,
+    size: u32,
+    statement_timeout: Duration,
+    counter: Option<StatementCounter>,
+) -> Result<DbPool, DbError> {
     let mut manager_config = ManagerConfig::default();
     let timeout_ms = statement_timeout.as_millis().max(1);
     manager_config.custom_setup = Box::new(move |url| {
+        let counter = counter.clone();
         Box::pin(async move {
             let mut connection = AsyncPgConnection::establish(url).await?;
+            if let Some(counter) = counter {
+                connection.set_instrumentation(
+                    move |event: diesel::connection::InstrumentationEvent<'_>| {
+                        if matches!(
+                            event,
+                            diesel::connection::InstrumentationEvent::StartQuery { .. }
+                        ) {
+                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    },
+                );
+            }
             connection
                 .batch_execute(&format!(
                     "SET statement_timeout = {timeout_ms}; SET application_name = 'hymical-forms'"

@@ -226,8 +226,21 @@ impl TestApp {
     }
 
     pub async fn start_on(db: TestDb, vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
+        TestApp::start_counted(db, vars, clock, None).await
+    }
+
+    /// An app whose pool counts every statement into `counter`.
+    pub async fn start_counted(
+        db: TestDb,
+        vars: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
+        counter: Option<db::StatementCounter>,
+    ) -> TestApp {
         let config = config(vars);
-        let pool = db.pool(4).await;
+        let pool =
+            db::connect_counted_pool(&db.url, 4, std::time::Duration::from_secs(30), counter)
+                .await
+                .expect("test pool");
         let app = App::new(config, db.url.clone(), pool, clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -268,6 +281,25 @@ impl TestApp {
             .await
             .expect("insert key");
         (new.row.id.clone(), new.key.expose().to_string())
+    }
+
+    /// POSTs a GraphQL operation with variables, authenticated with `key`.
+    pub async fn gql(
+        &self,
+        key: &str,
+        query: &str,
+        variables: serde_json::Value,
+    ) -> serde_json::Value {
+        let response = self
+            .http
+            .post(self.url("/graphql"))
+            .header("authorization", format!("Bearer {key}"))
+            .json(&serde_json::json!({ "query": query, "variables": variables }))
+            .send()
+            .await
+            .expect("graphql request");
+        assert_eq!(response.status(), 200);
+        response.json().await.expect("json body")
     }
 
     /// POSTs a GraphQL query with the given `Authorization` header value.

@@ -9,6 +9,7 @@ mod delivery_fence;
 mod delivery_processes;
 mod embedded;
 mod foundation_http;
+mod graphql_api;
 mod intake;
 mod intake_browser;
 mod intake_idempotency;
