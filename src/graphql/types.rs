@@ -8,7 +8,7 @@ use async_graphql::{
 };
 use chrono::{DateTime, Utc};
 
-use super::loaders::Loaders;
+use super::loaders::{prime_deliveries, prime_submissions, Loaders};
 use super::pagination::PageRequest;
 use super::{app, ResultExt};
 use crate::clock::format_timestamp;
@@ -213,6 +213,7 @@ impl Submission {
             .load_one(self.0.id.clone())
             .await
             .gql()?
+            .flatten()
             .map(Delivery))
     }
 }
@@ -361,6 +362,10 @@ pub async fn submissions_page(
     let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
         .await
         .gql()?;
+    drop(conn);
+    prime_submissions(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
+        .await
+        .gql()?;
     Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
 }
 
@@ -374,6 +379,10 @@ pub async fn deliveries_page(
     let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
     let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
     let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
+        .await
+        .gql()?;
+    drop(conn);
+    prime_deliveries(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
         .await
         .gql()?;
     Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))

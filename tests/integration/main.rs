@@ -10,6 +10,7 @@ mod delivery_processes;
 mod embedded;
 mod foundation_http;
 mod graphql_api;
+mod graphql_paging;
 mod intake;
 mod intake_browser;
 mod intake_idempotency;
