@@ -177,7 +177,9 @@ async fn create_endpoint_rules() {
     let input = json!({"id": "contact-form", "name": "Contact", "webhookUrl": "https://hooks.example.com/in", "redirectUrl": "https://site.example/thanks", "allowedOrigins": ["https://site.example", "HTTPS://Site.Example:443"], "honeypotField": "website"});
     let body = app.gql(&key, CREATE, json!({"input": input})).await;
     let payload = &body["data"]["createEndpoint"];
-    let secret = payload["webhookSecret"].as_str().expect(&body.to_string());
+    let secret = payload["webhookSecret"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}", body.to_string()));
     assert!(secret.starts_with("whsec_") && secret.len() == 70);
     assert_eq!(
         stored_secret(&app, "contact-form").await.as_deref(),
@@ -340,7 +342,7 @@ async fn update_endpoint_semantics() {
         .await;
     let new_secret = body["data"]["updateEndpoint"]["webhookSecret"]
         .as_str()
-        .expect(&body.to_string())
+        .unwrap_or_else(|| panic!("{}", body.to_string()))
         .to_string();
     assert_ne!(new_secret, first_secret);
     assert_eq!(

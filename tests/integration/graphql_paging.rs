@@ -72,7 +72,7 @@ async fn walking_every_page_returns_each_row_once_in_order() {
         loop {
             let body = app.gql(&key, query, json!({"after": after})).await;
             let page = &body["data"][connection];
-            let edges = page["edges"].as_array().expect(&body.to_string());
+            let edges = page["edges"].as_array().unwrap_or_else(|| panic!("{}", body.to_string()));
             seen.extend(edges.iter().map(|e| e["node"]["id"].as_str().unwrap().to_string()));
             assert_eq!(page["pageInfo"]["hasPreviousPage"], pages > 0);
             pages += 1;
@@ -155,7 +155,7 @@ async fn a_page_of_100_with_nested_objects_costs_a_constant_number_of_statements
     let statements = AtomicUsize::load(&counter, Ordering::SeqCst);
     let edges = body["data"]["deliveries"]["edges"]
         .as_array()
-        .expect(&body.to_string());
+        .unwrap_or_else(|| panic!("{}", body.to_string()));
     assert_eq!(edges.len(), 100);
     assert_eq!(
         edges[0]["node"]["attemptHistory"].as_array().unwrap().len(),

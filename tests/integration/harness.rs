@@ -146,12 +146,6 @@ impl TestDb {
             .expect("connect to the test database")
     }
 
-    pub async fn pool(&self, size: u32) -> db::DbPool {
-        db::connect_pool(&self.url, size, std::time::Duration::from_secs(30))
-            .await
-            .expect("test pool")
-    }
-
     /// Drops the database now (for tests that need it gone, such as readiness failures).
     pub async fn drop_now(&self) {
         let mut connection = AsyncPgConnection::establish(server().admin_url.expose())
