@@ -39,6 +39,18 @@ enum Command {
         #[command(subcommand)]
         action: KeysCommand,
     },
+    /// Delete old submissions that no delivery still needs.
+    Retention {
+        /// Only count what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Age in days (default: FORMS_SUBMISSION_RETENTION_DAYS).
+        #[arg(long)]
+        older_than_days: Option<u32>,
+        /// Submissions deleted per statement.
+        #[arg(long, default_value_t = 1000)]
+        batch_size: u32,
+    },
     /// Print the GraphQL schema (SDL).
     Schema,
 }
@@ -107,11 +119,34 @@ pub fn main() -> ExitCode {
 }
 
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    let config_days = config.submission_retention_days;
+    if let Command::Retention {
+        older_than_days, ..
+    } = &command
+    {
+        if older_than_days.unwrap_or(config_days) == 0 {
+            bail!("retention needs an age: pass --older-than-days D or set FORMS_SUBMISSION_RETENTION_DAYS (both are unset or 0)");
+        }
+    }
     let database = Database::open(&config, &command).await?;
     let result = match command {
         Command::Serve => serve(config, &database).await,
         Command::Migrate { status } => migrate(&database, status).await,
         Command::Keys { action } => keys(action, &database).await,
+        Command::Retention {
+            dry_run,
+            older_than_days,
+            batch_size,
+        } => {
+            retention_command(
+                &config_days,
+                older_than_days,
+                batch_size,
+                dry_run,
+                &database,
+            )
+            .await
+        }
         Command::Schema => Ok(()),
     };
     database.close().await;
@@ -251,6 +286,12 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
             stopping.clone(),
         ));
     }
+    if app.config.submission_retention_days > 0 {
+        background.spawn(crate::retention::run_on_schedule(
+            app.clone(),
+            stopping.clone(),
+        ));
+    }
     if app.config.worker.enabled {
         let wake = Arc::new(tokio::sync::Notify::new());
         let listener_wake = wake.clone();
@@ -326,6 +367,25 @@ async fn create_first_key(
         "\nManagement API key created. It is shown only this once; store it now.\n  id:  {}\n  key: {}\n",
         new.row.id,
         new.key.expose()
+    );
+    Ok(())
+}
+
+async fn retention_command(
+    config_days: &u32,
+    older_than_days: Option<u32>,
+    batch_size: u32,
+    dry_run: bool,
+    database: &Database,
+) -> anyhow::Result<()> {
+    let days = older_than_days.unwrap_or(*config_days);
+    let cutoff = crate::retention::cutoff(SystemClock.now(), days);
+    let mut connection = db::connect_one(&database.url).await?;
+    let count = crate::retention::apply(&mut connection, cutoff, batch_size, dry_run).await?;
+    let verb = if dry_run { "would delete" } else { "deleted" };
+    println!(
+        "{verb} {count} submission(s) received before {} with no delivery or a delivered one",
+        format_timestamp(cutoff)
     );
     Ok(())
 }

@@ -243,3 +243,68 @@ pub async fn erase(conn: &mut AsyncPgConnection, id: &str) -> Result<EraseOutcom
         })
         .await?)
 }
+
+/// How many submissions a listing with this filter holds.
+pub async fn count(
+    conn: &mut AsyncPgConnection,
+    filter: &SubmissionFilter,
+) -> Result<i64, DbError> {
+    use super::schema::submissions;
+    let mut query = submissions::table.count().into_boxed();
+    if let Some(endpoint_id) = &filter.endpoint_id {
+        query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
+    }
+    if let Some(after) = filter.received_after {
+        query = query.filter(submissions::received_at.gt(after));
+    }
+    if let Some(before) = filter.received_before {
+        query = query.filter(submissions::received_at.lt(before));
+    }
+    Ok(query.get_result(conn).await?)
+}
+
+/// Submissions received before `cutoff` that no delivery still needs: without a delivery,
+/// or delivered. Failed deliveries may be replayed, so theirs are kept.
+fn expired_ids(cutoff: DateTime<Utc>) -> String {
+    format!(
+        "SELECT s.id FROM submissions s
+         LEFT JOIN webhook_deliveries d ON d.submission_id = s.id
+         WHERE s.received_at < '{}' AND (d.id IS NULL OR d.state = 'delivered')",
+        cutoff.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+    )
+}
+
+/// How many submissions retention would delete now.
+pub async fn count_expired(
+    conn: &mut AsyncPgConnection,
+    cutoff: DateTime<Utc>,
+) -> Result<i64, DbError> {
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let count: Count = diesel::sql_query(format!(
+        "SELECT count(*) AS n FROM ({}) AS expired",
+        expired_ids(cutoff)
+    ))
+    .get_result(conn)
+    .await?;
+    Ok(count.n)
+}
+
+/// Deletes up to `batch` expired submissions (see [`count_expired`]); returns how many.
+/// Rows another process is deleting are skipped. Deliveries and attempts stay, their
+/// `submission_id` set to null.
+pub async fn delete_expired_batch(
+    conn: &mut AsyncPgConnection,
+    cutoff: DateTime<Utc>,
+    batch: i64,
+) -> Result<usize, DbError> {
+    Ok(diesel::sql_query(format!(
+        "DELETE FROM submissions WHERE id IN ({} LIMIT {batch} FOR UPDATE OF s SKIP LOCKED)",
+        expired_ids(cutoff)
+    ))
+    .execute(conn)
+    .await?)
+}

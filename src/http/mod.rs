@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
-use crate::{graphql, intake};
+use crate::{export, graphql, intake};
 
 pub fn router(app: AppState) -> Router {
     let schema = graphql::build_schema(app.clone());
@@ -21,6 +21,7 @@ pub fn router(app: AppState) -> Router {
         .route("/health", get(health))
         .route("/ready", get(ready))
         .merge(intake::routes())
+        .merge(export::routes())
         .merge(graphql::routes(schema))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

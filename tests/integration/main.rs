@@ -8,6 +8,7 @@ mod delivery;
 mod delivery_fence;
 mod delivery_processes;
 mod embedded;
+mod export_retention;
 mod foundation_http;
 mod graphql_api;
 mod graphql_paging;

@@ -1,0 +1,300 @@
+//! `GET /submissions/export` (SPEC section 10): every matching submission as one JSON
+//! document or one CSV file, streamed from a consistent snapshot, refused (never truncated)
+//! above `FORMS_EXPORT_MAX_SUBMISSIONS`.
+//!
+//! A task holds one connection in a read-only REPEATABLE READ transaction: it counts,
+//! answers the handler whether the export may go ahead, then reads pages of 500 rows by
+//! keyset and sends each as a chunk of the response. Memory stays flat however large the
+//! export; a client that goes away ends the transaction.
+
+pub mod csv_format;
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use diesel_async::AsyncPgConnection;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::app::AppState;
+use crate::auth;
+use crate::clock::format_timestamp;
+use crate::db::submissions::{SubmissionFilter, SubmissionRow};
+use crate::db::{self, DbError};
+use crate::error::ApiError;
+
+const PAGE: i64 = 500;
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/submissions/export", get(export))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Json,
+    Csv,
+}
+
+fn parse_time(
+    params: &HashMap<String, String>,
+    name: &str,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
+    match params.get(name).map(|v| v.trim()).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(text) => DateTime::parse_from_rfc3339(text)
+            .map(|time| Some(time.with_timezone(&Utc)))
+            .map_err(|_| ApiError::InvalidInput {
+                field: name.into(),
+                reason: "must be an RFC 3339 date-time".into(),
+            }),
+    }
+}
+
+fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter), ApiError> {
+    let format = match params.get("format").map(String::as_str) {
+        None | Some("json") => Format::Json,
+        Some("csv") => Format::Csv,
+        Some(other) => {
+            return Err(ApiError::UnsupportedExportFormat {
+                received: other.chars().take(32).collect(),
+            })
+        }
+    };
+    let received_after = parse_time(params, "received_after")?;
+    let received_before = parse_time(params, "received_before")?;
+    if let (Some(after), Some(before)) = (received_after, received_before) {
+        if before <= after + chrono::Duration::microseconds(1) {
+            return Err(ApiError::InvalidTimeRange);
+        }
+    }
+    let endpoint_id = params.get("endpoint_id").filter(|v| !v.is_empty()).cloned();
+    Ok((
+        format,
+        SubmissionFilter {
+            endpoint_id,
+            received_after,
+            received_before,
+        },
+    ))
+}
+
+async fn export(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    if let Err(error) = auth::authenticate_headers(&app.pool, &headers, app.clock.now()).await {
+        return error.into_response();
+    }
+    let (format, filter) = match request(&params) {
+        Ok(request) => request,
+        Err(error) => return error.into_response(),
+    };
+    let connection = match app.pool.get_owned().await {
+        Ok(connection) => connection,
+        Err(error) => return ApiError::from(DbError::from(error)).into_response(),
+    };
+    let (verdict_sender, verdict) = oneshot::channel();
+    let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let limit = app.config.export_max_submissions;
+    tokio::spawn(async move {
+        let mut connection = connection;
+        stream(
+            &mut connection,
+            filter,
+            format,
+            limit,
+            verdict_sender,
+            chunks,
+        )
+        .await;
+    });
+    match verdict.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return error.into_response(),
+        Err(_) => return ApiError::Internal("the export task ended early".into()).into_response(),
+    }
+    let (extension, content_type) = match format {
+        Format::Json => ("json", "application/json; charset=utf-8"),
+        Format::Csv => ("csv", "text/csv; charset=utf-8"),
+    };
+    let filename = format!(
+        "attachment; filename=\"hymical-submissions-{}.{extension}\"",
+        app.clock.now().format("%Y-%m-%d")
+    );
+    let stream = futures_util::stream::unfold(body, |mut body| async move {
+        body.recv().await.map(|chunk| (chunk, body))
+    });
+    let mut response = (StatusCode::OK, Body::from_stream(stream)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(value) = HeaderValue::from_str(&filename) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    response
+}
+
+/// Why streaming stopped early.
+enum Stop {
+    Database(diesel::result::Error),
+    /// The client went away, or the export was refused before it began.
+    Ended,
+}
+
+impl From<diesel::result::Error> for Stop {
+    fn from(error: diesel::result::Error) -> Self {
+        Stop::Database(error)
+    }
+}
+
+async fn stream(
+    connection: &mut AsyncPgConnection,
+    filter: SubmissionFilter,
+    format: Format,
+    limit: u64,
+    verdict: oneshot::Sender<Result<(), ApiError>>,
+    chunks: mpsc::Sender<Result<Bytes, std::io::Error>>,
+) {
+    let mut verdict = Some(verdict);
+    let result = connection
+        .build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run(async |conn| {
+            let count = match db::submissions::count(conn, &filter).await {
+                Ok(count) => count as u64,
+                Err(DbError::Query(error)) => return Err(Stop::Database(error)),
+                Err(_) => return Err(Stop::Ended),
+            };
+            if count > limit {
+                if let Some(verdict) = verdict.take() {
+                    let _ = verdict.send(Err(ApiError::ExportTooLarge { limit, count }));
+                }
+                return Err(Stop::Ended);
+            }
+            // CSV needs every field name for its header before the first row.
+            let csv_header = match format {
+                Format::Csv => Some(csv_format::header(&field_names(conn, &filter).await?)),
+                Format::Json => None,
+            };
+            if let Some(verdict) = verdict.take() {
+                let _ = verdict.send(Ok(()));
+            }
+            let send = |bytes: Vec<u8>| {
+                let chunks = chunks.clone();
+                async move {
+                    chunks
+                        .send(Ok(Bytes::from(bytes)))
+                        .await
+                        .map_err(|_| Stop::Ended)
+                }
+            };
+            let names = match &csv_header {
+                Some((bytes, names)) => {
+                    send(bytes.clone()).await?;
+                    names.clone()
+                }
+                None => {
+                    send(b"{\"submissions\":[".to_vec()).await?;
+                    Vec::new()
+                }
+            };
+            let mut after = None;
+            let mut first = true;
+            loop {
+                let rows = page(conn, &filter, after.take()).await?;
+                let Some(last) = rows.last() else { break };
+                after = Some((last.received_at, last.id.clone()));
+                let chunk = match format {
+                    Format::Json => json_rows(&rows, &mut first),
+                    Format::Csv => csv_format::rows(&rows, &names),
+                };
+                send(chunk).await?;
+                if (rows.len() as i64) < PAGE {
+                    break;
+                }
+            }
+            if format == Format::Json {
+                send(b"]}".to_vec()).await?;
+            }
+            Ok(())
+        })
+        .await;
+    match result {
+        Ok(()) | Err(Stop::Ended) => {}
+        Err(Stop::Database(error)) => {
+            let summary = DbError::Query(error).summary();
+            match verdict.take() {
+                Some(verdict) => {
+                    let _ = verdict.send(Err(ApiError::from(DbError::Pool(summary))));
+                }
+                None => {
+                    // The status is already sent: break the body so the client sees a
+                    // failed transfer rather than a document that looks complete.
+                    tracing::error!(error = %summary, "export failed mid-stream");
+                    let _ = chunks
+                        .send(Err(std::io::Error::other("export failed")))
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+async fn page(
+    conn: &mut AsyncPgConnection,
+    filter: &SubmissionFilter,
+    after: Option<(DateTime<Utc>, String)>,
+) -> Result<Vec<SubmissionRow>, Stop> {
+    match db::submissions::page(conn, filter, after, PAGE).await {
+        Ok(rows) => Ok(rows),
+        Err(DbError::Query(error)) => Err(Stop::Database(error)),
+        Err(_) => Err(Stop::Ended),
+    }
+}
+
+/// Field names in order of first appearance over the whole export (newest first).
+async fn field_names(
+    conn: &mut AsyncPgConnection,
+    filter: &SubmissionFilter,
+) -> Result<Vec<String>, Stop> {
+    let mut names = indexmap::IndexSet::new();
+    let mut after = None;
+    loop {
+        let rows = page(conn, filter, after.take()).await?;
+        let Some(last) = rows.last() else { break };
+        after = Some((last.received_at, last.id.clone()));
+        for row in &rows {
+            if let Some(object) = row.fields.as_object() {
+                names.extend(object.keys().cloned());
+            }
+        }
+        if (rows.len() as i64) < PAGE {
+            break;
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
+fn json_rows(rows: &[SubmissionRow], first: &mut bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(rows.len() * 256);
+    for row in rows {
+        if !std::mem::take(first) {
+            out.push(b',');
+        }
+        let item = serde_json::json!({
+            "id": row.id,
+            "endpoint_id": row.endpoint_id,
+            "received_at": format_timestamp(row.received_at),
+            "fields": row.fields,
+        });
+        let _ = serde_json::to_writer(&mut out, &item);
+    }
+    out
+}

@@ -1,0 +1,282 @@
+//! `GET /submissions/export` and retention (SPEC section 10).
+
+use std::sync::Arc;
+
+use diesel_async::SimpleAsyncConnection;
+use futures_util::StreamExt;
+use hymical_forms::clock::SystemClock;
+use serde_json::Value;
+
+use crate::harness::{endpoint, forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
+
+async fn export(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
+    app.http
+        .get(app.url(&format!("/submissions/export?{query}")))
+        .header("authorization", format!("Bearer {key}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn csv_and_json_exports() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("exporter").await;
+    app.insert_endpoint(&endpoint("contact")).await;
+    app.submit(
+        "contact",
+        "%3Dname=%3DHYPERLINK(%22x%22)&empty=&note=Zo%C3%AB%2C+%22hi%22",
+    )
+    .await;
+    app.submit("contact", "other=1&%3Dname=b").await;
+
+    let response = export(&app, &key, "format=csv").await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/csv"));
+    let disposition = response.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        disposition.starts_with("attachment; filename=\"hymical-submissions-")
+            && disposition.ends_with(".csv\""),
+        "{disposition}"
+    );
+    let csv = response.text().await.unwrap();
+    let lines: Vec<&str> = csv.split("\r\n").collect();
+    // Newest first; the header is the union of names in order of first appearance.
+    assert_eq!(
+        lines[0],
+        "submission_id,endpoint_id,received_at,other,'=name,empty,note"
+    );
+    assert!(
+        lines[1].ends_with(",\"[\"\"1\"\"]\",\"[\"\"b\"\"]\",,"),
+        "absent fields are empty cells: {}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with(r#",,"[""=HYPERLINK(\""x\"")""]","[""""]","[""Zoë, \""hi\""""]""#),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines[3], "", "CRLF after the last row");
+
+    let response = export(&app, &key, "format=json").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let submissions = body["submissions"].as_array().unwrap();
+    assert_eq!(submissions.len(), 2);
+    assert_eq!(submissions[1]["fields"]["note"][0], "Zoë, \"hi\"");
+    let keys: Vec<&String> = submissions[0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["id", "endpoint_id", "received_at", "fields"]);
+
+    for (query, status, code) in [
+        ("format=xml", 422, "unsupported_export_format"),
+        (
+            "received_after=2026-02-01T00:00:00Z&received_before=2026-01-01T00:00:00Z",
+            422,
+            "invalid_time_range",
+        ),
+        ("received_after=yesterday", 422, "invalid_input"),
+    ] {
+        let response = export(&app, &key, query).await;
+        assert_eq!(response.status(), status, "{query}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code);
+    }
+    let response = app
+        .http
+        .get(app.url("/submissions/export"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "authentication_required");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn too_large_at_the_limit_plus_one_and_not_at_the_limit() {
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_EXPORT_MAX_SUBMISSIONS", "3"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("exporter").await;
+    app.insert_endpoint(&endpoint("contact")).await;
+    for n in 0..3 {
+        app.submit("contact", &format!("n={n}")).await;
+    }
+    let response = export(&app, &key, "format=json").await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["submissions"].as_array().unwrap().len(), 3);
+    app.submit("contact", "n=3").await;
+    let response = export(&app, &key, "format=csv").await;
+    assert_eq!(response.status(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "export_too_large");
+    assert_eq!(body["error"]["details"]["limit"], 3);
+    assert_eq!(body["error"]["details"]["count"], 4);
+    // A narrower filter fits again.
+    let response = export(&app, &key, "format=json&endpoint_id=elsewhere").await;
+    assert_eq!(response.status(), 200);
+}
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_export_of_100000_submissions_streams_with_flat_memory() {
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let filler = "x".repeat(300);
+    conn.batch_execute(&format!(
+        "INSERT INTO endpoints (id, name) VALUES ('bulk', 'Bulk');
+         INSERT INTO submissions (id, endpoint_id, received_at, fields)
+             SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'bulk', now() - n * interval '1 millisecond', json_build_object('n', json_build_array(n::text), 'filler', json_build_array('{filler}'))
+             FROM generate_series(1, 100000) AS n;"
+    ))
+    .await
+    .unwrap();
+    let serve = ServeProcess::start(
+        &db,
+        &[
+            ("FORMS_EXPORT_MAX_SUBMISSIONS", "200000"),
+            ("FORMS_WORKER_ENABLED", "false"),
+        ],
+    );
+    wait_for_status(&serve.url("/ready"), 200).await;
+    let key = {
+        let app = TestApp::start_on(db.clone(), &[], Arc::new(SystemClock)).await;
+        app.create_key("bulk").await.1
+    };
+    let before = peak_rss_kib(serve.child.id());
+    let response = reqwest::Client::new()
+        .get(serve.url("/submissions/export?format=json"))
+        .header("authorization", format!("Bearer {key}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut total = 0usize;
+    let mut tail = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        total += chunk.len();
+        tail = chunk.to_vec();
+    }
+    assert!(tail.ends_with(b"]}"), "a complete document");
+    let after = peak_rss_kib(serve.child.id());
+    assert!(total > 30_000_000, "{total} bytes exported");
+    // The whole export is over 30 MB; the server's peak memory grew by a small fraction.
+    let growth_kib = after.saturating_sub(before);
+    assert!(
+        growth_kib < 15_000,
+        "peak RSS grew by {growth_kib} KiB for a {total}-byte export"
+    );
+    let (status, _) = serve.stop();
+    assert!(status.success());
+}
+
+#[derive(diesel::QueryableByName, Debug)]
+struct Row {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    id: String,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_deletes_only_old_submissions_nothing_still_needs() {
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let secret = format!("whsec_{}", "ab".repeat(32));
+    conn.batch_execute(&format!(
+        "INSERT INTO endpoints (id, name, webhook_url, webhook_secret) VALUES ('ret', 'Ret', 'https://a.example/h', '{secret}');
+         INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES
+             ('sub_{a}', 'ret', now() - interval '40 days', '{{}}'),
+             ('sub_{b}', 'ret', now() - interval '40 days', '{{}}'),
+             ('sub_{c}', 'ret', now() - interval '40 days', '{{}}'),
+             ('sub_{d}', 'ret', now() - interval '40 days', '{{}}'),
+             ('sub_{e}', 'ret', now() - interval '2 days', '{{}}');
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at, completed_at) VALUES
+             ('whd_{b}', 'sub_{b}', 'ret', 'https://a.example/h', '{secret}', 'delivered', 1, 1, now(), now(), now()),
+             ('whd_{c}', 'sub_{c}', 'ret', 'https://a.example/h', '{secret}', 'failed', 5, 5, now(), now(), now()),
+             ('whd_{d}', 'sub_{d}', 'ret', 'https://a.example/h', '{secret}', 'pending', 0, 0, now(), now(), NULL);
+         INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status)
+             VALUES ('att_{b}', 'whd_{b}', 'sub_{b}', 1, 'https://a.example/h', now(), 'succeeded', 200);",
+        a = "a".repeat(32), b = "b".repeat(32), c = "c".repeat(32), d = "d".repeat(32), e = "e".repeat(32),
+    ))
+    .await
+    .unwrap();
+    let run = |args: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let output = forms_command(dir.path())
+            .env("FORMS_DATABASE_URL", db.url.expose())
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, _, stderr) = run(&["retention"]);
+    assert!(!ok && stderr.contains("--older-than-days"), "{stderr}");
+    let (ok, stdout, _) = run(&["retention", "--dry-run", "--older-than-days", "30"]);
+    assert!(ok && stdout.starts_with("would delete 2 "), "{stdout}");
+    assert_eq!(
+        remaining(&mut conn).await.len(),
+        5,
+        "a dry run deletes nothing"
+    );
+    let (ok, stdout, stderr) = run(&["retention", "--older-than-days", "30", "--batch-size", "1"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("deleted 2 "), "{stdout}");
+    let left = remaining(&mut conn).await;
+    assert_eq!(
+        left,
+        [
+            format!("sub_{}", "c".repeat(32)),
+            format!("sub_{}", "d".repeat(32)),
+            format!("sub_{}", "e".repeat(32))
+        ]
+    );
+    // The delivered submission's delivery and history stay, without it.
+    let app = TestApp::start_on(db.clone(), &[], Arc::new(SystemClock)).await;
+    let delivered = app.db.delivery(&format!("whd_{}", "b".repeat(32))).await;
+    assert_eq!(
+        (delivered.state.as_str(), delivered.submission_id.clone()),
+        ("delivered", None)
+    );
+    assert_eq!(app.db.attempts(&delivered.id).await.len(), 1);
+}
+
+async fn remaining(conn: &mut diesel_async::AsyncPgConnection) -> Vec<String> {
+    use diesel_async::RunQueryDsl;
+    diesel::sql_query("SELECT id FROM submissions ORDER BY id")
+        .load::<Row>(conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect()
+}
