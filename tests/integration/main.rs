@@ -11,6 +11,7 @@ mod embedded;
 mod export_retention;
 mod foundation_http;
 mod graphql_api;
+mod graphql_audit;
 mod graphql_paging;
 mod intake;
 mod intake_browser;
