@@ -401,17 +401,23 @@ pub async fn page(
         .await?)
 }
 
-/// How many deliveries are in each state, optionally for one endpoint.
+/// How many deliveries are in each state, optionally for one endpoint. Read from the
+/// counts the triggers keep (migration `delivery_state_counts`), so the cost does not grow
+/// with the number of deliveries.
 pub async fn count_by_state(
     conn: &mut AsyncPgConnection,
     endpoint_id: Option<&str>,
 ) -> Result<Vec<(String, i64)>, DbError> {
-    let mut query = webhook_deliveries::table
-        .group_by(webhook_deliveries::state)
-        .select((webhook_deliveries::state, diesel::dsl::count_star()))
+    use super::schema::delivery_state_counts;
+    let mut query = delivery_state_counts::table
+        .group_by(delivery_state_counts::state)
+        .select((
+            delivery_state_counts::state,
+            diesel::dsl::sql::<BigInt>("sum(deliveries)::bigint"),
+        ))
         .into_boxed();
     if let Some(endpoint_id) = endpoint_id {
-        query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.to_string()));
+        query = query.filter(delivery_state_counts::endpoint_id.eq(endpoint_id.to_string()));
     }
     Ok(query.load(conn).await?)
 }

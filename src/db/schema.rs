@@ -23,6 +23,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    delivery_state_counts (endpoint_id, state, shard) {
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 16]
+        state -> Varchar,
+        shard -> Int2,
+        deliveries -> Int8,
+    }
+}
+
+diesel::table! {
     endpoints (id) {
         #[max_length = 64]
         id -> Varchar,
@@ -111,12 +122,14 @@ diesel::table! {
 
 diesel::joinable!(delivery_attempts -> submissions (submission_id));
 diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
+diesel::joinable!(delivery_state_counts -> endpoints (endpoint_id));
 diesel::joinable!(submissions -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     delivery_attempts,
+    delivery_state_counts,
     endpoints,
     management_api_keys,
     rate_limit_counters,

@@ -141,50 +141,90 @@ impl Loader<String> for AttemptLoader {
     }
 }
 
-/// Loads, in one batch per loader, what the selection below a list of deliveries or
-/// submissions will ask for, so that the nested fields find it cached. A DataLoader alone
-/// batches only the keys that arrive within its delay; priming from the look-ahead makes
-/// the number of queries independent of how fast the items resolve.
+/// Loads `keys` through `loader` now and puts the results in `cache`. Unlike `load_many`,
+/// this waits for no batching delay: the keys are all known.
+async fn prime<T: Loader<String, Error = LoadError>>(
+    cache: &DataLoader<T, HashMapCache>,
+    keys: Vec<String>,
+) -> Result<(), LoadError> {
+    let mut keys = keys;
+    keys.sort();
+    keys.dedup();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let values = cache.loader().load(&keys).await?;
+    cache.feed_many(values).await;
+    Ok(())
+}
+
+/// Loads, one query per loader and level, what the selection below a list of deliveries
+/// or submissions will ask for, so that the nested fields find it cached. A DataLoader on
+/// its own batches only the keys that arrive within its delay; priming from the look-ahead
+/// makes the number of queries independent of how fast the items resolve.
 pub async fn prime_deliveries(
     ctx: &async_graphql::Context<'_>,
     node: async_graphql::Lookahead<'_>,
     rows: &[DeliveryRow],
 ) -> Result<(), LoadError> {
     let loaders = ctx.data_unchecked::<Loaders>();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    if node.field("endpoint").exists() {
-        loaders
-            .endpoints
-            .load_many(rows.iter().map(|row| row.endpoint_id.clone()))
-            .await?;
-    }
-    if node.field("attemptHistory").exists() {
-        loaders
-            .attempts
-            .load_many(rows.iter().map(|row| row.id.clone()))
-            .await?;
-    }
+    let wanted = |field: &str, keys: Vec<String>| {
+        if node.field(field).exists() {
+            keys
+        } else {
+            Vec::new()
+        }
+    };
     let submission = node.field("submission");
+    let submission_ids = wanted(
+        "submission",
+        rows.iter()
+            .filter_map(|row| row.submission_id.clone())
+            .collect(),
+    );
+    let endpoint_ids = wanted(
+        "endpoint",
+        rows.iter().map(|row| row.endpoint_id.clone()).collect(),
+    );
+    let primed_endpoints: std::collections::HashSet<String> =
+        endpoint_ids.iter().cloned().collect();
+    futures_util::try_join!(
+        prime(&loaders.endpoints, endpoint_ids),
+        prime(
+            &loaders.attempts,
+            wanted(
+                "attemptHistory",
+                rows.iter().map(|row| row.id.clone()).collect()
+            )
+        ),
+        prime(&loaders.submissions, submission_ids.clone()),
+    )?;
     if submission.exists() {
-        let submissions = loaders
+        let submissions: Vec<SubmissionRow> = loaders
             .submissions
-            .load_many(rows.iter().filter_map(|row| row.submission_id.clone()))
-            .await?;
-        let submissions: Vec<SubmissionRow> = submissions.into_values().collect();
-        if submission.field("endpoint").exists() {
-            loaders
-                .endpoints
-                .load_many(submissions.iter().map(|row| row.endpoint_id.clone()))
-                .await?;
-        }
-        if submission.field("delivery").exists() {
-            loaders
-                .delivery_by_submission
-                .load_many(submissions.iter().map(|row| row.id.clone()))
-                .await?;
-        }
+            .load_many(submission_ids)
+            .await?
+            .into_values()
+            .collect();
+        // Endpoints already primed at the first level are cached; load only the others.
+        let endpoint_ids = if submission.field("endpoint").exists() {
+            submissions
+                .iter()
+                .map(|row| row.endpoint_id.clone())
+                .filter(|id| !primed_endpoints.contains(id))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let delivery_keys = if submission.field("delivery").exists() {
+            submissions.iter().map(|row| row.id.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        futures_util::try_join!(
+            prime(&loaders.endpoints, endpoint_ids),
+            prime(&loaders.delivery_by_submission, delivery_keys),
+        )?;
     }
     Ok(())
 }
@@ -196,34 +236,46 @@ pub async fn prime_submissions(
     rows: &[SubmissionRow],
 ) -> Result<(), LoadError> {
     let loaders = ctx.data_unchecked::<Loaders>();
-    if rows.is_empty() {
-        return Ok(());
-    }
-    if node.field("endpoint").exists() {
-        loaders
-            .endpoints
-            .load_many(rows.iter().map(|row| row.endpoint_id.clone()))
-            .await?;
-    }
     let delivery = node.field("delivery");
+    let endpoint_ids = if node.field("endpoint").exists() {
+        rows.iter().map(|row| row.endpoint_id.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let submission_ids: Vec<String> = if delivery.exists() {
+        rows.iter().map(|row| row.id.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    futures_util::try_join!(
+        prime(&loaders.endpoints, endpoint_ids),
+        prime(&loaders.delivery_by_submission, submission_ids.clone()),
+    )?;
     if delivery.exists() {
-        let deliveries = loaders
+        let deliveries: Vec<DeliveryRow> = loaders
             .delivery_by_submission
-            .load_many(rows.iter().map(|row| row.id.clone()))
-            .await?;
-        let deliveries: Vec<DeliveryRow> = deliveries.into_values().flatten().collect();
-        if delivery.field("attemptHistory").exists() {
-            loaders
-                .attempts
-                .load_many(deliveries.iter().map(|row| row.id.clone()))
-                .await?;
-        }
-        if delivery.field("endpoint").exists() {
-            loaders
-                .endpoints
-                .load_many(deliveries.iter().map(|row| row.endpoint_id.clone()))
-                .await?;
-        }
+            .load_many(submission_ids)
+            .await?
+            .into_values()
+            .flatten()
+            .collect();
+        let attempt_keys = if delivery.field("attemptHistory").exists() {
+            deliveries.iter().map(|row| row.id.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        let endpoint_keys = if delivery.field("endpoint").exists() {
+            deliveries
+                .iter()
+                .map(|row| row.endpoint_id.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        futures_util::try_join!(
+            prime(&loaders.attempts, attempt_keys),
+            prime(&loaders.endpoints, endpoint_keys),
+        )?;
     }
     Ok(())
 }

@@ -212,4 +212,17 @@ async fn a_burst_across_two_processes_is_delivered_exactly_once_each() {
         let (status, log) = process.stop();
         assert!(status.success(), "{log}");
     }
+    // The trigger-kept counts agree with the rows after every transition of the burst.
+    let key = app.create_key("counts").await.1;
+    let counts = app
+        .gql(
+            &key,
+            "{ deliveryCounts { pending processing delivered failed } }",
+            serde_json::json!({}),
+        )
+        .await;
+    assert_eq!(
+        counts["data"]["deliveryCounts"],
+        serde_json::json!({"pending": 0, "processing": 0, "delivered": total, "failed": 0})
+    );
 }

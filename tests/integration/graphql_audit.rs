@@ -18,7 +18,11 @@ async fn graphql_http_audit_passes_every_must() {
             .current_dir(&dir)
             .output()
             .expect("npm is needed for the GraphQL conformance audit (Debian: apt-get install nodejs npm)");
-        assert!(install.status.success(), "npm ci failed: {}", String::from_utf8_lossy(&install.stderr));
+        assert!(
+            install.status.success(),
+            "npm ci failed: {}",
+            String::from_utf8_lossy(&install.stderr)
+        );
     }
     let app = TestApp::start_with(&[], Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("audit").await;
@@ -36,7 +40,11 @@ async fn graphql_http_audit_passes_every_must() {
     .unwrap();
     let report = String::from_utf8_lossy(&output.stdout);
     println!("{report}");
-    assert!(output.status.success(), "a MUST audit failed:\n{report}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "a MUST audit failed:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(report.lines().any(|l| l.starts_with("audit: ")), "{report}");
     assert!(!report.lines().any(|l| l.starts_with("error")), "{report}");
 }

@@ -299,3 +299,88 @@ fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
     use hymical_forms::clock::Clock;
     clock.now()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delivery_counts_follow_every_transition() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("counts").await;
+    app.webhook_endpoint("one", "https://a.example/h").await;
+    app.webhook_endpoint("two", "https://a.example/h").await;
+    for endpoint in ["one", "one", "one", "two"] {
+        app.submit(endpoint, "a=1").await;
+    }
+    let ids: Vec<String> = app
+        .db
+        .deliveries()
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    let counts = |endpoint: Option<&'static str>| {
+        let (app, key) = (&app, &key);
+        async move {
+            let query = match endpoint {
+                Some(id) => format!("{{ deliveryCounts(endpointId: \"{id}\") {{ pending processing delivered failed }} }}"),
+                None => "{ deliveryCounts { pending processing delivered failed } }".to_string(),
+            };
+            let body = app.gql(key, &query, json!({})).await;
+            let c = &body["data"]["deliveryCounts"];
+            [
+                c["pending"].as_i64().unwrap(),
+                c["processing"].as_i64().unwrap(),
+                c["delivered"].as_i64().unwrap(),
+                c["failed"].as_i64().unwrap(),
+            ]
+        }
+    };
+    assert_eq!(counts(None).await, [4, 0, 0, 0]);
+    assert_eq!(counts(Some("two")).await, [1, 0, 0, 0]);
+    let mut conn = app.db.connect().await;
+    let claimed = hymical_forms::db::deliveries::claim(
+        &mut conn,
+        Utc::now(),
+        std::time::Duration::from_secs(60),
+        2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(counts(None).await, [2, 2, 0, 0]);
+    for (delivery, sql) in [
+        (
+            &ids[2],
+            "state = 'delivered', attempts = 1, cycle_attempts = 1, completed_at = now()",
+        ),
+        (
+            &ids[3],
+            "state = 'failed', attempts = 5, cycle_attempts = 5, completed_at = now()",
+        ),
+    ] {
+        diesel::sql_query(format!(
+            "UPDATE webhook_deliveries SET {sql} WHERE id = '{delivery}' AND state = 'pending'"
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    assert_eq!(counts(None).await, [0, 2, 1, 1]);
+    for claim in &claimed {
+        hymical_forms::db::deliveries::hand_back(&mut conn, &claim.id, &claim.claim_token)
+            .await
+            .unwrap();
+    }
+    assert_eq!(counts(None).await, [2, 0, 1, 1]);
+    let body = app
+        .gql(
+            &key,
+            "mutation { replayDeliveries(filter: {}) { count } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 1);
+    assert_eq!(counts(None).await, [3, 0, 1, 0]);
+    assert_eq!(counts(Some("two")).await, [1, 0, 0, 0]);
+}

@@ -37,6 +37,7 @@ async fn every_migration_applies_reverts_and_reapplies() {
     let after_up = tables(&mut conn).await;
     for table in [
         "delivery_attempts",
+        "delivery_state_counts",
         "endpoints",
         "management_api_keys",
         "rate_limit_counters",
@@ -369,6 +370,20 @@ async fn every_check_and_unique_constraint_refuses() {
             "ops",
         ),
         "management_api_keys_key_digest_unique",
+    )
+    .await;
+
+    // delivery_state_counts (kept by triggers; the checks still hold for direct writes)
+    refused(
+        c,
+        "INSERT INTO delivery_state_counts VALUES ('contact', 'pending', 16, 1)",
+        "delivery_state_counts_shard_range",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO delivery_state_counts VALUES ('nowhere', 'pending', 1, 1)",
+        "delivery_state_counts_endpoint_id_fkey",
     )
     .await;
 

@@ -65,6 +65,7 @@ fn declared_columns() -> Vec<Column> {
             "Varchar" => "character varying",
             "Int4" => "integer",
             "Int8" => "bigint",
+            "Int2" => "smallint",
             "Bool" => "boolean",
             "Timestamptz" => "timestamp with time zone",
             "Json" => "json",

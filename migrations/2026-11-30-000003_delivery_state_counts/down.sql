@@ -1,0 +1,5 @@
+DROP TRIGGER webhook_deliveries_count_deletes ON webhook_deliveries;
+DROP TRIGGER webhook_deliveries_count_updates ON webhook_deliveries;
+DROP TRIGGER webhook_deliveries_count_inserts ON webhook_deliveries;
+DROP FUNCTION count_delivery_states();
+DROP TABLE delivery_state_counts;
