@@ -71,6 +71,13 @@ pub async fn connect_counted_pool(
         let counter = counter.clone();
         Box::pin(async move {
             let mut connection = AsyncPgConnection::establish(url).await?;
+            connection
+                .batch_execute(&format!(
+                    "SET statement_timeout = {timeout_ms}; SET application_name = 'hymical-forms'"
+                ))
+                .await
+                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            // Counted from here: a connection's own set-up is no statement of a request.
             if let Some(counter) = counter {
                 connection.set_instrumentation(
                     move |event: diesel::connection::InstrumentationEvent<'_>| {
@@ -83,12 +90,6 @@ pub async fn connect_counted_pool(
                     },
                 );
             }
-            connection
-                .batch_execute(&format!(
-                    "SET statement_timeout = {timeout_ms}; SET application_name = 'hymical-forms'"
-                ))
-                .await
-                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
             Ok(connection)
         })
     });
