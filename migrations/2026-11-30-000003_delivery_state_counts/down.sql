@@ -1,5 +1,7 @@
-DROP TRIGGER webhook_deliveries_count_deletes ON webhook_deliveries;
-DROP TRIGGER webhook_deliveries_count_updates ON webhook_deliveries;
-DROP TRIGGER webhook_deliveries_count_inserts ON webhook_deliveries;
-DROP FUNCTION count_delivery_states();
+DROP INDEX webhook_deliveries_processing_endpoint_idx;
+DROP INDEX webhook_deliveries_pending_endpoint_idx;
+DROP TRIGGER webhook_deliveries_count_terminal_deletes ON webhook_deliveries;
+DROP TRIGGER webhook_deliveries_count_terminal_updates ON webhook_deliveries;
+DROP TRIGGER webhook_deliveries_count_terminal_inserts ON webhook_deliveries;
+DROP FUNCTION count_terminal_delivery_states();
 DROP TABLE delivery_state_counts;

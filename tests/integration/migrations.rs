@@ -376,14 +376,21 @@ async fn every_check_and_unique_constraint_refuses() {
     // delivery_state_counts (kept by triggers; the checks still hold for direct writes)
     refused(
         c,
-        "INSERT INTO delivery_state_counts VALUES ('contact', 'pending', 16, 1)",
+        "INSERT INTO delivery_state_counts VALUES ('contact', 'failed', 16, 1)",
         "delivery_state_counts_shard_range",
     )
     .await;
     refused(
         c,
-        "INSERT INTO delivery_state_counts VALUES ('nowhere', 'pending', 1, 1)",
+        "INSERT INTO delivery_state_counts VALUES ('nowhere', 'failed', 1, 1)",
         "delivery_state_counts_endpoint_id_fkey",
+    )
+    .await;
+
+    refused(
+        c,
+        "INSERT INTO delivery_state_counts VALUES ('contact', 'pending', 1, 1)",
+        "delivery_state_counts_terminal_state",
     )
     .await;
 
