@@ -290,7 +290,7 @@ mod tests {
 }
 
 /// A delivery as the management API reads it: every column but the signing secret.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = webhook_deliveries)]
 pub struct DeliveryRow {
     pub id: String,
@@ -401,6 +401,29 @@ pub async fn page(
         .await?)
 }
 
+/// The first `limit` deliveries (newest first) of each endpoint, in one statement.
+pub async fn first_pages(
+    conn: &mut AsyncPgConnection,
+    endpoint_ids: &[String],
+    limit: i64,
+) -> Result<Vec<DeliveryRow>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT d.id, d.submission_id, d.endpoint_id, d.destination_url, d.state, d.attempts,
+                d.cycle_attempts, d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at
+         FROM unnest($1::text[]) AS e(id)
+         CROSS JOIN LATERAL (
+             SELECT * FROM webhook_deliveries w
+             WHERE w.endpoint_id = e.id
+             ORDER BY w.created_at DESC, w.id DESC
+             LIMIT $2
+         ) AS d",
+    )
+    .bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
+}
+
 /// How many deliveries are in each state, optionally for one endpoint, without scanning
 /// the history: delivered and failed from the counts the triggers keep (migration
 /// `delivery_state_counts`), pending and processing (the queue) from their partial indexes.
@@ -416,17 +439,22 @@ pub async fn count_by_state(
             diesel::dsl::sql::<BigInt>("sum(deliveries)::bigint"),
         ))
         .into_boxed();
-    let mut queued = webhook_deliveries::table
-        .filter(webhook_deliveries::state.eq_any(["pending", "processing"]))
-        .group_by(webhook_deliveries::state)
-        .select((webhook_deliveries::state, diesel::dsl::count_star()))
-        .into_boxed();
     if let Some(endpoint_id) = endpoint_id {
         terminal = terminal.filter(delivery_state_counts::endpoint_id.eq(endpoint_id.to_string()));
-        queued = queued.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.to_string()));
     }
     let mut counts: Vec<(String, i64)> = terminal.load(conn).await?;
-    counts.extend(queued.load::<(String, i64)>(conn).await?);
+    // One count per queue state, each condition matching a partial index exactly (an
+    // `IN` list would match neither and scan the whole history).
+    for state in ["pending", "processing"] {
+        let mut queued = webhook_deliveries::table
+            .filter(webhook_deliveries::state.eq(state))
+            .count()
+            .into_boxed();
+        if let Some(endpoint_id) = endpoint_id {
+            queued = queued.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.to_string()));
+        }
+        counts.push((state.to_string(), queued.get_result(conn).await?));
+    }
     Ok(counts)
 }
 

@@ -141,7 +141,7 @@ mod tests {
 }
 
 /// A stored submission, as the management API reads it.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = super::schema::submissions)]
 pub struct SubmissionRow {
     pub id: String,
@@ -179,18 +179,7 @@ pub async fn page(
     limit: i64,
 ) -> Result<Vec<SubmissionRow>, DbError> {
     use super::schema::submissions;
-    let mut query = submissions::table
-        .select(SubmissionRow::as_select())
-        .into_boxed();
-    if let Some(endpoint_id) = &filter.endpoint_id {
-        query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
-    }
-    if let Some(after) = filter.received_after {
-        query = query.filter(submissions::received_at.gt(after));
-    }
-    if let Some(before) = filter.received_before {
-        query = query.filter(submissions::received_at.lt(before));
-    }
+    let mut query = filtered(filter).select(SubmissionRow::as_select());
     if let Some((received_at, id)) = after {
         query = query.filter(super::keyset_before("received_at", "id", received_at, id));
     }
@@ -199,6 +188,28 @@ pub async fn page(
         .limit(limit)
         .load(conn)
         .await?)
+}
+
+/// The first `limit` submissions (newest first) of each endpoint, in one statement.
+pub async fn first_pages(
+    conn: &mut AsyncPgConnection,
+    endpoint_ids: &[String],
+    limit: i64,
+) -> Result<Vec<SubmissionRow>, DbError> {
+    Ok(diesel::sql_query(
+        "SELECT s.id, s.endpoint_id, s.received_at, s.fields, s.idempotency_key
+         FROM unnest($1::text[]) AS e(id)
+         CROSS JOIN LATERAL (
+             SELECT * FROM submissions x
+             WHERE x.endpoint_id = e.id
+             ORDER BY x.received_at DESC, x.id DESC
+             LIMIT $2
+         ) AS s",
+    )
+    .bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?)
 }
 
 /// What erasing a submission did.
@@ -249,8 +260,15 @@ pub async fn count(
     conn: &mut AsyncPgConnection,
     filter: &SubmissionFilter,
 ) -> Result<i64, DbError> {
+    Ok(filtered(filter).count().get_result(conn).await?)
+}
+
+/// The submissions a filter selects, for listing or counting.
+fn filtered<'a>(
+    filter: &SubmissionFilter,
+) -> super::schema::submissions::BoxedQuery<'a, diesel::pg::Pg> {
     use super::schema::submissions;
-    let mut query = submissions::table.count().into_boxed();
+    let mut query = submissions::table.into_boxed();
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
     }
@@ -260,7 +278,7 @@ pub async fn count(
     if let Some(before) = filter.received_before {
         query = query.filter(submissions::received_at.lt(before));
     }
-    Ok(query.get_result(conn).await?)
+    query
 }
 
 /// Submissions received before `cutoff` that no delivery still needs: without a delivery,

@@ -22,6 +22,10 @@ pub struct Loaders {
     /// `None` for a submission without a delivery (so the answer is cached too).
     pub delivery_by_submission: DataLoader<DeliveryBySubmissionLoader, HashMapCache>,
     pub attempts: DataLoader<AttemptLoader, HashMapCache>,
+    /// The first page of an endpoint's deliveries, keyed by (endpoint id, rows to fetch).
+    pub endpoint_deliveries: DataLoader<EndpointDeliveriesLoader, HashMapCache>,
+    /// The first page of an endpoint's submissions, keyed likewise.
+    pub endpoint_submissions: DataLoader<EndpointSubmissionsLoader, HashMapCache>,
 }
 
 /// How long a loader waits for more keys before it queries: long enough for the items of
@@ -40,6 +44,18 @@ impl Loaders {
             submissions: loader(SubmissionLoader(app.clone())),
             delivery_by_submission: loader(DeliveryBySubmissionLoader(app.clone())),
             attempts: loader(AttemptLoader(app.clone())),
+            endpoint_deliveries: DataLoader::with_cache(
+                EndpointDeliveriesLoader(app.clone()),
+                tokio::spawn,
+                HashMapCache::default(),
+            )
+            .delay(BATCH_DELAY),
+            endpoint_submissions: DataLoader::with_cache(
+                EndpointSubmissionsLoader(app.clone()),
+                tokio::spawn,
+                HashMapCache::default(),
+            )
+            .delay(BATCH_DELAY),
         }
     }
 }
@@ -48,6 +64,82 @@ pub struct EndpointLoader(AppState);
 pub struct SubmissionLoader(AppState);
 pub struct DeliveryBySubmissionLoader(AppState);
 pub struct AttemptLoader(AppState);
+pub struct EndpointDeliveriesLoader(AppState);
+pub struct EndpointSubmissionsLoader(AppState);
+
+/// A key of the first-page loaders: (endpoint id, how many rows to fetch).
+pub type FirstPage = (String, i64);
+
+/// Groups first-page keys by page size: one statement per size.
+fn by_limit(keys: &[FirstPage]) -> HashMap<i64, Vec<String>> {
+    let mut groups: HashMap<i64, Vec<String>> = HashMap::new();
+    for (endpoint_id, limit) in keys {
+        groups.entry(*limit).or_default().push(endpoint_id.clone());
+    }
+    groups
+}
+
+impl Loader<FirstPage> for EndpointDeliveriesLoader {
+    type Value = Vec<DeliveryRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[FirstPage],
+    ) -> Result<HashMap<FirstPage, Vec<DeliveryRow>>, LoadError> {
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let mut pages: HashMap<FirstPage, Vec<DeliveryRow>> =
+            keys.iter().map(|key| (key.clone(), Vec::new())).collect();
+        for (limit, endpoint_ids) in by_limit(keys) {
+            for row in db::deliveries::first_pages(&mut conn, &endpoint_ids, limit)
+                .await
+                .map_err(Arc::new)?
+            {
+                pages
+                    .entry((row.endpoint_id.clone(), limit))
+                    .or_default()
+                    .push(row);
+            }
+        }
+        Ok(pages)
+    }
+}
+
+impl Loader<FirstPage> for EndpointSubmissionsLoader {
+    type Value = Vec<SubmissionRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[FirstPage],
+    ) -> Result<HashMap<FirstPage, Vec<SubmissionRow>>, LoadError> {
+        let mut conn = self
+            .0
+            .pool
+            .get()
+            .await
+            .map_err(|e| Arc::new(DbError::from(e)))?;
+        let mut pages: HashMap<FirstPage, Vec<SubmissionRow>> =
+            keys.iter().map(|key| (key.clone(), Vec::new())).collect();
+        for (limit, endpoint_ids) in by_limit(keys) {
+            for row in db::submissions::first_pages(&mut conn, &endpoint_ids, limit)
+                .await
+                .map_err(Arc::new)?
+            {
+                pages
+                    .entry((row.endpoint_id.clone(), limit))
+                    .or_default()
+                    .push(row);
+            }
+        }
+        Ok(pages)
+    }
+}
 
 impl Loader<String> for EndpointLoader {
     type Value = EndpointRow;

@@ -126,11 +126,23 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
-        let filter = SubmissionFilter {
-            endpoint_id: Some(self.0.id.clone()),
-            ..SubmissionFilter::default()
-        };
-        submissions_page(ctx, &filter, first, after).await
+        let page = PageRequest::new(first, after.clone(), app(ctx).config.graphql.max_page_size)?;
+        if page.after.is_some() {
+            let filter = SubmissionFilter {
+                endpoint_id: Some(self.0.id.clone()),
+                ..SubmissionFilter::default()
+            };
+            return submissions_page(ctx, &filter, first, after).await;
+        }
+        // First pages of many endpoints are loaded together.
+        let loaders = ctx.data_unchecked::<Loaders>();
+        let rows = loaders
+            .endpoint_submissions
+            .load_one((self.0.id.clone(), page.fetch_limit()))
+            .await
+            .gql()?
+            .unwrap_or_default();
+        Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
     }
 
     /// This endpoint's deliveries, newest first.
@@ -140,11 +152,23 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
-        let filter = DeliveryFilter {
-            endpoint_id: Some(self.0.id.clone()),
-            ..DeliveryFilter::default()
-        };
-        deliveries_page(ctx, &filter, first, after).await
+        let page = PageRequest::new(first, after.clone(), app(ctx).config.graphql.max_page_size)?;
+        if page.after.is_some() {
+            let filter = DeliveryFilter {
+                endpoint_id: Some(self.0.id.clone()),
+                ..DeliveryFilter::default()
+            };
+            return deliveries_page(ctx, &filter, first, after).await;
+        }
+        // First pages of many endpoints are loaded together.
+        let loaders = ctx.data_unchecked::<Loaders>();
+        let rows = loaders
+            .endpoint_deliveries
+            .load_one((self.0.id.clone(), page.fetch_limit()))
+            .await
+            .gql()?
+            .unwrap_or_default();
+        Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))
     }
 }
 

@@ -384,3 +384,58 @@ async fn delivery_counts_follow_every_transition() {
     assert_eq!(counts(None).await, [3, 0, 1, 0]);
     assert_eq!(counts(Some("two")).await, [1, 0, 0, 0]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nested_connections_of_a_list_of_endpoints_are_batched() {
+    let db = TestDb::new().await;
+    seed(&db, 30, 1).await;
+    let counter = Arc::new(AtomicUsize::new(0));
+    let app = TestApp::start_counted(
+        db,
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+        Some(counter.clone()),
+    )
+    .await;
+    let (_, key) = app.create_key("nested").await;
+    for n in 0..20 {
+        app.webhook_endpoint(&format!("extra-{n:02}"), "https://a.example/h")
+            .await;
+        app.submit(&format!("extra-{n:02}"), "a=1").await;
+        app.submit(&format!("extra-{n:02}"), "a=2").await;
+    }
+    let query = "{ endpoints(first: 30) { edges { node { id deliveries(first: 1) { edges { node { id } } pageInfo { hasNextPage } } submissions(first: 1) { edges { node { id } } } } } } }";
+    app.gql(&key, query, json!({})).await;
+    counter.store(0, Ordering::SeqCst);
+    let body = app.gql(&key, query, json!({})).await;
+    let statements = AtomicUsize::load(&counter, Ordering::SeqCst);
+    let edges = body["data"]["endpoints"]["edges"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(edges.len(), 21);
+    let extra = edges
+        .iter()
+        .find(|e| e["node"]["id"] == "extra-19")
+        .unwrap();
+    assert_eq!(
+        extra["node"]["deliveries"]["edges"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(extra["node"]["deliveries"]["pageInfo"]["hasNextPage"], true);
+    let paged = edges.iter().find(|e| e["node"]["id"] == "paged").unwrap();
+    assert_eq!(
+        paged["node"]["submissions"]["edges"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // One statement per nested list (per batch), not one per endpoint (21 each).
+    assert!(
+        statements <= 8,
+        "{statements} statements for 21 endpoints with two nested lists"
+    );
+}
