@@ -1,4 +1,5 @@
 //! Identifier formats of SPEC section 3: a prefix and a v4 UUID as 32 lowercase hex digits.
+//! (Claim tokens are made by the claim statement itself, in PostgreSQL.)
 
 use uuid::Uuid;
 
@@ -18,10 +19,6 @@ pub fn attempt_id() -> String {
     prefixed("att_")
 }
 
-pub fn claim_token() -> String {
-    prefixed("clm_")
-}
-
 pub fn management_key_id() -> String {
     prefixed("mk_")
 }
@@ -34,7 +31,6 @@ mod tests {
             (super::submission_id(), "sub_"),
             (super::delivery_id(), "whd_"),
             (super::attempt_id(), "att_"),
-            (super::claim_token(), "clm_"),
             (super::management_key_id(), "mk_"),
         ] {
             let rest = id.strip_prefix(prefix).expect("prefix");
