@@ -136,8 +136,12 @@ async fn the_endpoint_limit_is_exact_across_three_servers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_source_limit_runs_before_the_endpoint_lookup() {
+    // A window of an hour, so that both requests surely fall in the same one.
     let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_IP_REQUESTS", "1")],
+        &[
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "1"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "3600"),
+        ],
         Arc::new(SystemClock),
     )
     .await;
@@ -196,6 +200,7 @@ async fn forwarded_addresses_with_trusted_hops_and_keyed_digests() {
     let app = TestApp::start_with(
         &[
             ("FORMS_RATE_LIMIT_IP_REQUESTS", "1"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "3600"),
             ("FORMS_TRUSTED_PROXY_HOPS", "1"),
             ("FORMS_RATE_LIMIT_IP_SECRET", secret),
         ],
