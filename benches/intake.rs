@@ -42,7 +42,7 @@ fn main() {
         let mut conn = db::connect_one(&url).await.expect("connect");
         db::endpoints::insert(
             &mut conn,
-            &db::endpoints::NewEndpoint {
+            &db::endpoints::EndpointRow {
                 id: "bench".into(),
                 name: "Benchmark".into(),
                 is_active: true,

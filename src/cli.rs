@@ -137,16 +137,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             dry_run,
             older_than_days,
             batch_size,
-        } => {
-            retention_command(
-                &config_days,
-                older_than_days,
-                batch_size,
-                dry_run,
-                &database,
-            )
-            .await
-        }
+        } => retention_command(config_days, older_than_days, batch_size, dry_run, &database).await,
         Command::Schema => Ok(()),
     };
     database.close().await;
@@ -372,13 +363,13 @@ async fn create_first_key(
 }
 
 async fn retention_command(
-    config_days: &u32,
+    config_days: u32,
     older_than_days: Option<u32>,
     batch_size: u32,
     dry_run: bool,
     database: &Database,
 ) -> anyhow::Result<()> {
-    let days = older_than_days.unwrap_or(*config_days);
+    let days = older_than_days.unwrap_or(config_days);
     let cutoff = crate::retention::cutoff(SystemClock.now(), days);
     let mut connection = db::connect_one(&database.url).await?;
     let count = crate::retention::apply(&mut connection, cutoff, batch_size, dry_run).await?;

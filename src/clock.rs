@@ -61,6 +61,15 @@ pub fn truncate_to_micros(time: DateTime<Utc>) -> DateTime<Utc> {
         .unwrap_or_else(|| time.trunc_subsecs(6))
 }
 
+/// Whether exclusive bounds `(after, before)` leave no microsecond between them (an empty
+/// or inverted range); the one rule behind every `invalid_time_range`.
+pub fn is_empty_range(after: Option<DateTime<Utc>>, before: Option<DateTime<Utc>>) -> bool {
+    match (after, before) {
+        (Some(after), Some(before)) => before <= after + chrono::Duration::microseconds(1),
+        _ => false,
+    }
+}
+
 /// RFC 3339 with exactly six fractional digits and `Z` (SPEC section 3).
 pub fn format_timestamp(time: DateTime<Utc>) -> String {
     time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()

@@ -7,7 +7,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::schema::endpoints;
 use super::DbError;
 
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = endpoints)]
 pub struct EndpointRow {
     pub id: String,
@@ -33,20 +33,6 @@ impl EndpointRow {
     }
 }
 
-#[derive(Debug, Clone, Insertable)]
-#[diesel(table_name = endpoints)]
-pub struct NewEndpoint {
-    pub id: String,
-    pub name: String,
-    pub is_active: bool,
-    pub created_at: DateTime<Utc>,
-    pub webhook_url: Option<String>,
-    pub webhook_secret: Option<String>,
-    pub redirect_url: Option<String>,
-    pub allowed_origins: Vec<Option<String>>,
-    pub honeypot_field: Option<String>,
-}
-
 pub async fn find(conn: &mut AsyncPgConnection, id: &str) -> Result<Option<EndpointRow>, DbError> {
     Ok(endpoints::table
         .find(id)
@@ -56,28 +42,12 @@ pub async fn find(conn: &mut AsyncPgConnection, id: &str) -> Result<Option<Endpo
         .optional()?)
 }
 
-pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &NewEndpoint) -> Result<(), DbError> {
+pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Result<(), DbError> {
     diesel::insert_into(endpoints::table)
         .values(endpoint)
         .execute(conn)
         .await?;
     Ok(())
-}
-
-impl From<EndpointRow> for NewEndpoint {
-    fn from(row: EndpointRow) -> Self {
-        NewEndpoint {
-            id: row.id,
-            name: row.name,
-            is_active: row.is_active,
-            created_at: row.created_at,
-            webhook_url: row.webhook_url,
-            webhook_secret: row.webhook_secret,
-            redirect_url: row.redirect_url,
-            allowed_origins: row.allowed_origins,
-            honeypot_field: row.honeypot_field,
-        }
-    }
 }
 
 /// Whether an insert failed because the id is taken.
@@ -130,7 +100,7 @@ pub async fn update_with<E, F>(
 ) -> Result<Option<EndpointRow>, E>
 where
     E: From<diesel::result::Error> + Send + 'static,
-    F: FnOnce(EndpointRow) -> Result<NewEndpoint, E> + Send + 'static,
+    F: FnOnce(EndpointRow) -> Result<EndpointRow, E> + Send + 'static,
 {
     use diesel_async::AsyncConnection;
     let id = id.to_string();

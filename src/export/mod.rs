@@ -68,10 +68,8 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
     };
     let received_after = parse_time(params, "received_after")?;
     let received_before = parse_time(params, "received_before")?;
-    if let (Some(after), Some(before)) = (received_after, received_before) {
-        if before <= after + chrono::Duration::microseconds(1) {
-            return Err(ApiError::InvalidTimeRange);
-        }
+    if crate::clock::is_empty_range(received_after, received_before) {
+        return Err(ApiError::InvalidTimeRange);
     }
     let endpoint_id = params.get("endpoint_id").filter(|v| !v.is_empty()).cloned();
     Ok((

@@ -11,7 +11,7 @@ use crate::app::AppState;
 use crate::db::deliveries::{AttemptRow, DeliveryRow};
 use crate::db::endpoints::EndpointRow;
 use crate::db::submissions::SubmissionRow;
-use crate::db::{self, DbError};
+use crate::db::{self, DbConnection, DbError};
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
 pub type LoadError = Arc<DbError>;
@@ -67,6 +67,15 @@ pub struct AttemptLoader(AppState);
 pub struct EndpointDeliveriesLoader(AppState);
 pub struct EndpointSubmissionsLoader(AppState);
 
+async fn connection(app: &AppState) -> Result<DbConnection<'_>, LoadError> {
+    app.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))
+}
+
+/// Every key with an empty value, so that keys without rows are cached too.
+fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V>> {
+    keys.iter().map(|key| (key.clone(), Vec::new())).collect()
+}
+
 /// A key of the first-page loaders: (endpoint id, how many rows to fetch).
 pub type FirstPage = (String, i64);
 
@@ -79,6 +88,21 @@ fn by_limit(keys: &[FirstPage]) -> HashMap<i64, Vec<String>> {
     groups
 }
 
+/// Files the rows of one page size under their (endpoint, size) keys.
+fn file_pages<R>(
+    pages: &mut HashMap<FirstPage, Vec<R>>,
+    limit: i64,
+    rows: Vec<R>,
+    endpoint_of: impl Fn(&R) -> &str,
+) {
+    for row in rows {
+        pages
+            .entry((endpoint_of(&row).to_string(), limit))
+            .or_default()
+            .push(row);
+    }
+}
+
 impl Loader<FirstPage> for EndpointDeliveriesLoader {
     type Value = Vec<DeliveryRow>;
     type Error = LoadError;
@@ -87,24 +111,13 @@ impl Loader<FirstPage> for EndpointDeliveriesLoader {
         &self,
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<DeliveryRow>>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let mut pages: HashMap<FirstPage, Vec<DeliveryRow>> =
-            keys.iter().map(|key| (key.clone(), Vec::new())).collect();
+        let mut conn = connection(&self.0).await?;
+        let mut pages = empty_for(keys);
         for (limit, endpoint_ids) in by_limit(keys) {
-            for row in db::deliveries::first_pages(&mut conn, &endpoint_ids, limit)
+            let rows = db::deliveries::first_pages(&mut conn, &endpoint_ids, limit)
                 .await
-                .map_err(Arc::new)?
-            {
-                pages
-                    .entry((row.endpoint_id.clone(), limit))
-                    .or_default()
-                    .push(row);
-            }
+                .map_err(Arc::new)?;
+            file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
         }
         Ok(pages)
     }
@@ -118,24 +131,13 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
         &self,
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<SubmissionRow>>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let mut pages: HashMap<FirstPage, Vec<SubmissionRow>> =
-            keys.iter().map(|key| (key.clone(), Vec::new())).collect();
+        let mut conn = connection(&self.0).await?;
+        let mut pages = empty_for(keys);
         for (limit, endpoint_ids) in by_limit(keys) {
-            for row in db::submissions::first_pages(&mut conn, &endpoint_ids, limit)
+            let rows = db::submissions::first_pages(&mut conn, &endpoint_ids, limit)
                 .await
-                .map_err(Arc::new)?
-            {
-                pages
-                    .entry((row.endpoint_id.clone(), limit))
-                    .or_default()
-                    .push(row);
-            }
+                .map_err(Arc::new)?;
+            file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
         }
         Ok(pages)
     }
@@ -146,13 +148,7 @@ impl Loader<String> for EndpointLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::endpoints::find_many(&mut conn, keys)
+        let rows = db::endpoints::find_many(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
@@ -164,13 +160,7 @@ impl Loader<String> for SubmissionLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, SubmissionRow>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::submissions::find_many(&mut conn, keys)
+        let rows = db::submissions::find_many(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
@@ -185,13 +175,7 @@ impl Loader<String> for DeliveryBySubmissionLoader {
         &self,
         keys: &[String],
     ) -> Result<HashMap<String, Option<DeliveryRow>>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::deliveries::for_submissions(&mut conn, keys)
+        let rows = db::deliveries::for_submissions(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
         let mut found: HashMap<String, Option<DeliveryRow>> =
@@ -211,18 +195,10 @@ impl Loader<String> for AttemptLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, Vec<AttemptRow>>, LoadError> {
-        let mut conn = self
-            .0
-            .pool
-            .get()
-            .await
-            .map_err(|e| Arc::new(DbError::from(e)))?;
-        let rows = db::deliveries::attempts_for(&mut conn, keys)
+        let rows = db::deliveries::attempts_for(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
-        // Every key gets an entry, an empty history included, so that it is cached.
-        let mut by_delivery: HashMap<String, Vec<AttemptRow>> =
-            keys.iter().map(|key| (key.clone(), Vec::new())).collect();
+        let mut by_delivery = empty_for(keys);
         for row in rows {
             by_delivery
                 .entry(row.delivery_id.clone())
@@ -250,6 +226,18 @@ async fn prime<T: Loader<String, Error = LoadError>>(
     Ok(())
 }
 
+/// The keys for a nested field's loader, or none when the query does not select it.
+fn keys_if(
+    field: &async_graphql::Lookahead<'_>,
+    keys: impl Iterator<Item = String>,
+) -> Vec<String> {
+    if field.exists() {
+        keys.collect()
+    } else {
+        Vec::new()
+    }
+}
+
 /// Loads, one query per loader and level, what the selection below a list of deliveries
 /// or submissions will ask for, so that the nested fields find it cached. A DataLoader on
 /// its own batches only the keys that arrive within its delay; priming from the look-ahead
@@ -260,23 +248,14 @@ pub async fn prime_deliveries(
     rows: &[DeliveryRow],
 ) -> Result<(), LoadError> {
     let loaders = ctx.data_unchecked::<Loaders>();
-    let wanted = |field: &str, keys: Vec<String>| {
-        if node.field(field).exists() {
-            keys
-        } else {
-            Vec::new()
-        }
-    };
     let submission = node.field("submission");
-    let submission_ids = wanted(
-        "submission",
-        rows.iter()
-            .filter_map(|row| row.submission_id.clone())
-            .collect(),
+    let submission_ids = keys_if(
+        &submission,
+        rows.iter().filter_map(|row| row.submission_id.clone()),
     );
-    let endpoint_ids = wanted(
-        "endpoint",
-        rows.iter().map(|row| row.endpoint_id.clone()).collect(),
+    let endpoint_ids = keys_if(
+        &node.field("endpoint"),
+        rows.iter().map(|row| row.endpoint_id.clone()),
     );
     let primed_endpoints: std::collections::HashSet<String> =
         endpoint_ids.iter().cloned().collect();
@@ -284,9 +263,9 @@ pub async fn prime_deliveries(
         prime(&loaders.endpoints, endpoint_ids),
         prime(
             &loaders.attempts,
-            wanted(
-                "attemptHistory",
-                rows.iter().map(|row| row.id.clone()).collect()
+            keys_if(
+                &node.field("attemptHistory"),
+                rows.iter().map(|row| row.id.clone())
             )
         ),
         prime(&loaders.submissions, submission_ids.clone()),
@@ -299,20 +278,17 @@ pub async fn prime_deliveries(
             .into_values()
             .collect();
         // Endpoints already primed at the first level are cached; load only the others.
-        let endpoint_ids = if submission.field("endpoint").exists() {
+        let endpoint_ids = keys_if(
+            &submission.field("endpoint"),
             submissions
                 .iter()
                 .map(|row| row.endpoint_id.clone())
-                .filter(|id| !primed_endpoints.contains(id))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let delivery_keys = if submission.field("delivery").exists() {
-            submissions.iter().map(|row| row.id.clone()).collect()
-        } else {
-            Vec::new()
-        };
+                .filter(|id| !primed_endpoints.contains(id)),
+        );
+        let delivery_keys = keys_if(
+            &submission.field("delivery"),
+            submissions.iter().map(|row| row.id.clone()),
+        );
         futures_util::try_join!(
             prime(&loaders.endpoints, endpoint_ids),
             prime(&loaders.delivery_by_submission, delivery_keys),
@@ -329,18 +305,15 @@ pub async fn prime_submissions(
 ) -> Result<(), LoadError> {
     let loaders = ctx.data_unchecked::<Loaders>();
     let delivery = node.field("delivery");
-    let endpoint_ids = if node.field("endpoint").exists() {
-        rows.iter().map(|row| row.endpoint_id.clone()).collect()
-    } else {
-        Vec::new()
-    };
-    let submission_ids: Vec<String> = if delivery.exists() {
-        rows.iter().map(|row| row.id.clone()).collect()
-    } else {
-        Vec::new()
-    };
+    let submission_ids = keys_if(&delivery, rows.iter().map(|row| row.id.clone()));
     futures_util::try_join!(
-        prime(&loaders.endpoints, endpoint_ids),
+        prime(
+            &loaders.endpoints,
+            keys_if(
+                &node.field("endpoint"),
+                rows.iter().map(|row| row.endpoint_id.clone())
+            )
+        ),
         prime(&loaders.delivery_by_submission, submission_ids.clone()),
     )?;
     if delivery.exists() {
@@ -351,22 +324,21 @@ pub async fn prime_submissions(
             .into_values()
             .flatten()
             .collect();
-        let attempt_keys = if delivery.field("attemptHistory").exists() {
-            deliveries.iter().map(|row| row.id.clone()).collect()
-        } else {
-            Vec::new()
-        };
-        let endpoint_keys = if delivery.field("endpoint").exists() {
-            deliveries
-                .iter()
-                .map(|row| row.endpoint_id.clone())
-                .collect()
-        } else {
-            Vec::new()
-        };
         futures_util::try_join!(
-            prime(&loaders.attempts, attempt_keys),
-            prime(&loaders.endpoints, endpoint_keys),
+            prime(
+                &loaders.attempts,
+                keys_if(
+                    &delivery.field("attemptHistory"),
+                    deliveries.iter().map(|row| row.id.clone())
+                )
+            ),
+            prime(
+                &loaders.endpoints,
+                keys_if(
+                    &delivery.field("endpoint"),
+                    deliveries.iter().map(|row| row.endpoint_id.clone())
+                )
+            ),
         )?;
     }
     Ok(())

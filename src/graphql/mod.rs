@@ -63,10 +63,8 @@ pub(crate) fn time_range(
     before: Option<Timestamp>,
 ) -> async_graphql::Result<TimeRange> {
     let (after, before) = (after.map(|t| t.0), before.map(|t| t.0));
-    if let (Some(after), Some(before)) = (after, before) {
-        if before <= after + chrono::Duration::microseconds(1) {
-            return Err(ApiError::InvalidTimeRange).gql();
-        }
+    if crate::clock::is_empty_range(after, before) {
+        return Err(ApiError::InvalidTimeRange).gql();
     }
     Ok((after, before))
 }

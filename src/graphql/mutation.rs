@@ -9,7 +9,7 @@ use super::types::{
 };
 use super::{app, time_range, ResultExt};
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
-use crate::db::endpoints::NewEndpoint;
+use crate::db::endpoints::EndpointRow;
 use crate::db::submissions::EraseOutcome;
 use crate::db::{self, DbError};
 use crate::delivery::destination::validate_webhook_url;
@@ -154,7 +154,7 @@ impl MutationRoot {
         let webhook_secret = webhook_url
             .as_ref()
             .map(|_| crate::delivery::payload::new_secret());
-        let endpoint = NewEndpoint {
+        let endpoint = EndpointRow {
             id: input.id.0.clone(),
             name,
             is_active: input.is_active.unwrap_or(true),
@@ -234,7 +234,7 @@ impl MutationRoot {
         let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
         let updated =
             db::endpoints::update_with::<ApiError, _>(&mut conn, &input.id, move |current| {
-                let mut next = NewEndpoint::from(current);
+                let mut next = current;
                 if let Some(name) = name {
                     next.name = name;
                 }
@@ -299,7 +299,7 @@ impl MutationRoot {
                 if current.webhook_url.is_none() {
                     return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
                 }
-                let mut next = NewEndpoint::from(current);
+                let mut next = current;
                 next.webhook_secret = Some(new_secret);
                 Ok(next)
             })

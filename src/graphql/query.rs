@@ -90,7 +90,8 @@ impl QueryRoot {
             received_after,
             received_before,
         };
-        submissions_page(ctx, &query, first, after).await
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
+        submissions_page(ctx, &query, page).await
     }
 
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
@@ -117,7 +118,8 @@ impl QueryRoot {
             created_after,
             created_before,
         };
-        deliveries_page(ctx, &query, first, after).await
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
+        deliveries_page(ctx, &query, page).await
     }
 
     /// How many deliveries are in each state, for one endpoint or all.

@@ -126,13 +126,13 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
-        let page = PageRequest::new(first, after.clone(), app(ctx).config.graphql.max_page_size)?;
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
         if page.after.is_some() {
             let filter = SubmissionFilter {
                 endpoint_id: Some(self.0.id.clone()),
                 ..SubmissionFilter::default()
             };
-            return submissions_page(ctx, &filter, first, after).await;
+            return submissions_page(ctx, &filter, page).await;
         }
         // First pages of many endpoints are loaded together.
         let loaders = ctx.data_unchecked::<Loaders>();
@@ -152,13 +152,13 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
-        let page = PageRequest::new(first, after.clone(), app(ctx).config.graphql.max_page_size)?;
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
         if page.after.is_some() {
             let filter = DeliveryFilter {
                 endpoint_id: Some(self.0.id.clone()),
                 ..DeliveryFilter::default()
             };
-            return deliveries_page(ctx, &filter, first, after).await;
+            return deliveries_page(ctx, &filter, page).await;
         }
         // First pages of many endpoints are loaded together.
         let loaders = ctx.data_unchecked::<Loaders>();
@@ -377,11 +377,9 @@ pub struct DeleteSubmissionPayload {
 pub async fn submissions_page(
     ctx: &Context<'_>,
     filter: &SubmissionFilter,
-    first: Option<i32>,
-    after: Option<String>,
+    page: PageRequest,
 ) -> Result<Connection<String, Submission>> {
     let app = app(ctx);
-    let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
     let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
     let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
         .await
@@ -396,11 +394,9 @@ pub async fn submissions_page(
 pub async fn deliveries_page(
     ctx: &Context<'_>,
     filter: &DeliveryFilter,
-    first: Option<i32>,
-    after: Option<String>,
+    page: PageRequest,
 ) -> Result<Connection<String, Delivery>> {
     let app = app(ctx);
-    let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
     let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
     let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
         .await

@@ -354,8 +354,8 @@ pub async fn wait_for_status(url: &str, expected: u16) {
 }
 
 /// An endpoint row with defaults a test can adjust before inserting.
-pub fn endpoint(id: &str) -> hymical_forms::db::endpoints::NewEndpoint {
-    hymical_forms::db::endpoints::NewEndpoint {
+pub fn endpoint(id: &str) -> hymical_forms::db::endpoints::EndpointRow {
+    hymical_forms::db::endpoints::EndpointRow {
         id: id.to_string(),
         name: format!("Endpoint {id}"),
         is_active: true,
@@ -378,7 +378,7 @@ pub fn webhook_secret() -> String {
 }
 
 impl TestApp {
-    pub async fn insert_endpoint(&self, endpoint: &hymical_forms::db::endpoints::NewEndpoint) {
+    pub async fn insert_endpoint(&self, endpoint: &hymical_forms::db::endpoints::EndpointRow) {
         let mut conn = self.db.connect().await;
         db::endpoints::insert(&mut conn, endpoint)
             .await
