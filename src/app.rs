@@ -2,9 +2,11 @@
 
 use std::sync::Arc;
 
+use crate::auth::KeyRevocations;
 use crate::clock::Clock;
 use crate::config::{Config, Secret};
 use crate::db::DbPool;
+use crate::events::EventFeed;
 
 pub struct App {
     pub config: Config,
@@ -12,9 +14,53 @@ pub struct App {
     pub database_url: Secret,
     pub pool: DbPool,
     pub clock: Arc<dyn Clock>,
+    /// The process's delivery event reader, shared by every subscription.
+    pub events: Arc<EventFeed>,
+    pub revocations: KeyRevocations,
 }
 
 pub type AppState = Arc<App>;
+
+/// The tasks behind subscriptions that every serving process runs until `stopping`: the
+/// one `LISTEN` connection (which also wakes the worker, when there is one), the event
+/// reader and the revocation check.
+pub fn spawn_live_services(
+    app: &AppState,
+    worker_wake: Option<Arc<tokio::sync::Notify>>,
+    stopping: &tokio::sync::watch::Receiver<bool>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    use crate::db::{events::DELIVERY_EVENT_CHANNEL, submissions::DELIVERY_DUE_CHANNEL};
+    let channels: &'static [&'static str] = if worker_wake.is_some() {
+        &[DELIVERY_DUE_CHANNEL, DELIVERY_EVENT_CHANNEL]
+    } else {
+        &[DELIVERY_EVENT_CHANNEL]
+    };
+    let feed = app.events.clone();
+    tasks.spawn(crate::db::listen::run(
+        app.database_url.clone(),
+        channels,
+        move |notification| match notification {
+            // (Re)connected: anything sent meanwhile was missed.
+            None => {
+                feed.notify();
+                if let Some(wake) = &worker_wake {
+                    wake.notify_one();
+                }
+            }
+            Some((channel, _)) if channel == DELIVERY_EVENT_CHANNEL => feed.notify(),
+            Some((channel, _)) if channel == DELIVERY_DUE_CHANNEL => {
+                if let Some(wake) = &worker_wake {
+                    wake.notify_one();
+                }
+            }
+            Some(_) => {}
+        },
+        stopping.clone(),
+    ));
+    tasks.spawn(crate::events::run_feed(app.clone(), stopping.clone()));
+    tasks.spawn(KeyRevocations::run(app.clone(), stopping.clone()));
+}
 
 impl App {
     pub fn new(
@@ -28,6 +74,8 @@ impl App {
             database_url,
             pool,
             clock,
+            events: Arc::new(EventFeed::new()),
+            revocations: KeyRevocations::default(),
         })
     }
 }

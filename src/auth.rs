@@ -133,6 +133,74 @@ pub async fn authenticate_headers(
     authenticate_key(pool, credential, now).await
 }
 
+/// Long-lived sessions (GraphQL subscriptions) opened with a key end when the key is
+/// revoked, in whichever process it was revoked: one query per process every
+/// [`REVOCATION_CHECK`] for all the keys in use, not one per session.
+#[derive(Default)]
+pub struct KeyRevocations {
+    watched: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<bool>>>,
+}
+
+pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl KeyRevocations {
+    /// Turns true once the key is revoked; watched for as long as a receiver lives.
+    pub fn watch(&self, key: &AuthenticatedKey) -> tokio::sync::watch::Receiver<bool> {
+        let mut watched = self
+            .watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        watched
+            .entry(key.id.clone())
+            .or_insert_with(|| tokio::sync::watch::channel(false).0)
+            .subscribe()
+    }
+
+    /// Checks the watched keys until `shutdown`.
+    pub async fn run(app: crate::app::AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(REVOCATION_CHECK) => {}
+                _ = shutdown.changed() => return,
+            }
+            let ids: Vec<String> = {
+                let mut watched = app
+                    .revocations
+                    .watched
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                watched.retain(|_, sender| sender.receiver_count() > 0);
+                watched.keys().cloned().collect()
+            };
+            if ids.is_empty() {
+                continue;
+            }
+            let unusable = async {
+                let mut conn = app.pool.get().await.map_err(db::DbError::from)?;
+                db::keys::unusable_among(&mut conn, &ids).await
+            }
+            .await;
+            match unusable {
+                Ok(unusable) => {
+                    let mut watched = app
+                        .revocations
+                        .watched
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    for id in unusable {
+                        if let Some(sender) = watched.remove(&id) {
+                            let _ = sender.send(true);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error.summary(), "cannot check keys for revocation")
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -283,20 +283,15 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
             stopping.clone(),
         ));
     }
-    if app.config.worker.enabled {
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let listener_wake = wake.clone();
-        background.spawn(db::listen::run(
-            app.database_url.clone(),
-            &[db::submissions::DELIVERY_DUE_CHANNEL],
-            move |notification| match notification {
-                // Reconnected: wake-ups may have been missed.
-                None => listener_wake.notify_one(),
-                Some((channel, _)) if channel == db::submissions::DELIVERY_DUE_CHANNEL => {
-                    listener_wake.notify_one()
-                }
-                Some(_) => {}
-            },
+    let worker_wake = app
+        .config
+        .worker
+        .enabled
+        .then(|| Arc::new(tokio::sync::Notify::new()));
+    crate::app::spawn_live_services(&app, worker_wake.clone(), &stopping, &mut background);
+    if let Some(wake) = worker_wake {
+        background.spawn(crate::events::prune_on_schedule(
+            app.clone(),
             stopping.clone(),
         ));
         let client = delivery::client::WebhookClient::new(

@@ -43,6 +43,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_RATE_LIMIT_IP_SECRET",
     "FORMS_TRUSTED_PROXY_HOPS",
     "FORMS_SUBMISSION_RETENTION_DAYS",
+    "FORMS_EVENT_RETENTION_HOURS",
     "FORMS_EXPORT_MAX_SUBMISSIONS",
     "FORMS_GRAPHQL_MAX_DEPTH",
     "FORMS_GRAPHQL_MAX_COMPLEXITY",
@@ -141,6 +142,8 @@ pub struct Config {
     pub worker: WorkerConfig,
     pub rate_limit: RateLimitConfig,
     pub submission_retention_days: u32,
+    /// How long delivery events stay resumable for subscribers (`afterEventId`).
+    pub event_retention: Duration,
     pub export_max_submissions: u64,
     pub graphql: GraphqlConfig,
     pub log_format: LogFormat,
@@ -245,6 +248,7 @@ impl Config {
 
         let submission_retention_days =
             r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000);
+        let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
         let export_max_submissions =
             r.integer("FORMS_EXPORT_MAX_SUBMISSIONS", 10_000, 1, 100_000_000);
         let max_depth = r.integer("FORMS_GRAPHQL_MAX_DEPTH", 12, 1, 1_000);
@@ -339,6 +343,7 @@ impl Config {
                 trusted_proxy_hops: trusted_proxy_hops as usize,
             },
             submission_retention_days: submission_retention_days as u32,
+            event_retention: Duration::from_secs(event_retention_hours * 3600),
             export_max_submissions,
             graphql: GraphqlConfig {
                 max_depth: max_depth as usize,
@@ -621,6 +626,7 @@ mod tests {
             ("FORMS_RATE_LIMIT_IP_SECRET", "short-secret", "at least 16 characters"),
             ("FORMS_TRUSTED_PROXY_HOPS", "-1", "not a whole number"),
             ("FORMS_SUBMISSION_RETENTION_DAYS", "-3", "not a whole number"),
+            ("FORMS_EVENT_RETENTION_HOURS", "0", "from 1"),
             ("FORMS_EXPORT_MAX_SUBMISSIONS", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_DEPTH", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_COMPLEXITY", "0", "from 1"),

@@ -107,6 +107,11 @@ pub enum ApiError {
     ExportTooLarge { limit: u64, count: u64 },
     #[error("The export format is not supported; use json or csv.")]
     UnsupportedExportFormat { received: String },
+    #[error("Events after {after_event_id} were pruned (retention kept none at or below {pruned_through}); reload the current state and subscribe without afterEventId.")]
+    EventHistoryExpired {
+        after_event_id: i64,
+        pruned_through: i64,
+    },
     #[error("An unexpected error occurred.")]
     Internal(String),
 }
@@ -183,6 +188,7 @@ impl ApiError {
             ApiError::SubmissionDeliveryInProgress { .. } => "submission_delivery_in_progress",
             ApiError::InvalidTimeRange => "invalid_time_range",
             ApiError::InvalidCursor => "invalid_cursor",
+            ApiError::EventHistoryExpired { .. } => "event_history_expired",
             ApiError::PageSizeTooLarge { .. } => "page_size_too_large",
             ApiError::ExportTooLarge { .. } => "export_too_large",
             ApiError::UnsupportedExportFormat { .. } => "unsupported_export_format",
@@ -229,6 +235,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::InvalidCursor | ApiError::PageSizeTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::EventHistoryExpired { .. } => StatusCode::GONE,
         }
     }
 
@@ -307,6 +314,13 @@ impl ApiError {
             ApiError::UnsupportedExportFormat { received } => {
                 json!({ "received": received, "supported": ["json", "csv"] })
             }
+            ApiError::EventHistoryExpired {
+                after_event_id,
+                pruned_through,
+            } => json!({
+                "after_event_id": after_event_id.to_string(),
+                "pruned_through": pruned_through.to_string(),
+            }),
             ApiError::InvalidTimeRange | ApiError::InvalidCursor => Value::Null,
             ApiError::NotFound
             | ApiError::MethodNotAllowed { .. }
@@ -466,6 +480,14 @@ mod tests {
                 ApiError::Internal("boom".into()),
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
+            ),
+            (
+                ApiError::EventHistoryExpired {
+                    after_event_id: 3,
+                    pruned_through: 9,
+                },
+                StatusCode::GONE,
+                "event_history_expired",
             ),
         ];
         for (error, status, code) in cases {

@@ -10,6 +10,7 @@ pub mod db;
 pub mod delivery;
 pub mod digest;
 pub mod error;
+pub mod events;
 pub mod export;
 pub mod graphql;
 pub mod http;

@@ -98,3 +98,21 @@ pub async fn touch_last_used(
     .await?;
     Ok(())
 }
+
+/// Which of `ids` can no longer be used: revoked, or gone.
+pub async fn unusable_among(
+    conn: &mut AsyncPgConnection,
+    ids: &[String],
+) -> Result<Vec<String>, DbError> {
+    let usable: Vec<String> = management_api_keys::table
+        .filter(management_api_keys::id.eq_any(ids))
+        .filter(management_api_keys::revoked_at.is_null())
+        .select(management_api_keys::id)
+        .load(conn)
+        .await?;
+    Ok(ids
+        .iter()
+        .filter(|id| !usable.contains(id))
+        .cloned()
+        .collect())
+}

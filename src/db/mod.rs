@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod deliveries;
 pub mod endpoints;
+pub mod events;
 pub mod keys;
 pub mod listen;
 pub mod migrations;

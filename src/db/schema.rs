@@ -23,6 +23,34 @@ diesel::table! {
 }
 
 diesel::table! {
+    delivery_event_retention (singleton) {
+        singleton -> Bool,
+        pruned_through -> Int8,
+    }
+}
+
+diesel::table! {
+    delivery_events (id) {
+        id -> Int8,
+        #[max_length = 36]
+        delivery_id -> Varchar,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 32]
+        kind -> Varchar,
+        #[max_length = 16]
+        state -> Varchar,
+        #[max_length = 16]
+        previous_state -> Nullable<Varchar>,
+        attempts -> Int4,
+        cycle_attempts -> Int4,
+        #[max_length = 32]
+        outcome -> Nullable<Varchar>,
+        occurred_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     delivery_state_counts (endpoint_id, state, shard) {
         #[max_length = 64]
         endpoint_id -> Varchar,
@@ -129,6 +157,8 @@ diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     delivery_attempts,
+    delivery_event_retention,
+    delivery_events,
     delivery_state_counts,
     endpoints,
     management_api_keys,

@@ -29,10 +29,15 @@ use crate::auth;
 use crate::error::ApiError;
 
 pub fn routes(schema: FormsSchema) -> Router<AppState> {
-    Router::new().route(
-        "/graphql",
-        get(handle).post(handle).layer(Extension(schema)),
-    )
+    Router::new()
+        .route(
+            "/graphql",
+            get(handle).post(handle).layer(Extension(schema.clone())),
+        )
+        .route(
+            "/graphql/ws",
+            get(super::ws::upgrade).layer(Extension(schema)),
+        )
 }
 
 const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";

@@ -38,6 +38,19 @@ fn loader<T: Loader<String>>(inner: T) -> DataLoader<T, HashMapCache> {
 }
 
 impl Loaders {
+    /// For a subscription, which lives for hours: batching without a cache, so each event
+    /// resolves nested objects as they are now.
+    pub fn uncached(app: &AppState) -> Loaders {
+        let loaders = Loaders::new(app);
+        loaders.endpoints.enable_all_cache(false);
+        loaders.submissions.enable_all_cache(false);
+        loaders.delivery_by_submission.enable_all_cache(false);
+        loaders.attempts.enable_all_cache(false);
+        loaders.endpoint_deliveries.enable_all_cache(false);
+        loaders.endpoint_submissions.enable_all_cache(false);
+        loaders
+    }
+
     pub fn new(app: &AppState) -> Loaders {
         Loaders {
             endpoints: loader(EndpointLoader(app.clone())),
@@ -61,6 +74,13 @@ impl Loaders {
 }
 
 pub struct EndpointLoader(AppState);
+/// Deliveries by id for events: one per process, uncached, so the subscriptions of a
+/// process that resolve the same event's delivery share one query.
+pub struct DeliveryLoader(AppState);
+
+pub fn event_deliveries(app: &AppState) -> DataLoader<DeliveryLoader> {
+    DataLoader::new(DeliveryLoader(app.clone()), tokio::spawn).delay(BATCH_DELAY)
+}
 pub struct SubmissionLoader(AppState);
 pub struct DeliveryBySubmissionLoader(AppState);
 pub struct AttemptLoader(AppState);
@@ -149,6 +169,18 @@ impl Loader<String> for EndpointLoader {
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
         let rows = db::endpoints::find_many(&mut *connection(&self.0).await?, keys)
+            .await
+            .map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
+    }
+}
+
+impl Loader<String> for DeliveryLoader {
+    type Value = DeliveryRow;
+    type Error = LoadError;
+
+    async fn load(&self, keys: &[String]) -> Result<HashMap<String, DeliveryRow>, LoadError> {
+        let rows = db::deliveries::find_many(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())

@@ -5,32 +5,36 @@ pub mod loaders;
 pub mod mutation;
 pub mod pagination;
 pub mod query;
+pub mod subscription;
 pub mod types;
+pub mod ws;
 
-use async_graphql::{Context, EmptySubscription, ErrorExtensions, Schema};
+use async_graphql::{Context, ErrorExtensions, Schema};
 use chrono::{DateTime, Utc};
 
 use crate::app::AppState;
 use crate::error::ApiError;
 use mutation::MutationRoot;
 use query::QueryRoot;
+use subscription::SubscriptionRoot;
 use types::Timestamp;
 
-pub type FormsSchema = Schema<QueryRoot, MutationRoot, EmptySubscription>;
+pub type FormsSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
 
 /// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {
     let limits = app.config.graphql.clone();
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
+        .data(loaders::event_deliveries(&app))
         .data(app)
         .finish()
 }
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, EmptySubscription)
+    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .finish()
         .sdl()
 }

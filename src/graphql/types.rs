@@ -79,7 +79,7 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
-    fn from_db(outcome: &str) -> AttemptOutcome {
+    pub fn from_db(outcome: &str) -> AttemptOutcome {
         match outcome {
             "succeeded" => AttemptOutcome::Succeeded,
             "http_error" => AttemptOutcome::HttpError,

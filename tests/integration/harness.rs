@@ -207,6 +207,9 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub db: TestDb,
     pub http: reqwest::Client,
+    /// The listener, event reader and revocation check; they stop with the app.
+    _services: tokio::task::JoinSet<()>,
+    stop: tokio::sync::watch::Sender<bool>,
 }
 
 impl TestApp {
@@ -236,6 +239,9 @@ impl TestApp {
                 .await
                 .expect("test pool");
         let app = App::new(config, db.url.clone(), pool, clock);
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let mut services = tokio::task::JoinSet::new();
+        hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -260,7 +266,14 @@ impl TestApp {
                 .pool_max_idle_per_host(0)
                 .build()
                 .expect("http client"),
+            _services: services,
+            stop,
         }
+    }
+
+    /// Stops the listener, event reader and revocation check as a stopping server does.
+    pub fn stop_live_services(&self) {
+        let _ = self.stop.send(true);
     }
 
     pub fn url(&self, path: &str) -> String {

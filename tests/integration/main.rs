@@ -21,3 +21,5 @@ mod keys;
 mod migrations;
 mod receiver;
 mod schema_files;
+mod subscriptions;
+mod ws_client;

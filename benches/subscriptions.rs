@@ -1,0 +1,863 @@
+//! GraphQL subscriptions: fan-out latency under a steady stream of changes, and what
+//! connected subscribers cost the intake.
+//!
+//! `cargo bench --bench subscriptions` starts a throwaway PostgreSQL cluster and serves the
+//! router in this process (with the subscription services of `serve`: the `LISTEN`
+//! connection, the event reader, the revocation check), then:
+//! 1. **Fan-out latency.** `BENCH_SUBSCRIBERS` WebSocket clients (`graphql-transport-ws`,
+//!    one connection each) subscribe to every event, unfiltered. Forms are posted at a
+//!    steady `BENCH_RATE` per second to an endpoint whose webhook points at a receiver in
+//!    this process that answers 200 at once; the worker runs in-process, so each delivery
+//!    makes three events (created, claimed, delivered). After a warm-up, for `BENCH_SECONDS`
+//!    and until the queue drains, every receipt of an event by a subscriber gives a latency:
+//!    the receipt time minus the event's `occurredAt` (`statement_timestamp()` of the
+//!    change, so just before its commit: an upper bound of commit → receipt). Every
+//!    subscriber must receive every event of the window exactly once, in increasing `id`.
+//! 2. **Intake cost.** The intake load generator of `benches/intake.rs` (raw HTTP/1.1 on
+//!    32 keep-alive connections, rate limiting off, an endpoint with a webhook, no worker:
+//!    the queue grows) in alternating rounds without subscribers and with
+//!    `BENCH_SUBSCRIBERS` connected subscribers reading every event.
+//!
+//! The subscribers run in this process, on the same two cores as the server and
+//! PostgreSQL: their own cost (receiving and parsing every frame) is part of the figures.
+//!
+//! Settings: `BENCH_SUBSCRIBERS` (1000), `BENCH_RATE` forms per second (200),
+//! `BENCH_SECONDS` of the latency window (20), `BENCH_CONCURRENCY` of the intake load (32),
+//! `BENCH_INTAKE_SECONDS` per intake round (8), `BENCH_ROUNDS` per intake arm (4).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::Router;
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{watch, Semaphore};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+
+use hymical_forms::app::App;
+use hymical_forms::clock::SystemClock;
+use hymical_forms::config::{Config, Secret};
+use hymical_forms::db;
+
+mod common;
+use common::{cpu_seconds, env_number, BenchCluster};
+
+const FORM_BODY: &str =
+    "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
+const SUBSCRIPTION: &str =
+    "subscription { deliveryStateChanged { id state occurredAt delivery { id } } }";
+/// Subscribers that may be in their WebSocket handshake at once.
+const CONNECTING: usize = 50;
+const WARM_UP: Duration = Duration::from_secs(3);
+/// How long the queue and then the subscribers may take to finish after the load stops.
+const DRAIN: Duration = Duration::from_secs(30);
+
+fn main() {
+    let subscribers = env_number("BENCH_SUBSCRIBERS", 1000) as usize;
+    let rate = env_number("BENCH_RATE", 200);
+    let seconds = env_number("BENCH_SECONDS", 20);
+    let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
+    let intake_seconds = env_number("BENCH_INTAKE_SECONDS", 8);
+    let rounds = env_number("BENCH_ROUNDS", 4);
+    raise_open_files_limit((4 * subscribers + 1024) as nix::libc::rlim_t);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cluster = BenchCluster::start(&runtime);
+    let url = cluster.url.clone();
+
+    let receiver_count = Arc::new(AtomicU64::new(0));
+    let receiver_addr = runtime.block_on(start_receiver(receiver_count.clone()));
+    let key = runtime.block_on(async {
+        let mut conn = db::connect_one(&url).await.expect("connect");
+        conn.batch_execute(&format!(
+            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret) VALUES
+                 ('fanout', 'Fan-out', 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)),
+                 ('bench', 'Intake', 'https://receiver.example/hook', 'whsec_' || repeat('ab', 32))"
+        ))
+        .await
+        .expect("endpoints");
+        let new_key = hymical_forms::auth::generate("bench", chrono::Utc::now());
+        db::keys::insert(&mut conn, &new_key.row)
+            .await
+            .expect("key");
+        new_key.key.expose().to_string()
+    });
+
+    // 1. Fan-out latency.
+    println!(
+        "fan-out: {subscribers} subscribers, {rate} forms/s (3 events each), {} s warm-up, {seconds} s window",
+        WARM_UP.as_secs()
+    );
+    let server = runtime.block_on(Server::start(
+        &url,
+        &[
+            ("FORMS_DATABASE_POOL_SIZE", "16"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+        ],
+        true,
+    ));
+    runtime.block_on(fan_out(
+        &url,
+        server.addr,
+        &key,
+        subscribers,
+        rate,
+        Duration::from_secs(seconds),
+        &receiver_count,
+    ));
+    runtime.block_on(server.stop());
+
+    // 2. Intake with and without subscribers.
+    println!(
+        "\nintake cost: concurrency {concurrency}, {intake_seconds} s per round, {rounds} rounds per arm (A without subscribers, B with {subscribers})"
+    );
+    let pool_size = concurrency.to_string();
+    let server = runtime.block_on(Server::start(
+        &url,
+        &[
+            ("FORMS_DATABASE_POOL_SIZE", pool_size.as_str()),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ],
+        false,
+    ));
+    runtime.block_on(intake_cost(
+        server.addr,
+        &key,
+        subscribers,
+        concurrency,
+        Duration::from_secs(intake_seconds),
+        rounds,
+    ));
+    runtime.block_on(server.stop());
+}
+
+/// 1,000 client sockets and as many server sockets live in this process.
+fn raise_open_files_limit(wanted: nix::libc::rlim_t) {
+    use nix::libc;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return;
+        }
+        if limit.rlim_cur < wanted {
+            let raised = libc::rlimit {
+                rlim_cur: wanted.min(limit.rlim_max),
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 || raised.rlim_cur < wanted {
+                println!(
+                    "warning: open files limited to {} (wanted {wanted})",
+                    raised.rlim_cur
+                );
+            }
+        }
+    }
+}
+
+/// A webhook receiver that answers 200 at once.
+async fn start_receiver(count: Arc<AtomicU64>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let router = Router::new().route(
+        "/hook",
+        post(move || {
+            let count = count.clone();
+            async move {
+                count.fetch_add(1, Ordering::Relaxed);
+                "ok"
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
+}
+
+/// The router served in-process with the background tasks `serve` runs for it.
+struct Server {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: tokio::task::JoinSet<()>,
+    http: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(url: &Secret, vars: &[(&str, &str)], worker: bool) -> Server {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let config = Config::from_lookup(|name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+        .expect("config");
+        let pool = db::connect_pool(
+            url,
+            config.database.pool_size,
+            config.database.statement_timeout,
+        )
+        .await
+        .expect("pool");
+        let app = App::new(config, url.clone(), pool, Arc::new(SystemClock));
+        let (stop, stopping) = watch::channel(false);
+        let mut tasks = tokio::task::JoinSet::new();
+        // As `serve` wires it: the one LISTEN connection also wakes the worker.
+        let wake = worker.then(|| Arc::new(tokio::sync::Notify::new()));
+        hymical_forms::app::spawn_live_services(&app, wake.clone(), &stopping, &mut tasks);
+        if let Some(wake) = wake {
+            let client = hymical_forms::delivery::client::WebhookClient::new(
+                &app.config.webhook,
+                Arc::new(hymical_forms::delivery::client::SystemResolver),
+            )
+            .expect("webhook client");
+            let worker = hymical_forms::delivery::Worker::new(app.clone(), client, wake);
+            tasks.spawn(worker.run(stopping.clone()));
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let router = hymical_forms::http::router(app);
+        let mut shutdown = stopping.clone();
+        let http = tokio::spawn(async move {
+            let _ = axum::serve(
+                listener,
+                router.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            })
+            .await;
+        });
+        Server {
+            addr,
+            stop,
+            tasks,
+            http,
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let stopped = async {
+            let _ = self.http.await;
+            while self.tasks.join_next().await.is_some() {}
+        };
+        if tokio::time::timeout(Duration::from_secs(15), stopped)
+            .await
+            .is_err()
+        {
+            println!("warning: the server did not stop within 15 s");
+        }
+    }
+}
+
+/// What one subscriber saw.
+#[derive(Default)]
+struct Tally {
+    /// Every `next` received.
+    receipts: u64,
+    /// Receipts of events after the window's first id.
+    in_window: u64,
+    id_sum: i128,
+    /// Receipts whose id was not above the previous one (duplicates or disorder).
+    out_of_order: u64,
+    /// Receipt time before `occurredAt` (clamped to 0 in the latencies).
+    negative: u64,
+    latencies_us: Vec<u32>,
+    /// The first thing that was not a `next` with an event, and anything that ended the
+    /// subscription early.
+    problem: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Frame<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    payload: Option<Payload<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Payload<'a> {
+    #[serde(borrow)]
+    data: Option<Data<'a>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Data<'a> {
+    #[serde(rename = "deliveryStateChanged", borrow)]
+    event: Event<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct Event<'a> {
+    id: &'a str,
+    #[serde(rename = "occurredAt")]
+    occurred_at: &'a str,
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens a connection, authenticates, subscribes to every event.
+async fn subscribe(addr: SocketAddr, key: &str) -> Result<Socket, String> {
+    let mut request = format!("ws://{addr}/graphql/ws")
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        HeaderValue::from_static("graphql-transport-ws"),
+    );
+    let (mut socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let init = serde_json::json!({
+        "type": "connection_init",
+        "payload": { "Authorization": format!("Bearer {key}") }
+    });
+    socket
+        .send(Message::Text(init.to_string().into()))
+        .await
+        .map_err(|e| format!("send init: {e}"))?;
+    match socket.next().await {
+        Some(Ok(Message::Text(text))) if text.as_str().contains("\"connection_ack\"") => {}
+        other => return Err(format!("expected connection_ack, got {other:?}")),
+    }
+    let subscribe = serde_json::json!({
+        "type": "subscribe",
+        "id": "1",
+        "payload": { "query": SUBSCRIPTION }
+    });
+    socket
+        .send(Message::Text(subscribe.to_string().into()))
+        .await
+        .map_err(|e| format!("send subscribe: {e}"))?;
+    Ok(socket)
+}
+
+/// Connects `count` subscribers, at most [`CONNECTING`] handshakes at a time.
+async fn connect_all(addr: SocketAddr, key: &str, count: usize) -> Vec<Socket> {
+    let gate = Arc::new(Semaphore::new(CONNECTING));
+    let mut tasks = Vec::with_capacity(count);
+    for _ in 0..count {
+        let gate = gate.clone();
+        let key = key.to_string();
+        tasks.push(tokio::spawn(async move {
+            let _permit = gate.acquire_owned().await.expect("gate");
+            subscribe(addr, &key).await
+        }));
+    }
+    let mut sockets = Vec::with_capacity(count);
+    let mut failures = 0;
+    for task in tasks {
+        match task.await.expect("connect task") {
+            Ok(socket) => sockets.push(socket),
+            Err(error) => {
+                if failures == 0 {
+                    println!("    subscriber failed to connect: {error}");
+                }
+                failures += 1;
+            }
+        }
+    }
+    if failures > 0 {
+        println!("    {failures} of {count} subscribers failed to connect");
+    }
+    sockets
+}
+
+/// How a subscriber treats its frames.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Parses each event: id order, latency.
+    Measure,
+    /// Only counts frames.
+    Count,
+}
+
+/// Reads `socket` until `stop`, then closes it.
+async fn run_subscriber(
+    mut socket: Socket,
+    reading: Reading,
+    window_start: Arc<AtomicI64>,
+    last_seen: Arc<AtomicI64>,
+    mut stop: watch::Receiver<bool>,
+) -> Tally {
+    let mut tally = Tally::default();
+    let mut last_id = i64::MIN;
+    loop {
+        let message = tokio::select! {
+            message = socket.next() => message,
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
+        let received = chrono::Utc::now();
+        let text = match message {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            Some(Ok(other)) => {
+                tally.problem.get_or_insert(format!("unexpected {other:?}"));
+                break;
+            }
+            Some(Err(error)) => {
+                tally
+                    .problem
+                    .get_or_insert(format!("socket error: {error}"));
+                break;
+            }
+            None => {
+                tally.problem.get_or_insert("socket closed".into());
+                break;
+            }
+        };
+        if reading == Reading::Count {
+            tally.receipts += 1;
+            continue;
+        }
+        let frame: Frame = match serde_json::from_str(text.as_str()) {
+            Ok(frame) => frame,
+            Err(_) => {
+                tally
+                    .problem
+                    .get_or_insert(format!("unparsed frame: {}", text.as_str()));
+                continue;
+            }
+        };
+        let event = match (frame.kind, frame.payload) {
+            (
+                "next",
+                Some(Payload {
+                    data: Some(Data { event }),
+                }),
+            ) => event,
+            ("ping", _) => {
+                let _ = socket
+                    .send(Message::Text(r#"{"type":"pong"}"#.into()))
+                    .await;
+                continue;
+            }
+            _ => {
+                tally
+                    .problem
+                    .get_or_insert(format!("unexpected frame: {}", text.as_str()));
+                if frame.kind == "error" || frame.kind == "complete" {
+                    break;
+                }
+                continue;
+            }
+        };
+        let (Ok(id), Ok(occurred)) = (
+            event.id.parse::<i64>(),
+            chrono::DateTime::parse_from_rfc3339(event.occurred_at),
+        ) else {
+            tally
+                .problem
+                .get_or_insert(format!("unparsed event: {}", text.as_str()));
+            continue;
+        };
+        tally.receipts += 1;
+        if id <= last_id {
+            tally.out_of_order += 1;
+        }
+        last_id = last_id.max(id);
+        last_seen.store(last_id, Ordering::Relaxed);
+        if id > window_start.load(Ordering::Relaxed) {
+            tally.in_window += 1;
+            tally.id_sum += id as i128;
+            let micros = (received - occurred.with_timezone(&chrono::Utc))
+                .num_microseconds()
+                .unwrap_or(i64::MAX);
+            if micros < 0 {
+                tally.negative += 1;
+            }
+            tally
+                .latencies_us
+                .push(micros.clamp(0, u32::MAX as i64) as u32);
+        }
+    }
+    let _ = socket.close(None).await;
+    tally
+}
+
+/// One row of three numbers (the third may be a numeric sum; given as text).
+async fn numbers(conn: &mut AsyncPgConnection, sql: &str) -> (i64, i64, i128) {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        a: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        b: i64,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        c: String,
+    }
+    let row: Row = diesel::sql_query(sql)
+        .get_result(conn)
+        .await
+        .expect("query");
+    (row.a, row.b, row.c.parse().expect("a whole number"))
+}
+
+async fn fan_out(
+    url: &Secret,
+    addr: SocketAddr,
+    key: &str,
+    subscribers: usize,
+    rate: u64,
+    window: Duration,
+    receiver_count: &AtomicU64,
+) {
+    let mut conn = db::connect_one(url).await.expect("connect");
+    let connecting = Instant::now();
+    let sockets = connect_all(addr, key, subscribers).await;
+    let connected = sockets.len();
+    println!(
+        "    {connected} subscribers connected in {:.1} s",
+        connecting.elapsed().as_secs_f64()
+    );
+    let window_start = Arc::new(AtomicI64::new(i64::MAX));
+    let (stop, stopping) = watch::channel(false);
+    let mut progress = Vec::with_capacity(connected);
+    let mut readers = Vec::with_capacity(connected);
+    for socket in sockets {
+        let last_seen = Arc::new(AtomicI64::new(i64::MIN));
+        progress.push(last_seen.clone());
+        readers.push(tokio::spawn(run_subscriber(
+            socket,
+            Reading::Measure,
+            window_start.clone(),
+            last_seen,
+            stopping.clone(),
+        )));
+    }
+    // The server registers a subscription when it first polls it; give it a moment.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let client = reqwest::Client::new();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let (stop_load, load_stopping) = watch::channel(false);
+    let load = {
+        let accepted = accepted.clone();
+        let refused = refused.clone();
+        let target = format!("http://{addr}/f/fanout");
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let mut posts = tokio::task::JoinSet::new();
+            while !*load_stopping.borrow() {
+                ticks.tick().await;
+                let client = client.clone();
+                let target = target.clone();
+                let accepted = accepted.clone();
+                let refused = refused.clone();
+                posts.spawn(async move {
+                    let response = client
+                        .post(target)
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .body(FORM_BODY)
+                        .send()
+                        .await;
+                    match response {
+                        Ok(response) if response.status() == 202 => {
+                            accepted.fetch_add(1, Ordering::Relaxed)
+                        }
+                        _ => refused.fetch_add(1, Ordering::Relaxed),
+                    };
+                });
+                while posts.try_join_next().is_some() {}
+            }
+            while posts.join_next().await.is_some() {}
+        })
+    };
+    tokio::time::sleep(WARM_UP).await;
+    let (start_id, _, _) = numbers(
+        &mut conn,
+        "SELECT coalesce(max(id), 0) AS a, 0::bigint AS b, '0' AS c FROM delivery_events",
+    )
+    .await;
+    window_start.store(start_id, Ordering::Relaxed);
+    let cpu_before = cpu_seconds();
+    let window_started = Instant::now();
+    let accepted_before = accepted.load(Ordering::Relaxed);
+    tokio::time::sleep(window).await;
+    let _ = stop_load.send(true);
+    load.await.expect("load");
+    let posted = accepted.load(Ordering::Relaxed) - accepted_before;
+    let posting = window_started.elapsed().as_secs_f64();
+
+    // Let the worker finish the queue, then the subscribers catch up with the last event.
+    let drain_started = Instant::now();
+    loop {
+        let (open, _, _) = numbers(
+            &mut conn,
+            "SELECT count(*) AS a, 0::bigint AS b, '0' AS c FROM webhook_deliveries WHERE state IN ('pending', 'processing')",
+        )
+        .await;
+        if open == 0 {
+            break;
+        }
+        if drain_started.elapsed() > DRAIN {
+            println!(
+                "    warning: {open} deliveries still open {} s after the load stopped",
+                DRAIN.as_secs()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (last_id, events, id_sum) = numbers(
+        &mut conn,
+        &format!(
+            "SELECT coalesce(max(id), 0) AS a, count(*) AS b, coalesce(sum(id), 0)::text AS c FROM delivery_events WHERE id > {start_id}"
+        ),
+    )
+    .await;
+    let catch_up_started = Instant::now();
+    while progress
+        .iter()
+        .any(|seen| seen.load(Ordering::Relaxed) < last_id)
+        && catch_up_started.elapsed() < DRAIN
+        && !readers.iter().all(|reader| reader.is_finished())
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let caught_up_after = catch_up_started.elapsed().as_secs_f64();
+    let elapsed = window_started.elapsed().as_secs_f64();
+    let (process, machine) = cpu_seconds();
+    let _ = stop.send(true);
+    let mut tallies = Vec::with_capacity(readers.len());
+    for reader in readers {
+        tallies.push(reader.await.expect("subscriber"));
+    }
+
+    let expected = events as u64 * subscribers as u64;
+    let received: u64 = tallies.iter().map(|t| t.in_window).sum();
+    let complete = tallies
+        .iter()
+        .filter(|t| t.in_window == events as u64 && t.id_sum == id_sum && t.out_of_order == 0)
+        .count();
+    let short = tallies
+        .iter()
+        .filter(|t| t.in_window < events as u64)
+        .count();
+    let out_of_order: u64 = tallies.iter().map(|t| t.out_of_order).sum();
+    let negative: u64 = tallies.iter().map(|t| t.negative).sum();
+    let mut problems: Vec<&str> = tallies
+        .iter()
+        .filter_map(|t| t.problem.as_deref())
+        .collect();
+    let problem_count = problems.len();
+    problems.dedup();
+    println!(
+        "    window: {posted} forms accepted in {posting:.1} s ({:.0}/s), {} refused; {events} events (ids {}..={last_id}); {} webhooks received in all",
+        posted as f64 / posting,
+        refused.load(Ordering::Relaxed),
+        start_id + 1,
+        receiver_count.load(Ordering::Relaxed),
+    );
+    println!(
+        "    receipts: {received} of {expected} expected ({events} events × {subscribers} subscribers, {:.2}%); last subscriber caught up {caught_up_after:.1} s after the queue drained",
+        100.0 * received as f64 / expected.max(1) as f64,
+    );
+    println!(
+        "    exactly once, in id order: {complete} of {subscribers} subscribers; {short} short of events; {out_of_order} receipts out of order or repeated; {} subscribers not connected",
+        subscribers - connected
+    );
+    if problem_count > 0 {
+        println!(
+            "    {problem_count} subscribers saw something else, e.g. {}",
+            problems.first().copied().unwrap_or_default()
+        );
+    }
+    let mut latencies: Vec<u32> = Vec::with_capacity(received as usize);
+    for tally in &mut tallies {
+        latencies.append(&mut tally.latencies_us);
+    }
+    if latencies.is_empty() {
+        println!("    no receipts: no latency to report");
+        return;
+    }
+    latencies.sort_unstable();
+    let at = |p: f64| {
+        latencies[((p / 100.0) * (latencies.len() as f64 - 1.0)).round() as usize] as f64 / 1000.0
+    };
+    println!(
+        "    latency, occurredAt → receipt: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} receipts; {negative} before occurredAt, counted as 0)",
+        at(50.0),
+        at(95.0),
+        at(99.0),
+        at(100.0),
+        latencies.len()
+    );
+    println!(
+        "    CPU over the window and drain ({elapsed:.1} s): this process {:.2} cores, whole machine {:.2} cores, {:.1} µs of this process per receipt",
+        (process - cpu_before.0) / elapsed,
+        (machine - cpu_before.1) / elapsed,
+        (process - cpu_before.0) / received.max(1) as f64 * 1e6
+    );
+}
+
+async fn intake_cost(
+    addr: SocketAddr,
+    key: &str,
+    subscribers: usize,
+    concurrency: usize,
+    duration: Duration,
+    rounds: u64,
+) {
+    // Warm-up: fills caches and prepared statements on every connection.
+    offer_load(addr, concurrency, Duration::from_secs(2)).await;
+    let mut without = Vec::new();
+    let mut with = Vec::new();
+    for round in 1..=rounds {
+        let a = offer_load(addr, concurrency, duration).await;
+        println!("round {round} A, no subscribers: {a:.0}/s");
+        without.push(a);
+
+        let sockets = connect_all(addr, key, subscribers).await;
+        let connected = sockets.len();
+        let (stop, stopping) = watch::channel(false);
+        let readers: Vec<_> = sockets
+            .into_iter()
+            .map(|socket| {
+                tokio::spawn(run_subscriber(
+                    socket,
+                    Reading::Count,
+                    Arc::new(AtomicI64::new(i64::MAX)),
+                    Arc::new(AtomicI64::new(i64::MIN)),
+                    stopping.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let started = Instant::now();
+        let b = offer_load(addr, concurrency, duration).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let _ = stop.send(true);
+        let mut frames = 0;
+        let mut problems = 0;
+        for reader in readers {
+            let tally = reader.await.expect("subscriber");
+            frames += tally.receipts;
+            problems += usize::from(tally.problem.is_some());
+        }
+        println!(
+            "round {round} B, {connected} subscribers: {b:.0}/s ({:.0}% of A); subscribers received {:.0} frames/s ({:.1}% of {:.0} submissions × {connected}){}",
+            100.0 * b / a,
+            frames as f64 / elapsed,
+            100.0 * frames as f64 / (b * elapsed * connected as f64).max(1.0),
+            b * elapsed,
+            if problems > 0 {
+                format!("; {problems} subscriptions ended early")
+            } else {
+                String::new()
+            }
+        );
+        with.push(b);
+        // Let the server finish closing the subscriptions before the next A round.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        }
+    };
+    let a = median(&mut without);
+    let b = median(&mut with);
+    println!(
+        "median: without subscribers {a:.0}/s | with {subscribers} subscribers {b:.0}/s = {:.0}% ({:+.0}%)",
+        100.0 * b / a,
+        100.0 * (b - a) / a
+    );
+}
+
+/// Accepted submissions per second from `concurrency` keep-alive connections, written as
+/// raw HTTP/1.1 as in `benches/intake.rs`.
+async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
+    let request = format!(
+        "POST /f/bench HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
+        FORM_BODY.len()
+    );
+    let accepted = Arc::new(AtomicU64::new(0));
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let request = request.clone();
+        let accepted = accepted.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let mut buffer = Vec::with_capacity(4096);
+            while Instant::now() < deadline {
+                stream.write_all(request.as_bytes()).await.expect("write");
+                let status = read_response(&mut stream, &mut buffer).await;
+                assert_eq!(status, 202, "unexpected status");
+                accepted.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("load task");
+    }
+    let count = accepted.load(Ordering::Relaxed) as f64;
+    let (process, machine) = cpu_seconds();
+    println!(
+        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs",
+        (process - cpu_before.0) / count * 1e6,
+        (machine - cpu_before.1) / count * 1e6
+    );
+    count / started.elapsed().as_secs_f64()
+}
+
+/// Reads one response (headers and a Content-Length body) and returns its status.
+async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
+    buffer.clear();
+    loop {
+        let mut chunk = [0u8; 4096];
+        let read = stream.read(&mut chunk).await.expect("read");
+        assert!(read > 0, "connection closed");
+        buffer.extend_from_slice(&chunk[..read]);
+        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        let head = std::str::from_utf8(&buffer[..end]).expect("headers");
+        let status: u16 = head[9..12].parse().expect("status");
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while buffer.len() < end + 4 + length {
+            let read = stream.read(&mut chunk).await.expect("read body");
+            assert!(read > 0, "connection closed");
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+        return status;
+    }
+}

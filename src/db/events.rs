@@ -1,0 +1,337 @@
+//! The delivery change feed (SPEC section 8): events are written by a trigger in the
+//! transaction of the change (migration 000004); this module reads, pages and prunes them.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::schema::{delivery_event_retention, delivery_events};
+use super::DbError;
+
+/// The channel every event's trigger notifies; PostgreSQL delivers it at commit.
+pub const DELIVERY_EVENT_CHANNEL: &str = "hymical_delivery_event";
+
+#[derive(Debug, Clone, PartialEq, Queryable, QueryableByName, Selectable)]
+#[diesel(table_name = delivery_events)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct EventRow {
+    pub id: i64,
+    pub delivery_id: String,
+    pub endpoint_id: String,
+    pub kind: String,
+    pub state: String,
+    pub previous_state: Option<String>,
+    pub attempts: i32,
+    pub cycle_attempts: i32,
+    pub outcome: Option<String>,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// The transactions a read could not see: `pg_current_snapshot()` of the reading
+/// statement. Every transaction id below `xmax` that is not `in_progress` had ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub xmax: i64,
+    pub in_progress: Vec<i64>,
+}
+
+impl Snapshot {
+    /// Parses PostgreSQL's text form `xmin:xmax:xip,xip,…`.
+    pub fn parse(text: &str) -> Option<Snapshot> {
+        let mut parts = text.split(':');
+        let _xmin: i64 = parts.next()?.parse().ok()?;
+        let xmax: i64 = parts.next()?.parse().ok()?;
+        let list = parts.next()?;
+        let in_progress = if list.is_empty() {
+            Vec::new()
+        } else {
+            list.split(',')
+                .map(|xid| xid.parse().ok())
+                .collect::<Option<Vec<i64>>>()?
+        };
+        Some(Snapshot { xmax, in_progress })
+    }
+
+    /// Whether every one of `xids` (in progress at an earlier snapshot) had ended when this
+    /// one was taken.
+    pub fn all_ended(&self, xids: &[i64]) -> bool {
+        xids.iter()
+            .all(|xid| *xid < self.xmax && !self.in_progress.contains(xid))
+    }
+}
+
+/// What one read of the feed saw, under one snapshot.
+#[derive(Debug)]
+pub struct FeedRead {
+    pub snapshot: Snapshot,
+    /// The highest event id visible, whatever `after` was.
+    pub newest: Option<i64>,
+    /// Visible events after `after`, in id order, at most `limit`.
+    pub events: Vec<EventRow>,
+}
+
+#[derive(QueryableByName)]
+struct SnapshotRow {
+    #[diesel(sql_type = Text)]
+    snapshot: String,
+    #[diesel(sql_type = Nullable<BigInt>)]
+    newest: Option<i64>,
+}
+
+/// Reads the events after `after` together with the snapshot they were read under, in
+/// one read-only REPEATABLE READ transaction so both describe the same moment.
+pub async fn read_feed(
+    conn: &mut AsyncPgConnection,
+    after: i64,
+    limit: i64,
+) -> Result<FeedRead, DbError> {
+    let read = conn
+        .build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async move |conn| {
+            let head: SnapshotRow = diesel::sql_query(
+                "SELECT pg_current_snapshot()::text AS snapshot, \
+                 (SELECT max(id) FROM delivery_events) AS newest",
+            )
+            .get_result(conn)
+            .await?;
+            let events = if limit > 0 {
+                delivery_events::table
+                    .filter(delivery_events::id.gt(after))
+                    .order(delivery_events::id.asc())
+                    .limit(limit)
+                    .select(EventRow::as_select())
+                    .load(conn)
+                    .await?
+            } else {
+                Vec::new()
+            };
+            Ok((head, events))
+        })
+        .await?;
+    let (head, events) = read;
+    let snapshot = Snapshot::parse(&head.snapshot).ok_or_else(|| {
+        DbError::Query(diesel::result::Error::DeserializationError(
+            format!("unexpected snapshot text {:?}", head.snapshot).into(),
+        ))
+    })?;
+    Ok(FeedRead {
+        snapshot,
+        newest: head.newest,
+        events,
+    })
+}
+
+/// What a subscriber wants to see.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    pub endpoint_id: Option<String>,
+    pub delivery_id: Option<String>,
+    /// Database spellings; `None` is every state.
+    pub states: Option<Vec<String>>,
+}
+
+impl EventFilter {
+    pub fn matches(&self, event: &EventRow) -> bool {
+        self.endpoint_id
+            .as_ref()
+            .is_none_or(|id| *id == event.endpoint_id)
+            && self
+                .delivery_id
+                .as_ref()
+                .is_none_or(|id| *id == event.delivery_id)
+            && self
+                .states
+                .as_ref()
+                .is_none_or(|states| states.contains(&event.state))
+    }
+}
+
+/// The subscriber asked to resume from before what retention kept.
+#[derive(Debug, PartialEq, Eq)]
+pub struct HistoryExpired {
+    pub pruned_through: i64,
+}
+
+/// Matching events in `(after, through]`, in id order, at most `limit`; or, when events
+/// after `after` were already pruned, how far pruning went. Both come from one statement,
+/// so a page that is returned is complete.
+pub async fn page(
+    conn: &mut AsyncPgConnection,
+    after: i64,
+    through: i64,
+    filter: &EventFilter,
+    limit: i64,
+) -> Result<Result<Vec<EventRow>, HistoryExpired>, DbError> {
+    #[derive(QueryableByName)]
+    struct PagedRow {
+        #[diesel(sql_type = BigInt)]
+        pruned_through: i64,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        id: Option<i64>,
+        #[diesel(sql_type = Nullable<Text>)]
+        delivery_id: Option<String>,
+        #[diesel(sql_type = Nullable<Text>)]
+        endpoint_id: Option<String>,
+        #[diesel(sql_type = Nullable<Text>)]
+        kind: Option<String>,
+        #[diesel(sql_type = Nullable<Text>)]
+        state: Option<String>,
+        #[diesel(sql_type = Nullable<Text>)]
+        previous_state: Option<String>,
+        #[diesel(sql_type = Nullable<diesel::sql_types::Integer>)]
+        attempts: Option<i32>,
+        #[diesel(sql_type = Nullable<diesel::sql_types::Integer>)]
+        cycle_attempts: Option<i32>,
+        #[diesel(sql_type = Nullable<Text>)]
+        outcome: Option<String>,
+        #[diesel(sql_type = Nullable<Timestamptz>)]
+        occurred_at: Option<DateTime<Utc>>,
+    }
+    let rows: Vec<PagedRow> = diesel::sql_query(
+        "SELECT r.pruned_through, e.id, e.delivery_id, e.endpoint_id, e.kind, e.state,
+                e.previous_state, e.attempts, e.cycle_attempts, e.outcome, e.occurred_at
+         FROM delivery_event_retention r
+         LEFT JOIN LATERAL (
+             SELECT * FROM delivery_events
+             WHERE id > $1 AND id <= $2
+               AND ($3::text IS NULL OR endpoint_id = $3)
+               AND ($4::text IS NULL OR delivery_id = $4)
+               AND ($5::text[] IS NULL OR state = ANY($5))
+             ORDER BY id
+             LIMIT $6
+         ) e ON true
+         ORDER BY e.id",
+    )
+    .bind::<BigInt, _>(after)
+    .bind::<BigInt, _>(through)
+    .bind::<Nullable<Text>, _>(filter.endpoint_id.as_deref())
+    .bind::<Nullable<Text>, _>(filter.delivery_id.as_deref())
+    .bind::<Nullable<diesel::sql_types::Array<Text>>, _>(filter.states.as_deref())
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    let pruned_through = rows
+        .iter()
+        .map(|row| row.pruned_through)
+        .next()
+        .unwrap_or(0);
+    if pruned_through > after {
+        return Ok(Err(HistoryExpired { pruned_through }));
+    }
+    Ok(Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            Some(EventRow {
+                id: row.id?,
+                delivery_id: row.delivery_id?,
+                endpoint_id: row.endpoint_id?,
+                kind: row.kind?,
+                state: row.state?,
+                previous_state: row.previous_state,
+                attempts: row.attempts?,
+                cycle_attempts: row.cycle_attempts?,
+                outcome: row.outcome,
+                occurred_at: row.occurred_at?,
+            })
+        })
+        .collect()))
+}
+
+/// Deletes up to `batch` of the oldest events that occurred before `cutoff`, and moves
+/// the pruning mark to the highest id removed, in one statement. Returns how many went.
+pub async fn prune_before(
+    conn: &mut AsyncPgConnection,
+    cutoff: DateTime<Utc>,
+    batch: i64,
+) -> Result<i64, DbError> {
+    #[derive(QueryableByName)]
+    struct Pruned {
+        #[diesel(sql_type = BigInt)]
+        pruned: i64,
+    }
+    let pruned: Pruned = diesel::sql_query(
+        "WITH bound AS MATERIALIZED (
+             SELECT least(
+                 (SELECT max(id) FROM delivery_events WHERE occurred_at < $1),
+                 (SELECT min(id) FROM delivery_events) + $2 - 1) AS id
+         ), gone AS (
+             DELETE FROM delivery_events WHERE id <= (SELECT id FROM bound) RETURNING 1
+         ), marked AS (
+             UPDATE delivery_event_retention
+             SET pruned_through = greatest(pruned_through, (SELECT id FROM bound))
+             WHERE (SELECT id FROM bound) IS NOT NULL
+             RETURNING 1
+         )
+         SELECT count(*) AS pruned FROM gone",
+    )
+    .bind::<Timestamptz, _>(cutoff)
+    .bind::<BigInt, _>(batch)
+    .get_result(conn)
+    .await?;
+    Ok(pruned.pruned)
+}
+
+/// How far pruning has gone: events up to this id may be missing.
+pub async fn pruned_through(conn: &mut AsyncPgConnection) -> Result<i64, DbError> {
+    Ok(delivery_event_retention::table
+        .select(delivery_event_retention::pruned_through)
+        .first(conn)
+        .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snapshots_parse_and_tell_ended_transactions() {
+        let snapshot = Snapshot::parse("100:105:100,103").expect("parses");
+        assert_eq!(snapshot.xmax, 105);
+        assert_eq!(snapshot.in_progress, vec![100, 103]);
+        assert!(snapshot.all_ended(&[99, 101, 104]));
+        assert!(!snapshot.all_ended(&[101, 103]));
+        assert!(!snapshot.all_ended(&[105]), "not yet started");
+        assert_eq!(
+            Snapshot::parse("7:7:"),
+            Some(Snapshot {
+                xmax: 7,
+                in_progress: vec![]
+            })
+        );
+        assert_eq!(Snapshot::parse("7:x:"), None);
+        assert_eq!(Snapshot::parse("7"), None);
+    }
+
+    #[test]
+    fn filters_match_on_every_given_field() {
+        let event = EventRow {
+            id: 1,
+            delivery_id: "whd_a".into(),
+            endpoint_id: "contact".into(),
+            kind: "created".into(),
+            state: "pending".into(),
+            previous_state: None,
+            attempts: 0,
+            cycle_attempts: 0,
+            outcome: None,
+            occurred_at: Utc::now(),
+        };
+        assert!(EventFilter::default().matches(&event));
+        let on = |endpoint: Option<&str>, delivery: Option<&str>, states: Option<&[&str]>| {
+            EventFilter {
+                endpoint_id: endpoint.map(Into::into),
+                delivery_id: delivery.map(Into::into),
+                states: states.map(|s| s.iter().map(|s| s.to_string()).collect()),
+            }
+            .matches(&event)
+        };
+        assert!(on(Some("contact"), Some("whd_a"), Some(&["pending"])));
+        assert!(!on(Some("other"), None, None));
+        assert!(!on(None, Some("whd_b"), None));
+        assert!(!on(None, None, Some(&["failed", "delivered"])));
+        assert!(!on(None, None, Some(&[])));
+    }
+}

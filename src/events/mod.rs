@@ -1,0 +1,486 @@
+//! Delivery state changes for subscribers (SPEC section 8), in every process.
+//!
+//! The trigger of migration 000004 writes one `delivery_events` row per change, in the
+//! change's own transaction, and notifies `hymical_delivery_event`. Each process runs one
+//! [`EventFeed`] reader, woken by its single `LISTEN` connection (db/listen.rs), which reads
+//! new events and broadcasts them in-process to every subscription.
+//!
+//! ## Publishing only what can no longer be overtaken
+//!
+//! Event ids come from a sequence, and a transaction that took id 10 can commit after one
+//! that took id 11. A subscriber that saw 11 and later resumes "after 11" would then never
+//! see 10. So the reader publishes an id only once no transaction can still commit a
+//! smaller one: with each read it takes the snapshot (`pg_current_snapshot()`), and the
+//! events it saw become publishable once every transaction that was in progress at that
+//! snapshot has ended (a later snapshot shows it). A transaction that starts after the
+//! snapshot takes its event ids after every id the read saw, because the trigger takes the
+//! id after the transaction's first write, when its transaction id already exists. The
+//! published ids therefore only grow, and "everything up to the frontier" is final: the
+//! frontier is the resume point that makes replay-then-live gap-free and duplicate-free.
+//!
+//! ## Slow subscribers
+//!
+//! The broadcast channel never waits for a receiver. A subscriber that falls more than
+//! its capacity behind is told it lagged, and reads what it missed from the table (up to
+//! the frontier) before it rejoins the broadcast; nobody else, and no worker, waits for it.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::time::Instant;
+
+use crate::app::AppState;
+use crate::db::events::{self, EventFilter, EventRow, HistoryExpired};
+use crate::db::{DbError, DbPool};
+use crate::error::ApiError;
+
+/// Events read per round; a full round is followed by another at once.
+const ROUND_LIMIT: i64 = 1_000;
+/// Rounds are at least this far apart, so a busy database gets at most a few hundred
+/// cheap reads a second from each process, however many changes it commits.
+const ROUND_SPACING: Duration = Duration::from_millis(5);
+/// While read events wait for older transactions to end, look again this often even if no
+/// notification comes (the transaction that holds them up may write no event).
+const PENDING_RECHECK: Duration = Duration::from_millis(10);
+/// A safety net for a lost notification while anyone is subscribed.
+const IDLE_RECHECK: Duration = Duration::from_secs(1);
+/// Batches a receiver may fall behind before it catches up from the table instead.
+const BROADCAST_CAPACITY: usize = 1_024;
+/// Events per catch-up read.
+const CATCH_UP_PAGE: i64 = 500;
+/// Pruning runs this often, deleting this many events per statement.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+const PRUNE_BATCH: i64 = 10_000;
+
+pub type EventBatch = Arc<[EventRow]>;
+
+/// The process's reader of `delivery_events` and its in-process fan-out.
+pub struct EventFeed {
+    shared: Mutex<Shared>,
+    sender: broadcast::Sender<EventBatch>,
+    /// A notification arrived, or a first subscriber is waiting.
+    wake: Notify,
+    /// The frontier became known.
+    ready: Notify,
+    /// Turns true when the process stops; open subscriptions end.
+    closing: watch::Sender<bool>,
+}
+
+struct Shared {
+    /// Every event up to this id is committed and was broadcast (or predates the feed's
+    /// start); nothing at or below it can still appear. `None` while nobody listens.
+    frontier: Option<i64>,
+    subscribers: usize,
+    /// Bumped whenever the last subscriber leaves and the frontier is forgotten, so a read
+    /// begun before cannot publish into the next start.
+    generation: u64,
+}
+
+/// A subscription's place in the feed: everything after `frontier` will arrive on
+/// `receiver`, in id order.
+pub struct Registration {
+    pub frontier: i64,
+    pub receiver: broadcast::Receiver<EventBatch>,
+    _subscriber: SubscriberGuard,
+}
+
+struct SubscriberGuard(Arc<EventFeed>);
+
+impl Drop for SubscriberGuard {
+    fn drop(&mut self) {
+        let mut shared = self.0.lock();
+        shared.subscribers -= 1;
+        if shared.subscribers == 0 {
+            // Nobody listens: the next subscriber starts from the present, not from a
+            // backlog that piled up meanwhile.
+            shared.frontier = None;
+            shared.generation += 1;
+        }
+    }
+}
+
+/// Why a subscription could not continue.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    #[error("the events to resume from were pruned")]
+    HistoryExpired { after: i64, pruned_through: i64 },
+    #[error(transparent)]
+    Storage(#[from] DbError),
+    #[error("the server is shutting down")]
+    Closing,
+}
+
+impl From<FeedError> for ApiError {
+    fn from(error: FeedError) -> Self {
+        match error {
+            FeedError::HistoryExpired {
+                after,
+                pruned_through,
+            } => ApiError::EventHistoryExpired {
+                after_event_id: after,
+                pruned_through,
+            },
+            FeedError::Storage(error) => ApiError::from(error),
+            FeedError::Closing => ApiError::Internal("the server is shutting down".into()),
+        }
+    }
+}
+
+impl Default for EventFeed {
+    fn default() -> Self {
+        EventFeed::new()
+    }
+}
+
+impl EventFeed {
+    pub fn new() -> EventFeed {
+        EventFeed {
+            shared: Mutex::new(Shared {
+                frontier: None,
+                subscribers: 0,
+                generation: 0,
+            }),
+            sender: broadcast::channel(BROADCAST_CAPACITY).0,
+            wake: Notify::new(),
+            ready: Notify::new(),
+            closing: watch::channel(false).0,
+        }
+    }
+
+    /// A notification arrived (or the listener reconnected and may have missed some).
+    pub fn notify(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Resolves when the process is stopping.
+    pub fn closing(&self) -> watch::Receiver<bool> {
+        self.closing.subscribe()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // The lock guards plain numbers; a panic while holding it cannot leave them torn.
+        self.shared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Joins the feed; waits until the reader has established the frontier.
+    pub async fn register(self: &Arc<Self>) -> Result<Registration, FeedError> {
+        let guard = {
+            let mut shared = self.lock();
+            shared.subscribers += 1;
+            SubscriberGuard(self.clone())
+        };
+        let mut closing = self.closing();
+        loop {
+            let ready = self.ready.notified();
+            tokio::pin!(ready);
+            ready.as_mut().enable();
+            {
+                let shared = self.lock();
+                if let Some(frontier) = shared.frontier {
+                    // Under the lock the reader cannot publish between the two.
+                    return Ok(Registration {
+                        frontier,
+                        receiver: self.sender.subscribe(),
+                        _subscriber: guard,
+                    });
+                }
+            }
+            if *closing.borrow() {
+                return Err(FeedError::Closing);
+            }
+            self.wake.notify_one();
+            tokio::select! {
+                _ = ready => {}
+                _ = closing.changed() => return Err(FeedError::Closing),
+            }
+        }
+    }
+
+    /// The events matching `filter` after `after` (or from now, without it): first those
+    /// already committed, read from the table, then live ones, each exactly once, in id
+    /// order.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        pool: DbPool,
+        filter: EventFilter,
+        after: Option<i64>,
+    ) -> impl Stream<Item = Result<EventRow, FeedError>> + Send + 'static {
+        let feed = self.clone();
+        async_stream::try_stream! {
+            let mut registration = feed.register().await?;
+            // Everything at or below `cursor` has been given to the subscriber (or skipped).
+            let mut cursor = after.unwrap_or(registration.frontier);
+            loop {
+                if cursor < registration.frontier {
+                    let mut from = cursor;
+                    loop {
+                        let page = catch_up_page(&pool, from, registration.frontier, &filter).await?;
+                        let full = page.len() as i64 == CATCH_UP_PAGE;
+                        for event in page {
+                            from = event.id;
+                            yield event;
+                        }
+                        if !full {
+                            break;
+                        }
+                    }
+                    cursor = registration.frontier;
+                }
+                match live(&mut registration.receiver, &mut cursor, &filter).await {
+                    Live::Events(events) => {
+                        for event in events {
+                            yield event;
+                        }
+                    }
+                    Live::Lagged => {
+                        // Rejoin further on and read the gap from the table.
+                        registration = feed.register().await?;
+                    }
+                    Live::Closed => break,
+                }
+            }
+        }
+    }
+}
+
+enum Live {
+    Events(Vec<EventRow>),
+    Lagged,
+    Closed,
+}
+
+/// The next broadcast batch's events that match and are after `cursor`.
+async fn live(
+    receiver: &mut broadcast::Receiver<EventBatch>,
+    cursor: &mut i64,
+    filter: &EventFilter,
+) -> Live {
+    loop {
+        match receiver.recv().await {
+            Ok(batch) => {
+                let mut matching = Vec::new();
+                for event in batch.iter() {
+                    if event.id > *cursor {
+                        *cursor = event.id;
+                        if filter.matches(event) {
+                            matching.push(event.clone());
+                        }
+                    }
+                }
+                if !matching.is_empty() {
+                    return Live::Events(matching);
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => return Live::Lagged,
+            Err(broadcast::error::RecvError::Closed) => return Live::Closed,
+        }
+    }
+}
+
+async fn catch_up_page(
+    pool: &DbPool,
+    after: i64,
+    through: i64,
+    filter: &EventFilter,
+) -> Result<Vec<EventRow>, FeedError> {
+    let mut conn = pool.get().await.map_err(DbError::from)?;
+    match events::page(&mut conn, after, through, filter, CATCH_UP_PAGE).await? {
+        Ok(page) => Ok(page),
+        Err(HistoryExpired { pruned_through }) => Err(FeedError::HistoryExpired {
+            after,
+            pruned_through,
+        }),
+    }
+}
+
+/// Events read but not yet publishable: they wait for the transactions that were in
+/// progress when they were read.
+struct Pending {
+    generation: u64,
+    through: i64,
+    in_progress: Vec<i64>,
+}
+
+/// Runs the process's reader until `shutdown`: reads only while someone is subscribed.
+pub async fn run_feed(app: AppState, mut shutdown: watch::Receiver<bool>) {
+    let feed = app.events.clone();
+    let mut pending: Option<Pending> = None;
+    let mut again = false;
+    let mut last_round = Instant::now() - ROUND_SPACING;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let subscribed = feed.lock().subscribers > 0;
+        if !subscribed {
+            again = false;
+        }
+        if !again {
+            let recheck = match (&pending, subscribed) {
+                (_, false) => None,
+                (Some(_), true) => Some(PENDING_RECHECK),
+                (None, true) => Some(IDLE_RECHECK),
+            };
+            tokio::select! {
+                _ = feed.wake.notified() => {}
+                _ = sleep_or_forever(recheck) => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        // Let notifications pile up into one read.
+        tokio::time::sleep_until(last_round + ROUND_SPACING).await;
+        last_round = Instant::now();
+        if feed.lock().subscribers == 0 {
+            continue;
+        }
+        match round(&app.pool, &feed, &mut pending).await {
+            Ok(more) => again = more,
+            Err(error) => {
+                tracing::warn!(error = %error.summary(), "cannot read delivery events; retrying");
+                again = false;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+        }
+    }
+    let _ = feed.closing.send(true);
+}
+
+async fn sleep_or_forever(duration: Option<Duration>) {
+    match duration {
+        Some(duration) => tokio::time::sleep(duration).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One read: publishes what became final, remembers what must wait. Returns whether
+/// another round should follow at once.
+async fn round(
+    pool: &DbPool,
+    feed: &EventFeed,
+    pending: &mut Option<Pending>,
+) -> Result<bool, DbError> {
+    let (frontier, generation) = {
+        let shared = feed.lock();
+        (shared.frontier, shared.generation)
+    };
+    if pending.as_ref().is_some_and(|p| p.generation != generation) {
+        *pending = None;
+    }
+    let mut conn = pool.get().await?;
+    let Some(frontier) = frontier else {
+        // Starting: everything visible now is the past once the transactions in progress
+        // have ended.
+        let read = events::read_feed(&mut conn, 0, 0).await?;
+        let newest = read.newest.unwrap_or(0);
+        match pending.take() {
+            Some(started) if read.snapshot.all_ended(&started.in_progress) => {
+                publish(feed, generation, started.through, Vec::new());
+                return Ok(true);
+            }
+            Some(started) => *pending = Some(started),
+            None if read.snapshot.in_progress.is_empty() => {
+                publish(feed, generation, newest, Vec::new());
+                return Ok(false);
+            }
+            None => {
+                *pending = Some(Pending {
+                    generation,
+                    through: newest,
+                    in_progress: read.snapshot.in_progress,
+                })
+            }
+        }
+        return Ok(false);
+    };
+    let read = events::read_feed(&mut conn, frontier, ROUND_LIMIT).await?;
+    drop(conn);
+    let full = read.events.len() as i64 == ROUND_LIMIT;
+    let mut events: VecDeque<EventRow> = read.events.into();
+    let mut through = None;
+    if let Some(waiting) = pending.as_ref() {
+        if read.snapshot.all_ended(&waiting.in_progress) {
+            through = Some(waiting.through);
+            *pending = None;
+        }
+    }
+    if read.snapshot.in_progress.is_empty() {
+        if let Some(last) = events.back() {
+            through = Some(through.map_or(last.id, |t: i64| t.max(last.id)));
+        }
+        *pending = None;
+    }
+    if let Some(through) = through {
+        let mut published = Vec::new();
+        while events.front().is_some_and(|event| event.id <= through) {
+            published.extend(events.pop_front());
+        }
+        publish(feed, generation, through, published);
+    }
+    if pending.is_none() {
+        if let Some(last) = events.back() {
+            *pending = Some(Pending {
+                generation,
+                through: last.id,
+                in_progress: read.snapshot.in_progress,
+            });
+        }
+    }
+    Ok(full)
+}
+
+/// Moves the frontier to `through` and broadcasts `events` (all at or below it), under
+/// the lock registrations take, so each registration gets a consistent (frontier, receiver).
+fn publish(feed: &EventFeed, generation: u64, through: i64, events: Vec<EventRow>) {
+    let mut shared = feed.lock();
+    if shared.generation != generation
+        || shared.frontier.is_some_and(|frontier| frontier >= through)
+    {
+        return;
+    }
+    shared.frontier = Some(through);
+    if !events.is_empty() {
+        // No receiver is not an error: subscribers come and go.
+        let _ = feed.sender.send(events.into());
+    }
+    drop(shared);
+    feed.ready.notify_waiters();
+}
+
+/// Deletes events older than the retention window, hourly, until `shutdown`.
+pub async fn prune_on_schedule(app: AppState, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let cutoff = app.clock.now()
+            - chrono::Duration::from_std(app.config.event_retention)
+                .unwrap_or(chrono::Duration::days(1));
+        match prune(&app.pool, cutoff).await {
+            Ok(0) => {}
+            Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
+            Err(error) => tracing::warn!(error = %error.summary(), "cannot prune delivery events"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PRUNE_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// Deletes every event older than `cutoff`, a batch per statement; returns how many.
+pub async fn prune(pool: &DbPool, cutoff: chrono::DateTime<chrono::Utc>) -> Result<i64, DbError> {
+    let mut total = 0;
+    loop {
+        let mut conn = pool.get().await?;
+        let pruned = events::prune_before(&mut conn, cutoff, PRUNE_BATCH).await?;
+        total += pruned;
+        if pruned < PRUNE_BATCH {
+            return Ok(total);
+        }
+    }
+}

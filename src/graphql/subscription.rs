@@ -1,0 +1,191 @@
+//! `Subscription.deliveryStateChanged` (SPEC section 8) over the process's event feed.
+
+use async_graphql::dataloader::DataLoader;
+use async_graphql::{Context, Enum, Object, Result, Subscription, ID};
+use futures_util::{Stream, StreamExt};
+
+use super::loaders::DeliveryLoader;
+use super::types::{AttemptOutcome, Delivery, DeliveryState, Timestamp};
+use super::{app, ResultExt};
+use crate::db::events::{EventFilter, EventRow};
+use crate::error::ApiError;
+
+pub struct SubscriptionRoot;
+
+#[Subscription(name = "Subscription")]
+impl SubscriptionRoot {
+    /// Every committed state change of a delivery, in commit order per delivery and in
+    /// `id` order overall, each once. With `afterEventId` (the `id` of the last event
+    /// received), the events committed since are replayed first, then live ones follow
+    /// with no gap and no duplicate; an `afterEventId` older than the event retention
+    /// window is refused with `EVENT_HISTORY_EXPIRED`. Filters combine with AND; an
+    /// empty `states` list matches nothing.
+    async fn delivery_state_changed(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Option<ID>,
+        delivery_id: Option<ID>,
+        states: Option<Vec<DeliveryState>>,
+        after_event_id: Option<ID>,
+    ) -> Result<impl Stream<Item = Result<DeliveryEvent>>> {
+        let after = after_event_id
+            .map(|id| parse_event_id(&id))
+            .transpose()
+            .gql()?;
+        let filter = EventFilter {
+            endpoint_id: endpoint_id.map(|id| id.0),
+            delivery_id: delivery_id.map(|id| id.0),
+            states: states.map(|states| {
+                states
+                    .into_iter()
+                    .map(|state| state.as_db().to_string())
+                    .collect()
+            }),
+        };
+        let app = app(ctx);
+        Ok(app
+            .events
+            .subscribe(app.pool.clone(), filter, after)
+            .map(|event| event.map(DeliveryEvent).map_err(ApiError::from).gql()))
+    }
+}
+
+/// Event ids are decimal integers that grow with every event.
+fn parse_event_id(id: &ID) -> Result<i64, ApiError> {
+    id.parse::<i64>()
+        .ok()
+        .filter(|id| *id >= 0)
+        .ok_or_else(|| ApiError::InvalidInput {
+            field: "afterEventId".into(),
+            reason: "must be the id of an event: a whole number".into(),
+        })
+}
+
+/// What happened to the delivery.
+#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DeliveryEventKind {
+    /// A submission was accepted with a webhook to deliver to.
+    Created,
+    /// A worker claimed it (again, if an earlier claim's lease ran out).
+    Claimed,
+    /// The claim holder recorded an attempt; `outcome` says how it went.
+    AttemptRecorded,
+    /// A worker that had lost its claim recorded the attempt it made anyway.
+    LateAttemptRecorded,
+    /// An operator replayed it: a new cycle starts.
+    Replayed,
+    /// A stopping worker gave back a claim it never started.
+    HandedBack,
+    /// Its submission was erased before it could be sent.
+    FailedWithoutAttempt,
+    /// Any other change (made outside the service).
+    Changed,
+}
+
+impl DeliveryEventKind {
+    fn from_db(kind: &str) -> DeliveryEventKind {
+        match kind {
+            "created" => DeliveryEventKind::Created,
+            "claimed" => DeliveryEventKind::Claimed,
+            "attempt_recorded" => DeliveryEventKind::AttemptRecorded,
+            "late_attempt_recorded" => DeliveryEventKind::LateAttemptRecorded,
+            "replayed" => DeliveryEventKind::Replayed,
+            "handed_back" => DeliveryEventKind::HandedBack,
+            "failed_without_attempt" => DeliveryEventKind::FailedWithoutAttempt,
+            _ => DeliveryEventKind::Changed,
+        }
+    }
+}
+
+/// One committed change of a delivery. The counters and states are those the change
+/// left; `delivery` is the delivery as it is when the event is sent.
+pub struct DeliveryEvent(pub EventRow);
+
+#[Object]
+impl DeliveryEvent {
+    /// Ordered: a later event has a larger id. Pass the last one received as
+    /// `afterEventId` to resume.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn delivery(&self, ctx: &Context<'_>) -> Result<Delivery> {
+        let loader = ctx.data_unchecked::<DataLoader<DeliveryLoader>>();
+        loader
+            .load_one(self.0.delivery_id.clone())
+            .await
+            .gql()?
+            .map(Delivery)
+            .ok_or_else(|| ApiError::DeliveryNotFound {
+                delivery_id: self.0.delivery_id.clone(),
+            })
+            .gql()
+    }
+    async fn endpoint_id(&self) -> ID {
+        ID(self.0.endpoint_id.clone())
+    }
+    async fn kind(&self) -> DeliveryEventKind {
+        DeliveryEventKind::from_db(&self.0.kind)
+    }
+    async fn state(&self) -> DeliveryState {
+        DeliveryState::from_db(&self.0.state)
+    }
+    /// Null for `CREATED`.
+    async fn previous_state(&self) -> Option<DeliveryState> {
+        self.0.previous_state.as_deref().map(DeliveryState::from_db)
+    }
+    async fn attempts(&self) -> i32 {
+        self.0.attempts
+    }
+    async fn cycle_attempts(&self) -> i32 {
+        self.0.cycle_attempts
+    }
+    /// The recorded attempt's outcome, for `ATTEMPT_RECORDED` and `LATE_ATTEMPT_RECORDED`.
+    async fn outcome(&self) -> Option<AttemptOutcome> {
+        self.0.outcome.as_deref().map(AttemptOutcome::from_db)
+    }
+    async fn occurred_at(&self) -> Timestamp {
+        Timestamp(self.0.occurred_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_ids_are_whole_numbers() {
+        assert_eq!(parse_event_id(&ID("42".into())).ok(), Some(42));
+        assert_eq!(parse_event_id(&ID("0".into())).ok(), Some(0));
+        for bad in ["-1", "4.2", "", "abc", "99999999999999999999"] {
+            assert!(
+                matches!(
+                    parse_event_id(&ID(bad.into())),
+                    Err(ApiError::InvalidInput { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_stored_kind_has_its_own_value() {
+        for (db, kind) in [
+            ("created", DeliveryEventKind::Created),
+            ("claimed", DeliveryEventKind::Claimed),
+            ("attempt_recorded", DeliveryEventKind::AttemptRecorded),
+            (
+                "late_attempt_recorded",
+                DeliveryEventKind::LateAttemptRecorded,
+            ),
+            ("replayed", DeliveryEventKind::Replayed),
+            ("handed_back", DeliveryEventKind::HandedBack),
+            (
+                "failed_without_attempt",
+                DeliveryEventKind::FailedWithoutAttempt,
+            ),
+            ("changed", DeliveryEventKind::Changed),
+        ] {
+            assert_eq!(DeliveryEventKind::from_db(db), kind);
+        }
+    }
+}

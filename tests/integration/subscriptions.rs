@@ -1,0 +1,659 @@
+//! GraphQL subscriptions at `/graphql/ws` (SPEC section 8): the protocol's rules probed
+//! over raw WebSockets, the events of a delivery's life, filters, resume, commit order,
+//! revocation and pruning.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel_async::RunQueryDsl;
+use hymical_forms::clock::ManualClock;
+use serde_json::{json, Value};
+
+use crate::harness::TestApp;
+use crate::receiver::Receiver;
+use crate::ws_client::{event_id, transition, Frame, WsClient};
+
+const DEV: &[(&str, &str)] = &[
+    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+    ("FORMS_RATE_LIMIT_ENABLED", "false"),
+    ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
+    ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
+];
+
+async fn app() -> TestApp {
+    TestApp::start_with(DEV, Arc::new(hymical_forms::clock::SystemClock)).await
+}
+
+fn ws_url(app: &TestApp) -> String {
+    format!("ws://{}/graphql/ws", app.addr)
+}
+
+fn t(state: &str, previous: &str, kind: &str) -> (String, String, String) {
+    (state.into(), previous.into(), kind.into())
+}
+
+const SHORT: Duration = Duration::from_secs(5);
+
+/// The newest event id: subscribing after it sees every later change, however long the
+/// subscription takes to start.
+async fn newest_event_id(app: &TestApp) -> i64 {
+    use diesel::{ExpressionMethods, QueryDsl};
+    use hymical_forms::db::schema::delivery_events::dsl::*;
+    let mut conn = app.db.connect().await;
+    delivery_events
+        .select(diesel::dsl::max(id))
+        .first::<Option<i64>>(&mut conn)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_protocol_rule_has_its_close_code() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    let url = ws_url(&app);
+
+    // 4400: not JSON, no type, an unknown type, a binary frame, a subscribe without id.
+    for bad in [
+        "not json",
+        "[]",
+        r#"{"payload":{}}"#,
+        r#"{"type":"start","id":"1"}"#,
+    ] {
+        let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
+        client.send_text(bad).await;
+        let (code, reason) = client.closed(SHORT).await;
+        assert_eq!(code, 4400, "{bad}: {reason}");
+    }
+    let mut client = WsClient::ready(&url, &key).await;
+    client
+        .send(json!({ "type": "subscribe", "payload": { "query": "{ __typename }" } }))
+        .await;
+    assert_eq!(client.closed(SHORT).await.0, 4400);
+
+    // 4401: subscribe before the acknowledgement.
+    let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
+    client.subscribe_events("1", "").await;
+    assert_eq!(client.closed(SHORT).await, (4401, "Unauthorized".into()));
+
+    // 4403: a wrong, a malformed and a missing key.
+    for payload in [
+        json!({ "Authorization": "Bearer hym_live_0000000000000000000000000000000000000000000" }),
+        json!({ "Authorization": "Basic abc" }),
+        json!({}),
+    ] {
+        let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
+        client
+            .send(json!({ "type": "connection_init", "payload": payload }))
+            .await;
+        assert_eq!(client.closed(SHORT).await, (4403, "Forbidden".into()));
+    }
+
+    // 4429: a second connection_init.
+    let mut client = WsClient::ready(&url, &key).await;
+    client.init(&key).await;
+    assert_eq!(
+        client.closed(SHORT).await,
+        (4429, "Too many initialisation requests".into())
+    );
+
+    // 4409: an id already running.
+    let mut client = WsClient::ready(&url, &key).await;
+    client.subscribe_events("dup", "").await;
+    client.subscribe_events("dup", "").await;
+    assert_eq!(
+        client.closed(SHORT).await,
+        (4409, "Subscriber for dup already exists".into())
+    );
+
+    // ping → pong with the payload, before and after the acknowledgement.
+    let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
+    client
+        .send(json!({ "type": "ping", "payload": { "n": 1 } }))
+        .await;
+    assert_eq!(
+        client.next_json().await,
+        json!({ "type": "pong", "payload": { "n": 1 } })
+    );
+    client.init(&key).await;
+    assert_eq!(client.next_json().await["type"], "connection_ack");
+    client.send(json!({ "type": "ping" })).await;
+    assert_eq!(client.next_json().await, json!({ "type": "pong" }));
+
+    // A validation error is an `error` message for that operation; the socket stays open.
+    client
+        .send(json!({ "type": "subscribe", "id": "v", "payload": { "query": "subscription { nope }" } }))
+        .await;
+    let error = client.next_json().await;
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["id"], "v");
+    assert!(error["payload"][0]["message"].is_string(), "{error}");
+    // Queries work too: one `next`, then `complete`.
+    client
+        .send(json!({ "type": "subscribe", "id": "q", "payload": { "query": "{ __typename }" } }))
+        .await;
+    assert_eq!(
+        client.next_json().await,
+        json!({ "type": "next", "id": "q", "payload": { "data": { "__typename": "Query" } } })
+    );
+    assert_eq!(
+        client.next_json().await,
+        json!({ "type": "complete", "id": "q" })
+    );
+    // The operation is over, so its id may be used again.
+    client
+        .send(json!({ "type": "subscribe", "id": "q", "payload": { "query": "{ __typename }" } }))
+        .await;
+    assert_eq!(client.next_json().await["type"], "next");
+    assert_eq!(client.next_json().await["type"], "complete");
+
+    // A bad afterEventId is an error result of that operation, with the catalogue code.
+    client.subscribe_events("bad", r#"afterEventId: "x""#).await;
+    let refused = client.next_json().await;
+    assert_eq!(refused["type"], "next", "{refused}");
+    assert_eq!(
+        refused["payload"]["errors"][0]["extensions"]["code"],
+        "INVALID_INPUT"
+    );
+    assert_eq!(
+        client.next_json().await,
+        json!({ "type": "complete", "id": "bad" })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_without_init_is_closed_after_ten_seconds() {
+    let app = app().await;
+    let mut client = WsClient::connect(&ws_url(&app), "graphql-transport-ws").await;
+    // A ping does not count as initialisation.
+    client.send(json!({ "type": "ping" })).await;
+    assert_eq!(client.next_json().await["type"], "pong");
+    let started = std::time::Instant::now();
+    let (code, reason) = client.closed(Duration::from_secs(20)).await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (4408, "Connection initialisation timeout")
+    );
+    assert!(started.elapsed() < Duration::from_secs(11));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_subprotocol_is_the_clients_first_choice_and_frames_follow_it() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    let url = ws_url(&app);
+    let subscription = json!({ "query": r#"subscription { deliveryStateChanged(afterEventId: "0") { id state } }"# });
+
+    let modern = WsClient::connect(&url, "graphql-transport-ws, graphql-ws").await;
+    assert_eq!(modern.protocol.as_deref(), Some("graphql-transport-ws"));
+    modern.close().await;
+
+    // Legacy first: acknowledgement plus keep-alive, start/data/stop, and the modern
+    // protocol's messages are not understood.
+    let mut legacy = WsClient::connect(&url, "graphql-ws, graphql-transport-ws").await;
+    assert_eq!(legacy.protocol.as_deref(), Some("graphql-ws"));
+    legacy.init(&key).await;
+    assert_eq!(legacy.next_json().await["type"], "connection_ack");
+    assert_eq!(legacy.next_json().await["type"], "ka");
+    legacy
+        .send(json!({ "type": "start", "id": "1", "payload": subscription }))
+        .await;
+    legacy
+        .send(json!({ "type": "start", "id": "2", "payload": { "query": "{ __typename }" } }))
+        .await;
+    assert_eq!(
+        legacy.next_non_ka().await,
+        json!({ "type": "data", "id": "2", "payload": { "data": { "__typename": "Query" } } })
+    );
+    assert_eq!(
+        legacy.next_non_ka().await,
+        json!({ "type": "complete", "id": "2" })
+    );
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    app.submit("contact", "a=1").await;
+    let data = legacy.next_non_ka().await;
+    assert_eq!(data["type"], "data", "{data}");
+    assert_eq!(data["id"], "1");
+    assert_eq!(
+        data["payload"]["data"]["deliveryStateChanged"]["state"],
+        "PENDING"
+    );
+    legacy.send(json!({ "type": "stop", "id": "1" })).await;
+    legacy.send(json!({ "type": "ping" })).await;
+    assert_eq!(legacy.closed(SHORT).await.0, 4400);
+
+    // A bad key under the legacy protocol: connection_error, then 4403.
+    let mut legacy = WsClient::connect(&url, "graphql-ws").await;
+    legacy.init("hym_live_nope").await;
+    assert_eq!(legacy.next_json().await["type"], "connection_error");
+    assert_eq!(legacy.closed(SHORT).await.0, 4403);
+
+    // `subscribe` is not a legacy message; `start` is not a modern one.
+    let mut legacy = WsClient::connect(&url, "graphql-ws").await;
+    legacy.init(&key).await;
+    assert_eq!(legacy.next_json().await["type"], "connection_ack");
+    legacy
+        .send(json!({ "type": "subscribe", "id": "1", "payload": subscription }))
+        .await;
+    assert_eq!(legacy.closed(SHORT).await.0, 4400);
+
+    // Neither protocol offered.
+    let mut none = WsClient::connect(&url, "").await;
+    assert_eq!(none.protocol, None);
+    assert_eq!(none.closed(SHORT).await.0, 4406);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_emits_each_state_change_once_in_order() {
+    let receiver = Receiver::start().await;
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", &receiver.url("/status/500"))
+        .await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    client.subscribe_events("all", r#"afterEventId: "0""#).await;
+    app.submit("contact", "a=1").await;
+    let worker = app.worker(None);
+    worker.run_once().await.expect("first attempt");
+    let events = client.events("all", 3).await;
+    assert_eq!(
+        events.iter().map(transition).collect::<Vec<_>>(),
+        vec![
+            t("PENDING", "null", "CREATED"),
+            t("PROCESSING", "PENDING", "CLAIMED"),
+            t("PENDING", "PROCESSING", "ATTEMPT_RECORDED"),
+        ]
+    );
+    assert_eq!(events[2]["outcome"], "HTTP_ERROR");
+    assert_eq!(
+        (
+            events[2]["attempts"].clone(),
+            events[2]["cycleAttempts"].clone()
+        ),
+        (json!(1), json!(1))
+    );
+    assert_eq!(events[0]["endpointId"], "contact");
+    let delivery_id = events[0]["delivery"]["id"].as_str().unwrap().to_string();
+    assert!(events.iter().all(|e| e["delivery"]["id"] == delivery_id));
+    let ids: Vec<i64> = events.iter().map(event_id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let delivery = app.db.delivery(&delivery_id).await;
+    assert_eq!(delivery.attempts, 1);
+    client.quiet_for(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_delivery_replayed_starts_a_new_cycle_of_events() {
+    let receiver = Receiver::start().await;
+    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_WEBHOOK_MAX_ATTEMPTS", "2"),
+        ],
+        clock.clone(),
+    )
+    .await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", &receiver.url("/status/503"))
+        .await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    app.submit("contact", "a=1").await;
+    let delivery_id = app.db.deliveries().await[0].id.clone();
+    // From the start of history: the CREATED event that came before the subscription.
+    client
+        .subscribe_events(
+            "d",
+            &format!(r#"deliveryId: "{delivery_id}", afterEventId: "0""#),
+        )
+        .await;
+    let worker = app.worker(None);
+    worker.run_once().await.expect("attempt 1");
+    clock.advance(chrono::Duration::seconds(60));
+    worker.run_once().await.expect("attempt 2");
+    let first_cycle = client.events("d", 5).await;
+    assert_eq!(
+        first_cycle.iter().map(transition).collect::<Vec<_>>(),
+        vec![
+            t("PENDING", "null", "CREATED"),
+            t("PROCESSING", "PENDING", "CLAIMED"),
+            t("PENDING", "PROCESSING", "ATTEMPT_RECORDED"),
+            t("PROCESSING", "PENDING", "CLAIMED"),
+            t("FAILED", "PROCESSING", "ATTEMPT_RECORDED"),
+        ]
+    );
+    let replayed = app
+        .gql(
+            &key,
+            "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
+            json!({ "id": delivery_id }),
+        )
+        .await;
+    assert_eq!(
+        replayed["data"]["replayDelivery"]["delivery"]["state"], "PENDING",
+        "{replayed}"
+    );
+    let replay = client.next_event("d").await;
+    assert_eq!(transition(&replay), t("PENDING", "FAILED", "REPLAYED"));
+    assert_eq!(
+        (replay["attempts"].clone(), replay["cycleAttempts"].clone()),
+        (json!(2), json!(0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn filters_deliver_only_what_they_match() {
+    let receiver = Receiver::start().await;
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("fine", &receiver.url("/status/200"))
+        .await;
+    app.webhook_endpoint("gone", &receiver.url("/status/410"))
+        .await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    let after = r#"afterEventId: "0""#;
+    client.subscribe_events("everything", after).await;
+    client
+        .subscribe_events("endpoint", &format!(r#"endpointId: "gone", {after}"#))
+        .await;
+    client
+        .subscribe_events("failed", &format!("states: [FAILED], {after}"))
+        .await;
+    client
+        .subscribe_events("settled", &format!("states: [DELIVERED, FAILED], {after}"))
+        .await;
+    client
+        .subscribe_events("none", &format!("states: [], {after}"))
+        .await;
+    app.submit("fine", "a=1").await;
+    let first = client.next_event("everything").await;
+    let delivery_id = first["delivery"]["id"].as_str().unwrap().to_string();
+    client
+        .subscribe_events(
+            "one",
+            &format!(
+                r#"deliveryId: "{delivery_id}", afterEventId: "{}""#,
+                event_id(&first) - 1
+            ),
+        )
+        .await;
+    app.submit("gone", "a=1").await;
+    app.worker(None).run_once().await.expect("deliver both");
+    // 2 deliveries × (created, claimed, recorded) = 6 events; the first was read above.
+    let mut seen: std::collections::HashMap<String, Vec<Value>> = Default::default();
+    seen.entry("everything".into()).or_default().push(first);
+    let expected = [
+        ("everything", 6),
+        ("endpoint", 3),
+        ("failed", 1),
+        ("settled", 2),
+        ("one", 3),
+    ];
+    let total: usize = expected.iter().map(|(_, n)| n).sum();
+    let mut received = 1;
+    while received < total {
+        let message = client.next_json().await;
+        assert_eq!(message["type"], "next", "{message}");
+        let id = message["id"].as_str().unwrap().to_string();
+        seen.entry(id)
+            .or_default()
+            .push(message["payload"]["data"]["deliveryStateChanged"].clone());
+        received += 1;
+    }
+    client.quiet_for(Duration::from_millis(300)).await;
+    for (operation, count) in expected {
+        assert_eq!(
+            seen.get(operation).map_or(0, Vec::len),
+            count,
+            "{operation}: {seen:?}"
+        );
+    }
+    assert!(seen["endpoint"].iter().all(|e| e["endpointId"] == "gone"));
+    assert!(seen["failed"].iter().all(|e| e["state"] == "FAILED"));
+    assert!(seen["one"]
+        .iter()
+        .all(|e| e["delivery"]["id"] == delivery_id));
+    assert_eq!(
+        seen["settled"]
+            .iter()
+            .map(|e| e["state"].as_str().unwrap())
+            .collect::<std::collections::BTreeSet<_>>(),
+        ["DELIVERED", "FAILED"].into_iter().collect()
+    );
+    assert!(!seen.contains_key("none"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_subscription_gets_exactly_what_it_missed_then_live_events() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let url = ws_url(&app);
+    let mut client = WsClient::ready(&url, &key).await;
+    client.subscribe_events("s", r#"afterEventId: "0""#).await;
+    app.submit("contact", "n=0").await;
+    let last_seen = event_id(&client.next_event("s").await);
+    client.close().await;
+
+    // 50 changes while disconnected.
+    for n in 1..=50 {
+        app.submit("contact", &format!("n={n}")).await;
+    }
+    let mut client = WsClient::ready(&url, &key).await;
+    client
+        .subscribe_events("s", &format!(r#"afterEventId: "{last_seen}""#))
+        .await;
+    let missed = client.events("s", 50).await;
+    let ids: Vec<i64> = missed.iter().map(event_id).collect();
+    assert!(ids[0] > last_seen);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let stored: Vec<i64> = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use hymical_forms::db::schema::delivery_events::dsl::*;
+        let mut conn = app.db.connect().await;
+        delivery_events
+            .filter(id.gt(last_seen))
+            .order(id.asc())
+            .select(id)
+            .load(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert_eq!(ids, stored, "exactly the events committed meanwhile");
+    // Then live, with no duplicate of what was replayed.
+    app.submit("contact", "n=51").await;
+    let live = client.next_event("s").await;
+    assert!(event_id(&live) > *ids.last().unwrap());
+    client.quiet_for(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
+    // Transaction A takes event id n and stays open; B takes n + 1 and commits. The feed
+    // must hold n + 1 back until A ends, then send n before n + 1 (otherwise a subscriber
+    // resuming after n + 1 would never see n).
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let first = app.submit("contact", "a=1").await;
+    let second = app.submit("contact", "a=2").await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    let after = newest_event_id(&app).await;
+    client
+        .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
+        .await;
+    let mut a = app.db.connect().await;
+    let mut b = app.db.connect().await;
+    let claim = |submission: &str| {
+        format!(
+            "UPDATE webhook_deliveries SET state = 'processing', claim_expires_at = now(), \
+             claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', '') \
+             WHERE submission_id = '{submission}'"
+        )
+    };
+    diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
+    diesel::sql_query(claim(&first))
+        .execute(&mut a)
+        .await
+        .unwrap();
+    diesel::sql_query(claim(&second))
+        .execute(&mut b)
+        .await
+        .unwrap();
+    // The feed reads B's event several times while A is open: nothing may be sent.
+    client.quiet_for(Duration::from_millis(500)).await;
+    diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
+    let events = client.events("s", 2).await;
+    let ids: Vec<i64> = events.iter().map(event_id).collect();
+    assert!(ids[0] < ids[1], "{ids:?}");
+    let submissions: Vec<String> = {
+        let mut out = Vec::new();
+        for event in &events {
+            let delivery = event["delivery"]["id"].as_str().unwrap();
+            out.push(
+                app.db
+                    .delivery(delivery)
+                    .await
+                    .submission_id
+                    .unwrap_or_default(),
+            );
+        }
+        out
+    };
+    assert_eq!(submissions, vec![first, second]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rolled_back_change_emits_nothing() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let submission = app.submit("contact", "a=1").await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    let after = newest_event_id(&app).await;
+    client
+        .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
+        .await;
+    let mut conn = app.db.connect().await;
+    diesel::sql_query("BEGIN").execute(&mut conn).await.unwrap();
+    diesel::sql_query(format!(
+        "UPDATE webhook_deliveries SET state = 'failed', completed_at = now() WHERE submission_id = '{submission}'"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    app.submit("contact", "a=2").await;
+    let event = client.next_event("s").await;
+    assert_eq!(transition(&event), t("PENDING", "null", "CREATED"));
+    client.quiet_for(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn revoking_the_key_closes_its_subscriptions_within_seconds() {
+    let app = app().await;
+    let (revoked_id, revoked_key) = app.create_key("doomed").await;
+    let (_, kept_key) = app.create_key("kept").await;
+    let url = ws_url(&app);
+    let mut doomed = WsClient::ready(&url, &revoked_key).await;
+    doomed.subscribe_events("s", "").await;
+    let mut kept = WsClient::ready(&url, &kept_key).await;
+    kept.subscribe_events("s", r#"afterEventId: "0""#).await;
+    // As `hymical-forms keys revoke` does, from any process.
+    let mut conn = app.db.connect().await;
+    hymical_forms::db::keys::revoke(&mut conn, &revoked_id, app.app.clock.now())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (code, reason) = doomed.closed(Duration::from_secs(10)).await;
+    assert_eq!(
+        (code, reason.as_str()),
+        (4403, "Forbidden: the key was revoked")
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The other key's subscription goes on.
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    app.submit("contact", "a=1").await;
+    assert_eq!(kept.next_event("s").await["state"], "PENDING");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pruned_history_is_refused_and_kept_history_resumes() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    for n in 0..5 {
+        app.submit("contact", &format!("n={n}")).await;
+    }
+    // The first three events are two days old.
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(
+        "UPDATE delivery_events SET occurred_at = now() - interval '2 days' \
+         WHERE id IN (SELECT id FROM delivery_events ORDER BY id LIMIT 3)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let ids: Vec<i64> = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use hymical_forms::db::schema::delivery_events::dsl::*;
+        delivery_events
+            .order(id.asc())
+            .select(id)
+            .load(&mut conn)
+            .await
+            .unwrap()
+    };
+    let pruned = hymical_forms::events::prune(
+        &app.app.pool,
+        app.app.clock.now() - chrono::Duration::hours(24),
+    )
+    .await
+    .unwrap();
+    assert_eq!(pruned, 3);
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    client
+        .subscribe_events("old", &format!(r#"afterEventId: "{}""#, ids[0]))
+        .await;
+    let refused = client.next_json().await;
+    assert_eq!(
+        refused["payload"]["errors"][0]["extensions"]["code"], "EVENT_HISTORY_EXPIRED",
+        "{refused}"
+    );
+    assert_eq!(client.next_json().await["type"], "complete");
+    client
+        .subscribe_events("kept", &format!(r#"afterEventId: "{}""#, ids[2]))
+        .await;
+    let kept = client.events("kept", 2).await;
+    assert_eq!(
+        kept.iter().map(event_id).collect::<Vec<_>>(),
+        ids[3..].to_vec()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn subscriptions_end_with_1001_when_the_server_stops() {
+    // The in-process app's services stop when the test app is dropped; a serving process
+    // closes its sockets on SIGTERM (see the cross-process test for a real one).
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    client.subscribe_events("s", "").await;
+    let addr = app.addr;
+    app.stop_live_services();
+    match client.next_within(Duration::from_secs(10)).await {
+        Some(Frame::Closed { code, .. }) => assert!(code == 1001 || code == 0, "{code} at {addr}"),
+        other => panic!("expected the socket to close, got {other:?}"),
+    }
+}
