@@ -22,4 +22,5 @@ mod migrations;
 mod receiver;
 mod schema_files;
 mod subscriptions;
+mod subscriptions_e2e;
 mod ws_client;

@@ -3,6 +3,7 @@
 //! - `/status/{code}`: that status (3xx with a `Location` to `/landing`);
 //! - `/hang`: never answers while `hanging` is set, then 200;
 //! - `/slow/{ms}`: 200 after that many milliseconds;
+//! - `/failing`: 500 while `failing` is set, then 200;
 //! - anything else: 200.
 
 use std::net::SocketAddr;
@@ -29,16 +30,19 @@ pub struct Receiver {
     pub addr: Option<SocketAddr>,
     pub requests: Arc<Mutex<Vec<Received>>>,
     pub hanging: Arc<AtomicBool>,
+    pub failing: Arc<AtomicBool>,
 }
 
 impl Receiver {
     pub async fn start() -> Receiver {
         let mut receiver = Receiver::default();
         receiver.hanging.store(true, Ordering::SeqCst);
+        receiver.failing.store(true, Ordering::SeqCst);
         let router = Router::new()
             .route("/status/{code}", any(status))
             .route("/hang", any(hang))
             .route("/slow/{ms}", any(slow))
+            .route("/failing", any(failing))
             .fallback(any(ok))
             .with_state(receiver.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -82,6 +86,20 @@ impl Receiver {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+}
+
+async fn failing(
+    State(receiver): State<Receiver>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    remember(&receiver, &uri, headers, body);
+    if receiver.failing.load(Ordering::SeqCst) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
     }
 }
 

@@ -204,3 +204,81 @@ pub fn event_id(event: &Value) -> i64 {
         .and_then(|id| id.parse().ok())
         .expect("event ids are whole numbers")
 }
+
+/// The npm `graphql-ws` client, run by node (tests/graphql-ws-client/subscribe.mjs): one
+/// subscription, its messages read back as JSON lines.
+pub struct NodeSubscriber {
+    _child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+/// Installs the client's npm packages once per test run.
+fn node_client_dir() -> std::path::PathBuf {
+    static INSTALLED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let dir =
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphql-ws-client");
+            if !dir.join("node_modules/graphql-ws").is_dir() {
+                let install = std::process::Command::new("npm")
+                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                    .current_dir(&dir)
+                    .output()
+                    .expect("npm is needed for the graphql-ws client tests (Debian: apt-get install nodejs npm)");
+                assert!(
+                    install.status.success(),
+                    "npm ci failed: {}",
+                    String::from_utf8_lossy(&install.stderr)
+                );
+            }
+            dir
+        })
+        .clone()
+}
+
+impl NodeSubscriber {
+    pub async fn start(url: &str, key: &str, query: &str, variables: Value) -> NodeSubscriber {
+        use tokio::io::AsyncBufReadExt;
+        let dir = tokio::task::spawn_blocking(node_client_dir)
+            .await
+            .expect("npm install");
+        let mut child = tokio::process::Command::new("node")
+            .arg("subscribe.mjs")
+            .current_dir(dir)
+            .env("WS_URL", url)
+            .env("WS_KEY", key)
+            .env("WS_QUERY", query)
+            .env("WS_VARIABLES", variables.to_string())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("node is needed for the graphql-ws client tests");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut subscriber = NodeSubscriber {
+            _child: child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+        };
+        let first = subscriber.next_message().await;
+        assert_eq!(first, json!({ "connected": true }), "{first}");
+        subscriber
+    }
+
+    pub async fn next_message(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("the graphql-ws client printed nothing for 30 s")
+            .expect("read the client's output")
+            .expect("the graphql-ws client exited");
+        serde_json::from_str(&line).expect("the client prints JSON lines")
+    }
+
+    /// The next `deliveryStateChanged` event.
+    pub async fn next_event(&mut self) -> Value {
+        let message = self.next_message().await;
+        assert!(
+            message["next"]["errors"].is_null() && !message["next"].is_null(),
+            "{message}"
+        );
+        message["next"]["data"]["deliveryStateChanged"].clone()
+    }
+}
