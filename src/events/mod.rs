@@ -137,13 +137,19 @@ impl Default for EventFeed {
 
 impl EventFeed {
     pub fn new() -> EventFeed {
+        EventFeed::with_capacity(BROADCAST_CAPACITY)
+    }
+
+    /// A feed whose subscribers may fall `capacity` batches behind before they catch up
+    /// from the table (tests use a tiny one to exercise catching up).
+    pub fn with_capacity(capacity: usize) -> EventFeed {
         EventFeed {
             shared: Mutex::new(Shared {
                 frontier: None,
                 subscribers: 0,
                 generation: 0,
             }),
-            sender: broadcast::channel(BROADCAST_CAPACITY).0,
+            sender: broadcast::channel(capacity).0,
             wake: Notify::new(),
             ready: Notify::new(),
             closing: watch::channel(false).0,

@@ -25,7 +25,10 @@ client.subscribe(
   {
     next: (result) => console.log(JSON.stringify({ next: result })),
     error: (error) => {
-      const detail = error instanceof Error ? error.message : error;
+      // graphql-ws reports a close as the CloseEvent, GraphQL errors as an array.
+      const detail = error instanceof Error
+        ? error.message
+        : (error && typeof error.code === 'number' ? { code: error.code, reason: error.reason } : error);
       console.log(JSON.stringify({ error: detail }));
       process.exit(2);
     },

@@ -657,3 +657,88 @@ async fn subscriptions_end_with_1001_when_the_server_stops() {
         other => panic!("expected the socket to close, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others() {
+    use futures_util::StreamExt;
+    use hymical_forms::app::App;
+    use hymical_forms::db::events::EventFilter;
+    use hymical_forms::events::EventFeed;
+
+    // A feed that lets a subscriber fall only two batches behind.
+    let db = crate::harness::TestDb::new().await;
+    let pool = hymical_forms::db::connect_pool(&db.url, 4, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let app = Arc::new(App {
+        config: crate::harness::config(DEV),
+        database_url: db.url.clone(),
+        pool: pool.clone(),
+        clock: Arc::new(hymical_forms::clock::SystemClock),
+        events: Arc::new(EventFeed::with_capacity(2)),
+        revocations: Default::default(),
+    });
+    let (_stop, stopping) = tokio::sync::watch::channel(false);
+    let mut services = tokio::task::JoinSet::new();
+    hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
+    let mut conn = db.connect().await;
+    diesel::sql_query(
+        "INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('contact', 'c', true, now())",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let mut created = 0;
+    let mut create = async || {
+        created += 1;
+        diesel::sql_query(format!(
+            "INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret, \
+             state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES \
+             ('whd_{:032x}', 'contact', 'https://example.com/h', 's', 'pending', 0, 0, now(), now())",
+            created
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    };
+
+    let mut slow = Box::pin(
+        app.events
+            .subscribe(pool.clone(), EventFilter::default(), Some(0)),
+    );
+    let mut fast = Box::pin(
+        app.events
+            .subscribe(pool.clone(), EventFilter::default(), Some(0)),
+    );
+    create().await;
+    let first = slow.next().await.unwrap().unwrap();
+    assert_eq!(fast.next().await.unwrap().unwrap(), first);
+    // Thirty more changes, each its own batch (the fast one sees each before the next is
+    // made), while the slow one is not read at all.
+    let mut fast_ids = vec![first.id];
+    for _ in 0..30 {
+        create().await;
+        let event = tokio::time::timeout(Duration::from_secs(10), fast.next())
+            .await
+            .expect("the fast subscriber is not held up")
+            .unwrap()
+            .unwrap();
+        fast_ids.push(event.id);
+    }
+    // The slow one lagged far past its two batches; it reads the gap from the table and
+    // gets every event once, in order.
+    let mut slow_ids = vec![first.id];
+    while slow_ids.len() < fast_ids.len() {
+        let event = tokio::time::timeout(Duration::from_secs(10), slow.next())
+            .await
+            .expect("the slow subscriber catches up")
+            .unwrap()
+            .unwrap();
+        slow_ids.push(event.id);
+    }
+    assert_eq!(slow_ids, fast_ids);
+    // And it is live again afterwards.
+    create().await;
+    let live = slow.next().await.unwrap().unwrap();
+    assert!(live.id > *fast_ids.last().unwrap());
+}

@@ -59,7 +59,8 @@ async fn the_graphql_ws_client_sees_deliveries_succeed_fail_and_replay() {
     let (_, key) = app.create_key("dashboard").await;
     app.webhook_endpoint("contact", &receiver.url("/status/200"))
         .await;
-    app.webhook_endpoint("flaky", &receiver.url("/failing")).await;
+    app.webhook_endpoint("flaky", &receiver.url("/failing"))
+        .await;
     let mut subscriber = NodeSubscriber::start(
         &format!("ws://{}/graphql/ws", app.addr),
         &key,
@@ -126,11 +127,17 @@ async fn the_graphql_ws_client_sees_deliveries_succeed_fail_and_replay() {
         ]
     );
     assert_eq!(
-        (cycle[0]["attempts"].clone(), cycle[0]["cycleAttempts"].clone()),
+        (
+            cycle[0]["attempts"].clone(),
+            cycle[0]["cycleAttempts"].clone()
+        ),
         (json!(2), json!(0))
     );
     assert_eq!(
-        (cycle[2]["attempts"].clone(), cycle[2]["cycleAttempts"].clone()),
+        (
+            cycle[2]["attempts"].clone(),
+            cycle[2]["cycleAttempts"].clone()
+        ),
         (json!(3), json!(1))
     );
     assert!(cycle.iter().all(|e| e["delivery"]["id"] == delivery_id));
