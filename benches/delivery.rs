@@ -56,6 +56,19 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str 
 
 const ENDPOINTS: usize = 50;
 
+/// Turns the trigger that writes `delivery_events` on claims and records on or off.
+async fn set_event_trigger(url: &Secret, enabled: bool) {
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    let action = if enabled { "ENABLE" } else { "DISABLE" };
+    conn.batch_execute(&format!(
+        "ALTER TABLE webhook_deliveries {action} TRIGGER webhook_deliveries_record_event_updates"
+    ))
+    .await
+    .expect("toggle the event trigger");
+}
+
 fn main() {
     let deliveries = env_number("BENCH_DELIVERIES", 20_000);
     let rounds = env_number("BENCH_ROUNDS", 2);
@@ -146,6 +159,25 @@ SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT
             ],
         );
         runtime.block_on(clear(&cluster.url));
+        // The same without the delivery-event trigger (migration 4): what the change feed
+        // costs the database on the worker's path.
+        runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
+        runtime.block_on(set_event_trigger(&cluster.url, false));
+        let pg_bare = cluster.pgbench(
+            &claim_and_record,
+            &[
+                "-c".into(),
+                clients.to_string(),
+                "-t".into(),
+                (deliveries / clients).to_string(),
+            ],
+        );
+        runtime.block_on(set_event_trigger(&cluster.url, true));
+        runtime.block_on(clear(&cluster.url));
+        println!(
+            "round {round}: pgbench claim+record without events {pg_bare:.0} tps, with events {pg:.0} tps (events cost {:.0}%)",
+            100.0 * (1.0 - pg / pg_bare)
+        );
 
         let workers = [spawn_worker(&cluster.url), spawn_worker(&cluster.url)];
         std::thread::sleep(Duration::from_secs(2));
@@ -277,9 +309,11 @@ async fn clear(url: &Secret) {
     let mut conn = AsyncPgConnection::establish(url.expose())
         .await
         .expect("connect");
-    conn.batch_execute("TRUNCATE delivery_attempts, webhook_deliveries, submissions")
-        .await
-        .expect("clear");
+    conn.batch_execute(
+        "TRUNCATE delivery_attempts, webhook_deliveries, submissions, delivery_events",
+    )
+    .await
+    .expect("clear");
     conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
 }
 

@@ -82,6 +82,8 @@ COMMIT;
     let mut ceiling = Vec::new();
     let mut limits_off = Vec::new();
     let mut limits_on = Vec::new();
+    let mut ceiling_without_events = Vec::new();
+    let mut limits_off_without_events = Vec::new();
     // Warm-up: fills caches and prepared statements on every connection.
     runtime.block_on(offer_load(servers.0, concurrency, Duration::from_secs(2)));
     for round in 1..=rounds {
@@ -109,9 +111,35 @@ COMMIT;
             100.0 * off / pg,
             100.0 * on / pg
         );
+        // The same two measurements without the delivery-event trigger (migration 4), to
+        // show what writing the change feed costs.
+        runtime.block_on(set_event_trigger(&url, false));
+        let pg_bare = cluster.pgbench(
+            &script,
+            &[
+                "-c".into(),
+                concurrency.to_string(),
+                "-T".into(),
+                seconds.to_string(),
+            ],
+        );
+        let off_bare = runtime.block_on(offer_load(
+            servers.0,
+            concurrency,
+            Duration::from_secs(seconds),
+        ));
+        runtime.block_on(set_event_trigger(&url, true));
+        println!(
+            "         without events: pgbench {pg_bare:.0} tps | intake, limits off {off_bare:.0}/s ({:.0}%) | events cost pgbench {:.0}%, intake {:.0}%",
+            100.0 * off_bare / pg_bare,
+            100.0 * (1.0 - pg / pg_bare),
+            100.0 * (1.0 - off / off_bare),
+        );
         ceiling.push(pg);
         limits_off.push(off);
         limits_on.push(on);
+        ceiling_without_events.push(pg_bare);
+        limits_off_without_events.push(off_bare);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
@@ -122,6 +150,26 @@ COMMIT;
         mean(&limits_on),
         100.0 * mean(&limits_on) / mean(&ceiling),
     );
+    println!(
+        "mean without the event trigger: pgbench {:.0} tps | limits off {:.0}/s | writing events costs pgbench {:.0}%, intake {:.0}%",
+        mean(&ceiling_without_events),
+        mean(&limits_off_without_events),
+        100.0 * (1.0 - mean(&ceiling) / mean(&ceiling_without_events)),
+        100.0 * (1.0 - mean(&limits_off) / mean(&limits_off_without_events)),
+    );
+}
+
+/// Turns the trigger that writes `delivery_events` for new deliveries on or off.
+async fn set_event_trigger(url: &Secret, enabled: bool) {
+    use diesel_async::RunQueryDsl;
+    let mut conn = db::connect_one(url).await.expect("connect");
+    let action = if enabled { "ENABLE" } else { "DISABLE" };
+    diesel::sql_query(format!(
+        "ALTER TABLE webhook_deliveries {action} TRIGGER webhook_deliveries_record_event_inserts"
+    ))
+    .execute(&mut conn)
+    .await
+    .expect("toggle the event trigger");
 }
 
 async fn start_server(url: &Secret, pool_size: usize, vars: &[(&str, &str)]) -> SocketAddr {

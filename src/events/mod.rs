@@ -409,37 +409,86 @@ async fn round(
     let read = events::read_feed(&mut conn, frontier, ROUND_LIMIT).await?;
     drop(conn);
     let full = read.events.len() as i64 == ROUND_LIMIT;
-    let mut events: VecDeque<EventRow> = read.events.into();
+    let decision = decide(pending.take(), generation, read.snapshot, read.events, full);
+    *pending = decision.pending;
+    if let Some((through, events)) = decision.publish {
+        publish(feed, generation, through, events);
+    }
+    Ok(decision.again)
+}
+
+/// What one read allows.
+struct Decision {
+    /// The new frontier and the events up to it, in id order.
+    publish: Option<(i64, Vec<EventRow>)>,
+    pending: Option<Pending>,
+    /// Read again at once.
+    again: bool,
+}
+
+/// Decides, from the events a read saw (after the frontier, in id order, `full` when the
+/// read hit its limit) and the snapshot it saw them under, which are final.
+fn decide(
+    mut pending: Option<Pending>,
+    generation: u64,
+    snapshot: events::Snapshot,
+    read: Vec<EventRow>,
+    full: bool,
+) -> Decision {
+    let mut events: VecDeque<EventRow> = read.into();
     let mut through = None;
+    // The transactions in progress at an earlier read have all ended: what that read saw
+    // is final (and visible to this read).
     if let Some(waiting) = pending.as_ref() {
-        if read.snapshot.all_ended(&waiting.in_progress) {
+        if snapshot.all_ended(&waiting.in_progress) {
             through = Some(waiting.through);
-            *pending = None;
+            pending = None;
         }
     }
-    if read.snapshot.in_progress.is_empty() {
+    // Nothing in progress at all: everything this read saw is final.
+    if snapshot.in_progress.is_empty() {
         if let Some(last) = events.back() {
             through = Some(through.map_or(last.id, |t: i64| t.max(last.id)));
         }
-        *pending = None;
+        pending = None;
     }
-    if let Some(through) = through {
+    let mut publish = None;
+    if let Some(final_through) = through {
+        // A truncated read has not seen every final event: publish what it saw and leave
+        // the rest (already final) to the next round.
+        let read_through = match events.back() {
+            Some(last) if full => final_through.min(last.id),
+            _ => final_through,
+        };
         let mut published = Vec::new();
-        while events.front().is_some_and(|event| event.id <= through) {
+        while events.front().is_some_and(|event| event.id <= read_through) {
             published.extend(events.pop_front());
         }
-        publish(feed, generation, through, published);
-    }
-    if pending.is_none() {
-        if let Some(last) = events.back() {
-            *pending = Some(Pending {
+        publish = Some((read_through, published));
+        if read_through < final_through {
+            pending = Some(Pending {
                 generation,
-                through: last.id,
-                in_progress: read.snapshot.in_progress,
+                through: final_through,
+                in_progress: Vec::new(),
             });
         }
     }
-    Ok(full)
+    // What remains waits for the transactions in progress now.
+    if pending.is_none() {
+        if let Some(last) = events.back() {
+            pending = Some(Pending {
+                generation,
+                through: last.id,
+                in_progress: snapshot.in_progress,
+            });
+        }
+    }
+    Decision {
+        // A full read that could publish nothing waits for what holds it up.
+        again: full && publish.is_some(),
+        publish,
+        pending,
+    }
 }
 
 /// Moves the frontier to `through` and broadcasts `events` (all at or below it), under
@@ -488,5 +537,132 @@ pub async fn prune(pool: &DbPool, cutoff: chrono::DateTime<chrono::Utc>) -> Resu
         if pruned < PRUNE_BATCH {
             return Ok(total);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::events::Snapshot;
+
+    fn event(id: i64) -> EventRow {
+        EventRow {
+            id,
+            delivery_id: format!("whd_{id:032x}"),
+            endpoint_id: "contact".into(),
+            kind: "created".into(),
+            state: "pending".into(),
+            previous_state: None,
+            attempts: 0,
+            cycle_attempts: 0,
+            outcome: None,
+            occurred_at: chrono::Utc::now(),
+        }
+    }
+
+    fn snapshot(xmax: i64, in_progress: &[i64]) -> Snapshot {
+        Snapshot {
+            xmax,
+            in_progress: in_progress.to_vec(),
+        }
+    }
+
+    fn ids(decision: &Decision) -> Option<(i64, Vec<i64>)> {
+        decision
+            .publish
+            .as_ref()
+            .map(|(through, events)| (*through, events.iter().map(|e| e.id).collect()))
+    }
+
+    #[test]
+    fn with_nothing_in_progress_everything_read_is_published() {
+        let decision = decide(None, 0, snapshot(100, &[]), vec![event(5), event(6)], false);
+        assert_eq!(ids(&decision), Some((6, vec![5, 6])));
+        assert!(decision.pending.is_none() && !decision.again);
+    }
+
+    #[test]
+    fn events_wait_for_the_transactions_in_progress_when_read() {
+        // Transaction 90 may hold id 4 and commit later: 5 and 6 must wait.
+        let first = decide(
+            None,
+            0,
+            snapshot(100, &[90]),
+            vec![event(5), event(6)],
+            false,
+        );
+        assert_eq!(ids(&first), None);
+        let waiting = first.pending.expect("pending");
+        assert_eq!(
+            (waiting.through, waiting.in_progress.clone()),
+            (6, vec![90])
+        );
+
+        // 90 still running: still nothing, the wait unchanged.
+        let second = decide(
+            Some(waiting),
+            0,
+            snapshot(101, &[90, 100]),
+            vec![event(5), event(6), event(7)],
+            false,
+        );
+        assert_eq!(ids(&second), None);
+        let waiting = second.pending.expect("pending");
+        assert_eq!(
+            (waiting.through, waiting.in_progress.clone()),
+            (6, vec![90])
+        );
+
+        // 90 ended (and committed 4): up to 6 is final; 7 now waits for 100.
+        let third = decide(
+            Some(waiting),
+            0,
+            snapshot(102, &[100]),
+            vec![event(4), event(5), event(6), event(7)],
+            false,
+        );
+        assert_eq!(ids(&third), Some((6, vec![4, 5, 6])));
+        let waiting = third.pending.expect("pending");
+        assert_eq!(
+            (waiting.through, waiting.in_progress.clone()),
+            (7, vec![100])
+        );
+    }
+
+    #[test]
+    fn a_truncated_read_publishes_what_it_saw_and_reads_again() {
+        let waiting = Pending {
+            generation: 0,
+            through: 10,
+            in_progress: vec![50],
+        };
+        let decision = decide(
+            Some(waiting),
+            0,
+            snapshot(60, &[55]),
+            vec![event(1), event(2)],
+            true,
+        );
+        assert_eq!(ids(&decision), Some((2, vec![1, 2])));
+        assert!(decision.again);
+        let rest = decision.pending.expect("the rest stays pending");
+        assert_eq!((rest.through, rest.in_progress.len()), (10, 0));
+        // The next read publishes the rest at once.
+        let next = decide(
+            Some(rest),
+            0,
+            snapshot(60, &[55]),
+            vec![event(3), event(10), event(11)],
+            false,
+        );
+        assert_eq!(ids(&next), Some((10, vec![3, 10])));
+        assert_eq!(next.pending.map(|p| p.through), Some(11));
+    }
+
+    #[test]
+    fn a_full_read_that_publishes_nothing_does_not_spin() {
+        let decision = decide(None, 0, snapshot(60, &[55]), vec![event(1), event(2)], true);
+        assert!(decision.publish.is_none());
+        assert!(!decision.again);
     }
 }
