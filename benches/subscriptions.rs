@@ -20,10 +20,13 @@
 //!
 //! The subscribers run in this process, on the same two cores as the server and
 //! PostgreSQL: their own cost (receiving and parsing every frame) is part of the figures.
+//! They run on threads of their own, whose CPU time is reported apart from the server's.
 //!
 //! Settings: `BENCH_SUBSCRIBERS` (1000), `BENCH_RATE` forms per second (200),
 //! `BENCH_SECONDS` of the latency window (20), `BENCH_CONCURRENCY` of the intake load (32),
-//! `BENCH_INTAKE_SECONDS` per intake round (8), `BENCH_ROUNDS` per intake arm (4).
+//! `BENCH_INTAKE_SECONDS` per intake round (8), `BENCH_ROUNDS` per intake arm (4; 0 skips
+//! the intake measurement), `BENCH_QUERY` the subscription document (default
+//! `deliveryStateChanged { id state occurredAt delivery { id } }`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -50,10 +53,14 @@ use common::{cpu_seconds, env_number, BenchCluster};
 
 const FORM_BODY: &str =
     "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
+/// The subscription every subscriber runs, unless `BENCH_QUERY` gives another (it must
+/// select `id` and `occurredAt` of `deliveryStateChanged`).
 const SUBSCRIPTION: &str =
     "subscription { deliveryStateChanged { id state occurredAt delivery { id } } }";
 /// Subscribers that may be in their WebSocket handshake at once.
 const CONNECTING: usize = 50;
+/// The name of the subscribers' threads (at most 15 bytes: Linux truncates it).
+const CLIENT_THREAD: &str = "bench-client";
 const WARM_UP: Duration = Duration::from_secs(3);
 /// How long the queue and then the subscribers may take to finish after the load stops.
 const DRAIN: Duration = Duration::from_secs(30);
@@ -70,6 +77,14 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
+    // The subscribers run on threads of their own, so that their CPU time can be told
+    // apart from the server's.
+    let clients = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(CLIENT_THREAD)
+        .enable_all()
+        .build()
+        .expect("client runtime");
     let cluster = BenchCluster::start(&runtime);
     let url = cluster.url.clone();
 
@@ -92,6 +107,7 @@ fn main() {
     });
 
     // 1. Fan-out latency.
+    println!("subscription: {}", query());
     println!(
         "fan-out: {subscribers} subscribers, {rate} forms/s (3 events each), {} s warm-up, {seconds} s window",
         WARM_UP.as_secs()
@@ -106,17 +122,23 @@ fn main() {
         true,
     ));
     runtime.block_on(fan_out(
+        clients.handle(),
         &url,
         server.addr,
         &key,
-        subscribers,
-        rate,
-        Duration::from_secs(seconds),
+        FanOut {
+            subscribers,
+            rate,
+            window: Duration::from_secs(seconds),
+        },
         &receiver_count,
     ));
     runtime.block_on(server.stop());
 
     // 2. Intake with and without subscribers.
+    if rounds == 0 {
+        return;
+    }
     println!(
         "\nintake cost: concurrency {concurrency}, {intake_seconds} s per round, {rounds} rounds per arm (A without subscribers, B with {subscribers})"
     );
@@ -130,6 +152,7 @@ fn main() {
         false,
     ));
     runtime.block_on(intake_cost(
+        clients.handle(),
         server.addr,
         &key,
         subscribers,
@@ -273,14 +296,12 @@ impl Server {
 struct Tally {
     /// Every `next` received.
     receipts: u64,
-    /// Receipts of events after the window's first id.
-    in_window: u64,
-    id_sum: i128,
+    /// (id − the window's start, latency in µs) of each receipt of an event in the window.
+    window: Vec<(u32, u32)>,
     /// Receipts whose id was not above the previous one (duplicates or disorder).
     out_of_order: u64,
     /// Receipt time before `occurredAt` (clamped to 0 in the latencies).
     negative: u64,
-    latencies_us: Vec<u32>,
     /// The first thing that was not a `next` with an event, and anything that ended the
     /// subscription early.
     problem: Option<String>,
@@ -343,7 +364,7 @@ async fn subscribe(addr: SocketAddr, key: &str) -> Result<Socket, String> {
     let subscribe = serde_json::json!({
         "type": "subscribe",
         "id": "1",
-        "payload": { "query": SUBSCRIPTION }
+        "payload": { "query": query() }
     });
     socket
         .send(Message::Text(subscribe.to_string().into()))
@@ -352,14 +373,23 @@ async fn subscribe(addr: SocketAddr, key: &str) -> Result<Socket, String> {
     Ok(socket)
 }
 
+fn query() -> String {
+    std::env::var("BENCH_QUERY").unwrap_or_else(|_| SUBSCRIPTION.to_string())
+}
+
 /// Connects `count` subscribers, at most [`CONNECTING`] handshakes at a time.
-async fn connect_all(addr: SocketAddr, key: &str, count: usize) -> Vec<Socket> {
+async fn connect_all(
+    clients: &tokio::runtime::Handle,
+    addr: SocketAddr,
+    key: &str,
+    count: usize,
+) -> Vec<Socket> {
     let gate = Arc::new(Semaphore::new(CONNECTING));
     let mut tasks = Vec::with_capacity(count);
     for _ in 0..count {
         let gate = gate.clone();
         let key = key.to_string();
-        tasks.push(tokio::spawn(async move {
+        tasks.push(clients.spawn(async move {
             let _permit = gate.acquire_owned().await.expect("gate");
             subscribe(addr, &key).await
         }));
@@ -397,6 +427,7 @@ async fn run_subscriber(
     mut socket: Socket,
     reading: Reading,
     window_start: Arc<AtomicI64>,
+    receipts: Arc<AtomicU64>,
     last_seen: Arc<AtomicI64>,
     mut stop: watch::Receiver<bool>,
 ) -> Tally {
@@ -472,14 +503,14 @@ async fn run_subscriber(
             continue;
         };
         tally.receipts += 1;
+        receipts.fetch_add(1, Ordering::Relaxed);
         if id <= last_id {
             tally.out_of_order += 1;
         }
         last_id = last_id.max(id);
         last_seen.store(last_id, Ordering::Relaxed);
-        if id > window_start.load(Ordering::Relaxed) {
-            tally.in_window += 1;
-            tally.id_sum += id as i128;
+        let start = window_start.load(Ordering::Relaxed);
+        if id > start {
             let micros = (received - occurred.with_timezone(&chrono::Utc))
                 .num_microseconds()
                 .unwrap_or(i64::MAX);
@@ -487,8 +518,8 @@ async fn run_subscriber(
                 tally.negative += 1;
             }
             tally
-                .latencies_us
-                .push(micros.clamp(0, u32::MAX as i64) as u32);
+                .window
+                .push(((id - start) as u32, micros.clamp(0, u32::MAX as i64) as u32));
         }
     }
     let _ = socket.close(None).await;
@@ -514,48 +545,64 @@ async fn numbers(conn: &mut AsyncPgConnection, sql: &str) -> (i64, i64, i128) {
     (row.a, row.b, row.c.parse().expect("a whole number"))
 }
 
+/// The shape of the fan-out measurement.
+struct FanOut {
+    subscribers: usize,
+    /// Forms posted per second.
+    rate: u64,
+    window: Duration,
+}
+
 async fn fan_out(
+    clients: &tokio::runtime::Handle,
     url: &Secret,
     addr: SocketAddr,
     key: &str,
-    subscribers: usize,
-    rate: u64,
-    window: Duration,
+    FanOut {
+        subscribers,
+        rate,
+        window,
+    }: FanOut,
     receiver_count: &AtomicU64,
 ) {
     let mut conn = db::connect_one(url).await.expect("connect");
     let connecting = Instant::now();
-    let sockets = connect_all(addr, key, subscribers).await;
+    let sockets = connect_all(clients, addr, key, subscribers).await;
     let connected = sockets.len();
     println!(
         "    {connected} subscribers connected in {:.1} s",
         connecting.elapsed().as_secs_f64()
     );
     let window_start = Arc::new(AtomicI64::new(i64::MAX));
+    let receipts = Arc::new(AtomicU64::new(0));
     let (stop, stopping) = watch::channel(false);
     let mut progress = Vec::with_capacity(connected);
     let mut readers = Vec::with_capacity(connected);
     for socket in sockets {
         let last_seen = Arc::new(AtomicI64::new(i64::MIN));
         progress.push(last_seen.clone());
-        readers.push(tokio::spawn(run_subscriber(
+        readers.push(clients.spawn(run_subscriber(
             socket,
             Reading::Measure,
             window_start.clone(),
+            receipts.clone(),
             last_seen,
             stopping.clone(),
         )));
     }
+    let reading_started = Instant::now();
     // The server registers a subscription when it first polls it; give it a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let client = reqwest::Client::new();
     let accepted = Arc::new(AtomicU64::new(0));
     let refused = Arc::new(AtomicU64::new(0));
+    let first_refusal = Arc::new(std::sync::Mutex::new(None::<String>));
     let (stop_load, load_stopping) = watch::channel(false);
     let load = {
         let accepted = accepted.clone();
         let refused = refused.clone();
+        let first_refusal = first_refusal.clone();
         let target = format!("http://{addr}/f/fanout");
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
@@ -567,6 +614,7 @@ async fn fan_out(
                 let target = target.clone();
                 let accepted = accepted.clone();
                 let refused = refused.clone();
+                let first_refusal = first_refusal.clone();
                 posts.spawn(async move {
                     let response = client
                         .post(target)
@@ -574,12 +622,19 @@ async fn fan_out(
                         .body(FORM_BODY)
                         .send()
                         .await;
-                    match response {
+                    let refusal = match response {
                         Ok(response) if response.status() == 202 => {
-                            accepted.fetch_add(1, Ordering::Relaxed)
+                            accepted.fetch_add(1, Ordering::Relaxed);
+                            return;
                         }
-                        _ => refused.fetch_add(1, Ordering::Relaxed),
+                        Ok(response) => format!("status {}", response.status()),
+                        Err(error) => format!("{error:?}"),
                     };
+                    refused.fetch_add(1, Ordering::Relaxed);
+                    first_refusal
+                        .lock()
+                        .expect("refusal")
+                        .get_or_insert(refusal);
                 });
                 while posts.try_join_next().is_some() {}
             }
@@ -593,7 +648,10 @@ async fn fan_out(
     )
     .await;
     window_start.store(start_id, Ordering::Relaxed);
+    let transactions_before = transactions(&mut conn).await;
     let cpu_before = cpu_seconds();
+    let clients_before = client_cpu_seconds();
+    let receipts_before = receipts.load(Ordering::Relaxed);
     let window_started = Instant::now();
     let accepted_before = accepted.load(Ordering::Relaxed);
     tokio::time::sleep(window).await;
@@ -639,8 +697,18 @@ async fn fan_out(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let caught_up_after = catch_up_started.elapsed().as_secs_f64();
+    let reached: Vec<i64> = progress
+        .iter()
+        .map(|seen| seen.load(Ordering::Relaxed))
+        .collect();
+    let slowest = reached.iter().copied().min().unwrap_or(i64::MIN).max(0);
+    let fastest = reached.iter().copied().max().unwrap_or(i64::MIN).max(0);
     let elapsed = window_started.elapsed().as_secs_f64();
+    let reading = reading_started.elapsed().as_secs_f64();
     let (process, machine) = cpu_seconds();
+    let clients_cpu = client_cpu_seconds();
+    let receipts_now = receipts.load(Ordering::Relaxed);
+    let transactions_after = transactions(&mut conn).await;
     let _ = stop.send(true);
     let mut tallies = Vec::with_capacity(readers.len());
     for reader in readers {
@@ -648,15 +716,30 @@ async fn fan_out(
     }
 
     let expected = events as u64 * subscribers as u64;
-    let received: u64 = tallies.iter().map(|t| t.in_window).sum();
-    let complete = tallies
-        .iter()
-        .filter(|t| t.in_window == events as u64 && t.id_sum == id_sum && t.out_of_order == 0)
-        .count();
-    let short = tallies
-        .iter()
-        .filter(|t| t.in_window < events as u64)
-        .count();
+    // Only events up to the last one counted in the database: if the queue did not drain,
+    // later ones kept coming.
+    let mut latencies: Vec<u32> = Vec::with_capacity(expected as usize);
+    let mut complete = 0;
+    let mut short = 0;
+    for tally in &tallies {
+        let mut count = 0u64;
+        let mut sum = 0i128;
+        for &(offset, micros) in &tally.window {
+            let id = start_id + offset as i64;
+            if id <= last_id {
+                count += 1;
+                sum += id as i128;
+                latencies.push(micros);
+            }
+        }
+        if count == events as u64 && sum == id_sum && tally.out_of_order == 0 {
+            complete += 1;
+        }
+        if count < events as u64 {
+            short += 1;
+        }
+    }
+    let received = latencies.len() as u64;
     let out_of_order: u64 = tallies.iter().map(|t| t.out_of_order).sum();
     let negative: u64 = tallies.iter().map(|t| t.negative).sum();
     let mut problems: Vec<&str> = tallies
@@ -665,16 +748,26 @@ async fn fan_out(
         .collect();
     let problem_count = problems.len();
     problems.dedup();
+    let refusals = refused.load(Ordering::Relaxed);
     println!(
-        "    window: {posted} forms accepted in {posting:.1} s ({:.0}/s), {} refused; {events} events (ids {}..={last_id}); {} webhooks received in all",
+        "    window: {posted} forms accepted in {posting:.1} s ({:.0}/s), {refusals} refused{}; {events} events (ids {}..={last_id}); {} webhooks received in all",
         posted as f64 / posting,
-        refused.load(Ordering::Relaxed),
+        match first_refusal.lock().expect("refusal").as_deref() {
+            Some(first) if refusals > 0 => format!(" (first: {first})"),
+            _ => String::new(),
+        },
         start_id + 1,
         receiver_count.load(Ordering::Relaxed),
     );
     println!(
-        "    receipts: {received} of {expected} expected ({events} events × {subscribers} subscribers, {:.2}%); last subscriber caught up {caught_up_after:.1} s after the queue drained",
+        "    receipts: {received} of {expected} expected ({events} events × {subscribers} subscribers, {:.2}%); waited {caught_up_after:.1} s after the queue drained (at most {} s)",
         100.0 * received as f64 / expected.max(1) as f64,
+        DRAIN.as_secs(),
+    );
+    let all_receipts: u64 = tallies.iter().map(|t| t.receipts).sum();
+    println!(
+        "    all receipts, warm-up included: {all_receipts} ({:.0}/s over {reading:.1} s); highest id received: slowest subscriber {slowest}, fastest {fastest}, last event {last_id}",
+        all_receipts as f64 / reading,
     );
     println!(
         "    exactly once, in id order: {complete} of {subscribers} subscribers; {short} short of events; {out_of_order} receipts out of order or repeated; {} subscribers not connected",
@@ -686,12 +779,21 @@ async fn fan_out(
             problems.first().copied().unwrap_or_default()
         );
     }
-    let mut latencies: Vec<u32> = Vec::with_capacity(received as usize);
-    for tally in &mut tallies {
-        latencies.append(&mut tally.latencies_us);
-    }
+    let window_receipts = receipts_now - receipts_before;
+    println!(
+        "    CPU over the window and drain ({elapsed:.1} s, {window_receipts} receipts): server and load in this process {:.2} cores, subscribers {:.2} cores, whole machine {:.2} cores; per receipt: server {:.1} µs, subscriber {:.1} µs",
+        (process - clients_cpu - cpu_before.0 + clients_before) / elapsed,
+        (clients_cpu - clients_before) / elapsed,
+        (machine - cpu_before.1) / elapsed,
+        (process - clients_cpu - cpu_before.0 + clients_before) / window_receipts.max(1) as f64 * 1e6,
+        (clients_cpu - clients_before) / window_receipts.max(1) as f64 * 1e6,
+    );
+    println!(
+        "    database: {:.0} transactions/s over the window and drain (all connections; the statistics lag by up to a second)",
+        (transactions_after - transactions_before) as f64 / elapsed
+    );
     if latencies.is_empty() {
-        println!("    no receipts: no latency to report");
+        println!("    no receipts in the window: no latency to report");
         return;
     }
     latencies.sort_unstable();
@@ -699,22 +801,57 @@ async fn fan_out(
         latencies[((p / 100.0) * (latencies.len() as f64 - 1.0)).round() as usize] as f64 / 1000.0
     };
     println!(
-        "    latency, occurredAt → receipt: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} receipts; {negative} before occurredAt, counted as 0)",
+        "    latency of the receipts that arrived, occurredAt → receipt: p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} receipts; {negative} before occurredAt, counted as 0)",
         at(50.0),
         at(95.0),
         at(99.0),
         at(100.0),
         latencies.len()
     );
-    println!(
-        "    CPU over the window and drain ({elapsed:.1} s): this process {:.2} cores, whole machine {:.2} cores, {:.1} µs of this process per receipt",
-        (process - cpu_before.0) / elapsed,
-        (machine - cpu_before.1) / elapsed,
-        (process - cpu_before.0) / received.max(1) as f64 * 1e6
-    );
+}
+
+/// Transactions committed and rolled back in this database so far.
+async fn transactions(conn: &mut AsyncPgConnection) -> i64 {
+    // A new transaction sees fresh statistics, not the snapshot of an earlier one.
+    let (count, _, _) = numbers(
+        conn,
+        "SELECT (xact_commit + xact_rollback)::bigint AS a, 0::bigint AS b, '0' AS c FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .await;
+    count
+}
+
+/// CPU seconds of the subscribers' threads.
+fn client_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut ticks = 0.0;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() != CLIENT_THREAD {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        // utime and stime, the 14th and 15th fields of stat.
+        for index in [11, 12] {
+            ticks += fields
+                .get(index)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
+        }
+    }
+    ticks / 100.0
 }
 
 async fn intake_cost(
+    clients: &tokio::runtime::Handle,
     addr: SocketAddr,
     key: &str,
     subscribers: usize,
@@ -731,16 +868,17 @@ async fn intake_cost(
         println!("round {round} A, no subscribers: {a:.0}/s");
         without.push(a);
 
-        let sockets = connect_all(addr, key, subscribers).await;
+        let sockets = connect_all(clients, addr, key, subscribers).await;
         let connected = sockets.len();
         let (stop, stopping) = watch::channel(false);
         let readers: Vec<_> = sockets
             .into_iter()
             .map(|socket| {
-                tokio::spawn(run_subscriber(
+                clients.spawn(run_subscriber(
                     socket,
                     Reading::Count,
                     Arc::new(AtomicI64::new(i64::MAX)),
+                    Arc::new(AtomicU64::new(0)),
                     Arc::new(AtomicI64::new(i64::MIN)),
                     stopping.clone(),
                 ))

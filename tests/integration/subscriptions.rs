@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::harness::TestApp;
 use crate::receiver::Receiver;
-use crate::ws_client::{event_id, transition, Frame, WsClient};
+use crate::ws_client::{event_id, expected as t, transition, Frame, WsClient};
 
 const DEV: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
@@ -28,25 +28,7 @@ fn ws_url(app: &TestApp) -> String {
     format!("ws://{}/graphql/ws", app.addr)
 }
 
-fn t(state: &str, previous: &str, kind: &str) -> (String, String, String) {
-    (state.into(), previous.into(), kind.into())
-}
-
 const SHORT: Duration = Duration::from_secs(5);
-
-/// The newest event id: subscribing after it sees every later change, however long the
-/// subscription takes to start.
-async fn newest_event_id(app: &TestApp) -> i64 {
-    use diesel::{ExpressionMethods, QueryDsl};
-    use hymical_forms::db::schema::delivery_events::dsl::*;
-    let mut conn = app.db.connect().await;
-    delivery_events
-        .select(diesel::dsl::max(id))
-        .first::<Option<i64>>(&mut conn)
-        .await
-        .unwrap()
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_protocol_rule_has_its_close_code() {
@@ -483,7 +465,7 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     let first = app.submit("contact", "a=1").await;
     let second = app.submit("contact", "a=2").await;
     let mut client = WsClient::ready(&ws_url(&app), &key).await;
-    let after = newest_event_id(&app).await;
+    let after = app.db.newest_event_id().await;
     client
         .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
         .await;
@@ -536,7 +518,7 @@ async fn a_rolled_back_change_emits_nothing() {
         .await;
     let submission = app.submit("contact", "a=1").await;
     let mut client = WsClient::ready(&ws_url(&app), &key).await;
-    let after = newest_event_id(&app).await;
+    let after = app.db.newest_event_id().await;
     client
         .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
         .await;

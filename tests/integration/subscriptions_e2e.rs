@@ -8,30 +8,13 @@ use serde_json::{json, Value};
 
 use crate::harness::{wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;
-use crate::ws_client::{event_id, transition, NodeSubscriber};
+use crate::ws_client::{event_id, expected as t, transition, NodeSubscriber};
 
 const EVENTS: &str = "subscription($after: ID, $endpoint: ID) {
   deliveryStateChanged(afterEventId: $after, endpointId: $endpoint) {
     id kind state previousState attempts cycleAttempts outcome delivery { id }
   }
 }";
-
-fn t(state: &str, previous: &str, kind: &str) -> (String, String, String) {
-    (state.into(), previous.into(), kind.into())
-}
-
-async fn newest_event_id(app: &TestApp) -> i64 {
-    use diesel::QueryDsl;
-    use diesel_async::RunQueryDsl;
-    use hymical_forms::db::schema::delivery_events::dsl::*;
-    let mut conn = app.db.connect().await;
-    delivery_events
-        .select(diesel::dsl::max(id))
-        .first::<Option<i64>>(&mut conn)
-        .await
-        .unwrap()
-        .unwrap_or(0)
-}
 
 async fn events(subscriber: &mut NodeSubscriber, count: usize) -> Vec<Value> {
     let mut events = Vec::new();
@@ -65,7 +48,7 @@ async fn the_graphql_ws_client_sees_deliveries_succeed_fail_and_replay() {
         &format!("ws://{}/graphql/ws", app.addr),
         &key,
         EVENTS,
-        json!({ "after": newest_event_id(&app).await.to_string() }),
+        json!({ "after": app.db.newest_event_id().await.to_string() }),
     )
     .await;
     let worker = app.worker(None);
@@ -152,7 +135,7 @@ async fn a_subscriber_of_one_process_sees_changes_made_by_two_others() {
         .await;
     app.webhook_endpoint("gone", &receiver.url("/status/410"))
         .await;
-    let after = newest_event_id(&app).await;
+    let after = app.db.newest_event_id().await;
     let private = ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true");
     let no_limits = ("FORMS_RATE_LIMIT_ENABLED", "false");
     // A serves the subscriber, B only delivers, C takes forms and the replay.

@@ -198,6 +198,11 @@ pub fn transition(event: &Value) -> (String, String, String) {
     )
 }
 
+/// A (state, previous state, kind) to compare with [`transition`].
+pub fn expected(state: &str, previous: &str, kind: &str) -> (String, String, String) {
+    (state.into(), previous.into(), kind.into())
+}
+
 pub fn event_id(event: &Value) -> i64 {
     event["id"]
         .as_str()
@@ -280,5 +285,22 @@ impl NodeSubscriber {
             "{message}"
         );
         message["next"]["data"]["deliveryStateChanged"].clone()
+    }
+}
+
+impl crate::harness::TestDb {
+    /// The newest event id: subscribing after it sees every later change, however long
+    /// the subscription takes to start.
+    pub async fn newest_event_id(&self) -> i64 {
+        use diesel::QueryDsl;
+        use diesel_async::RunQueryDsl;
+        use hymical_forms::db::schema::delivery_events::dsl::*;
+        let mut conn = self.connect().await;
+        delivery_events
+            .select(diesel::dsl::max(id))
+            .first::<Option<i64>>(&mut conn)
+            .await
+            .expect("newest event id")
+            .unwrap_or(0)
     }
 }
