@@ -209,18 +209,20 @@ impl EventFeed {
 
     /// The events matching `filter` after `after` (or from now, without it): first those
     /// already committed, read from the table, then live ones, each exactly once, in id
-    /// order.
+    /// order. `started` learns the id the stream starts after, once it is known.
     pub fn subscribe(
         self: &Arc<Self>,
         pool: DbPool,
         filter: EventFilter,
         after: Option<i64>,
+        started: impl FnOnce(i64) + Send + 'static,
     ) -> impl Stream<Item = Result<EventRow, FeedError>> + Send + 'static {
         let feed = self.clone();
         async_stream::try_stream! {
             let mut registration = feed.register().await?;
             // Everything at or below `cursor` has been given to the subscriber (or skipped).
             let mut cursor = after.unwrap_or(registration.frontier);
+            started(cursor);
             loop {
                 if cursor < registration.frontier {
                     let mut from = cursor;

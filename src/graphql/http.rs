@@ -36,7 +36,7 @@ pub fn routes(schema: FormsSchema) -> Router<AppState> {
         )
         .route(
             "/graphql/ws",
-            get(super::ws::upgrade).layer(Extension(schema)),
+            get(super::ws::upgrade).layer(Extension(super::ws::Subscriptions::new(schema))),
         )
 }
 

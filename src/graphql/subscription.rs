@@ -2,6 +2,9 @@
 
 use async_graphql::dataloader::DataLoader;
 use async_graphql::{Context, Enum, Object, Result, Subscription, ID};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
 use futures_util::{Stream, StreamExt};
 
 use super::loaders::DeliveryLoader;
@@ -31,7 +34,8 @@ impl SubscriptionRoot {
         let after = after_event_id
             .map(|id| parse_event_id(&id))
             .transpose()
-            .gql()?;
+            .gql()?
+            .or_else(|| ctx.data_opt::<ResumeAfter>().map(|resume| resume.0));
         let filter = EventFilter {
             endpoint_id: endpoint_id.map(|id| id.0),
             delivery_id: delivery_id.map(|id| id.0),
@@ -43,12 +47,50 @@ impl SubscriptionRoot {
             }),
         };
         let app = app(ctx);
+        let cursor = ctx.data_opt::<Arc<EventCursor>>().cloned();
+        let started = {
+            let cursor = cursor.clone();
+            move |after: i64| {
+                if let Some(cursor) = cursor {
+                    cursor.started_after.store(after, Ordering::SeqCst);
+                    cursor.current.store(after, Ordering::SeqCst);
+                }
+            }
+        };
         Ok(app
             .events
-            .subscribe(app.pool.clone(), filter, after)
-            .map(|event| event.map(DeliveryEvent).map_err(ApiError::from).gql()))
+            .subscribe(app.pool.clone(), filter, after, started)
+            .map(move |event| {
+                if let (Ok(event), Some(cursor)) = (&event, &cursor) {
+                    cursor.current.store(event.id, Ordering::SeqCst);
+                }
+                event.map(DeliveryEvent).map_err(ApiError::from).gql()
+            }))
     }
 }
+
+/// Request data (as `Arc<EventCursor>`): where the execution has got to, for the
+/// WebSocket layer. Both are -1 until the stream has started.
+#[derive(Debug)]
+pub struct EventCursor {
+    /// The id the stream started after.
+    pub started_after: AtomicI64,
+    /// That id, then the id of each event as it is resolved.
+    pub current: AtomicI64,
+}
+
+impl Default for EventCursor {
+    fn default() -> Self {
+        EventCursor {
+            started_after: AtomicI64::new(-1),
+            current: AtomicI64::new(-1),
+        }
+    }
+}
+
+/// Request data: start after this event when the document gives no `afterEventId` (a
+/// subscriber resuming on its own after falling behind its group).
+pub struct ResumeAfter(pub i64);
 
 /// Event ids are decimal integers that grow with every event.
 fn parse_event_id(id: &ID) -> Result<i64, ApiError> {

@@ -14,20 +14,22 @@
 //! The client's first offered subprotocol that is one of these is chosen, so the frames
 //! always match what the client asked for. Without one, the socket is closed with 4406.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_graphql::Response as GraphqlResponse;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::Extension;
 use futures_util::stream::{self, BoxStream};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::{json, Map, Value};
 use tokio_stream::StreamMap;
 
+use super::fanout::{self, Groups, Operation, Rendered};
 use super::loaders::Loaders;
+use super::subscription::EventCursor;
 use super::FormsSchema;
 use crate::app::AppState;
 use crate::auth::{self, AuthenticatedKey};
@@ -72,9 +74,25 @@ fn negotiate(headers: &HeaderMap) -> Option<Protocol> {
         })
 }
 
+/// What `/graphql/ws` serves with: the schema, and the shared executions of this process.
+#[derive(Clone)]
+pub struct Subscriptions {
+    schema: FormsSchema,
+    groups: Arc<Groups>,
+}
+
+impl Subscriptions {
+    pub fn new(schema: FormsSchema) -> Subscriptions {
+        Subscriptions {
+            schema,
+            groups: Arc::new(Groups::default()),
+        }
+    }
+}
+
 pub async fn upgrade(
     State(app): State<AppState>,
-    Extension(schema): Extension<FormsSchema>,
+    Extension(Subscriptions { schema, groups }): Extension<Subscriptions>,
     headers: HeaderMap,
     mut upgrade: WebSocketUpgrade,
 ) -> Response {
@@ -88,6 +106,7 @@ pub async fn upgrade(
             let mut connection = Connection {
                 app,
                 schema,
+                groups,
                 socket,
                 protocol: protocol.unwrap_or(Protocol::TransportWs),
                 key: None,
@@ -121,12 +140,16 @@ impl Close {
     }
 }
 
-/// Something the operation streams produce for the client.
-type Outgoing = Value;
+/// A frame's text, as the operation streams produce it.
+type Outgoing = String;
+
+/// Frames written before one flush, so a burst of results costs one write.
+const FRAMES_PER_FLUSH: usize = 256;
 
 struct Connection {
     app: AppState,
     schema: FormsSchema,
+    groups: Arc<Groups>,
     socket: WebSocket,
     protocol: Protocol,
     key: Option<AuthenticatedKey>,
@@ -173,7 +196,7 @@ impl Connection {
                     }
                 }
                 Some((_, outgoing)) = self.operations.next(), if !self.operations.is_empty() => {
-                    if self.send(&outgoing).await.is_err() {
+                    if self.send_ready(outgoing).await.is_err() {
                         return Close::new(1000, "");
                     }
                 }
@@ -201,6 +224,18 @@ impl Connection {
         self.socket
             .send(Message::Text(message.to_string().into()))
             .await
+    }
+
+    /// Writes `first` and whatever else the operations have ready, then flushes once.
+    async fn send_ready(&mut self, first: Outgoing) -> Result<(), axum::Error> {
+        self.socket.feed(Message::Text(first.into())).await?;
+        for _ in 1..FRAMES_PER_FLUSH {
+            match self.operations.next().now_or_never() {
+                Some(Some((_, frame))) => self.socket.feed(Message::Text(frame.into())).await?,
+                _ => break,
+            }
+        }
+        self.socket.flush().await
     }
 
     async fn close(mut self, close: Close) {
@@ -315,8 +350,8 @@ impl Connection {
         let Some(Value::String(id)) = message.get("id") else {
             return Step::Close(Close::invalid("an operation id is required"));
         };
-        let request = match parse_payload(message.get("payload")) {
-            Ok(request) => request,
+        let operation = match parse_payload(message.get("payload")) {
+            Ok(operation) => operation,
             Err(reason) => return Step::Close(Close::invalid(reason)),
         };
         if self.operations.contains_key(id.as_str()) {
@@ -327,33 +362,50 @@ impl Connection {
         }
         let protocol = self.protocol;
         if self.operations.len() >= MAX_OPERATIONS {
-            let refusal = error_message(
-                id,
-                json!([{ "message": format!("at most {MAX_OPERATIONS} operations can run on one connection") }]),
-            );
+            let refusal = json!([{ "message": format!("at most {MAX_OPERATIONS} operations can run on one connection") }]);
+            let frame = error_frame(id, &refusal.to_string());
             self.operations
-                .insert(id.clone(), stream::once(async move { refusal }).boxed());
+                .insert(id.clone(), stream::once(async move { frame }).boxed());
             return Step::Continue;
         }
-        let key = self.key.clone();
-        let request = request.data(key).data(Loaders::uncached(&self.app));
+        let make_request = {
+            let (app, key, operation) = (self.app.clone(), self.key.clone(), operation.clone());
+            move || operation.request().data(key).data(Loaders::uncached(&app))
+        };
+        let rendered = match operation.group_key() {
+            Some(group_key) => {
+                let membership = self
+                    .groups
+                    .join(group_key, &self.schema, make_request.clone());
+                fanout::member_stream(membership, make_request, self.schema.clone()).boxed()
+            }
+            None => fanout::render(
+                &self.schema,
+                make_request(),
+                Arc::new(EventCursor::default()),
+            )
+            .boxed(),
+        };
         let operation_id = id.clone();
-        let complete = json!({ "type": "complete", "id": id });
-        let messages = self
-            .schema
-            .execute_stream(request)
-            .enumerate()
-            .map(move |(index, response)| to_message(protocol, &operation_id, index, response))
-            .chain(stream::once(async move { complete }))
+        let complete = complete_frame(id);
+        let frames = rendered
+            .map(move |item| match item {
+                Rendered::Result { payload, .. } => result_frame(protocol, &operation_id, &payload),
+                Rendered::RequestError(errors) => error_frame(&operation_id, &errors),
+            })
+            .map(Some)
+            .chain(stream::once(async move { Some(complete) }))
             // An `error` ends the operation: nothing follows it, not even `complete`.
-            .scan(false, |ended, message| {
+            .scan(false, |ended, frame| {
                 if *ended {
                     return futures_util::future::ready(None);
                 }
-                *ended = message["type"] == "error";
-                futures_util::future::ready(Some(message))
+                *ended = frame
+                    .as_deref()
+                    .is_some_and(|f| f.starts_with(r#"{"type":"error""#));
+                futures_util::future::ready(frame)
             });
-        self.operations.insert(id.clone(), messages.boxed());
+        self.operations.insert(id.clone(), frames.boxed());
         Step::Continue
     }
 }
@@ -366,57 +418,62 @@ async fn wait_for_true(watch: Option<&mut tokio::sync::watch::Receiver<bool>>) -
     }
 }
 
-/// The response as the protocol's message: `error` for a request error (the document did
-/// not parse or validate, so no error has a path), `next` (legacy: `data`) otherwise.
-fn to_message(protocol: Protocol, id: &str, index: usize, response: GraphqlResponse) -> Value {
-    let request_error = index == 0
-        && !response.errors.is_empty()
-        && response.errors.iter().all(|error| error.path.is_empty())
-        && response.data == async_graphql::Value::Null;
-    if request_error {
-        let errors = serde_json::to_value(&response.errors).unwrap_or_else(|_| json!([]));
-        return error_message(id, errors);
-    }
-    let payload = serde_json::to_value(&response).unwrap_or_else(
-        |_| json!({ "errors": [{ "message": "the response could not be encoded" }] }),
-    );
+/// A JSON string literal.
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+/// A result: `next` (legacy: `data`) around the result rendered once for every member.
+fn result_frame(protocol: Protocol, id: &str, payload: &str) -> String {
     let kind = match protocol {
         Protocol::TransportWs => "next",
         Protocol::LegacyWs => "data",
     };
-    json!({ "type": kind, "id": id, "payload": payload })
+    format!(
+        r#"{{"type":"{kind}","id":{},"payload":{payload}}}"#,
+        quoted(id)
+    )
 }
 
-fn error_message(id: &str, errors: Value) -> Value {
-    json!({ "type": "error", "id": id, "payload": errors })
+/// A request error: `error` with the errors (a JSON array).
+fn error_frame(id: &str, errors: &str) -> String {
+    format!(
+        r#"{{"type":"error","id":{},"payload":{errors}}}"#,
+        quoted(id)
+    )
 }
 
-/// `{query, operationName?, variables?, extensions?}` as a GraphQL request.
-fn parse_payload(payload: Option<&Value>) -> Result<async_graphql::Request, &'static str> {
+fn complete_frame(id: &str) -> String {
+    format!(r#"{{"type":"complete","id":{}}}"#, quoted(id))
+}
+
+/// `{query, operationName?, variables?, extensions?}` as an operation.
+fn parse_payload(payload: Option<&Value>) -> Result<Operation, &'static str> {
     let Some(Value::Object(payload)) = payload else {
         return Err("the payload must be an object");
     };
     let Some(Value::String(query)) = payload.get("query") else {
         return Err("the payload needs a query string");
     };
-    let mut request = async_graphql::Request::new(query.clone());
-    match payload.get("operationName") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(name)) => request = request.operation_name(name.clone()),
+    let operation_name = match payload.get("operationName") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(name.clone()),
         Some(_) => return Err("operationName must be a string"),
-    }
-    match payload.get("variables") {
-        None | Some(Value::Null) => {}
-        Some(variables @ Value::Object(_)) => {
-            request = request.variables(async_graphql::Variables::from_json(variables.clone()))
-        }
+    };
+    let variables = match payload.get("variables") {
+        None | Some(Value::Null) => Value::Null,
+        Some(variables @ Value::Object(_)) => variables.clone(),
         Some(_) => return Err("variables must be an object"),
-    }
+    };
     match payload.get("extensions") {
         None | Some(Value::Null) | Some(Value::Object(_)) => {}
         Some(_) => return Err("extensions must be an object"),
     }
-    Ok(request)
+    Ok(Operation {
+        query: query.clone(),
+        operation_name,
+        variables,
+    })
 }
 
 #[cfg(test)]

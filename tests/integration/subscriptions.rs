@@ -684,14 +684,16 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
         .unwrap();
     };
 
-    let mut slow = Box::pin(
-        app.events
-            .subscribe(pool.clone(), EventFilter::default(), Some(0)),
-    );
-    let mut fast = Box::pin(
-        app.events
-            .subscribe(pool.clone(), EventFilter::default(), Some(0)),
-    );
+    let mut slow =
+        Box::pin(
+            app.events
+                .subscribe(pool.clone(), EventFilter::default(), Some(0), |_| {}),
+        );
+    let mut fast =
+        Box::pin(
+            app.events
+                .subscribe(pool.clone(), EventFilter::default(), Some(0), |_| {}),
+        );
     create().await;
     let first = slow.next().await.unwrap().unwrap();
     assert_eq!(fast.next().await.unwrap().unwrap(), first);
@@ -723,4 +725,140 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
     create().await;
     let live = slow.next().await.unwrap().unwrap();
     assert!(live.id > *fast_ids.last().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_alone() {
+    use futures_util::StreamExt;
+    use hymical_forms::graphql::fanout::{member_stream, Groups, Operation, Rendered};
+    use hymical_forms::graphql::loaders::Loaders;
+
+    let app = app().await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let schema = hymical_forms::graphql::build_schema(app.app.clone());
+    // Members may fall two results behind their group.
+    let groups = Arc::new(Groups::with_backlog(2));
+    let operation = Operation {
+        query: "subscription { deliveryStateChanged { id state } }".into(),
+        operation_name: None,
+        variables: Value::Null,
+    };
+    let key = operation.group_key().expect("a live subscription shares");
+    let make = {
+        let (app, operation) = (app.app.clone(), operation.clone());
+        move || operation.request().data(Loaders::uncached(&app))
+    };
+    let join = || {
+        member_stream(
+            groups.join(key.clone(), &schema, make.clone()),
+            make.clone(),
+            schema.clone(),
+        )
+    };
+    let id_of = |item: Option<Rendered>| match item {
+        Some(Rendered::Result { payload, event_id }) => {
+            let payload: Value = serde_json::from_str(&payload).unwrap();
+            let id = event_id.expect("results show their event");
+            assert_eq!(
+                payload["data"]["deliveryStateChanged"]["id"],
+                id.to_string(),
+                "{payload}"
+            );
+            id
+        }
+        other => panic!("expected a result, got {other:?}"),
+    };
+    let mut fast = Box::pin(join());
+    let mut slow = Box::pin(join());
+    assert_eq!(groups.running(), 1, "one execution for both");
+
+    // The group goes live at some point after it starts: make changes until one shows.
+    let first = loop {
+        app.submit("contact", "a=1").await;
+        if let Ok(item) = tokio::time::timeout(Duration::from_millis(500), fast.next()).await {
+            break id_of(item);
+        }
+    };
+    let mut fast_ids = vec![first];
+    for n in 0..20 {
+        app.submit("contact", &format!("n={n}")).await;
+        let item = tokio::time::timeout(Duration::from_secs(10), fast.next())
+            .await
+            .expect("the fast member is not held up");
+        fast_ids.push(id_of(item));
+    }
+    // The slow member was not read at all: it fell behind, left the group, and resumes on
+    // its own after the last event it was shown, so it gets every event once, in order.
+    let mut slow_ids = Vec::new();
+    while slow_ids.last() != fast_ids.last() {
+        let item = tokio::time::timeout(Duration::from_secs(10), slow.next())
+            .await
+            .expect("the slow member catches up");
+        slow_ids.push(id_of(item));
+    }
+    let from = slow_ids
+        .iter()
+        .position(|id| *id == first)
+        .expect("saw the first");
+    assert_eq!(slow_ids[from..], fast_ids[..]);
+    assert!(slow_ids.windows(2).all(|w| w[0] < w[1]), "{slow_ids:?}");
+    // Both go on live.
+    app.submit("contact", "a=2").await;
+    let next_fast = id_of(fast.next().await);
+    assert_eq!(id_of(slow.next().await), next_fast);
+    // Members gone: the execution stops.
+    drop((fast, slow));
+    for _ in 0..50 {
+        if groups.running() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(groups.running(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sockets_with_the_same_live_subscription_all_get_each_event() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let url = ws_url(&app);
+    let mut first = WsClient::ready(&url, &key).await;
+    first.subscribe_events("a", "").await;
+    loop {
+        app.submit("contact", "warm=1").await;
+        if let Some(Frame::Json(message)) = first.next_within(Duration::from_millis(500)).await {
+            assert_eq!(message["type"], "next");
+            break;
+        }
+    }
+    let mut others = Vec::new();
+    for n in 0..3 {
+        let mut client = WsClient::ready(&url, &key).await;
+        client.subscribe_events(&format!("op{n}"), "").await;
+        // Messages are handled in order: after the pong the subscription is in place.
+        client.send(json!({ "type": "ping" })).await;
+        assert_eq!(client.next_json().await["type"], "pong");
+        others.push((format!("op{n}"), client));
+    }
+    // Drain anything the first saw meanwhile, then one change for everyone.
+    while first
+        .next_within(Duration::from_millis(200))
+        .await
+        .is_some()
+    {}
+    for (_, client) in &mut others {
+        while client
+            .next_within(Duration::from_millis(50))
+            .await
+            .is_some()
+        {}
+    }
+    app.submit("contact", "a=1").await;
+    let seen = first.next_event("a").await;
+    for (id, client) in &mut others {
+        assert_eq!(client.next_event(id).await, seen);
+    }
 }
