@@ -6,13 +6,16 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::schema::{delivery_event_retention, delivery_events};
+use super::deliveries::DeliveryRow;
+use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::DbError;
 
 /// The channel every event's trigger notifies; PostgreSQL delivers it at commit.
 pub const DELIVERY_EVENT_CHANNEL: &str = "hymical_delivery_event";
 
-#[derive(Debug, Clone, PartialEq, Queryable, QueryableByName, Selectable)]
+/// An event, with the delivery it is about as it was when the event was read: subscribers
+/// show both, and reading them together costs one join instead of a query per event.
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = delivery_events)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 pub struct EventRow {
@@ -26,6 +29,17 @@ pub struct EventRow {
     pub cycle_attempts: i32,
     pub outcome: Option<String>,
     pub occurred_at: DateTime<Utc>,
+    #[diesel(embed)]
+    pub delivery: DeliveryRow,
+}
+
+/// Events joined with their deliveries (deliveries are never deleted, so none is lost).
+macro_rules! events_with_deliveries {
+    () => {
+        delivery_events::table.inner_join(
+            webhook_deliveries::table.on(webhook_deliveries::id.eq(delivery_events::delivery_id)),
+        )
+    };
 }
 
 /// The transactions a read could not see: `pg_current_snapshot()` of the reading
@@ -98,7 +112,7 @@ pub async fn read_feed(
             .get_result(conn)
             .await?;
             let events = if limit > 0 {
-                delivery_events::table
+                events_with_deliveries!()
                     .filter(delivery_events::id.gt(after))
                     .order(delivery_events::id.asc())
                     .limit(limit)
@@ -156,8 +170,8 @@ pub struct HistoryExpired {
 }
 
 /// Matching events in `(after, through]`, in id order, at most `limit`; or, when events
-/// after `after` were already pruned, how far pruning went. Both come from one statement,
-/// so a page that is returned is complete.
+/// after `after` were already pruned, how far pruning went. Both are read under one
+/// snapshot, so a page that is returned is complete.
 pub async fn page(
     conn: &mut AsyncPgConnection,
     after: i64,
@@ -165,79 +179,41 @@ pub async fn page(
     filter: &EventFilter,
     limit: i64,
 ) -> Result<Result<Vec<EventRow>, HistoryExpired>, DbError> {
-    #[derive(QueryableByName)]
-    struct PagedRow {
-        #[diesel(sql_type = BigInt)]
-        pruned_through: i64,
-        #[diesel(sql_type = Nullable<BigInt>)]
-        id: Option<i64>,
-        #[diesel(sql_type = Nullable<Text>)]
-        delivery_id: Option<String>,
-        #[diesel(sql_type = Nullable<Text>)]
-        endpoint_id: Option<String>,
-        #[diesel(sql_type = Nullable<Text>)]
-        kind: Option<String>,
-        #[diesel(sql_type = Nullable<Text>)]
-        state: Option<String>,
-        #[diesel(sql_type = Nullable<Text>)]
-        previous_state: Option<String>,
-        #[diesel(sql_type = Nullable<diesel::sql_types::Integer>)]
-        attempts: Option<i32>,
-        #[diesel(sql_type = Nullable<diesel::sql_types::Integer>)]
-        cycle_attempts: Option<i32>,
-        #[diesel(sql_type = Nullable<Text>)]
-        outcome: Option<String>,
-        #[diesel(sql_type = Nullable<Timestamptz>)]
-        occurred_at: Option<DateTime<Utc>>,
-    }
-    let rows: Vec<PagedRow> = diesel::sql_query(
-        "SELECT r.pruned_through, e.id, e.delivery_id, e.endpoint_id, e.kind, e.state,
-                e.previous_state, e.attempts, e.cycle_attempts, e.outcome, e.occurred_at
-         FROM delivery_event_retention r
-         LEFT JOIN LATERAL (
-             SELECT * FROM delivery_events
-             WHERE id > $1 AND id <= $2
-               AND ($3::text IS NULL OR endpoint_id = $3)
-               AND ($4::text IS NULL OR delivery_id = $4)
-               AND ($5::text[] IS NULL OR state = ANY($5))
-             ORDER BY id
-             LIMIT $6
-         ) e ON true
-         ORDER BY e.id",
-    )
-    .bind::<BigInt, _>(after)
-    .bind::<BigInt, _>(through)
-    .bind::<Nullable<Text>, _>(filter.endpoint_id.as_deref())
-    .bind::<Nullable<Text>, _>(filter.delivery_id.as_deref())
-    .bind::<Nullable<diesel::sql_types::Array<Text>>, _>(filter.states.as_deref())
-    .bind::<BigInt, _>(limit)
-    .load(conn)
-    .await?;
-    let pruned_through = rows
-        .iter()
-        .map(|row| row.pruned_through)
-        .next()
-        .unwrap_or(0);
-    if pruned_through > after {
-        return Ok(Err(HistoryExpired { pruned_through }));
-    }
-    Ok(Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            Some(EventRow {
-                id: row.id?,
-                delivery_id: row.delivery_id?,
-                endpoint_id: row.endpoint_id?,
-                kind: row.kind?,
-                state: row.state?,
-                previous_state: row.previous_state,
-                attempts: row.attempts?,
-                cycle_attempts: row.cycle_attempts?,
-                outcome: row.outcome,
-                occurred_at: row.occurred_at?,
-            })
+    let filter = filter.clone();
+    Ok(conn
+        .build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async move |conn| {
+            let pruned_through: i64 = delivery_event_retention::table
+                .select(delivery_event_retention::pruned_through)
+                .first(conn)
+                .await?;
+            if pruned_through > after {
+                return Ok(Err(HistoryExpired { pruned_through }));
+            }
+            let mut query = events_with_deliveries!()
+                .filter(delivery_events::id.gt(after))
+                .filter(delivery_events::id.le(through))
+                .into_boxed();
+            if let Some(endpoint_id) = filter.endpoint_id {
+                query = query.filter(delivery_events::endpoint_id.eq(endpoint_id));
+            }
+            if let Some(delivery_id) = filter.delivery_id {
+                query = query.filter(delivery_events::delivery_id.eq(delivery_id));
+            }
+            if let Some(states) = filter.states {
+                query = query.filter(delivery_events::state.eq_any(states));
+            }
+            let events = query
+                .order(delivery_events::id.asc())
+                .limit(limit)
+                .select(EventRow::as_select())
+                .load(conn)
+                .await?;
+            Ok(Ok(events))
         })
-        .collect()))
+        .await?)
 }
 
 /// Deletes up to `batch` of the oldest events that occurred before `cutoff`, and moves
@@ -283,6 +259,39 @@ pub async fn pruned_through(conn: &mut AsyncPgConnection) -> Result<i64, DbError
 }
 
 #[cfg(test)]
+impl EventRow {
+    /// A created event of a pending delivery.
+    pub fn for_tests(id: i64, delivery_id: &str, endpoint_id: &str, state: &str) -> EventRow {
+        let now = Utc::now();
+        EventRow {
+            id,
+            delivery_id: delivery_id.into(),
+            endpoint_id: endpoint_id.into(),
+            kind: "created".into(),
+            state: state.into(),
+            previous_state: None,
+            attempts: 0,
+            cycle_attempts: 0,
+            outcome: None,
+            occurred_at: now,
+            delivery: DeliveryRow {
+                id: delivery_id.into(),
+                submission_id: None,
+                endpoint_id: endpoint_id.into(),
+                destination_url: "https://example.com/hook".into(),
+                state: state.into(),
+                attempts: 0,
+                cycle_attempts: 0,
+                next_attempt_at: now,
+                claim_expires_at: None,
+                created_at: now,
+                completed_at: None,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -307,18 +316,7 @@ mod tests {
 
     #[test]
     fn filters_match_on_every_given_field() {
-        let event = EventRow {
-            id: 1,
-            delivery_id: "whd_a".into(),
-            endpoint_id: "contact".into(),
-            kind: "created".into(),
-            state: "pending".into(),
-            previous_state: None,
-            attempts: 0,
-            cycle_attempts: 0,
-            outcome: None,
-            occurred_at: Utc::now(),
-        };
+        let event = EventRow::for_tests(1, "whd_a", "contact", "pending");
         assert!(EventFilter::default().matches(&event));
         let on = |endpoint: Option<&str>, delivery: Option<&str>, states: Option<&[&str]>| {
             EventFilter {

@@ -41,7 +41,7 @@ use crate::error::ApiError;
 const ROUND_LIMIT: i64 = 1_000;
 /// Rounds are at least this far apart, so a busy database gets at most a few hundred
 /// cheap reads a second from each process, however many changes it commits.
-const ROUND_SPACING: Duration = Duration::from_millis(5);
+const ROUND_SPACING: Duration = Duration::from_millis(15);
 /// While read events wait for older transactions to end, look again this often even if no
 /// notification comes (the transaction that holds them up may write no event).
 const PENDING_RECHECK: Duration = Duration::from_millis(10);
@@ -548,18 +548,7 @@ mod tests {
     use crate::db::events::Snapshot;
 
     fn event(id: i64) -> EventRow {
-        EventRow {
-            id,
-            delivery_id: format!("whd_{id:032x}"),
-            endpoint_id: "contact".into(),
-            kind: "created".into(),
-            state: "pending".into(),
-            previous_state: None,
-            attempts: 0,
-            cycle_attempts: 0,
-            outcome: None,
-            occurred_at: chrono::Utc::now(),
-        }
+        EventRow::for_tests(id, &format!("whd_{id:032x}"), "contact", "pending")
     }
 
     fn snapshot(xmax: i64, in_progress: &[i64]) -> Snapshot {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_graphql::parser::types::{OperationType, Selection};
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
@@ -157,9 +157,16 @@ impl Default for Groups {
     }
 }
 
+/// Results rendered together: a burst of events reaches each member as one batch, which
+/// it writes to its socket with one flush.
+type RenderedBatch = Arc<[Rendered]>;
+
+/// Results a group gathers into one batch at most.
+const BATCH_LIMIT: usize = 256;
+
 struct Group {
     /// `None` once the execution ended.
-    sender: broadcast::Sender<Option<Rendered>>,
+    sender: broadcast::Sender<Option<RenderedBatch>>,
     /// Where the execution has got to.
     cursor: Arc<EventCursor>,
 }
@@ -167,7 +174,7 @@ struct Group {
 /// A member's place in a group.
 pub struct Membership {
     group: Arc<Group>,
-    receiver: broadcast::Receiver<Option<Rendered>>,
+    receiver: broadcast::Receiver<Option<RenderedBatch>>,
     /// Events up to this one were shown before the member joined.
     joined_after: i64,
 }
@@ -254,8 +261,24 @@ async fn run_group(
         tokio::select! {
             next = rendered.next() => match next {
                 Some(item) => {
+                    // Whatever else is rendered already goes in the same batch.
+                    let mut batch = vec![item];
+                    let mut ended = false;
+                    while batch.len() < BATCH_LIMIT {
+                        match rendered.next().now_or_never() {
+                            Some(Some(item)) => batch.push(item),
+                            Some(None) => {
+                                ended = true;
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
                     // No receiver left is not an error: the check below ends the group.
-                    let _ = group.sender.send(Some(item));
+                    let _ = group.sender.send(Some(batch.into()));
+                    if ended {
+                        break;
+                    }
                 }
                 None => break,
             },
@@ -283,17 +306,19 @@ pub fn member_stream(
         let mut last = joined_after;
         loop {
             match receiver.recv().await {
-                Ok(Some(item)) => {
-                    if let Rendered::Result { event_id: Some(id), .. } = &item {
-                        if *id <= last {
-                            continue;
+                Ok(Some(batch)) => {
+                    for item in batch.iter() {
+                        if let Rendered::Result { event_id: Some(id), .. } = item {
+                            if *id <= last {
+                                continue;
+                            }
+                            last = *id;
                         }
-                        last = *id;
-                    }
-                    let ends = matches!(item, Rendered::RequestError(_));
-                    yield item;
-                    if ends {
-                        return;
+                        let ends = matches!(item, Rendered::RequestError(_));
+                        yield item.clone();
+                        if ends {
+                            return;
+                        }
                     }
                 }
                 Ok(None) | Err(broadcast::error::RecvError::Closed) => return,

@@ -74,13 +74,6 @@ impl Loaders {
 }
 
 pub struct EndpointLoader(AppState);
-/// Deliveries by id for events: one per process, uncached, so the subscriptions of a
-/// process that resolve the same event's delivery share one query.
-pub struct DeliveryLoader(AppState);
-
-pub fn event_deliveries(app: &AppState) -> DataLoader<DeliveryLoader> {
-    DataLoader::new(DeliveryLoader(app.clone()), tokio::spawn).delay(BATCH_DELAY)
-}
 pub struct SubmissionLoader(AppState);
 pub struct DeliveryBySubmissionLoader(AppState);
 pub struct AttemptLoader(AppState);
@@ -169,18 +162,6 @@ impl Loader<String> for EndpointLoader {
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
         let rows = db::endpoints::find_many(&mut *connection(&self.0).await?, keys)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
-    }
-}
-
-impl Loader<String> for DeliveryLoader {
-    type Value = DeliveryRow;
-    type Error = LoadError;
-
-    async fn load(&self, keys: &[String]) -> Result<HashMap<String, DeliveryRow>, LoadError> {
-        let rows = db::deliveries::find_many(&mut *connection(&self.0).await?, keys)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())

@@ -28,7 +28,6 @@ pub fn build_schema(app: AppState) -> FormsSchema {
     Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
-        .data(loaders::event_deliveries(&app))
         .data(app)
         .finish()
 }

@@ -1,13 +1,11 @@
 //! `Subscription.deliveryStateChanged` (SPEC section 8) over the process's event feed.
 
-use async_graphql::dataloader::DataLoader;
 use async_graphql::{Context, Enum, Object, Result, Subscription, ID};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 
-use super::loaders::DeliveryLoader;
 use super::types::{AttemptOutcome, Delivery, DeliveryState, Timestamp};
 use super::{app, ResultExt};
 use crate::db::events::{EventFilter, EventRow};
@@ -140,7 +138,8 @@ impl DeliveryEventKind {
 }
 
 /// One committed change of a delivery. The counters and states are those the change
-/// left; `delivery` is the delivery as it is when the event is sent.
+/// left; `delivery` is the delivery as it was when the event was read for sending (the
+/// same or a later state).
 pub struct DeliveryEvent(pub EventRow);
 
 #[Object]
@@ -150,17 +149,8 @@ impl DeliveryEvent {
     async fn id(&self) -> ID {
         ID(self.0.id.to_string())
     }
-    async fn delivery(&self, ctx: &Context<'_>) -> Result<Delivery> {
-        let loader = ctx.data_unchecked::<DataLoader<DeliveryLoader>>();
-        loader
-            .load_one(self.0.delivery_id.clone())
-            .await
-            .gql()?
-            .map(Delivery)
-            .ok_or_else(|| ApiError::DeliveryNotFound {
-                delivery_id: self.0.delivery_id.clone(),
-            })
-            .gql()
+    async fn delivery(&self) -> Delivery {
+        Delivery(self.0.delivery.clone())
     }
     async fn endpoint_id(&self) -> ID {
         ID(self.0.endpoint_id.clone())
