@@ -15,14 +15,17 @@
 //!    subscriber must receive every event of the window exactly once, in increasing `id`.
 //! 2. **Intake cost.** The intake load generator of `benches/intake.rs` (raw HTTP/1.1 on
 //!    32 keep-alive connections, rate limiting off, an endpoint with a webhook, no worker:
-//!    the queue grows) in alternating rounds without subscribers and with
-//!    `BENCH_SUBSCRIBERS` connected subscribers reading every event.
+//!    the queue grows) in alternating rounds: A without subscribers; B with
+//!    `BENCH_SUBSCRIBERS` failure dashboards connected (`states: [FAILED]`: every event is
+//!    read and matched, none sent, since intake fails nothing); C with as many subscribers
+//!    of every event (each accepted form is then sent to every one of them).
 //!
 //! The subscribers run in this process, on the same two cores as the server and
 //! PostgreSQL: their own cost (receiving and parsing every frame) is part of the figures.
 //! They run on threads of their own, whose CPU time is reported apart from the server's.
 //!
-//! Settings: `BENCH_SUBSCRIBERS` (1000), `BENCH_RATE` forms per second (200),
+//! Settings: `BENCH_SUBSCRIBERS` (1000), `BENCH_RATE` forms per second (67: three state
+//! changes each, so about 200 deliveries change state per second),
 //! `BENCH_SECONDS` of the latency window (20), `BENCH_CONCURRENCY` of the intake load (32),
 //! `BENCH_INTAKE_SECONDS` per intake round (8), `BENCH_ROUNDS` per intake arm (4; 0 skips
 //! the intake measurement), `BENCH_QUERY` the subscription document (default
@@ -57,6 +60,10 @@ const FORM_BODY: &str =
 /// select `id` and `occurredAt` of `deliveryStateChanged`).
 const SUBSCRIPTION: &str =
     "subscription { deliveryStateChanged { id state occurredAt delivery { id } } }";
+/// What an alerting dashboard watches: failures only. Every event is still read and
+/// matched in the server; only failures are sent.
+const ALERTING_SUBSCRIPTION: &str =
+    "subscription { deliveryStateChanged(states: [FAILED]) { id state occurredAt delivery { id } } }";
 /// Subscribers that may be in their WebSocket handshake at once.
 const CONNECTING: usize = 50;
 /// The name of the subscribers' threads (at most 15 bytes: Linux truncates it).
@@ -67,7 +74,7 @@ const DRAIN: Duration = Duration::from_secs(30);
 
 fn main() {
     let subscribers = env_number("BENCH_SUBSCRIBERS", 1000) as usize;
-    let rate = env_number("BENCH_RATE", 200);
+    let rate = env_number("BENCH_RATE", 67);
     let seconds = env_number("BENCH_SECONDS", 20);
     let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
     let intake_seconds = env_number("BENCH_INTAKE_SECONDS", 8);
@@ -338,7 +345,7 @@ type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Opens a connection, authenticates, subscribes to every event.
-async fn subscribe(addr: SocketAddr, key: &str) -> Result<Socket, String> {
+async fn subscribe(addr: SocketAddr, key: &str, query: &str) -> Result<Socket, String> {
     let mut request = format!("ws://{addr}/graphql/ws")
         .into_client_request()
         .map_err(|e| e.to_string())?;
@@ -364,7 +371,7 @@ async fn subscribe(addr: SocketAddr, key: &str) -> Result<Socket, String> {
     let subscribe = serde_json::json!({
         "type": "subscribe",
         "id": "1",
-        "payload": { "query": query() }
+        "payload": { "query": query }
     });
     socket
         .send(Message::Text(subscribe.to_string().into()))
@@ -382,6 +389,7 @@ async fn connect_all(
     clients: &tokio::runtime::Handle,
     addr: SocketAddr,
     key: &str,
+    query: &str,
     count: usize,
 ) -> Vec<Socket> {
     let gate = Arc::new(Semaphore::new(CONNECTING));
@@ -389,9 +397,10 @@ async fn connect_all(
     for _ in 0..count {
         let gate = gate.clone();
         let key = key.to_string();
+        let query = query.to_string();
         tasks.push(clients.spawn(async move {
             let _permit = gate.acquire_owned().await.expect("gate");
-            subscribe(addr, &key).await
+            subscribe(addr, &key, &query).await
         }));
     }
     let mut sockets = Vec::with_capacity(count);
@@ -567,7 +576,7 @@ async fn fan_out(
 ) {
     let mut conn = db::connect_one(url).await.expect("connect");
     let connecting = Instant::now();
-    let sockets = connect_all(clients, addr, key, subscribers).await;
+    let sockets = connect_all(clients, addr, key, &query(), subscribers).await;
     let connected = sockets.len();
     println!(
         "    {connected} subscribers connected in {:.1} s",
@@ -861,56 +870,61 @@ async fn intake_cost(
 ) {
     // Warm-up: fills caches and prepared statements on every connection.
     offer_load(addr, concurrency, Duration::from_secs(2)).await;
+    let arms = [
+        ("B, failures dashboards", ALERTING_SUBSCRIPTION.to_string()),
+        ("C, every event", query()),
+    ];
+    println!("arm B subscribes to: {ALERTING_SUBSCRIPTION}");
+    println!("arm C subscribes to: {}", query());
     let mut without = Vec::new();
-    let mut with = Vec::new();
+    let mut with: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
     for round in 1..=rounds {
         let a = offer_load(addr, concurrency, duration).await;
         println!("round {round} A, no subscribers: {a:.0}/s");
         without.push(a);
-
-        let sockets = connect_all(clients, addr, key, subscribers).await;
-        let connected = sockets.len();
-        let (stop, stopping) = watch::channel(false);
-        let readers: Vec<_> = sockets
-            .into_iter()
-            .map(|socket| {
-                clients.spawn(run_subscriber(
-                    socket,
-                    Reading::Count,
-                    Arc::new(AtomicI64::new(i64::MAX)),
-                    Arc::new(AtomicU64::new(0)),
-                    Arc::new(AtomicI64::new(i64::MIN)),
-                    stopping.clone(),
-                ))
-            })
-            .collect();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let started = Instant::now();
-        let b = offer_load(addr, concurrency, duration).await;
-        let elapsed = started.elapsed().as_secs_f64();
-        let _ = stop.send(true);
-        let mut frames = 0;
-        let mut problems = 0;
-        for reader in readers {
-            let tally = reader.await.expect("subscriber");
-            frames += tally.receipts;
-            problems += usize::from(tally.problem.is_some());
-        }
-        println!(
-            "round {round} B, {connected} subscribers: {b:.0}/s ({:.0}% of A); subscribers received {:.0} frames/s ({:.1}% of {:.0} submissions × {connected}){}",
-            100.0 * b / a,
-            frames as f64 / elapsed,
-            100.0 * frames as f64 / (b * elapsed * connected as f64).max(1.0),
-            b * elapsed,
-            if problems > 0 {
-                format!("; {problems} subscriptions ended early")
-            } else {
-                String::new()
+        for (arm, (name, query)) in arms.iter().enumerate() {
+            let sockets = connect_all(clients, addr, key, query, subscribers).await;
+            let connected = sockets.len();
+            let (stop, stopping) = watch::channel(false);
+            let readers: Vec<_> = sockets
+                .into_iter()
+                .map(|socket| {
+                    clients.spawn(run_subscriber(
+                        socket,
+                        Reading::Count,
+                        Arc::new(AtomicI64::new(i64::MAX)),
+                        Arc::new(AtomicU64::new(0)),
+                        Arc::new(AtomicI64::new(i64::MIN)),
+                        stopping.clone(),
+                    ))
+                })
+                .collect();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let started = Instant::now();
+            let b = offer_load(addr, concurrency, duration).await;
+            let elapsed = started.elapsed().as_secs_f64();
+            let _ = stop.send(true);
+            let mut frames = 0;
+            let mut problems = 0;
+            for reader in readers {
+                let tally = reader.await.expect("subscriber");
+                frames += tally.receipts;
+                problems += usize::from(tally.problem.is_some());
             }
-        );
-        with.push(b);
-        // Let the server finish closing the subscriptions before the next A round.
-        tokio::time::sleep(Duration::from_secs(1)).await;
+            println!(
+                "round {round} {name}, {connected} subscribers: {b:.0}/s ({:.0}% of A); subscribers received {:.0} frames/s{}",
+                100.0 * b / a,
+                frames as f64 / elapsed,
+                if problems > 0 {
+                    format!("; {problems} subscriptions ended early")
+                } else {
+                    String::new()
+                }
+            );
+            with[arm].push(b);
+            // Let the server finish closing the subscriptions before the next round.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -922,12 +936,15 @@ async fn intake_cost(
         }
     };
     let a = median(&mut without);
-    let b = median(&mut with);
-    println!(
-        "median: without subscribers {a:.0}/s | with {subscribers} subscribers {b:.0}/s = {:.0}% ({:+.0}%)",
-        100.0 * b / a,
-        100.0 * (b - a) / a
-    );
+    println!("median: without subscribers {a:.0}/s");
+    for ((name, _), results) in arms.iter().zip(with.iter_mut()) {
+        let b = median(results);
+        println!(
+            "median: {name}, {subscribers} subscribers {b:.0}/s = {:.0}% of A ({:+.0}%)",
+            100.0 * b / a,
+            100.0 * (b - a) / a
+        );
+    }
 }
 
 /// Accepted submissions per second from `concurrency` keep-alive connections, written as
