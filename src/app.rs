@@ -31,15 +31,11 @@ pub fn spawn_live_services(
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
     use crate::db::{events::DELIVERY_EVENT_CHANNEL, submissions::DELIVERY_DUE_CHANNEL};
-    let channels: &'static [&'static str] = if worker_wake.is_some() {
-        &[DELIVERY_DUE_CHANNEL, DELIVERY_EVENT_CHANNEL]
-    } else {
-        &[DELIVERY_EVENT_CHANNEL]
-    };
     let feed = app.events.clone();
     tasks.spawn(crate::db::listen::run(
         app.database_url.clone(),
-        channels,
+        // A new delivery's `created` event rides on the wake-up of the workers.
+        &[DELIVERY_DUE_CHANNEL, DELIVERY_EVENT_CHANNEL],
         move |notification| match notification {
             // (Re)connected: anything sent meanwhile was missed.
             None => {
@@ -50,6 +46,7 @@ pub fn spawn_live_services(
             }
             Some((channel, _)) if channel == DELIVERY_EVENT_CHANNEL => feed.notify(),
             Some((channel, _)) if channel == DELIVERY_DUE_CHANNEL => {
+                feed.notify();
                 if let Some(wake) = &worker_wake {
                     wake.notify_one();
                 }

@@ -31,35 +31,48 @@ struct ClaimDue;
 /// Binds: now, limit, now, limit, limit, lease, now. Leases that ran out are taken first,
 /// then pending deliveries in due order; each arm reads its own partial index and skips
 /// rows another worker has locked. Every row gets a fresh token; counters stay as they are.
+/// Each claim's `claimed` event is written by the same statement.
 const CLAIM_SQL: &str = "\
 WITH expired AS MATERIALIZED (
-    SELECT id FROM webhook_deliveries
+    SELECT id, state FROM webhook_deliveries
     WHERE state = 'processing' AND claim_expires_at <= ?
     ORDER BY claim_expires_at
     LIMIT ?
     FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
-    SELECT id FROM webhook_deliveries
+    SELECT id, state FROM webhook_deliveries
     WHERE state = 'pending' AND next_attempt_at <= ?
     ORDER BY next_attempt_at
     LIMIT ?
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    SELECT id FROM expired
+    SELECT id, state FROM expired
     UNION ALL
-    SELECT id FROM due
+    SELECT id, state FROM due
     LIMIT ?
+), claimed AS (
+    UPDATE webhook_deliveries d
+    SET state = 'processing',
+        claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
+        claim_expires_at = ? + ?
+    FROM picked
+    WHERE d.id = picked.id
+    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
+              d.submission_id, d.attempts, d.cycle_attempts, picked.state AS previous_state
+), claimed_events AS (
+    INSERT INTO delivery_events
+        (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts,
+         occurred_at)
+    SELECT id, endpoint_id, 'claimed', 'processing', previous_state, attempts, cycle_attempts,
+           statement_timestamp()
+    FROM claimed
+    RETURNING pg_notify('hymical_delivery_event', '')
 )
-UPDATE webhook_deliveries d
-SET state = 'processing',
-    claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
-    claim_expires_at = ? + ?
-FROM picked
-WHERE d.id = picked.id
-RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
-          d.submission_id, d.attempts, d.cycle_attempts,
-          (SELECT s.received_at FROM submissions s WHERE s.id = d.submission_id),
-          (SELECT s.fields FROM submissions s WHERE s.id = d.submission_id)";
+SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
+       c.submission_id, c.attempts, c.cycle_attempts,
+       (SELECT s.received_at FROM submissions s WHERE s.id = c.submission_id),
+       (SELECT s.fields FROM submissions s WHERE s.id = c.submission_id)
+FROM claimed c";
 
 /// Claims up to `limit` due deliveries in one statement (one transaction that ends with
 /// it: no transaction stays open while the requests are made).
@@ -142,10 +155,11 @@ struct RecordAttempt;
 /// One statement, so one transaction: `locked` takes the row lock, so a concurrent
 /// recorder waits and then reads the row as this one left it; the attempt number is the
 /// next free one from the locked row, never from memory. A worker whose token is gone
-/// (late) inserts its attempt marked `late` and raises `attempts`, nothing else.
+/// (late) inserts its attempt marked `late` and raises `attempts`, nothing else. Either way
+/// the attempt's event is written by the same statement.
 const RECORD_SQL: &str = "\
 WITH locked AS MATERIALIZED (
-    SELECT id, submission_id, attempts, (claim_token IS NOT DISTINCT FROM ?) AS owner
+    SELECT id, submission_id, attempts, state, (claim_token IS NOT DISTINCT FROM ?) AS owner
     FROM webhook_deliveries
     WHERE id = ?
     FOR UPDATE
@@ -155,7 +169,7 @@ WITH locked AS MATERIALIZED (
          outcome, response_status, error, duration_ms, late)
     SELECT ?, id, submission_id, attempts + 1, ?, ?, ?, ?, ?, ?, NOT owner
     FROM locked
-    RETURNING attempt_number
+    RETURNING attempt_number, outcome
 ), updated AS (
     UPDATE webhook_deliveries d
     SET attempts = l.attempts + 1,
@@ -167,7 +181,17 @@ WITH locked AS MATERIALIZED (
         claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
     FROM locked l
     WHERE d.id = l.id
-    RETURNING d.state
+    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
+), recorded_event AS (
+    INSERT INTO delivery_events
+        (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts,
+         outcome, occurred_at)
+    SELECT u.id, u.endpoint_id,
+           CASE WHEN l.owner THEN 'attempt_recorded' ELSE 'late_attempt_recorded' END,
+           u.state, l.state, u.attempts, u.cycle_attempts, (SELECT outcome FROM attempt),
+           statement_timestamp()
+    FROM updated u JOIN locked l ON l.id = u.id
+    RETURNING pg_notify('hymical_delivery_event', '')
 )
 SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated)";
 
@@ -223,20 +247,29 @@ pub async fn fail_without_attempt(
     claim_token: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, DbError> {
-    let updated = diesel::update(
-        webhook_deliveries::table
-            .find(delivery_id)
-            .filter(webhook_deliveries::claim_token.eq(claim_token)),
-    )
-    .set((
-        webhook_deliveries::state.eq("failed"),
-        webhook_deliveries::claim_token.eq(None::<String>),
-        webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
-        webhook_deliveries::completed_at.eq(now),
-    ))
-    .execute(conn)
-    .await?;
-    Ok(updated == 1)
+    use diesel_async::AsyncConnection;
+    let (delivery_id, claim_token) = (delivery_id.to_string(), claim_token.to_string());
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let failed: Vec<String> = diesel::update(
+                webhook_deliveries::table
+                    .find(&delivery_id)
+                    .filter(webhook_deliveries::claim_token.eq(&claim_token)),
+            )
+            .set((
+                webhook_deliveries::state.eq("failed"),
+                webhook_deliveries::claim_token.eq(None::<String>),
+                webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
+                webhook_deliveries::completed_at.eq(now),
+            ))
+            .returning(webhook_deliveries::id)
+            .get_results(conn)
+            .await?;
+            super::events::record_changes(conn, &failed, "failed_without_attempt", "processing")
+                .await?;
+            Ok(!failed.is_empty())
+        })
+        .await?)
 }
 
 /// Gives back a claim whose request never started (shutdown), if this worker still holds
@@ -246,19 +279,27 @@ pub async fn hand_back(
     delivery_id: &str,
     claim_token: &str,
 ) -> Result<bool, DbError> {
-    let updated = diesel::update(
-        webhook_deliveries::table
-            .find(delivery_id)
-            .filter(webhook_deliveries::claim_token.eq(claim_token)),
-    )
-    .set((
-        webhook_deliveries::state.eq("pending"),
-        webhook_deliveries::claim_token.eq(None::<String>),
-        webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
-    ))
-    .execute(conn)
-    .await?;
-    Ok(updated == 1)
+    use diesel_async::AsyncConnection;
+    let (delivery_id, claim_token) = (delivery_id.to_string(), claim_token.to_string());
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let handed_back: Vec<String> = diesel::update(
+                webhook_deliveries::table
+                    .find(&delivery_id)
+                    .filter(webhook_deliveries::claim_token.eq(&claim_token)),
+            )
+            .set((
+                webhook_deliveries::state.eq("pending"),
+                webhook_deliveries::claim_token.eq(None::<String>),
+                webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
+            ))
+            .returning(webhook_deliveries::id)
+            .get_results(conn)
+            .await?;
+            super::events::record_changes(conn, &handed_back, "handed_back", "processing").await?;
+            Ok(!handed_back.is_empty())
+        })
+        .await?)
 }
 
 /// The earliest moment something becomes claimable: a pending delivery's due time or a
@@ -494,6 +535,13 @@ pub async fn replay(
             .await
             .optional()?;
             if let Some(row) = replayed {
+                super::events::record_changes(
+                    conn,
+                    std::slice::from_ref(&row.id),
+                    "replayed",
+                    "failed",
+                )
+                .await?;
                 notify_due(conn).await?;
                 return Ok(ReplayOutcome::Replayed(row));
             }
@@ -545,11 +593,16 @@ pub async fn replay_matching(
             if let Some(before) = filter.failed_before {
                 query = query.filter(webhook_deliveries::completed_at.lt(before));
             }
-            let count = query.set(replay_changes(now)).execute(conn).await?;
-            if count > 0 {
+            let replayed: Vec<String> = query
+                .set(replay_changes(now))
+                .returning(webhook_deliveries::id)
+                .get_results(conn)
+                .await?;
+            if !replayed.is_empty() {
+                super::events::record_changes(conn, &replayed, "replayed", "failed").await?;
                 notify_due(conn).await?;
             }
-            Ok(count)
+            Ok(replayed.len())
         })
         .await?)
 }

@@ -42,6 +42,41 @@ macro_rules! events_with_deliveries {
     };
 }
 
+/// Writes the event of a change this transaction just made to each of `delivery_ids`
+/// (read from the rows as they are now), and notifies the event readers at commit. The
+/// hot statements (outbox insert, claim, attempt record) write theirs themselves; this is
+/// for the changes made by a transaction of several statements (replays, hand-backs).
+pub async fn record_changes(
+    conn: &mut AsyncPgConnection,
+    delivery_ids: &[String],
+    kind: &str,
+    previous_state: &str,
+) -> Result<(), diesel::result::Error> {
+    if delivery_ids.is_empty() {
+        return Ok(());
+    }
+    diesel::sql_query(
+        "WITH recorded AS (
+             INSERT INTO delivery_events
+                 (delivery_id, endpoint_id, kind, state, previous_state, attempts,
+                  cycle_attempts, occurred_at)
+             SELECT id, endpoint_id, $1, state, $2, attempts, cycle_attempts,
+                    statement_timestamp()
+             FROM webhook_deliveries
+             WHERE id = ANY($3)
+             ORDER BY id
+             RETURNING pg_notify('hymical_delivery_event', '')
+         )
+         SELECT count(*) FROM recorded",
+    )
+    .bind::<Text, _>(kind)
+    .bind::<Text, _>(previous_state)
+    .bind::<diesel::sql_types::Array<Text>, _>(delivery_ids)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The transactions a read could not see: `pg_current_snapshot()` of the reading
 /// statement. Every transaction id below `xmax` that is not `in_progress` had ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -73,7 +73,8 @@ pub async fn insert_with_delivery(
 struct OutboxInsert;
 
 /// Binds: submission id, endpoint id, received at, fields, idempotency key, fingerprint,
-/// delivery id. The channel is `DELIVERY_DUE_CHANNEL`.
+/// delivery id. The delivery's `created` event is written by the same statement; the one
+/// notification, on `DELIVERY_DUE_CHANNEL`, wakes the workers and the event readers.
 const OUTBOX_INSERT_SQL: &str = "\
 WITH new_submission AS (
     INSERT INTO submissions
@@ -90,7 +91,12 @@ WITH new_submission AS (
     FROM new_submission s
     JOIN endpoints e ON e.id = s.endpoint_id
     WHERE e.webhook_url IS NOT NULL
-    RETURNING id
+    RETURNING id, endpoint_id
+), created_event AS (
+    INSERT INTO delivery_events
+        (delivery_id, endpoint_id, kind, state, attempts, cycle_attempts, occurred_at)
+    SELECT id, endpoint_id, 'created', 'pending', 0, 0, statement_timestamp()
+    FROM new_delivery
 )
 SELECT (SELECT count(*) FROM new_submission),
        (SELECT count(*) FROM new_delivery, LATERAL pg_notify('hymical_delivery_due', '') AS notified)";

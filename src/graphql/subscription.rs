@@ -118,8 +118,6 @@ pub enum DeliveryEventKind {
     HandedBack,
     /// Its submission was erased before it could be sent.
     FailedWithoutAttempt,
-    /// Any other change (made outside the service).
-    Changed,
 }
 
 impl DeliveryEventKind {
@@ -131,8 +129,8 @@ impl DeliveryEventKind {
             "late_attempt_recorded" => DeliveryEventKind::LateAttemptRecorded,
             "replayed" => DeliveryEventKind::Replayed,
             "handed_back" => DeliveryEventKind::HandedBack,
-            "failed_without_attempt" => DeliveryEventKind::FailedWithoutAttempt,
-            _ => DeliveryEventKind::Changed,
+            // The table's CHECK allows no other kind.
+            _ => DeliveryEventKind::FailedWithoutAttempt,
         }
     }
 }
@@ -215,7 +213,6 @@ mod tests {
                 "failed_without_attempt",
                 DeliveryEventKind::FailedWithoutAttempt,
             ),
-            ("changed", DeliveryEventKind::Changed),
         ] {
             assert_eq!(DeliveryEventKind::from_db(db), kind);
         }

@@ -471,22 +471,24 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
         .await;
     let mut a = app.db.connect().await;
     let mut b = app.db.connect().await;
-    let claim = |submission: &str| {
-        format!(
-            "UPDATE webhook_deliveries SET state = 'processing', claim_expires_at = now(), \
-             claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', '') \
-             WHERE submission_id = '{submission}'"
-        )
-    };
+    let (now, lease) = (chrono::Utc::now(), Duration::from_secs(60));
+    // A claims the first delivery (the earlier due) inside an open transaction…
     diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
-    diesel::sql_query(claim(&first))
-        .execute(&mut a)
+    let claimed_by_a = hymical_forms::db::deliveries::claim(&mut a, now, lease, 1)
         .await
         .unwrap();
-    diesel::sql_query(claim(&second))
-        .execute(&mut b)
+    // …B claims the second (skipping A's locked row) and commits at once.
+    let claimed_by_b = hymical_forms::db::deliveries::claim(&mut b, now, lease, 1)
         .await
         .unwrap();
+    assert_eq!(
+        claimed_by_a[0].submission_id.as_deref(),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        claimed_by_b[0].submission_id.as_deref(),
+        Some(second.as_str())
+    );
     // The feed reads B's event several times while A is open: nothing may be sent.
     client.quiet_for(Duration::from_millis(500)).await;
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
@@ -522,18 +524,26 @@ async fn a_rolled_back_change_emits_nothing() {
     client
         .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
         .await;
+    // The service's own claim (which writes its event), in a transaction rolled back.
     let mut conn = app.db.connect().await;
-    diesel::sql_query("BEGIN").execute(&mut conn).await.unwrap();
-    diesel::sql_query(format!(
-        "UPDATE webhook_deliveries SET state = 'failed', completed_at = now() WHERE submission_id = '{submission}'"
-    ))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    diesel::sql_query("ROLLBACK")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    let rolled_back =
+        diesel_async::AsyncConnection::transaction::<(), _, _>(&mut conn, async |conn| {
+            let claimed = hymical_forms::db::deliveries::claim(
+                conn,
+                chrono::Utc::now(),
+                Duration::from_secs(60),
+                10,
+            )
+            .await
+            .map_err(|_| diesel::result::Error::NotFound)?;
+            assert_eq!(
+                claimed[0].submission_id.as_deref(),
+                Some(submission.as_str())
+            );
+            Err(diesel::result::Error::RollbackTransaction)
+        })
+        .await;
+    assert!(rolled_back.is_err());
     app.submit("contact", "a=2").await;
     let event = client.next_event("s").await;
     assert_eq!(transition(&event), t("PENDING", "null", "CREATED"));
@@ -673,10 +683,16 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
     let mut created = 0;
     let mut create = async || {
         created += 1;
+        // A delivery and its `created` event, as the outbox statement writes them.
         diesel::sql_query(format!(
-            "INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret, \
-             state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES \
-             ('whd_{:032x}', 'contact', 'https://example.com/h', 's', 'pending', 0, 0, now(), now())",
+            "WITH d AS (INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, \
+             signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) \
+             VALUES ('whd_{:032x}', 'contact', 'https://example.com/h', 's', 'pending', 0, 0, \
+             now(), now()) RETURNING id) \
+             INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, attempts, \
+             cycle_attempts, occurred_at) \
+             SELECT id, 'contact', 'created', 'pending', 0, 0, now() FROM d \
+             RETURNING pg_notify('hymical_delivery_event', '')",
             created
         ))
         .execute(&mut conn)
@@ -861,4 +877,147 @@ async fn sockets_with_the_same_live_subscription_all_get_each_event() {
     for (id, client) in &mut others {
         assert_eq!(client.next_event(id).await, seen);
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_change_the_service_makes_writes_its_event() {
+    use hymical_forms::db::deliveries::{self, AttemptRecord, OwnerTransition, ReplayFilter};
+
+    let app = app().await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    app.submit("contact", "a=1").await;
+    let mut conn = app.db.connect().await;
+    let now = chrono::Utc::now();
+    let lease = Duration::from_secs(60);
+    let claim = async |conn: &mut diesel_async::AsyncPgConnection, at| {
+        let mut claimed = deliveries::claim(conn, at, lease, 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        claimed.remove(0)
+    };
+    let record = async |conn: &mut diesel_async::AsyncPgConnection,
+                        claimed: &deliveries::ClaimedDelivery,
+                        token: &str,
+                        at| {
+        let attempt_id = hymical_forms::ids::attempt_id();
+        deliveries::record_attempt(
+            conn,
+            &AttemptRecord {
+                attempt_id: &attempt_id,
+                delivery_id: &claimed.id,
+                claim_token: token,
+                destination_url: &claimed.destination_url,
+                attempted_at: at,
+                duration_ms: 5,
+                outcome: "http_error",
+                response_status: Some(500),
+                error: None,
+            },
+            OwnerTransition::Failed { at },
+        )
+        .await
+        .unwrap();
+    };
+
+    // Claimed, handed back at shutdown, claimed again, its lease runs out, claimed by
+    // another worker; the first worker records late; the second records a final failure.
+    let first = claim(&mut conn, now).await;
+    assert!(
+        deliveries::hand_back(&mut conn, &first.id, &first.claim_token)
+            .await
+            .unwrap()
+    );
+    let second = claim(&mut conn, now).await;
+    let later = now + chrono::Duration::seconds(120);
+    let third = claim(&mut conn, later).await;
+    record(&mut conn, &second, &second.claim_token, later).await;
+    record(&mut conn, &third, &third.claim_token, later).await;
+    // Replayed, claimed, and failed without an attempt (as when its submission was erased
+    // meanwhile); then replayed in bulk.
+    assert!(matches!(
+        deliveries::replay(&mut conn, &first.id, later)
+            .await
+            .unwrap(),
+        deliveries::ReplayOutcome::Replayed(_)
+    ));
+    let fourth = claim(&mut conn, later).await;
+    assert!(
+        deliveries::fail_without_attempt(&mut conn, &fourth.id, &fourth.claim_token, later)
+            .await
+            .unwrap()
+    );
+    // Bulk replay.
+    let replayed = deliveries::replay_matching(&mut conn, &ReplayFilter::default(), later)
+        .await
+        .unwrap();
+    assert_eq!(replayed, 1);
+    let events: Vec<(String, String, Option<String>, i32, i32, Option<String>)> = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use hymical_forms::db::schema::delivery_events::dsl::*;
+        delivery_events
+            .filter(delivery_id.eq(&first.id))
+            .order(id.asc())
+            .select((
+                kind,
+                state,
+                previous_state,
+                attempts,
+                cycle_attempts,
+                outcome,
+            ))
+            .load(&mut conn)
+            .await
+            .unwrap()
+    };
+    let expected: Vec<(&str, &str, Option<&str>, i32, i32, Option<&str>)> = vec![
+        ("created", "pending", None, 0, 0, None),
+        ("claimed", "processing", Some("pending"), 0, 0, None),
+        ("handed_back", "pending", Some("processing"), 0, 0, None),
+        ("claimed", "processing", Some("pending"), 0, 0, None),
+        ("claimed", "processing", Some("processing"), 0, 0, None),
+        (
+            "late_attempt_recorded",
+            "processing",
+            Some("processing"),
+            1,
+            0,
+            Some("http_error"),
+        ),
+        (
+            "attempt_recorded",
+            "failed",
+            Some("processing"),
+            2,
+            1,
+            Some("http_error"),
+        ),
+        ("replayed", "pending", Some("failed"), 2, 0, None),
+        ("claimed", "processing", Some("pending"), 2, 0, None),
+        (
+            "failed_without_attempt",
+            "failed",
+            Some("processing"),
+            2,
+            0,
+            None,
+        ),
+        ("replayed", "pending", Some("failed"), 2, 0, None),
+    ];
+    let as_str = |e: &(String, String, Option<String>, i32, i32, Option<String>)| {
+        (e.0.clone(), e.1.clone(), e.2.clone(), e.3, e.4, e.5.clone())
+    };
+    assert_eq!(
+        events.iter().map(as_str).collect::<Vec<_>>(),
+        expected
+            .iter()
+            .map(|e| (
+                e.0.to_string(),
+                e.1.to_string(),
+                e.2.map(str::to_string),
+                e.3,
+                e.4,
+                e.5.map(str::to_string)
+            ))
+            .collect::<Vec<_>>()
+    );
 }

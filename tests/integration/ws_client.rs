@@ -255,6 +255,9 @@ impl NodeSubscriber {
             .env("WS_QUERY", query)
             .env("WS_VARIABLES", variables.to_string())
             .stdout(std::process::Stdio::piped())
+            // Everything the tests read comes on stdout; the library's own dumps of the
+            // close when the test's server goes away are noise.
+            .stderr(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .expect("node is needed for the graphql-ws client tests");
