@@ -56,19 +56,6 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str 
 
 const ENDPOINTS: usize = 50;
 
-/// Turns the trigger that writes `delivery_events` on claims and records on or off.
-async fn set_event_trigger(url: &Secret, enabled: bool) {
-    let mut conn = AsyncPgConnection::establish(url.expose())
-        .await
-        .expect("connect");
-    let action = if enabled { "ENABLE" } else { "DISABLE" };
-    conn.batch_execute(&format!(
-        "ALTER TABLE webhook_deliveries {action} TRIGGER webhook_deliveries_record_event_updates"
-    ))
-    .await
-    .expect("toggle the event trigger");
-}
-
 fn main() {
     let deliveries = env_number("BENCH_DELIVERIES", 20_000);
     let rounds = env_number("BENCH_ROUNDS", 2);
@@ -106,6 +93,60 @@ fn main() {
 
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
+        r#"WITH expired AS MATERIALIZED (
+    SELECT id, state FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
+    ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT id, state FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED
+), picked AS (SELECT id, state FROM expired UNION ALL SELECT id, state FROM due LIMIT 1),
+claimed AS (
+    UPDATE webhook_deliveries d
+    SET state = 'processing', claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''), claim_expires_at = now() + interval '60 seconds'
+    FROM picked WHERE d.id = picked.id
+    RETURNING d.id, d.claim_token, d.endpoint_id, d.submission_id, d.attempts, d.cycle_attempts, picked.state AS previous_state
+), claimed_events AS (
+    INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, occurred_at)
+    SELECT id, endpoint_id, 'claimed', 'processing', previous_state, attempts, cycle_attempts, statement_timestamp() FROM claimed
+    RETURNING pg_notify('hymical_delivery_event', '')
+)
+SELECT c.id AS id, c.claim_token AS token,
+    (SELECT s.received_at FROM submissions s WHERE s.id = c.submission_id) AS received_at,
+    (SELECT s.fields FROM submissions s WHERE s.id = c.submission_id) AS fields
+FROM claimed c
+\gset
+WITH locked AS MATERIALIZED (
+    SELECT id, submission_id, attempts, state, (claim_token IS NOT DISTINCT FROM :token) AS owner
+    FROM webhook_deliveries WHERE id = :id FOR UPDATE
+), attempt AS (
+    INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late)
+    SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
+    RETURNING attempt_number, outcome
+), updated AS (
+    UPDATE webhook_deliveries d
+    SET attempts = l.attempts + 1,
+        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
+        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
+        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
+        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
+        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
+        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
+    FROM locked l WHERE d.id = l.id
+    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
+), recorded_event AS (
+    INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, outcome, occurred_at)
+    SELECT u.id, u.endpoint_id, CASE WHEN l.owner THEN 'attempt_recorded' ELSE 'late_attempt_recorded' END,
+           u.state, l.state, u.attempts, u.cycle_attempts, (SELECT outcome FROM attempt), statement_timestamp()
+    FROM updated u JOIN locked l ON l.id = u.id
+    RETURNING pg_notify('hymical_delivery_event', '')
+)
+SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
+"#,
+    );
+    // The same statements as before the change feed (no event inserts, no notifications),
+    // to show what writing events costs the database on the worker's path.
+    let claim_and_record_without_events = cluster.script(
+        "claim_and_record_without_events.sql",
         r#"WITH expired AS MATERIALIZED (
     SELECT id FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
     ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
@@ -159,12 +200,10 @@ SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT
             ],
         );
         runtime.block_on(clear(&cluster.url));
-        // The same without the delivery-event trigger (migration 4): what the change feed
-        // costs the database on the worker's path.
+        // The same without the event inserts.
         runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
-        runtime.block_on(set_event_trigger(&cluster.url, false));
         let pg_bare = cluster.pgbench(
-            &claim_and_record,
+            &claim_and_record_without_events,
             &[
                 "-c".into(),
                 clients.to_string(),
@@ -172,7 +211,6 @@ SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT
                 (deliveries / clients).to_string(),
             ],
         );
-        runtime.block_on(set_event_trigger(&cluster.url, true));
         runtime.block_on(clear(&cluster.url));
         println!(
             "round {round}: pgbench claim+record without events {pg_bare:.0} tps, with events {pg:.0} tps (events cost {:.0}%)",

@@ -1,5 +1,7 @@
-//! The delivery change feed (SPEC section 8): events are written by a trigger in the
-//! transaction of the change (migration 000004); this module reads, pages and prunes them.
+//! The delivery change feed (SPEC section 8): every statement that changes a delivery
+//! writes its event in the same transaction (the hot ones as a CTE of their own text in
+//! deliveries.rs and submissions.rs, the others through [`record_changes`]); this module
+//! also reads, pages and prunes them.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -10,7 +12,8 @@ use super::deliveries::DeliveryRow;
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::DbError;
 
-/// The channel every event's trigger notifies; PostgreSQL delivers it at commit.
+/// The channel every event write notifies (a new delivery's rides on the workers'
+/// `hymical_delivery_due`); PostgreSQL delivers it at commit.
 pub const DELIVERY_EVENT_CHANNEL: &str = "hymical_delivery_event";
 
 /// An event, with the delivery it is about as it was when the event was read: subscribers

@@ -1,7 +1,7 @@
 //! Delivery state changes for subscribers (SPEC section 8), in every process.
 //!
-//! The trigger of migration 000004 writes one `delivery_events` row per change, in the
-//! change's own transaction, and notifies `hymical_delivery_event`. Each process runs one
+//! Every statement that changes a delivery also writes one `delivery_events` row, in the
+//! change's own transaction, and notifies (db/events.rs). Each process runs one
 //! [`EventFeed`] reader, woken by its single `LISTEN` connection (db/listen.rs), which reads
 //! new events and broadcasts them in-process to every subscription.
 //!
@@ -13,8 +13,9 @@
 //! smaller one: with each read it takes the snapshot (`pg_current_snapshot()`), and the
 //! events it saw become publishable once every transaction that was in progress at that
 //! snapshot has ended (a later snapshot shows it). A transaction that starts after the
-//! snapshot takes its event ids after every id the read saw, because the trigger takes the
-//! id after the transaction's first write, when its transaction id already exists. The
+//! snapshot takes its event ids after every id the read saw, because the event insert
+//! reads the rows its statement just wrote, so the id is taken after the transaction's
+//! first write, when its transaction id already exists. The
 //! published ids therefore only grow, and "everything up to the frontier" is final: the
 //! frontier is the resume point that makes replay-then-live gap-free and duplicate-free.
 //!
