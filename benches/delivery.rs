@@ -56,6 +56,18 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str 
 
 const ENDPOINTS: usize = 50;
 
+/// The owner's transition in the record statement, shared by both versions of it.
+const RECORD_UPDATE: &str = "    UPDATE webhook_deliveries d
+    SET attempts = l.attempts + 1,
+        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
+        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
+        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
+        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
+        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
+        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
+    FROM locked l WHERE d.id = l.id
+";
+
 fn main() {
     let deliveries = env_number("BENCH_DELIVERIES", 20_000);
     let rounds = env_number("BENCH_ROUNDS", 2);
@@ -93,7 +105,8 @@ fn main() {
 
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
-        r#"WITH expired AS MATERIALIZED (
+        &format!(
+            r#"WITH expired AS MATERIALIZED (
     SELECT id, state FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
     ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
@@ -123,16 +136,7 @@ WITH locked AS MATERIALIZED (
     SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
     RETURNING attempt_number, outcome
 ), updated AS (
-    UPDATE webhook_deliveries d
-    SET attempts = l.attempts + 1,
-        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
-        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
-        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
-        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
-        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
-        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
-    FROM locked l WHERE d.id = l.id
-    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
+{RECORD_UPDATE}    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
 ), recorded_event AS (
     INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, outcome, occurred_at)
     SELECT u.id, u.endpoint_id, CASE WHEN l.owner THEN 'attempt_recorded' ELSE 'late_attempt_recorded' END,
@@ -141,13 +145,15 @@ WITH locked AS MATERIALIZED (
     RETURNING pg_notify('hymical_delivery_event', '')
 )
 SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
-"#,
+"#
+        ),
     );
     // The same statements as before the change feed (no event inserts, no notifications),
     // to show what writing events costs the database on the worker's path.
     let claim_and_record_without_events = cluster.script(
         "claim_and_record_without_events.sql",
-        r#"WITH expired AS MATERIALIZED (
+        &format!(
+            r#"WITH expired AS MATERIALIZED (
     SELECT id FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
     ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
 ), due AS MATERIALIZED (
@@ -169,19 +175,11 @@ WITH locked AS MATERIALIZED (
     SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
     RETURNING attempt_number
 ), updated AS (
-    UPDATE webhook_deliveries d
-    SET attempts = l.attempts + 1,
-        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
-        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
-        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
-        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
-        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
-        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
-    FROM locked l WHERE d.id = l.id
-    RETURNING d.state
+{RECORD_UPDATE}    RETURNING d.state
 )
 SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
-"#,
+"#
+        ),
     );
 
     println!("{deliveries} deliveries per measurement, {ENDPOINTS} endpoints, {rounds} rounds");
