@@ -10,11 +10,8 @@
 //! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
 
 use hymical_forms::app::App;
 use hymical_forms::clock::SystemClock;
@@ -22,10 +19,7 @@ use hymical_forms::config::{Config, Secret};
 use hymical_forms::db;
 
 mod common;
-use common::{cpu_seconds, env_number, BenchCluster};
-
-const FORM_BODY: &str =
-    "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
+use common::{env_number, offer_load, BenchCluster};
 
 fn main() {
     let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
@@ -177,76 +171,4 @@ async fn start_server(url: &Secret, pool_size: usize, vars: &[(&str, &str)]) -> 
         .await;
     });
     addr
-}
-
-/// Accepted submissions per second from `concurrency` keep-alive connections.
-///
-/// The load generator writes raw HTTP/1.1 on each connection, so that the client costs
-/// about as little CPU as pgbench's does and the comparison measures the server.
-async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
-    let request = format!(
-        "POST /f/bench HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
-        FORM_BODY.len()
-    );
-    let accepted = Arc::new(AtomicU64::new(0));
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
-    let deadline = started + duration;
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let request = request.clone();
-        let accepted = accepted.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            stream.set_nodelay(true).expect("nodelay");
-            let mut buffer = Vec::with_capacity(4096);
-            while Instant::now() < deadline {
-                stream.write_all(request.as_bytes()).await.expect("write");
-                let status = read_response(&mut stream, &mut buffer).await;
-                assert_eq!(status, 202, "unexpected status");
-                accepted.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("load task");
-    }
-    let count = accepted.load(Ordering::Relaxed) as f64;
-    let (process, machine) = cpu_seconds();
-    println!(
-        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs",
-        (process - cpu_before.0) / count * 1e6,
-        (machine - cpu_before.1) / count * 1e6
-    );
-    count / started.elapsed().as_secs_f64()
-}
-
-/// Reads one response (headers and a Content-Length body) and returns its status.
-async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
-    buffer.clear();
-    loop {
-        let mut chunk = [0u8; 4096];
-        let read = stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed");
-        buffer.extend_from_slice(&chunk[..read]);
-        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = std::str::from_utf8(&buffer[..end]).expect("headers");
-        let status: u16 = head[9..12].parse().expect("status");
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        while buffer.len() < end + 4 + length {
-            let read = stream.read(&mut chunk).await.expect("read body");
-            assert!(read > 0, "connection closed");
-            buffer.extend_from_slice(&chunk[..read]);
-        }
-        return status;
-    }
 }

@@ -13,8 +13,8 @@
 //!    the receipt time minus the event's `occurredAt` (`statement_timestamp()` of the
 //!    change, so just before its commit: an upper bound of commit → receipt). Every
 //!    subscriber must receive every event of the window exactly once, in increasing `id`.
-//! 2. **Intake cost.** The intake load generator of `benches/intake.rs` (raw HTTP/1.1 on
-//!    32 keep-alive connections, rate limiting off, an endpoint with a webhook, no worker:
+//! 2. **Intake cost.** The intake benchmark's load generator (`common::offer_load`: raw
+//!    HTTP/1.1 on 32 keep-alive connections, rate limiting off, an endpoint with a webhook, no worker:
 //!    the queue grows) in alternating rounds: A without subscribers; B with
 //!    `BENCH_SUBSCRIBERS` failure dashboards connected (`states: [FAILED]`: every event is
 //!    read and matched, none sent, since intake fails nothing); C with as many subscribers
@@ -40,7 +40,6 @@ use axum::routing::post;
 use axum::Router;
 use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -52,10 +51,8 @@ use hymical_forms::config::{Config, Secret};
 use hymical_forms::db;
 
 mod common;
-use common::{cpu_seconds, env_number, BenchCluster};
+use common::{cpu_seconds, env_number, offer_load, BenchCluster, FORM_BODY};
 
-const FORM_BODY: &str =
-    "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
 /// The subscription every subscriber runs, unless `BENCH_QUERY` gives another (it must
 /// select `id` and `occurredAt` of `deliveryStateChanged`).
 const SUBSCRIPTION: &str =
@@ -944,75 +941,5 @@ async fn intake_cost(
             100.0 * b / a,
             100.0 * (b - a) / a
         );
-    }
-}
-
-/// Accepted submissions per second from `concurrency` keep-alive connections, written as
-/// raw HTTP/1.1 as in `benches/intake.rs`.
-async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
-    let request = format!(
-        "POST /f/bench HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
-        FORM_BODY.len()
-    );
-    let accepted = Arc::new(AtomicU64::new(0));
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
-    let deadline = started + duration;
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let request = request.clone();
-        let accepted = accepted.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            stream.set_nodelay(true).expect("nodelay");
-            let mut buffer = Vec::with_capacity(4096);
-            while Instant::now() < deadline {
-                stream.write_all(request.as_bytes()).await.expect("write");
-                let status = read_response(&mut stream, &mut buffer).await;
-                assert_eq!(status, 202, "unexpected status");
-                accepted.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("load task");
-    }
-    let count = accepted.load(Ordering::Relaxed) as f64;
-    let (process, machine) = cpu_seconds();
-    println!(
-        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs",
-        (process - cpu_before.0) / count * 1e6,
-        (machine - cpu_before.1) / count * 1e6
-    );
-    count / started.elapsed().as_secs_f64()
-}
-
-/// Reads one response (headers and a Content-Length body) and returns its status.
-async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
-    buffer.clear();
-    loop {
-        let mut chunk = [0u8; 4096];
-        let read = stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed");
-        buffer.extend_from_slice(&chunk[..read]);
-        let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = std::str::from_utf8(&buffer[..end]).expect("headers");
-        let status: u16 = head[9..12].parse().expect("status");
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        while buffer.len() < end + 4 + length {
-            let read = stream.read(&mut chunk).await.expect("read body");
-            assert!(read > 0, "connection closed");
-            buffer.extend_from_slice(&chunk[..read]);
-        }
-        return status;
     }
 }

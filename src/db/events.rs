@@ -117,18 +117,41 @@ impl Snapshot {
 #[derive(Debug)]
 pub struct FeedRead {
     pub snapshot: Snapshot,
-    /// The highest event id visible, whatever `after` was.
-    pub newest: Option<i64>,
     /// Visible events after `after`, in id order, at most `limit`.
     pub events: Vec<EventRow>,
 }
 
 #[derive(QueryableByName)]
-struct SnapshotRow {
+struct SnapshotText {
     #[diesel(sql_type = Text)]
     snapshot: String,
-    #[diesel(sql_type = Nullable<BigInt>)]
-    newest: Option<i64>,
+}
+
+fn parse_snapshot(text: &str) -> Result<Snapshot, DbError> {
+    Snapshot::parse(text).ok_or_else(|| {
+        DbError::Query(diesel::result::Error::DeserializationError(
+            format!("unexpected snapshot text {text:?}").into(),
+        ))
+    })
+}
+
+/// Where a reader starts: the highest event id and the snapshot it was read under (one
+/// statement, so one snapshot).
+pub async fn read_start(conn: &mut AsyncPgConnection) -> Result<(Snapshot, i64), DbError> {
+    #[derive(QueryableByName)]
+    struct Start {
+        #[diesel(sql_type = Text)]
+        snapshot: String,
+        #[diesel(sql_type = Nullable<BigInt>)]
+        newest: Option<i64>,
+    }
+    let start: Start = diesel::sql_query(
+        "SELECT pg_current_snapshot()::text AS snapshot, \
+         (SELECT max(id) FROM delivery_events) AS newest",
+    )
+    .get_result(conn)
+    .await?;
+    Ok((parse_snapshot(&start.snapshot)?, start.newest.unwrap_or(0)))
 }
 
 /// Reads the events after `after` together with the snapshot they were read under, in
@@ -138,40 +161,27 @@ pub async fn read_feed(
     after: i64,
     limit: i64,
 ) -> Result<FeedRead, DbError> {
-    let read = conn
+    let (head, events) = conn
         .build_transaction()
         .repeatable_read()
         .read_only()
         .run::<_, diesel::result::Error, _>(async move |conn| {
-            let head: SnapshotRow = diesel::sql_query(
-                "SELECT pg_current_snapshot()::text AS snapshot, \
-                 (SELECT max(id) FROM delivery_events) AS newest",
-            )
-            .get_result(conn)
-            .await?;
-            let events = if limit > 0 {
-                events_with_deliveries!()
-                    .filter(delivery_events::id.gt(after))
-                    .order(delivery_events::id.asc())
-                    .limit(limit)
-                    .select(EventRow::as_select())
-                    .load(conn)
-                    .await?
-            } else {
-                Vec::new()
-            };
+            let head: SnapshotText =
+                diesel::sql_query("SELECT pg_current_snapshot()::text AS snapshot")
+                    .get_result(conn)
+                    .await?;
+            let events = events_with_deliveries!()
+                .filter(delivery_events::id.gt(after))
+                .order(delivery_events::id.asc())
+                .limit(limit)
+                .select(EventRow::as_select())
+                .load(conn)
+                .await?;
             Ok((head, events))
         })
         .await?;
-    let (head, events) = read;
-    let snapshot = Snapshot::parse(&head.snapshot).ok_or_else(|| {
-        DbError::Query(diesel::result::Error::DeserializationError(
-            format!("unexpected snapshot text {:?}", head.snapshot).into(),
-        ))
-    })?;
     Ok(FeedRead {
-        snapshot,
-        newest: head.newest,
+        snapshot: parse_snapshot(&head.snapshot)?,
         events,
     })
 }
@@ -286,14 +296,6 @@ pub async fn prune_before(
     .get_result(conn)
     .await?;
     Ok(pruned.pruned)
-}
-
-/// How far pruning has gone: events up to this id may be missing.
-pub async fn pruned_through(conn: &mut AsyncPgConnection) -> Result<i64, DbError> {
-    Ok(delivery_event_retention::table
-        .select(delivery_event_retention::pruned_through)
-        .first(conn)
-        .await?)
 }
 
 #[cfg(test)]

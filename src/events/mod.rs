@@ -386,28 +386,22 @@ async fn round(
     let mut conn = pool.get().await?;
     let Some(frontier) = frontier else {
         // Starting: everything visible now is the past once the transactions in progress
-        // have ended.
-        let read = events::read_feed(&mut conn, 0, 0).await?;
-        let newest = read.newest.unwrap_or(0);
-        match pending.take() {
-            Some(started) if read.snapshot.all_ended(&started.in_progress) => {
-                publish(feed, generation, started.through, Vec::new());
-                return Ok(true);
-            }
-            Some(started) => *pending = Some(started),
-            None if read.snapshot.in_progress.is_empty() => {
-                publish(feed, generation, newest, Vec::new());
-                return Ok(false);
-            }
-            None => {
-                *pending = Some(Pending {
-                    generation,
-                    through: newest,
-                    in_progress: read.snapshot.in_progress,
-                })
-            }
+        // have ended. The start waits like any read events: as one pending through the
+        // newest id, decided by the same rule.
+        let (snapshot, newest) = events::read_start(&mut conn).await?;
+        let start = pending.take().unwrap_or_else(|| Pending {
+            generation,
+            through: newest,
+            in_progress: snapshot.in_progress.clone(),
+        });
+        let decision = decide(Some(start), generation, snapshot, Vec::new(), false);
+        *pending = decision.pending;
+        let started = decision.publish.is_some();
+        if let Some((through, events)) = decision.publish {
+            publish(feed, generation, through, events);
         }
-        return Ok(false);
+        // Once started, read what came meanwhile at once.
+        return Ok(started);
     };
     let read = events::read_feed(&mut conn, frontier, ROUND_LIMIT).await?;
     drop(conn);
@@ -649,6 +643,28 @@ mod tests {
         );
         assert_eq!(ids(&next), Some((10, vec![3, 10])));
         assert_eq!(next.pending.map(|p| p.through), Some(11));
+    }
+
+    #[test]
+    fn the_start_waits_for_the_transactions_in_progress_like_any_read() {
+        let start = |in_progress: &[i64]| Pending {
+            generation: 0,
+            through: 9,
+            in_progress: in_progress.to_vec(),
+        };
+        let quiet = decide(Some(start(&[])), 0, snapshot(50, &[]), Vec::new(), false);
+        assert_eq!(ids(&quiet), Some((9, vec![])));
+        let busy = decide(
+            Some(start(&[40])),
+            0,
+            snapshot(50, &[40]),
+            Vec::new(),
+            false,
+        );
+        assert_eq!(ids(&busy), None);
+        let waiting = busy.pending.expect("still waiting");
+        let ended = decide(Some(waiting), 0, snapshot(51, &[50]), Vec::new(), false);
+        assert_eq!(ids(&ended), Some((9, vec![])));
     }
 
     #[test]

@@ -533,6 +533,20 @@ pub struct AttemptRow {
 }
 
 impl TestDb {
+    /// The newest event id: subscribing after it sees every later change, however long
+    /// the subscription takes to start.
+    pub async fn newest_event_id(&self) -> i64 {
+        use diesel::QueryDsl;
+        use hymical_forms::db::schema::delivery_events::dsl::*;
+        let mut conn = self.connect().await;
+        delivery_events
+            .select(diesel::dsl::max(id))
+            .first::<Option<i64>>(&mut conn)
+            .await
+            .expect("newest event id")
+            .unwrap_or(0)
+    }
+
     pub async fn deliveries(&self) -> Vec<DeliveryRow> {
         let mut conn = self.connect().await;
         diesel::sql_query(

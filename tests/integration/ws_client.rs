@@ -290,20 +290,3 @@ impl NodeSubscriber {
         message["next"]["data"]["deliveryStateChanged"].clone()
     }
 }
-
-impl crate::harness::TestDb {
-    /// The newest event id: subscribing after it sees every later change, however long
-    /// the subscription takes to start.
-    pub async fn newest_event_id(&self) -> i64 {
-        use diesel::QueryDsl;
-        use diesel_async::RunQueryDsl;
-        use hymical_forms::db::schema::delivery_events::dsl::*;
-        let mut conn = self.connect().await;
-        delivery_events
-            .select(diesel::dsl::max(id))
-            .first::<Option<i64>>(&mut conn)
-            .await
-            .expect("newest event id")
-            .unwrap_or(0)
-    }
-}
