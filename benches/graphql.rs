@@ -10,12 +10,9 @@
 //! Settings: `BENCH_DELIVERIES` (1000000), `BENCH_FAILED` (50000), `BENCH_SAMPLES` (200).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
-use hymical_forms::app::App;
-use hymical_forms::clock::SystemClock;
 use hymical_forms::config::Config;
 use hymical_forms::db;
 
@@ -81,16 +78,13 @@ fn main() {
 
     let (addr, key) = runtime.block_on(async {
         let config = Config::from_lookup(|_| None).expect("config");
-        let pool = db::connect_pool(&cluster.url, 8, Duration::from_secs(30))
-            .await
-            .expect("pool");
         let new_key = hymical_forms::auth::generate("bench", chrono::Utc::now());
-        let mut conn = pool.get().await.expect("connection");
+        let mut conn = db::connect_one(&cluster.url).await.expect("connection");
         db::keys::insert(&mut conn, &new_key.row)
             .await
             .expect("key");
         drop(conn);
-        let app = App::new(config, cluster.url.clone(), pool, Arc::new(SystemClock));
+        let app = common::app_state(&cluster.url, config, 8).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

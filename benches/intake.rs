@@ -10,11 +10,8 @@
 //! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use hymical_forms::app::App;
-use hymical_forms::clock::SystemClock;
 use hymical_forms::config::{Config, Secret};
 use hymical_forms::db;
 
@@ -154,21 +151,6 @@ async fn start_server(url: &Secret, pool_size: usize, vars: &[(&str, &str)]) -> 
     let config =
         Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
             .expect("config");
-    let pool = db::connect_pool(url, pool_size as u32, Duration::from_secs(30))
-        .await
-        .expect("pool");
-    let app = App::new(config, url.clone(), pool, Arc::new(SystemClock));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let router = hymical_forms::http::router(app);
-    tokio::spawn(async move {
-        let _ = axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await;
-    });
-    addr
+    let app = common::app_state(url, config, pool_size as u32).await;
+    common::serve(app).await
 }

@@ -45,8 +45,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-use hymical_forms::app::App;
-use hymical_forms::clock::SystemClock;
 use hymical_forms::config::{Config, Secret};
 use hymical_forms::db;
 
@@ -234,14 +232,8 @@ impl Server {
             vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
         })
         .expect("config");
-        let pool = db::connect_pool(
-            url,
-            config.database.pool_size,
-            config.database.statement_timeout,
-        )
-        .await
-        .expect("pool");
-        let app = App::new(config, url.clone(), pool, Arc::new(SystemClock));
+        let pool_size = config.database.pool_size;
+        let app = common::app_state(url, config, pool_size).await;
         let (stop, stopping) = watch::channel(false);
         let mut tasks = tokio::task::JoinSet::new();
         // As `serve` wires it: the one LISTEN connection also wakes the worker.

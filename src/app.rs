@@ -4,19 +4,21 @@ use std::sync::Arc;
 
 use crate::auth::KeyRevocations;
 use crate::clock::Clock;
-use crate::config::{Config, Secret};
-use crate::db::DbPool;
+use crate::config::Config;
+use crate::db::{ConnectionSettings, Db};
 use crate::events::EventFeed;
 
 pub struct App {
     pub config: Config,
-    /// For the connections that live outside the pool (the notification listener).
-    pub database_url: Secret,
-    pub pool: DbPool,
+    /// For the connections that live outside the pool (the notification listener, exports).
+    pub connection: ConnectionSettings,
+    pub db: Db,
     pub clock: Arc<dyn Clock>,
     /// The process's delivery event reader, shared by every subscription.
     pub events: Arc<EventFeed>,
     pub revocations: KeyRevocations,
+    /// One permit per export that may stream at once (`FORMS_EXPORT_MAX_CONCURRENT`).
+    pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 pub type AppState = Arc<App>;
@@ -30,10 +32,12 @@ pub fn spawn_live_services(
     stopping: &tokio::sync::watch::Receiver<bool>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
-    use crate::db::{events::DELIVERY_EVENT_CHANNEL, submissions::DELIVERY_DUE_CHANNEL};
+    use crate::db::listen::{
+        DELIVERY_DUE as DELIVERY_DUE_CHANNEL, DELIVERY_EVENT as DELIVERY_EVENT_CHANNEL,
+    };
     let feed = app.events.clone();
     tasks.spawn(crate::db::listen::run(
-        app.database_url.clone(),
+        app.connection.clone(),
         // A new delivery's `created` event rides on the wake-up of the workers.
         &[DELIVERY_DUE_CHANNEL, DELIVERY_EVENT_CHANNEL],
         move |notification| match notification {
@@ -62,17 +66,29 @@ pub fn spawn_live_services(
 impl App {
     pub fn new(
         config: Config,
-        database_url: Secret,
-        pool: DbPool,
+        connection: ConnectionSettings,
+        db: Db,
         clock: Arc<dyn Clock>,
     ) -> AppState {
+        App::with_event_feed(config, connection, db, clock, EventFeed::new())
+    }
+
+    /// [`App::new`] with a given event feed (tests use one with a tiny buffer).
+    pub fn with_event_feed(
+        config: Config,
+        connection: ConnectionSettings,
+        db: Db,
+        clock: Arc<dyn Clock>,
+        events: EventFeed,
+    ) -> AppState {
         Arc::new(App {
-            config,
-            database_url,
-            pool,
+            connection,
+            db,
             clock,
-            events: Arc::new(EventFeed::new()),
+            events: Arc::new(events),
             revocations: KeyRevocations::default(),
+            exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
+            config,
         })
     }
 }

@@ -8,7 +8,7 @@ use rand::RngCore;
 use subtle::ConstantTimeEq;
 
 use crate::config::Secret;
-use crate::db::{self, keys::ManagementKeyRow, DbPool};
+use crate::db::{self, keys::ManagementKeyRow, Db};
 use crate::error::ApiError;
 use crate::ids;
 
@@ -86,7 +86,7 @@ pub struct AuthenticatedKey {
 /// Checks a key against the database on every call, so a revocation takes effect on the
 /// next request. Malformed, unknown and revoked keys get the same answer.
 pub async fn authenticate_key(
-    pool: &DbPool,
+    db: &Db,
     credential: &str,
     now: DateTime<Utc>,
 ) -> Result<AuthenticatedKey, ApiError> {
@@ -94,8 +94,9 @@ pub async fn authenticate_key(
         return Err(ApiError::InvalidApiKey);
     }
     let presented = digest(credential);
-    let mut connection = pool.get().await.map_err(db::DbError::from)?;
-    let row = db::keys::find_by_digest(&mut connection, &presented).await?;
+    let row = db
+        .run(async |conn| db::keys::find_by_digest(conn, &presented).await)
+        .await?;
     let Some(row) = row else {
         return Err(ApiError::InvalidApiKey);
     };
@@ -110,9 +111,10 @@ pub async fn authenticate_key(
     let granularity = chrono::Duration::seconds(60);
     let due = row.last_used_at.is_none_or(|at| at < now - granularity);
     if due {
-        if let Err(error) =
-            db::keys::touch_last_used(&mut connection, &row.id, now, granularity).await
-        {
+        let touched = db
+            .run(async |conn| db::keys::touch_last_used(conn, &row.id, now, granularity).await)
+            .await;
+        if let Err(error) = touched {
             tracing::warn!(key_id = %row.id, error = %error.summary(), "could not record key use");
         }
     }
@@ -121,7 +123,7 @@ pub async fn authenticate_key(
 
 /// Authenticates a management request from its headers (never from the query string).
 pub async fn authenticate_headers(
-    pool: &DbPool,
+    db: &Db,
     headers: &HeaderMap,
     now: DateTime<Utc>,
 ) -> Result<AuthenticatedKey, ApiError> {
@@ -130,7 +132,7 @@ pub async fn authenticate_headers(
         .map(|value| value.to_str().map_err(|_| ApiError::InvalidApiKey))
         .transpose()?;
     let credential = bearer_credential(header)?;
-    authenticate_key(pool, credential, now).await
+    authenticate_key(db, credential, now).await
 }
 
 /// Long-lived sessions (GraphQL subscriptions) opened with a key end when the key is
@@ -175,11 +177,10 @@ impl KeyRevocations {
             if ids.is_empty() {
                 continue;
             }
-            let unusable = async {
-                let mut conn = app.pool.get().await.map_err(db::DbError::from)?;
-                db::keys::unusable_among(&mut conn, &ids).await
-            }
-            .await;
+            let unusable = app
+                .db
+                .run(async |conn| db::keys::unusable_among(conn, &ids).await)
+                .await;
             match unusable {
                 Ok(unusable) => {
                     let mut watched = app

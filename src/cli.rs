@@ -238,6 +238,12 @@ impl Database {
         )
     }
 
+    /// A one-connection pool for an administrative command, with generous timeouts.
+    async fn admin_db(&self) -> anyhow::Result<db::Db> {
+        let settings = db::ConnectionSettings::admin(&self.url)?;
+        Ok(db::Db::connect(settings, 1, db::ADMIN_CALL_TIMEOUT).await?)
+    }
+
     /// Stops the embedded server if this process started it.
     async fn close(self) {
         if let Some(server) = self.server {
@@ -251,10 +257,11 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     if !config.api_enabled && !config.worker.enabled {
         bail!("FORMS_API_ENABLED and FORMS_WORKER_ENABLED are both false: this process would do nothing");
     }
-    let pool = db::connect_pool(
-        &database.url,
+    let settings = db::ConnectionSettings::new(&database.url, &config.database)?;
+    let pool = db::Db::connect(
+        settings.clone(),
         config.database.pool_size,
-        config.database.statement_timeout,
+        config.database.call_timeout(),
     )
     .await
     .context("cannot open the database pool")?;
@@ -262,8 +269,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     if database.embedded {
         create_first_key(&pool, clock.now()).await?;
     }
-    let bind = config.bind;
-    let app = App::new(config, database.url.clone(), pool, clock);
+    let app = App::new(config, settings, pool, clock);
     // Everything stops when this flips to true: on SIGTERM or SIGINT.
     let (stop, stopping) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
@@ -303,6 +309,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         background.spawn(worker.run(stopping.clone()));
     }
     if app.config.api_enabled {
+        let bind = app.config.http.bind;
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .with_context(|| format!("cannot listen on FORMS_BIND={bind}"))?;
@@ -310,13 +317,18 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
             .local_addr()
             .context("cannot read the listening address")?;
         tracing::info!(address = %local, "listening");
-        axum::serve(
+        let mut limits = http::server::Limits::from_config(&app.config);
+        limits.max_connections = http::server::fit_connections(
+            limits.max_connections,
+            http::server::descriptor_reserve(&app.config),
+        );
+        http::server::serve(
             listener,
-            http::router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            http::router(app.clone()),
+            limits,
+            stopped(stopping.clone()),
         )
-        .with_graceful_shutdown(stopped(stopping.clone()))
-        .await
-        .context("the HTTP server failed")?;
+        .await;
     } else {
         stopped(stopping.clone()).await;
     }
@@ -338,16 +350,13 @@ async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
 /// On an embedded cluster that has never had a key, makes one and prints it once, so a
 /// newcomer can call the API at once. Revoked keys count: revoking every key does not
 /// make a new one appear.
-async fn create_first_key(
-    pool: &db::DbPool,
-    now: chrono::DateTime<chrono::Utc>,
-) -> anyhow::Result<()> {
-    let mut connection = pool.get().await.map_err(db::DbError::from)?;
-    if db::keys::count(&mut connection).await? > 0 {
+async fn create_first_key(db: &db::Db, now: chrono::DateTime<chrono::Utc>) -> anyhow::Result<()> {
+    if db.run(async |conn| db::keys::count(conn).await).await? > 0 {
         return Ok(());
     }
     let new = auth::generate("first key (embedded start)", now);
-    db::keys::insert(&mut connection, &new.row).await?;
+    db.run(async |conn| db::keys::insert(conn, &new.row).await)
+        .await?;
     // Printed to standard output, never logged: this is the one time the key is shown.
     println!(
         "\nManagement API key created. It is shown only this once; store it now.\n  id:  {}\n  key: {}\n",
@@ -365,9 +374,11 @@ async fn retention_command(
     database: &Database,
 ) -> anyhow::Result<()> {
     let days = older_than_days.unwrap_or(config_days);
-    let cutoff = crate::retention::cutoff(SystemClock.now(), days);
-    let mut connection = db::connect_one(&database.url).await?;
-    let count = crate::retention::apply(&mut connection, cutoff, batch_size, dry_run).await?;
+    let Some(cutoff) = crate::retention::cutoff(SystemClock.now(), days) else {
+        bail!("--older-than-days {days} reaches back before any date this service can store: give a smaller number of days");
+    };
+    let db = database.admin_db().await?;
+    let count = crate::retention::apply(&db, cutoff, batch_size, dry_run).await?;
     let verb = if dry_run { "would delete" } else { "deleted" };
     println!(
         "{verb} {count} submission(s) received before {} with no delivery or a delivered one",

@@ -7,6 +7,14 @@ use chrono::{DateTime, Utc};
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
+
+    /// The time statements that decide by time (due times, leases, completions) are told
+    /// to use. `None` lets the database's clock decide, which every process shares, so
+    /// processes whose clocks disagree still agree on which lease has run out. A test
+    /// clock pins it.
+    fn pinned(&self) -> Option<DateTime<Utc>> {
+        None
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -51,6 +59,10 @@ impl Clock for ManualClock {
             .0
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn pinned(&self) -> Option<DateTime<Utc>> {
+        Some(self.now())
     }
 }
 

@@ -16,7 +16,15 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_DATABASE_URL",
     "FORMS_DATABASE_POOL_SIZE",
     "FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS",
+    "FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS",
+    "FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
     "FORMS_BIND",
+    "FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS",
+    "FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS",
+    "FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS",
+    "FORMS_HTTP_SEND_TIMEOUT_SECONDS",
+    "FORMS_HTTP_MAX_CONNECTIONS",
+    "FORMS_SHUTDOWN_TIMEOUT_SECONDS",
     "FORMS_DATA_DIR",
     "FORMS_AUTO_MIGRATE",
     "FORMS_API_ENABLED",
@@ -34,6 +42,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_WORKER_CONCURRENCY",
     "FORMS_WORKER_BATCH_SIZE",
     "FORMS_WORKER_POLL_SECONDS",
+    "FORMS_WORKER_ENDPOINT_CONCURRENCY",
     "FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS",
     "FORMS_RATE_LIMIT_ENABLED",
     "FORMS_RATE_LIMIT_IP_REQUESTS",
@@ -45,9 +54,12 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_SUBMISSION_RETENTION_DAYS",
     "FORMS_EVENT_RETENTION_HOURS",
     "FORMS_EXPORT_MAX_SUBMISSIONS",
+    "FORMS_EXPORT_MAX_CONCURRENT",
     "FORMS_GRAPHQL_MAX_DEPTH",
     "FORMS_GRAPHQL_MAX_COMPLEXITY",
     "FORMS_GRAPHQL_MAX_PAGE_SIZE",
+    "FORMS_GRAPHQL_MAX_EXPANDED_FIELDS",
+    "FORMS_GRAPHQL_MAX_FRAGMENTS",
     "FORMS_LOG_FORMAT",
 ];
 
@@ -83,8 +95,43 @@ pub struct DatabaseConfig {
     pub url: Option<Secret>,
     pub pool_size: u32,
     pub statement_timeout: Duration,
+    /// How long opening a connection may take.
+    pub connect_timeout: Duration,
+    /// `idle_in_transaction_session_timeout` of every connection: a transaction left
+    /// open (a client that stopped reading an export, say) ends after this long.
+    pub idle_in_transaction_timeout: Duration,
     pub data_dir: PathBuf,
     pub auto_migrate: bool,
+}
+
+impl DatabaseConfig {
+    /// The client-side deadline of one database call: a little past the server's own
+    /// statement timeout, so that the server's clean error normally comes first and only
+    /// a silent network ends a call here.
+    pub fn call_timeout(&self) -> Duration {
+        self.statement_timeout + CALL_TIMEOUT_MARGIN
+    }
+}
+
+/// See [`DatabaseConfig::call_timeout`].
+pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
+
+/// Limits on what clients of the HTTP server may hold.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub bind: SocketAddr,
+    /// A request's head must arrive within this long of the connection being ready for it.
+    pub header_read_timeout: Duration,
+    /// A connection with no request for this long is closed (at most the header timeout).
+    pub keep_alive_timeout: Duration,
+    /// A request's whole body must arrive within this long.
+    pub body_read_timeout: Duration,
+    /// A response (an export, say) that makes no progress for this long is abandoned.
+    pub send_timeout: Duration,
+    /// Connections served at once; beyond it new ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long a stopping server waits for requests in flight.
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -112,6 +159,8 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub batch_size: u32,
     pub poll_interval: Duration,
+    /// Requests in flight to one endpoint at once, across every worker process.
+    pub endpoint_concurrency: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -130,12 +179,15 @@ pub struct GraphqlConfig {
     pub max_depth: usize,
     pub max_complexity: usize,
     pub max_page_size: usize,
+    /// Fields a document may select once its fragments are expanded.
+    pub max_expanded_fields: usize,
+    pub max_fragments: usize,
 }
 
 #[derive(Debug, Clone)]
 pub struct Config {
     pub database: DatabaseConfig,
-    pub bind: SocketAddr,
+    pub http: HttpConfig,
     pub api_enabled: bool,
     pub intake: IntakeConfig,
     pub webhook: WebhookConfig,
@@ -145,6 +197,8 @@ pub struct Config {
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
     pub event_retention: Duration,
     pub export_max_submissions: u64,
+    /// Exports streaming at once; each holds a database connection of its own.
+    pub export_max_concurrent: usize,
     pub graphql: GraphqlConfig,
     pub log_format: LogFormat,
     /// Non-fatal findings (for example a short lease), logged once logging is up.
@@ -202,7 +256,16 @@ impl Config {
         let database_url = r.database_url();
         let pool_size = r.integer("FORMS_DATABASE_POOL_SIZE", 16, 1, 10_000);
         let statement_timeout = r.seconds("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", 30.0);
+        let database_connect_timeout = r.seconds("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", 5.0);
+        let idle_in_transaction_timeout =
+            r.seconds("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60.0);
         let bind = r.socket_addr("FORMS_BIND", SocketAddr::from(([127, 0, 0, 1], 8080)));
+        let header_read_timeout = r.seconds("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", 10.0);
+        let keep_alive_timeout = r.seconds("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", 5.0);
+        let body_read_timeout = r.seconds("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", 30.0);
+        let send_timeout = r.seconds("FORMS_HTTP_SEND_TIMEOUT_SECONDS", 30.0);
+        let max_connections = r.integer("FORMS_HTTP_MAX_CONNECTIONS", 16_384, 1, 1_000_000);
+        let shutdown_timeout = r.seconds("FORMS_SHUTDOWN_TIMEOUT_SECONDS", 30.0);
         let data_dir = PathBuf::from(
             r.raw("FORMS_DATA_DIR")
                 .unwrap_or_else(|| "./.hymical".into()),
@@ -227,6 +290,7 @@ impl Config {
         let concurrency = r.integer("FORMS_WORKER_CONCURRENCY", 32, 1, 100_000);
         let batch_size = r.integer("FORMS_WORKER_BATCH_SIZE", 10, 1, 10_000);
         let poll_interval = r.seconds("FORMS_WORKER_POLL_SECONDS", 1.0);
+        let endpoint_concurrency = r.integer("FORMS_WORKER_ENDPOINT_CONCURRENCY", 8, 1, 100_000);
 
         let rate_limit_enabled = r.boolean("FORMS_RATE_LIMIT_ENABLED", true);
         let ip_requests = r.integer("FORMS_RATE_LIMIT_IP_REQUESTS", 60, 1, u32::MAX as u64);
@@ -251,9 +315,13 @@ impl Config {
         let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
         let export_max_submissions =
             r.integer("FORMS_EXPORT_MAX_SUBMISSIONS", 10_000, 1, 100_000_000);
+        let export_max_concurrent = r.integer("FORMS_EXPORT_MAX_CONCURRENT", 2, 1, 1_000);
         let max_depth = r.integer("FORMS_GRAPHQL_MAX_DEPTH", 12, 1, 1_000);
         let max_complexity = r.integer("FORMS_GRAPHQL_MAX_COMPLEXITY", 2000, 1, 10_000_000);
         let max_page_size = r.integer("FORMS_GRAPHQL_MAX_PAGE_SIZE", 100, 1, 100_000);
+        let max_expanded_fields =
+            r.integer("FORMS_GRAPHQL_MAX_EXPANDED_FIELDS", 5_000, 1, 10_000_000);
+        let max_fragments = r.integer("FORMS_GRAPHQL_MAX_FRAGMENTS", 100, 1, 100_000);
         let log_format = r.log_format();
 
         let mut warnings = Vec::new();
@@ -299,6 +367,46 @@ impl Config {
             }
         }
 
+        let http_valid = !r.errors.iter().any(|e| {
+            matches!(
+                e.variable,
+                "FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS" | "FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS"
+            )
+        });
+        // The server waits for a next request head under the header timeout, so a longer
+        // keep-alive could never take effect.
+        if http_valid && keep_alive_timeout > header_read_timeout {
+            r.errors.push(ConfigError {
+                variable: "FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS",
+                problem: format!(
+                    "{} exceeds the header read timeout of {} seconds",
+                    keep_alive_timeout.as_secs_f64(),
+                    header_read_timeout.as_secs_f64()
+                ),
+                rule: "at most FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS".into(),
+            });
+        }
+        let transaction_valid = !r.errors.iter().any(|e| {
+            matches!(
+                e.variable,
+                "FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS"
+                    | "FORMS_HTTP_SEND_TIMEOUT_SECONDS"
+            )
+        });
+        // An export keeps its transaction open while it waits for the client to take the
+        // next chunk; the send deadline must end it first.
+        if transaction_valid && idle_in_transaction_timeout <= send_timeout {
+            r.errors.push(ConfigError {
+                variable: "FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+                problem: format!(
+                    "{} does not exceed the send timeout of {} seconds",
+                    idle_in_transaction_timeout.as_secs_f64(),
+                    send_timeout.as_secs_f64()
+                ),
+                rule: "must exceed FORMS_HTTP_SEND_TIMEOUT_SECONDS".into(),
+            });
+        }
+
         if !reader.errors.is_empty() {
             return Err(ConfigErrors(reader.errors));
         }
@@ -307,10 +415,20 @@ impl Config {
                 url: database_url,
                 pool_size: pool_size as u32,
                 statement_timeout,
+                connect_timeout: database_connect_timeout,
+                idle_in_transaction_timeout,
                 data_dir,
                 auto_migrate,
             },
-            bind,
+            http: HttpConfig {
+                bind,
+                header_read_timeout,
+                keep_alive_timeout,
+                body_read_timeout,
+                send_timeout,
+                max_connections: max_connections as usize,
+                shutdown_timeout,
+            },
             api_enabled,
             intake: IntakeConfig {
                 max_body_bytes: max_body_bytes as usize,
@@ -332,6 +450,7 @@ impl Config {
                 concurrency: concurrency as usize,
                 batch_size: batch_size as u32,
                 poll_interval,
+                endpoint_concurrency: endpoint_concurrency as u32,
             },
             rate_limit: RateLimitConfig {
                 enabled: rate_limit_enabled,
@@ -345,10 +464,13 @@ impl Config {
             submission_retention_days: submission_retention_days as u32,
             event_retention: Duration::from_secs(event_retention_hours * 3600),
             export_max_submissions,
+            export_max_concurrent: export_max_concurrent as usize,
             graphql: GraphqlConfig {
                 max_depth: max_depth as usize,
                 max_complexity: max_complexity as usize,
                 max_page_size: max_page_size as usize,
+                max_expanded_fields: max_expanded_fields as usize,
+                max_fragments: max_fragments as usize,
             },
             log_format,
             warnings,
@@ -553,7 +675,22 @@ mod tests {
         let config = load(&[]).expect("defaults are valid");
         assert!(config.database.url.is_none());
         assert_eq!(config.database.pool_size, 16);
-        assert_eq!(config.bind, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.http.bind, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.http.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(config.http.keep_alive_timeout, Duration::from_secs(5));
+        assert_eq!(config.http.body_read_timeout, Duration::from_secs(30));
+        assert_eq!(config.http.send_timeout, Duration::from_secs(30));
+        assert_eq!(config.http.max_connections, 16_384);
+        assert_eq!(config.http.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(config.database.connect_timeout, Duration::from_secs(5));
+        assert_eq!(
+            config.database.idle_in_transaction_timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(config.worker.endpoint_concurrency, 8);
+        assert_eq!(config.export_max_concurrent, 2);
+        assert_eq!(config.graphql.max_expanded_fields, 5_000);
+        assert_eq!(config.graphql.max_fragments, 100);
         assert_eq!(config.database.data_dir, PathBuf::from("./.hymical"));
         assert!(!config.database.auto_migrate);
         assert!(config.api_enabled && config.worker.enabled);
@@ -596,7 +733,15 @@ mod tests {
             ("FORMS_DATABASE_POOL_SIZE", "0", "out of range"),
             ("FORMS_DATABASE_POOL_SIZE", "many", "not a whole number"),
             ("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "10", "must exceed FORMS_HTTP_SEND_TIMEOUT_SECONDS"),
             ("FORMS_BIND", "localhost:8080", "literal IP"),
+            ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "x", "not a number"),
+            ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "11", "at most FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS"),
+            ("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_HTTP_SEND_TIMEOUT_SECONDS", "-2", "greater than 0"),
+            ("FORMS_HTTP_MAX_CONNECTIONS", "0", "from 1"),
+            ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "0", "greater than 0"),
             ("FORMS_BIND", "127.0.0.1", "HOST:PORT"),
             ("FORMS_AUTO_MIGRATE", "maybe", "true or false"),
             ("FORMS_API_ENABLED", "2", "true or false"),
@@ -617,6 +762,7 @@ mod tests {
             ("FORMS_WORKER_CONCURRENCY", "0", "from 1"),
             ("FORMS_WORKER_BATCH_SIZE", "0", "from 1"),
             ("FORMS_WORKER_POLL_SECONDS", "0", "greater than 0"),
+            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "0", "from 1"),
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "please", "true or false"),
             ("FORMS_RATE_LIMIT_ENABLED", "nah", "true or false"),
             ("FORMS_RATE_LIMIT_IP_REQUESTS", "0", "from 1"),
@@ -628,9 +774,12 @@ mod tests {
             ("FORMS_SUBMISSION_RETENTION_DAYS", "-3", "not a whole number"),
             ("FORMS_EVENT_RETENTION_HOURS", "0", "from 1"),
             ("FORMS_EXPORT_MAX_SUBMISSIONS", "0", "from 1"),
+            ("FORMS_EXPORT_MAX_CONCURRENT", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_DEPTH", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_COMPLEXITY", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_PAGE_SIZE", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_EXPANDED_FIELDS", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_FRAGMENTS", "0", "from 1"),
             ("FORMS_LOG_FORMAT", "xml", "text or json"),
         ];
         for (variable, value, expected) in cases {

@@ -24,6 +24,8 @@ pub enum ApiError {
     // Public intake (SPEC section 5), in the order the checks run.
     #[error("The request body is larger than {limit_bytes} bytes.")]
     RequestBodyTooLarge { limit_bytes: usize },
+    #[error("The request body did not arrive within {limit_seconds} seconds.")]
+    RequestBodyTimeout { limit_seconds: u64 },
     #[error("Too many requests; retry after {retry_after_seconds} seconds.")]
     RateLimitExceeded {
         scope: RateLimitScope,
@@ -105,6 +107,8 @@ pub enum ApiError {
     PageSizeTooLarge { limit: usize, requested: i64 },
     #[error("The export would hold {count} submissions, more than the limit of {limit}; narrow the time range or the endpoint.")]
     ExportTooLarge { limit: u64, count: u64 },
+    #[error("{limit} exports are streaming already; try again when one has finished.")]
+    TooManyExports { limit: usize },
     #[error("The export format is not supported; use json or csv.")]
     UnsupportedExportFormat { received: String },
     #[error("Events after {after_event_id} were pruned (retention kept none at or below {pruned_through}); reload the current state and subscribe without afterEventId.")]
@@ -162,6 +166,7 @@ impl ApiError {
             ApiError::StorageUnavailable(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal_error",
             ApiError::RequestBodyTooLarge { .. } => "request_body_too_large",
+            ApiError::RequestBodyTimeout { .. } => "request_timeout",
             ApiError::RateLimitExceeded { .. } => "rate_limit_exceeded",
             ApiError::InvalidEndpointId => "invalid_endpoint_id",
             ApiError::EndpointNotFound { .. } => "endpoint_not_found",
@@ -192,6 +197,7 @@ impl ApiError {
             ApiError::PageSizeTooLarge { .. } => "page_size_too_large",
             ApiError::ExportTooLarge { .. } => "export_too_large",
             ApiError::UnsupportedExportFormat { .. } => "unsupported_export_format",
+            ApiError::TooManyExports { .. } => "too_many_exports",
         }
     }
 
@@ -203,7 +209,10 @@ impl ApiError {
             ApiError::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RateLimitExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::RateLimitExceeded { .. } | ApiError::TooManyExports { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::InvalidEndpointId | ApiError::EndpointNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }
@@ -243,6 +252,9 @@ impl ApiError {
     pub fn details(&self) -> Map<String, Value> {
         let details = match self {
             ApiError::RequestBodyTooLarge { limit_bytes } => json!({ "limit_bytes": limit_bytes }),
+            ApiError::RequestBodyTimeout { limit_seconds } => {
+                json!({ "limit_seconds": limit_seconds })
+            }
             ApiError::RateLimitExceeded {
                 scope,
                 limit,
@@ -311,6 +323,7 @@ impl ApiError {
                 json!({ "limit": limit, "requested": requested })
             }
             ApiError::ExportTooLarge { limit, count } => json!({ "limit": limit, "count": count }),
+            ApiError::TooManyExports { limit } => json!({ "limit": limit }),
             ApiError::UnsupportedExportFormat { received } => {
                 json!({ "received": received, "supported": ["json", "csv"] })
             }
@@ -422,6 +435,7 @@ impl DbError {
             DbError::Query(other) => format!("query error: {}", variant_name(other)),
             DbError::Pool(_) => "no connection available from the pool".into(),
             DbError::Connect(_) => "cannot connect to the database".into(),
+            DbError::Deadline(limit) => format!("no answer from the database within {limit:?}"),
         }
     }
 }

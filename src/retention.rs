@@ -5,35 +5,41 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncPgConnection;
 
 use crate::app::AppState;
-use crate::db::{self, DbError};
+use crate::db::{self, Db, DbError};
 
 /// How often `serve` applies retention when `FORMS_SUBMISSION_RETENTION_DAYS` is set.
 pub const SCHEDULE_EVERY: Duration = Duration::from_secs(3600);
 
-pub fn cutoff(now: DateTime<Utc>, days: u32) -> DateTime<Utc> {
-    now - chrono::Duration::days(i64::from(days))
+/// The cutoff `days` before `now`, or `None` when that lies before any representable time
+/// (an absurd number of days).
+pub fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
+    chrono::Duration::try_days(i64::from(days)).and_then(|age| now.checked_sub_signed(age))
 }
 
-/// Deletes (or with `dry_run` only counts) the expired submissions; returns how many.
+/// Deletes (or with `dry_run` only counts) the expired submissions, a batch per call;
+/// returns how many.
 pub async fn apply(
-    conn: &mut AsyncPgConnection,
+    db: &Db,
     cutoff: DateTime<Utc>,
     batch_size: u32,
     dry_run: bool,
 ) -> Result<u64, DbError> {
     if dry_run {
-        return Ok(db::submissions::count_expired(conn, cutoff).await? as u64);
+        let count = db
+            .run(async |conn| db::submissions::count_expired(conn, cutoff).await)
+            .await?;
+        return Ok(u64::try_from(count).unwrap_or(0));
     }
+    let batch = i64::from(batch_size.max(1));
     let mut deleted = 0u64;
     loop {
-        let batch =
-            db::submissions::delete_expired_batch(conn, cutoff, i64::from(batch_size.max(1)))
-                .await?;
-        deleted += batch as u64;
-        if batch == 0 {
+        let removed = db
+            .run(async |conn| db::submissions::delete_expired_batch(conn, cutoff, batch).await)
+            .await?;
+        deleted += removed as u64;
+        if removed == 0 {
             return Ok(deleted);
         }
     }
@@ -49,12 +55,15 @@ pub async fn run_on_schedule(app: AppState, mut shutdown: tokio::sync::watch::Re
             _ = shutdown.changed() => return,
         }
         wait = SCHEDULE_EVERY;
-        let cutoff = cutoff(app.clock.now(), days);
-        let result = async {
-            let mut conn = app.pool.get().await?;
-            apply(&mut conn, cutoff, 1000, false).await
-        }
-        .await;
+        // The configuration caps the days far below an unrepresentable cutoff.
+        let Some(cutoff) = cutoff(app.clock.now(), days) else {
+            tracing::error!(
+                days,
+                "the retention cutoff is out of range; retention skipped"
+            );
+            continue;
+        };
+        let result = apply(&app.db, cutoff, 1000, false).await;
         match result {
             Ok(deleted) => tracing::info!(deleted, days, "retention applied"),
             Err(error) => {

@@ -15,6 +15,41 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use hymical_forms::config::Secret;
 use hymical_forms::db::{self, cluster};
 
+/// The service's state on `url` with `config`, its pool as `serve` opens it.
+pub async fn app_state(
+    url: &Secret,
+    config: hymical_forms::config::Config,
+    pool_size: u32,
+) -> hymical_forms::app::AppState {
+    let settings = db::ConnectionSettings::new(url, &config.database).expect("settings");
+    let pool = db::Db::connect(settings.clone(), pool_size, config.database.call_timeout())
+        .await
+        .expect("pool");
+    hymical_forms::app::App::new(
+        config,
+        settings,
+        pool,
+        Arc::new(hymical_forms::clock::SystemClock),
+    )
+}
+
+/// Serves `app` on a loopback port with the service's own HTTP server.
+pub async fn serve(app: hymical_forms::app::AppState) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let limits = hymical_forms::http::server::Limits::from_config(&app.config);
+    let router = hymical_forms::http::router(app);
+    tokio::spawn(hymical_forms::http::server::serve(
+        listener,
+        router,
+        limits,
+        std::future::pending(),
+    ));
+    addr
+}
+
 pub fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()

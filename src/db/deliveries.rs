@@ -2,12 +2,13 @@
 //! fence, and handing back claims at shutdown (SPEC section 6.3 and the delivery seeds).
 
 use chrono::{DateTime, Utc};
+use diesel::pg::data_types::PgInterval;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::prepared::{bind, PreparedSql};
 use super::schema::webhook_deliveries;
+use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 
 /// A delivery this worker now holds, with what it needs to send it.
@@ -26,66 +27,27 @@ pub struct ClaimedDelivery {
     pub fields: Option<serde_json::Value>,
 }
 
-struct ClaimDue;
+static CLAIM: SqlText = sql!("claim.sql", with_events);
+struct Claim;
 
-/// Binds: now, limit, now, limit, limit, lease, now. Leases that ran out are taken first,
-/// then pending deliveries in due order; each arm reads its own partial index and skips
-/// rows another worker has locked. Every row gets a fresh token; counters stay as they are.
-/// Each claim's `claimed` event is written by the same statement.
-const CLAIM_SQL: &str = "\
-WITH expired AS MATERIALIZED (
-    SELECT id, state FROM webhook_deliveries
-    WHERE state = 'processing' AND claim_expires_at <= ?
-    ORDER BY claim_expires_at
-    LIMIT ?
-    FOR UPDATE SKIP LOCKED
-), due AS MATERIALIZED (
-    SELECT id, state FROM webhook_deliveries
-    WHERE state = 'pending' AND next_attempt_at <= ?
-    ORDER BY next_attempt_at
-    LIMIT ?
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id, state FROM expired
-    UNION ALL
-    SELECT id, state FROM due
-    LIMIT ?
-), claimed AS (
-    UPDATE webhook_deliveries d
-    SET state = 'processing',
-        claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
-        claim_expires_at = ? + ?
-    FROM picked
-    WHERE d.id = picked.id
-    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
-              d.submission_id, d.attempts, d.cycle_attempts, picked.state AS previous_state
-), claimed_events AS (
-    INSERT INTO delivery_events
-        (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts,
-         occurred_at)
-    SELECT id, endpoint_id, 'claimed', 'processing', previous_state, attempts, cycle_attempts,
-           statement_timestamp()
-    FROM claimed
-    RETURNING pg_notify('hymical_delivery_event', '')
-)
-SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
-       c.submission_id, c.attempts, c.cycle_attempts,
-       (SELECT s.received_at FROM submissions s WHERE s.id = c.submission_id),
-       (SELECT s.fields FROM submissions s WHERE s.id = c.submission_id)
-FROM claimed c";
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest {
+    /// `None`: the database's clock decides what is due and when leases end.
+    pub now: Option<DateTime<Utc>>,
+    pub lease: std::time::Duration,
+    pub limit: u32,
+    /// Requests in flight allowed per endpoint, across every process.
+    pub endpoint_concurrency: u32,
+}
 
-/// Claims up to `limit` due deliveries in one statement (one transaction that ends with
-/// it: no transaction stays open while the requests are made).
+/// Claims up to `limit` due deliveries in one statement (claim.sql).
 pub async fn claim(
     conn: &mut AsyncPgConnection,
-    now: DateTime<Utc>,
-    lease: std::time::Duration,
-    limit: u32,
+    request: ClaimRequest,
 ) -> Result<Vec<ClaimedDelivery>, DbError> {
-    let limit = i64::from(limit);
-    let lease = diesel::pg::data_types::PgInterval::from_microseconds(lease.as_micros() as i64);
-    let query = PreparedSql::<
-        ClaimDue,
+    let query = Statement::<
+        Claim,
         (
             Text,
             Text,
@@ -100,18 +62,24 @@ pub async fn claim(
         ),
         _,
     >::new(
-        CLAIM_SQL,
+        &CLAIM,
         (
-            bind::<Timestamptz, _>(now),
-            bind::<BigInt, _>(limit),
-            bind::<Timestamptz, _>(now),
-            bind::<BigInt, _>(limit),
-            bind::<BigInt, _>(limit),
-            bind::<Timestamptz, _>(now),
-            bind::<Interval, _>(lease),
+            bind::<Nullable<Timestamptz>, _>(request.now),
+            bind::<Interval, _>(interval(request.lease)),
+            bind::<Integer, _>(clamp_i32(request.limit)),
+            bind::<Integer, _>(clamp_i32(request.endpoint_concurrency)),
         ),
     );
     Ok(query.load(conn).await?)
+}
+
+fn clamp_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+/// A duration as a PostgreSQL interval (microseconds; saturating far beyond any setting).
+pub fn interval(duration: std::time::Duration) -> PgInterval {
+    PgInterval::from_microseconds(i64::try_from(duration.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// One attempt to record.
@@ -130,12 +98,16 @@ pub struct AttemptRecord<'a> {
 
 /// The delivery's state after the owner's attempt. The owner decides it from the cycle
 /// count it claimed with: while a worker holds the token nobody else changes that count
-/// (late workers leave it alone, and only failed deliveries can be replayed).
+/// (late workers leave it alone, and only failed deliveries can be replayed). Times are
+/// the database's, so every process schedules by the same clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OwnerTransition {
-    Delivered { at: DateTime<Utc> },
-    Retry { at: DateTime<Utc> },
-    Failed { at: DateTime<Utc> },
+    Delivered,
+    /// Pending again, due this long after the attempt is recorded.
+    Retry {
+        after: std::time::Duration,
+    },
+    Failed,
 }
 
 /// How an attempt was recorded.
@@ -147,68 +119,24 @@ pub enum Recorded {
     Late { attempt_number: i32, state: String },
 }
 
+static RECORD_ATTEMPT: SqlText = sql!("record_attempt.sql", with_events);
 struct RecordAttempt;
 
-/// Binds: token, delivery id, attempt id, URL, attempted at, outcome, status, error,
-/// duration, then the owner's state, next attempt time (null: unchanged), completion time.
-///
-/// One statement, so one transaction: `locked` takes the row lock, so a concurrent
-/// recorder waits and then reads the row as this one left it; the attempt number is the
-/// next free one from the locked row, never from memory. A worker whose token is gone
-/// (late) inserts its attempt marked `late` and raises `attempts`, nothing else. Either way
-/// the attempt's event is written by the same statement.
-const RECORD_SQL: &str = "\
-WITH locked AS MATERIALIZED (
-    SELECT id, submission_id, attempts, state, (claim_token IS NOT DISTINCT FROM ?) AS owner
-    FROM webhook_deliveries
-    WHERE id = ?
-    FOR UPDATE
-), attempt AS (
-    INSERT INTO delivery_attempts
-        (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at,
-         outcome, response_status, error, duration_ms, late)
-    SELECT ?, id, submission_id, attempts + 1, ?, ?, ?, ?, ?, ?, NOT owner
-    FROM locked
-    RETURNING attempt_number, outcome
-), updated AS (
-    UPDATE webhook_deliveries d
-    SET attempts = l.attempts + 1,
-        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
-        state = CASE WHEN l.owner THEN ? ELSE d.state END,
-        next_attempt_at = CASE WHEN l.owner THEN coalesce(?, d.next_attempt_at) ELSE d.next_attempt_at END,
-        completed_at = CASE WHEN l.owner THEN ? ELSE d.completed_at END,
-        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
-        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
-    FROM locked l
-    WHERE d.id = l.id
-    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
-), recorded_event AS (
-    INSERT INTO delivery_events
-        (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts,
-         outcome, occurred_at)
-    SELECT u.id, u.endpoint_id,
-           CASE WHEN l.owner THEN 'attempt_recorded' ELSE 'late_attempt_recorded' END,
-           u.state, l.state, u.attempts, u.cycle_attempts, (SELECT outcome FROM attempt),
-           statement_timestamp()
-    FROM updated u JOIN locked l ON l.id = u.id
-    RETURNING pg_notify('hymical_delivery_event', '')
-)
-SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated)";
-
-/// Records one attempt and, for the owner, the transition.
+/// Records one attempt and, for the owner, the transition (record_attempt.sql).
 pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
     record: &AttemptRecord<'_>,
     transition: OwnerTransition,
+    now: Option<DateTime<Utc>>,
 ) -> Result<Recorded, DbError> {
-    let (state, next_attempt_at, completed_at) = match transition {
-        OwnerTransition::Delivered { at } => ("delivered", None, Some(at)),
-        OwnerTransition::Retry { at } => ("pending", Some(at), None),
-        OwnerTransition::Failed { at } => ("failed", None, Some(at)),
+    let (state, retry_after) = match transition {
+        OwnerTransition::Delivered => ("delivered", None),
+        OwnerTransition::Retry { after } => ("pending", Some(interval(after))),
+        OwnerTransition::Failed => ("failed", None),
     };
     let query =
-        PreparedSql::<RecordAttempt, (Nullable<Integer>, Nullable<Bool>, Nullable<Text>), _>::new(
-            RECORD_SQL,
+        Statement::<RecordAttempt, (Nullable<Integer>, Nullable<Bool>, Nullable<Text>), _>::new(
+            &RECORD_ATTEMPT,
             (
                 bind::<Text, _>(record.claim_token),
                 bind::<Text, _>(record.delivery_id),
@@ -220,8 +148,8 @@ pub async fn record_attempt(
                 bind::<Nullable<Text>, _>(record.error),
                 bind::<Integer, _>(record.duration_ms),
                 bind::<Text, _>(state),
-                bind::<Nullable<Timestamptz>, _>(next_attempt_at),
-                bind::<Nullable<Timestamptz>, _>(completed_at),
+                bind::<Nullable<Interval>, _>(retry_after),
+                bind::<Nullable<Timestamptz>, _>(now),
             ),
         );
     let (number, owner, state): (Option<i32>, Option<bool>, Option<String>) =
@@ -239,95 +167,69 @@ pub async fn record_attempt(
     }
 }
 
-/// Ends a claim without an attempt (the submission was erased before it could be sent):
-/// the delivery fails, guarded by the token like every owner transition.
+static FAIL_WITHOUT_ATTEMPT: SqlText = sql!("fail_without_attempt.sql", with_events);
+struct FailWithoutAttempt;
+
+/// Ends a claim without an attempt (fail_without_attempt.sql); whether the claim was
+/// still this worker's.
 pub async fn fail_without_attempt(
     conn: &mut AsyncPgConnection,
     delivery_id: &str,
     claim_token: &str,
-    now: DateTime<Utc>,
+    now: Option<DateTime<Utc>>,
 ) -> Result<bool, DbError> {
-    use diesel_async::AsyncConnection;
-    let (delivery_id, claim_token) = (delivery_id.to_string(), claim_token.to_string());
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let failed: Vec<String> = diesel::update(
-                webhook_deliveries::table
-                    .find(&delivery_id)
-                    .filter(webhook_deliveries::claim_token.eq(&claim_token)),
-            )
-            .set((
-                webhook_deliveries::state.eq("failed"),
-                webhook_deliveries::claim_token.eq(None::<String>),
-                webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
-                webhook_deliveries::completed_at.eq(now),
-            ))
-            .returning(webhook_deliveries::id)
-            .get_results(conn)
-            .await?;
-            super::events::record_changes(conn, &failed, "failed_without_attempt", "processing")
-                .await?;
-            Ok(!failed.is_empty())
-        })
-        .await?)
+    let changed: i64 = Statement::<FailWithoutAttempt, BigInt, _>::new(
+        &FAIL_WITHOUT_ATTEMPT,
+        (
+            bind::<Text, _>(delivery_id),
+            bind::<Text, _>(claim_token),
+            bind::<Nullable<Timestamptz>, _>(now),
+        ),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(changed > 0)
 }
 
-/// Gives back a claim whose request never started (shutdown), if this worker still holds
-/// it: `pending` again, still due, counters untouched.
+static HAND_BACK: SqlText = sql!("hand_back.sql", with_events);
+struct HandBack;
+
+/// Gives back a claim whose request never started (hand_back.sql); whether the claim was
+/// still this worker's.
 pub async fn hand_back(
     conn: &mut AsyncPgConnection,
     delivery_id: &str,
     claim_token: &str,
 ) -> Result<bool, DbError> {
-    use diesel_async::AsyncConnection;
-    let (delivery_id, claim_token) = (delivery_id.to_string(), claim_token.to_string());
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let handed_back: Vec<String> = diesel::update(
-                webhook_deliveries::table
-                    .find(&delivery_id)
-                    .filter(webhook_deliveries::claim_token.eq(&claim_token)),
-            )
-            .set((
-                webhook_deliveries::state.eq("pending"),
-                webhook_deliveries::claim_token.eq(None::<String>),
-                webhook_deliveries::claim_expires_at.eq(None::<DateTime<Utc>>),
-            ))
-            .returning(webhook_deliveries::id)
-            .get_results(conn)
-            .await?;
-            super::events::record_changes(conn, &handed_back, "handed_back", "processing").await?;
-            Ok(!handed_back.is_empty())
-        })
-        .await?)
+    let changed: i64 = Statement::<HandBack, BigInt, _>::new(
+        &HAND_BACK,
+        (bind::<Text, _>(delivery_id), bind::<Text, _>(claim_token)),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(changed > 0)
 }
 
-/// The earliest moment something becomes claimable: a pending delivery's due time or a
-/// lease's expiry. Both read the claiming indexes.
-pub async fn next_due_at(conn: &mut AsyncPgConnection) -> Result<Option<DateTime<Utc>>, DbError> {
-    let pending: Option<DateTime<Utc>> = webhook_deliveries::table
-        .filter(webhook_deliveries::state.eq("pending"))
-        .select(diesel::dsl::min(webhook_deliveries::next_attempt_at))
-        .first(conn)
-        .await?;
-    let expiring: Option<DateTime<Utc>> = webhook_deliveries::table
-        .filter(webhook_deliveries::state.eq("processing"))
-        .select(diesel::dsl::min(webhook_deliveries::claim_expires_at))
-        .first(conn)
-        .await?;
-    Ok(match (pending, expiring) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    })
-}
+static NEXT_DUE: SqlText = sql!("next_due.sql");
+struct NextDue;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn binds_match_placeholders() {
-        assert_eq!(super::CLAIM_SQL.matches('?').count(), 7);
-        assert_eq!(super::RECORD_SQL.matches('?').count(), 12);
-    }
+/// How long until something may become claimable (next_due.sql): `None` when nothing is
+/// queued, zero when something is due already.
+pub async fn next_due_in(
+    conn: &mut AsyncPgConnection,
+    now: Option<DateTime<Utc>>,
+) -> Result<Option<std::time::Duration>, DbError> {
+    let wait: Option<PgInterval> = Statement::<NextDue, Nullable<Interval>, _>::new(
+        &NEXT_DUE,
+        (bind::<Nullable<Timestamptz>, _>(now),),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(wait.map(|wait| {
+        // No months in a difference of two times; days count as 24 hours.
+        let micros = wait.microseconds + i64::from(wait.days) * 86_400_000_000;
+        std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0))
+    }))
 }
 
 /// A delivery as the management API reads it: every column but the signing secret.
@@ -442,28 +344,40 @@ pub async fn page(
         .await?)
 }
 
+static DELIVERIES_FIRST_PAGES: SqlText = sql!("deliveries_first_pages.sql");
+struct DeliveriesFirstPages;
+
 /// The first `limit` deliveries (newest first) of each endpoint, in one statement.
 pub async fn first_pages(
     conn: &mut AsyncPgConnection,
     endpoint_ids: &[String],
     limit: i64,
 ) -> Result<Vec<DeliveryRow>, DbError> {
-    Ok(diesel::sql_query(
-        "SELECT d.id, d.submission_id, d.endpoint_id, d.destination_url, d.state, d.attempts,
-                d.cycle_attempts, d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at
-         FROM unnest($1::text[]) AS e(id)
-         CROSS JOIN LATERAL (
-             SELECT * FROM webhook_deliveries w
-             WHERE w.endpoint_id = e.id
-             ORDER BY w.created_at DESC, w.id DESC
-             LIMIT $2
-         ) AS d",
+    Ok(Statement::<DeliveriesFirstPages, DeliveryRowSql, _>::new(
+        &DELIVERIES_FIRST_PAGES,
+        (
+            bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids),
+            bind::<BigInt, _>(limit),
+        ),
     )
-    .bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids)
-    .bind::<BigInt, _>(limit)
     .load(conn)
     .await?)
 }
+
+/// The SQL types of a [`DeliveryRow`], in its column order, for hand-written statements.
+type DeliveryRowSql = (
+    Text,
+    Nullable<Text>,
+    Text,
+    Text,
+    Text,
+    Integer,
+    Integer,
+    Timestamptz,
+    Nullable<Timestamptz>,
+    Timestamptz,
+    Nullable<Timestamptz>,
+);
 
 /// How many deliveries are in each state, optionally for one endpoint, without scanning
 /// the history: delivered and failed from the counts the triggers keep (migration
@@ -511,55 +425,38 @@ pub enum ReplayOutcome {
     },
 }
 
-/// Puts a failed delivery back in the queue in one conditional update: `pending`, due
-/// now, a fresh cycle (`cycle_attempts = 0`), no claim, no completion. `attempts` and the
-/// history stay, so numbering continues. Wakes the workers in the same transaction.
+static REPLAY_ONE: SqlText = sql!("replay_one.sql", with_events);
+struct ReplayOne;
+
+/// Puts a failed delivery back in the queue (replay_one.sql); when it cannot be, says why.
 pub async fn replay(
     conn: &mut AsyncPgConnection,
     id: &str,
-    now: DateTime<Utc>,
+    now: Option<DateTime<Utc>>,
 ) -> Result<ReplayOutcome, DbError> {
-    use diesel_async::AsyncConnection;
-    let id = id.to_string();
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let replayed: Option<DeliveryRow> = diesel::update(
-                webhook_deliveries::table
-                    .find(&id)
-                    .filter(webhook_deliveries::state.eq("failed"))
-                    .filter(webhook_deliveries::submission_id.is_not_null()),
-            )
-            .set(replay_changes(now))
-            .returning(DeliveryRow::as_returning())
-            .get_result(conn)
-            .await
-            .optional()?;
-            if let Some(row) = replayed {
-                super::events::record_changes(
-                    conn,
-                    std::slice::from_ref(&row.id),
-                    "replayed",
-                    "failed",
-                )
-                .await?;
-                notify_due(conn).await?;
-                return Ok(ReplayOutcome::Replayed(row));
-            }
-            let current: Option<(String, Option<String>)> = webhook_deliveries::table
-                .find(&id)
-                .select((webhook_deliveries::state, webhook_deliveries::submission_id))
-                .first(conn)
-                .await
-                .optional()?;
-            Ok(match current {
-                None => ReplayOutcome::NotFound,
-                Some((state, submission_id)) => ReplayOutcome::NotReplayable {
-                    state,
-                    submission_erased: submission_id.is_none(),
-                },
-            })
-        })
-        .await?)
+    let replayed: Option<DeliveryRow> = Statement::<ReplayOne, DeliveryRowSql, _>::new(
+        &REPLAY_ONE,
+        (bind::<Text, _>(id), bind::<Nullable<Timestamptz>, _>(now)),
+    )
+    .get_result(conn)
+    .await
+    .optional()?;
+    if let Some(row) = replayed {
+        return Ok(ReplayOutcome::Replayed(row));
+    }
+    let current: Option<(String, Option<String>)> = webhook_deliveries::table
+        .find(id)
+        .select((webhook_deliveries::state, webhook_deliveries::submission_id))
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(match current {
+        None => ReplayOutcome::NotFound,
+        Some((state, submission_id)) => ReplayOutcome::NotReplayable {
+            state,
+            submission_erased: submission_id.is_none(),
+        },
+    })
 }
 
 /// Which failed deliveries a bulk replay takes: exclusive bounds on `completed_at`.
@@ -570,69 +467,26 @@ pub struct ReplayFilter {
     pub failed_before: Option<DateTime<Utc>>,
 }
 
-/// Replays every failed delivery matching the filter in one statement; returns how many.
+static REPLAY_MATCHING: SqlText = sql!("replay_matching.sql", with_events);
+struct ReplayMatching;
+
+/// Replays every failed delivery matching the filter in one statement (replay_matching.sql);
+/// returns how many.
 pub async fn replay_matching(
     conn: &mut AsyncPgConnection,
     filter: &ReplayFilter,
-    now: DateTime<Utc>,
+    now: Option<DateTime<Utc>>,
 ) -> Result<usize, DbError> {
-    use diesel_async::AsyncConnection;
-    let filter = filter.clone();
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let mut query = diesel::update(webhook_deliveries::table)
-                .filter(webhook_deliveries::state.eq("failed"))
-                .filter(webhook_deliveries::submission_id.is_not_null())
-                .into_boxed();
-            if let Some(endpoint_id) = filter.endpoint_id {
-                query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id));
-            }
-            if let Some(after) = filter.failed_after {
-                query = query.filter(webhook_deliveries::completed_at.gt(after));
-            }
-            if let Some(before) = filter.failed_before {
-                query = query.filter(webhook_deliveries::completed_at.lt(before));
-            }
-            let replayed: Vec<String> = query
-                .set(replay_changes(now))
-                .returning(webhook_deliveries::id)
-                .get_results(conn)
-                .await?;
-            if !replayed.is_empty() {
-                super::events::record_changes(conn, &replayed, "replayed", "failed").await?;
-                notify_due(conn).await?;
-            }
-            Ok(replayed.len())
-        })
-        .await?)
-}
-
-#[allow(clippy::type_complexity)]
-fn replay_changes(
-    now: DateTime<Utc>,
-) -> (
-    diesel::dsl::Eq<webhook_deliveries::state, &'static str>,
-    diesel::dsl::Eq<webhook_deliveries::next_attempt_at, DateTime<Utc>>,
-    diesel::dsl::Eq<webhook_deliveries::cycle_attempts, i32>,
-    diesel::dsl::Eq<webhook_deliveries::claim_token, Option<String>>,
-    diesel::dsl::Eq<webhook_deliveries::claim_expires_at, Option<DateTime<Utc>>>,
-    diesel::dsl::Eq<webhook_deliveries::completed_at, Option<DateTime<Utc>>>,
-) {
-    (
-        webhook_deliveries::state.eq("pending"),
-        webhook_deliveries::next_attempt_at.eq(now),
-        webhook_deliveries::cycle_attempts.eq(0),
-        webhook_deliveries::claim_token.eq(None),
-        webhook_deliveries::claim_expires_at.eq(None),
-        webhook_deliveries::completed_at.eq(None),
+    let (replayed, _notified): (i64, i64) = Statement::<ReplayMatching, (BigInt, BigInt), _>::new(
+        &REPLAY_MATCHING,
+        (
+            bind::<Nullable<Text>, _>(filter.endpoint_id.as_deref()),
+            bind::<Nullable<Timestamptz>, _>(filter.failed_after),
+            bind::<Nullable<Timestamptz>, _>(filter.failed_before),
+            bind::<Nullable<Timestamptz>, _>(now),
+        ),
     )
-}
-
-/// Wakes every worker; PostgreSQL delivers it when the transaction commits.
-async fn notify_due(conn: &mut AsyncPgConnection) -> Result<(), diesel::result::Error> {
-    diesel::sql_query("SELECT pg_notify($1, '')")
-        .bind::<Text, _>(super::submissions::DELIVERY_DUE_CHANNEL)
-        .execute(conn)
-        .await?;
-    Ok(())
+    .get_result(conn)
+    .await?;
+    Ok(usize::try_from(replayed).unwrap_or(0))
 }

@@ -1,20 +1,16 @@
-//! The delivery change feed (SPEC section 8): every statement that changes a delivery
-//! writes its event in the same transaction (the hot ones as a CTE of their own text in
-//! deliveries.rs and submissions.rs, the others through [`record_changes`]); this module
-//! also reads, pages and prunes them.
+//! The delivery change feed: every statement that changes a delivery writes its event in
+//! the same transaction (sql/write_events.sql, appended to each of them); this module
+//! reads, pages and prunes them.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::deliveries::DeliveryRow;
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
+use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-
-/// The channel every event write notifies (a new delivery's rides on the workers'
-/// `hymical_delivery_due`); PostgreSQL delivers it at commit.
-pub const DELIVERY_EVENT_CHANNEL: &str = "hymical_delivery_event";
 
 /// An event, with the delivery it is about as it was when the event was read: subscribers
 /// show both, and reading them together costs one join instead of a query per event.
@@ -45,41 +41,6 @@ macro_rules! events_with_deliveries {
     };
 }
 
-/// Writes the event of a change this transaction just made to each of `delivery_ids`
-/// (read from the rows as they are now), and notifies the event readers at commit. The
-/// hot statements (outbox insert, claim, attempt record) write theirs themselves; this is
-/// for the changes made by a transaction of several statements (replays, hand-backs).
-pub async fn record_changes(
-    conn: &mut AsyncPgConnection,
-    delivery_ids: &[String],
-    kind: &str,
-    previous_state: &str,
-) -> Result<(), diesel::result::Error> {
-    if delivery_ids.is_empty() {
-        return Ok(());
-    }
-    diesel::sql_query(
-        "WITH recorded AS (
-             INSERT INTO delivery_events
-                 (delivery_id, endpoint_id, kind, state, previous_state, attempts,
-                  cycle_attempts, occurred_at)
-             SELECT id, endpoint_id, $1, state, $2, attempts, cycle_attempts,
-                    statement_timestamp()
-             FROM webhook_deliveries
-             WHERE id = ANY($3)
-             ORDER BY id
-             RETURNING pg_notify('hymical_delivery_event', '')
-         )
-         SELECT count(*) FROM recorded",
-    )
-    .bind::<Text, _>(kind)
-    .bind::<Text, _>(previous_state)
-    .bind::<diesel::sql_types::Array<Text>, _>(delivery_ids)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// The transactions a read could not see: `pg_current_snapshot()` of the reading
 /// statement. Every transaction id below `xmax` that is not `in_progress` had ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +66,15 @@ impl Snapshot {
         Some(Snapshot { xmax, in_progress })
     }
 
+    /// Leaves out the transactions that cannot write this service's events (see
+    /// [`read_snapshot`]), so that nobody waits for them: identified by their 32-bit
+    /// transaction id, which is unique among the transactions running at any moment.
+    pub fn without(mut self, foreign: &[i64]) -> Snapshot {
+        self.in_progress
+            .retain(|xid| !foreign.contains(&(xid & 0xFFFF_FFFF)));
+        self
+    }
+
     /// Whether every one of `xids` (in progress at an earlier snapshot) had ended when this
     /// one was taken.
     pub fn all_ended(&self, xids: &[i64]) -> bool {
@@ -121,37 +91,44 @@ pub struct FeedRead {
     pub events: Vec<EventRow>,
 }
 
-#[derive(QueryableByName)]
-struct SnapshotText {
-    #[diesel(sql_type = Text)]
-    snapshot: String,
-}
+static FEED_SNAPSHOT: SqlText = sql!("feed_snapshot.sql");
+struct FeedSnapshot;
 
-fn parse_snapshot(text: &str) -> Result<Snapshot, DbError> {
-    Snapshot::parse(text).ok_or_else(|| {
-        DbError::Query(diesel::result::Error::DeserializationError(
-            format!("unexpected snapshot text {text:?}").into(),
-        ))
-    })
+/// The snapshot of a read, without the transactions that cannot write events
+/// (feed_snapshot.sql).
+async fn read_snapshot(conn: &mut AsyncPgConnection) -> Result<Snapshot, diesel::result::Error> {
+    let (text, foreign): (String, Vec<i64>) =
+        Statement::<FeedSnapshot, (Text, diesel::sql_types::Array<BigInt>), _>::new(
+            &FEED_SNAPSHOT,
+            (bind::<Text, _>(super::APPLICATION_NAME),),
+        )
+        .get_result(conn)
+        .await?;
+    Snapshot::parse(&text)
+        .map(|snapshot| snapshot.without(&foreign))
+        .ok_or_else(|| {
+            diesel::result::Error::DeserializationError(
+                format!("unexpected snapshot text {text:?}").into(),
+            )
+        })
 }
 
 /// Where a reader starts: the highest event id and the snapshot it was read under (one
-/// statement, so one snapshot).
+/// read-only REPEATABLE READ transaction, so one snapshot).
 pub async fn read_start(conn: &mut AsyncPgConnection) -> Result<(Snapshot, i64), DbError> {
-    #[derive(QueryableByName)]
-    struct Start {
-        #[diesel(sql_type = Text)]
-        snapshot: String,
-        #[diesel(sql_type = Nullable<BigInt>)]
-        newest: Option<i64>,
-    }
-    let start: Start = diesel::sql_query(
-        "SELECT pg_current_snapshot()::text AS snapshot, \
-         (SELECT max(id) FROM delivery_events) AS newest",
-    )
-    .get_result(conn)
-    .await?;
-    Ok((parse_snapshot(&start.snapshot)?, start.newest.unwrap_or(0)))
+    Ok(conn
+        .build_transaction()
+        .repeatable_read()
+        .read_only()
+        .run::<_, diesel::result::Error, _>(async move |conn| {
+            let snapshot = read_snapshot(conn).await?;
+            let newest: Option<i64> = delivery_events::table
+                .select(diesel::dsl::max(delivery_events::id))
+                .first(conn)
+                .await?;
+            Ok((snapshot, newest.unwrap_or(0)))
+        })
+        .await?)
 }
 
 /// Reads the events after `after` together with the snapshot they were read under, in
@@ -161,15 +138,12 @@ pub async fn read_feed(
     after: i64,
     limit: i64,
 ) -> Result<FeedRead, DbError> {
-    let (head, events) = conn
+    let (snapshot, events) = conn
         .build_transaction()
         .repeatable_read()
         .read_only()
         .run::<_, diesel::result::Error, _>(async move |conn| {
-            let head: SnapshotText =
-                diesel::sql_query("SELECT pg_current_snapshot()::text AS snapshot")
-                    .get_result(conn)
-                    .await?;
+            let snapshot = read_snapshot(conn).await?;
             let events = events_with_deliveries!()
                 .filter(delivery_events::id.gt(after))
                 .order(delivery_events::id.asc())
@@ -177,13 +151,10 @@ pub async fn read_feed(
                 .select(EventRow::as_select())
                 .load(conn)
                 .await?;
-            Ok((head, events))
+            Ok((snapshot, events))
         })
         .await?;
-    Ok(FeedRead {
-        snapshot: parse_snapshot(&head.snapshot)?,
-        events,
-    })
+    Ok(FeedRead { snapshot, events })
 }
 
 /// What a subscriber wants to see.
@@ -264,38 +235,22 @@ pub async fn page(
         .await?)
 }
 
-/// Deletes up to `batch` of the oldest events that occurred before `cutoff`, and moves
-/// the pruning mark to the highest id removed, in one statement. Returns how many went.
+static PRUNE_EVENTS: SqlText = sql!("prune_events.sql");
+struct PruneEvents;
+
+/// Deletes up to `batch` of the oldest events that occurred before `cutoff` and moves the
+/// pruning mark (prune_events.sql). Returns how many went.
 pub async fn prune_before(
     conn: &mut AsyncPgConnection,
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<i64, DbError> {
-    #[derive(QueryableByName)]
-    struct Pruned {
-        #[diesel(sql_type = BigInt)]
-        pruned: i64,
-    }
-    let pruned: Pruned = diesel::sql_query(
-        "WITH bound AS MATERIALIZED (
-             SELECT least(
-                 (SELECT max(id) FROM delivery_events WHERE occurred_at < $1),
-                 (SELECT min(id) FROM delivery_events) + $2 - 1) AS id
-         ), gone AS (
-             DELETE FROM delivery_events WHERE id <= (SELECT id FROM bound) RETURNING 1
-         ), marked AS (
-             UPDATE delivery_event_retention
-             SET pruned_through = greatest(pruned_through, (SELECT id FROM bound))
-             WHERE (SELECT id FROM bound) IS NOT NULL
-             RETURNING 1
-         )
-         SELECT count(*) AS pruned FROM gone",
+    Ok(Statement::<PruneEvents, BigInt, _>::new(
+        &PRUNE_EVENTS,
+        (bind::<Timestamptz, _>(cutoff), bind::<BigInt, _>(batch)),
     )
-    .bind::<Timestamptz, _>(cutoff)
-    .bind::<BigInt, _>(batch)
     .get_result(conn)
-    .await?;
-    Ok(pruned.pruned)
+    .await?)
 }
 
 #[cfg(test)]
@@ -351,6 +306,12 @@ mod tests {
             })
         );
         assert_eq!(Snapshot::parse("7:x:"), None);
+        // A transaction of another database, known by its 32-bit id, is not waited for.
+        let epoch_two = (2i64 << 32) + 103;
+        let snapshot = Snapshot::parse(&format!("100:{}:100,{epoch_two}", epoch_two + 1))
+            .expect("parses")
+            .without(&[103]);
+        assert_eq!(snapshot.in_progress, vec![100]);
         assert_eq!(Snapshot::parse("7"), None);
     }
 

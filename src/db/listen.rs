@@ -3,17 +3,24 @@
 
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::RunQueryDsl;
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use crate::config::Secret;
+use super::ConnectionSettings;
+
+/// Notified when a delivery became due now (a submission accepted, a replay): wakes the
+/// workers. The statements in `sql/` name these channels literally; a test holds them to
+/// these constants.
+pub const DELIVERY_DUE: &str = "hymical_delivery_due";
+/// Notified by every event write: wakes the event readers.
+pub const DELIVERY_EVENT: &str = "hymical_delivery_event";
 
 /// Listens on `channels` until `shutdown`, reconnecting after failures. `on_notification`
 /// gets each notification's channel and payload; after every (re)connection it is also
 /// called with `None`, because anything sent while the connection was down was missed.
 pub async fn run(
-    url: Secret,
+    settings: ConnectionSettings,
     channels: &'static [&'static str],
     on_notification: impl Fn(Option<(&str, &str)>) + Send + Sync + 'static,
     mut shutdown: watch::Receiver<bool>,
@@ -24,9 +31,7 @@ pub async fn run(
             return;
         }
         let session = async {
-            let mut connection = AsyncPgConnection::establish(url.expose())
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut connection = settings.connect().await.map_err(|e| e.to_string())?;
             for channel in channels {
                 diesel::sql_query(format!("LISTEN {channel}"))
                     .execute(&mut connection)
@@ -71,5 +76,32 @@ pub async fn run(
                 _ = shutdown.changed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every channel a statement notifies is one of the constants above.
+    #[test]
+    fn statements_notify_only_the_known_channels() {
+        let statements = [
+            include_str!("sql/outbox_insert.sql"),
+            include_str!("sql/replay_one.sql"),
+            include_str!("sql/replay_matching.sql"),
+            include_str!("sql/write_events.sql"),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for text in statements {
+            for (at, _) in text.match_indices("pg_notify('") {
+                let rest = &text[at + "pg_notify('".len()..];
+                let channel = &rest[..rest.find('\'').expect("closing quote")];
+                assert!(
+                    [super::DELIVERY_DUE, super::DELIVERY_EVENT].contains(&channel),
+                    "{channel}"
+                );
+                seen.insert(channel);
+            }
+        }
+        assert_eq!(seen.len(), 2);
     }
 }

@@ -8,21 +8,21 @@ pub mod events;
 pub mod keys;
 pub mod listen;
 pub mod migrations;
-pub mod prepared;
 pub mod rate_limits;
 pub mod schema;
+pub mod statement;
 pub mod submissions;
 
 use std::time::Duration;
 
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
+use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
-use crate::config::Secret;
+use crate::config::{DatabaseConfig, Secret};
 
-pub type DbPool = bb8::Pool<AsyncDieselConnectionManager<AsyncPgConnection>>;
-pub type DbConnection<'a> =
-    bb8::PooledConnection<'a, AsyncDieselConnectionManager<AsyncPgConnection>>;
+type Manager = AsyncDieselConnectionManager<AsyncPgConnection>;
+pub type DbPool = bb8::Pool<Manager>;
+pub type DbConnection<'a> = bb8::PooledConnection<'a, Manager>;
 
 /// A failure to reach or use the database. Callers map every variant to
 /// `503 storage_unavailable`; the text is for logs and never reaches a client.
@@ -34,6 +34,8 @@ pub enum DbError {
     Pool(String),
     #[error("cannot connect to the database: {0}")]
     Connect(#[from] diesel::ConnectionError),
+    #[error("the database did not answer within {0:?}")]
+    Deadline(Duration),
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError {
@@ -45,85 +47,246 @@ impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError
 /// How long a request waits for a free connection before it is answered with 503.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The pool shared by the HTTP server and the worker. Every connection gets the
-/// statement timeout, so no request or job can hold a connection for ever.
-pub async fn connect_pool(
-    url: &Secret,
-    size: u32,
-    statement_timeout: Duration,
-) -> Result<DbPool, DbError> {
-    connect_counted_pool(url, size, statement_timeout, None).await
+/// TCP keepalives on every connection: a peer that vanished without closing (a dead host,
+/// a dropped route) is noticed within about idle + interval × retries.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// The value every connection sets as `application_name`; the event reader also uses it
+/// to tell this service's transactions from others in the cluster.
+pub const APPLICATION_NAME: &str = "hymical-forms";
+
+/// How every connection of the process is opened and set up.
+#[derive(Clone)]
+pub struct ConnectionSettings {
+    config: tokio_postgres::Config,
+    setup: String,
 }
 
-/// Counts the statements a pool's connections run (tests prove that nested lists are
-/// batched by counting them).
+impl std::fmt::Debug for ConnectionSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The configuration holds the password.
+        f.write_str("ConnectionSettings(<redacted>)")
+    }
+}
+
+impl ConnectionSettings {
+    /// From the database URL and the timeouts of the configuration.
+    pub fn new(url: &Secret, database: &DatabaseConfig) -> Result<ConnectionSettings, DbError> {
+        ConnectionSettings::with_timeouts(
+            url,
+            database.statement_timeout,
+            database.idle_in_transaction_timeout,
+            database.connect_timeout,
+        )
+    }
+
+    pub fn with_timeouts(
+        url: &Secret,
+        statement_timeout: Duration,
+        idle_in_transaction_timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<ConnectionSettings, DbError> {
+        let mut config: tokio_postgres::Config = url.expose().parse().map_err(|_| {
+            DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(
+                "the database URL is not valid".into(),
+            ))
+        })?;
+        config
+            .application_name(APPLICATION_NAME)
+            .connect_timeout(connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(KEEPALIVE_IDLE)
+            .keepalives_interval(KEEPALIVE_INTERVAL)
+            .keepalives_retries(KEEPALIVE_RETRIES)
+            // Sent data that stays unacknowledged this long ends the connection, so a
+            // query on a dead route fails rather than waiting for ever.
+            .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+        let setup = format!(
+            "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+            statement_timeout.as_millis().max(1),
+            idle_in_transaction_timeout.as_millis().max(1),
+        );
+        Ok(ConnectionSettings { config, setup })
+    }
+
+    /// Opens one connection, set up like every other (outside the pool: migrations,
+    /// administrative commands, exports, the notification listener).
+    pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
+        let (client, connection) =
+            self.config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|error| {
+                    DbError::Connect(diesel::ConnectionError::BadConnection(error.to_string()))
+                })?;
+        let mut connection =
+            AsyncPgConnection::try_from_client_and_connection(client, connection).await?;
+        connection
+            .batch_execute(&self.setup)
+            .await
+            .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+        Ok(connection)
+    }
+}
+
+/// The process's database: a bb8 pool of diesel-async connections and the deadline of each
+/// call. Every use of a pooled connection goes through [`Db::run`].
+#[derive(Clone)]
+pub struct Db {
+    pool: DbPool,
+    call_timeout: Duration,
+}
+
+/// Work on one connection: an async closure whose future is `Send` (what every handler
+/// and task needs). Implemented for every such closure.
+pub trait ConnectionWork<'c, T>:
+    AsyncFnOnce(&'c mut AsyncPgConnection) -> Result<T, DbError>
+    + FnOnce(&'c mut AsyncPgConnection) -> <Self as ConnectionWork<'c, T>>::Fut
+{
+    type Fut: std::future::Future<Output = Result<T, DbError>> + Send;
+}
+
+impl<'c, T, F, Fut> ConnectionWork<'c, T> for F
+where
+    F: AsyncFnOnce(&'c mut AsyncPgConnection) -> Result<T, DbError>
+        + FnOnce(&'c mut AsyncPgConnection) -> Fut,
+    Fut: std::future::Future<Output = Result<T, DbError>> + Send,
+{
+    type Fut = Fut;
+}
+
+impl Db {
+    /// Opens the pool. Every connection gets the statement timeout, TCP keepalives and the
+    /// connect timeout, so no request or job holds a connection for ever.
+    pub async fn connect(
+        settings: ConnectionSettings,
+        size: u32,
+        call_timeout: Duration,
+    ) -> Result<Db, DbError> {
+        Db::connect_counted(settings, size, call_timeout, None).await
+    }
+
+    /// [`Db::connect`], optionally counting every statement into `counter` (tests prove
+    /// that nested lists are batched by counting them).
+    pub async fn connect_counted(
+        settings: ConnectionSettings,
+        size: u32,
+        call_timeout: Duration,
+        counter: Option<StatementCounter>,
+    ) -> Result<Db, DbError> {
+        let mut manager_config = ManagerConfig::default();
+        manager_config.custom_setup = Box::new(move |_url| {
+            let counter = counter.clone();
+            let settings = settings.clone();
+            Box::pin(async move {
+                let mut connection = settings.connect().await.map_err(|error| match error {
+                    DbError::Connect(error) => error,
+                    other => diesel::ConnectionError::BadConnection(other.to_string()),
+                })?;
+                // Counted from here: a connection's own set-up is no statement of a request.
+                if let Some(counter) = counter {
+                    use diesel_async::AsyncConnection;
+                    connection.set_instrumentation(
+                        move |event: diesel::connection::InstrumentationEvent<'_>| {
+                            if matches!(
+                                event,
+                                diesel::connection::InstrumentationEvent::StartQuery { .. }
+                            ) {
+                                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        },
+                    );
+                }
+                Ok(connection)
+            })
+        });
+        // The URL is unused: `custom_setup` connects with the settings above.
+        let manager = Manager::new_with_config("postgres://", manager_config);
+        let pool = bb8::Pool::builder()
+            .max_size(size)
+            .connection_timeout(CHECKOUT_TIMEOUT)
+            // Broken connections are noticed when a query fails; a ping before every
+            // checkout would add a round trip to every request.
+            .test_on_check_out(false)
+            .build(manager)
+            .await
+            .map_err(|e| DbError::Pool(e.to_string()))?;
+        let db = Db { pool, call_timeout };
+        // Fail at start-up, not on the first request, when the database cannot be reached.
+        db.run(async |_| Ok(())).await?;
+        Ok(db)
+    }
+
+    /// Runs `work` on a pooled connection within the call deadline. A call that misses it
+    /// (a network that silently drops packets, say) fails with [`DbError::Deadline`] and
+    /// its connection is discarded rather than returned to the pool mid-query.
+    pub async fn run<T, F>(&self, work: F) -> Result<T, DbError>
+    where
+        F: for<'c> ConnectionWork<'c, T>,
+    {
+        let started = tokio::time::Instant::now();
+        let mut connection = tokio::time::timeout(self.call_timeout, self.pool.get())
+            .await
+            .map_err(|_| DbError::Deadline(self.call_timeout))??;
+        let remaining = self.call_timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(remaining, work(&mut connection)).await {
+            Ok(result) => result,
+            Err(_) => {
+                discard(&mut connection);
+                Err(DbError::Deadline(self.call_timeout))
+            }
+        }
+    }
+
+    /// Connections in use and requests waiting for one (metrics, tests).
+    pub fn state(&self) -> bb8::State {
+        self.pool.state()
+    }
+}
+
+/// Marks a connection broken, so the pool closes it instead of handing it out again: a
+/// call abandoned mid-query leaves it in an unknown state.
+fn discard(connection: &mut AsyncPgConnection) {
+    use diesel_async::TransactionManager;
+    diesel_async::AnsiTransactionManager::transaction_manager_status_mut(connection).set_in_error();
+}
+
+/// Counts the statements a pool's connections run.
 pub type StatementCounter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
 
-/// [`connect_pool`], optionally counting every statement into `counter`.
-pub async fn connect_counted_pool(
-    url: &Secret,
-    size: u32,
-    statement_timeout: Duration,
-    counter: Option<StatementCounter>,
-) -> Result<DbPool, DbError> {
-    let mut manager_config = ManagerConfig::default();
-    let timeout_ms = statement_timeout.as_millis().max(1);
-    manager_config.custom_setup = Box::new(move |url| {
-        let counter = counter.clone();
-        Box::pin(async move {
-            let mut connection = AsyncPgConnection::establish(url).await?;
-            connection
-                .batch_execute(&format!(
-                    "SET statement_timeout = {timeout_ms}; SET application_name = 'hymical-forms'"
-                ))
-                .await
-                .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
-            // Counted from here: a connection's own set-up is no statement of a request.
-            if let Some(counter) = counter {
-                connection.set_instrumentation(
-                    move |event: diesel::connection::InstrumentationEvent<'_>| {
-                        if matches!(
-                            event,
-                            diesel::connection::InstrumentationEvent::StartQuery { .. }
-                        ) {
-                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        }
-                    },
-                );
-            }
-            Ok(connection)
-        })
-    });
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(
-        url.expose(),
-        manager_config,
-    );
-    let pool = bb8::Pool::builder()
-        .max_size(size)
-        .connection_timeout(CHECKOUT_TIMEOUT)
-        // Broken connections are noticed when a query fails; a ping before every
-        // checkout would add a round trip to every request.
-        .test_on_check_out(false)
-        .build(manager)
-        .await
-        .map_err(|e| DbError::Pool(e.to_string()))?;
-    // Fail at start-up, not on the first request, when the database cannot be reached.
-    drop(pool.get().await?);
-    Ok(pool)
+/// One connection outside the pool with the timeouts of administrative work, for
+/// migrations and commands.
+pub async fn connect_one(url: &Secret) -> Result<AsyncPgConnection, DbError> {
+    ConnectionSettings::admin(url)?.connect().await
 }
 
-/// One connection outside the pool, for migrations and administrative commands.
-pub async fn connect_one(url: &Secret) -> Result<AsyncPgConnection, DbError> {
-    Ok(AsyncPgConnection::establish(url.expose()).await?)
+/// The statement timeout of administrative work: migrations and retention may run long.
+const ADMIN_STATEMENT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The call deadline to go with it.
+pub const ADMIN_CALL_TIMEOUT: Duration =
+    Duration::from_secs(3600 + crate::config::CALL_TIMEOUT_MARGIN.as_secs());
+
+impl ConnectionSettings {
+    /// Settings for administrative connections (migrations, commands).
+    pub fn admin(url: &Secret) -> Result<ConnectionSettings, DbError> {
+        ConnectionSettings::with_timeouts(
+            url,
+            ADMIN_STATEMENT_TIMEOUT,
+            ADMIN_STATEMENT_TIMEOUT,
+            Duration::from_secs(10),
+        )
+    }
 }
 
 /// `SELECT 1` through the pool: the readiness probe.
-pub async fn ping(pool: &DbPool) -> Result<(), DbError> {
-    let mut connection = pool.get().await?;
-    diesel::sql_query("SELECT 1")
-        .execute(&mut *connection)
-        .await?;
-    Ok(())
+pub async fn ping(db: &Db) -> Result<(), DbError> {
+    db.run(async |conn| {
+        diesel::sql_query("SELECT 1").execute(conn).await?;
+        Ok(())
+    })
+    .await
 }
 
 /// Creates `database` on the server of `admin_url` unless it exists.

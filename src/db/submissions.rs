@@ -5,11 +5,8 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Json, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::prepared::{bind, PreparedSql};
+use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-
-/// The channel a worker listens on to hear that a delivery is due now.
-pub const DELIVERY_DUE_CHANNEL: &str = "hymical_delivery_due";
 
 pub struct NewSubmission<'a> {
     pub id: &'a str,
@@ -21,6 +18,8 @@ pub struct NewSubmission<'a> {
     pub idempotency: Option<(&'a str, &'a str)>,
     /// Used when the endpoint has a webhook at the moment of the insert.
     pub delivery_id: &'a str,
+    /// The time the new delivery's due time is judged by (`None`: the database's clock).
+    pub now: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,13 +31,12 @@ pub enum InsertOutcome {
     KeyTaken,
 }
 
-/// Writes the submission and, if the endpoint has a webhook, its delivery (URL and secret
-/// copied from the endpoint row as it is now, due at once) in one statement, hence one
-/// transaction: both rows or neither. The worker wake-up is sent in the same transaction,
-/// so PostgreSQL delivers it only after the commit.
-///
-/// The unique constraint on (endpoint_id, idempotency_key) decides races between
-/// concurrent first requests with one key: the loser inserts nothing and gets `KeyTaken`.
+static OUTBOX_INSERT: SqlText = sql!("outbox_insert.sql", with_events);
+struct OutboxInsert;
+
+/// Writes the submission and, if the endpoint has a webhook, its delivery in one statement
+/// (outbox_insert.sql). `KeyTaken` when a concurrent first request with the same
+/// idempotency key won the race: nothing was written.
 pub async fn insert_with_delivery(
     conn: &mut AsyncPgConnection,
     submission: &NewSubmission<'_>,
@@ -47,8 +45,8 @@ pub async fn insert_with_delivery(
         Some((key, fingerprint)) => (Some(key), Some(fingerprint)),
         None => (None, None),
     };
-    let query = PreparedSql::<OutboxInsert, (BigInt, BigInt), _>::new(
-        OUTBOX_INSERT_SQL,
+    let query = Statement::<OutboxInsert, (BigInt, BigInt), _>::new(
+        &OUTBOX_INSERT,
         (
             bind::<Text, _>(submission.id),
             bind::<Text, _>(submission.endpoint_id),
@@ -57,6 +55,7 @@ pub async fn insert_with_delivery(
             bind::<Nullable<Text>, _>(key),
             bind::<Nullable<Text>, _>(fingerprint),
             bind::<Text, _>(submission.delivery_id),
+            bind::<Nullable<Timestamptz>, _>(submission.now),
         ),
     );
     let (submissions, deliveries): (i64, i64) = query.get_result(conn).await?;
@@ -68,38 +67,6 @@ pub async fn insert_with_delivery(
         }
     })
 }
-
-/// Identity of the outbox statement in the prepared-statement cache.
-struct OutboxInsert;
-
-/// Binds: submission id, endpoint id, received at, fields, idempotency key, fingerprint,
-/// delivery id. The delivery's `created` event is written by the same statement; the one
-/// notification, on `DELIVERY_DUE_CHANNEL`, wakes the workers and the event readers.
-const OUTBOX_INSERT_SQL: &str = "\
-WITH new_submission AS (
-    INSERT INTO submissions
-        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
-    VALUES (?, ?, ?, ?, ?, ?)
-    ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-    RETURNING id, endpoint_id, received_at
-), new_delivery AS (
-    INSERT INTO webhook_deliveries
-        (id, submission_id, endpoint_id, destination_url, signing_secret, state,
-         attempts, cycle_attempts, next_attempt_at, created_at)
-    SELECT ?, s.id, s.endpoint_id, e.webhook_url, e.webhook_secret, 'pending',
-           0, 0, s.received_at, s.received_at
-    FROM new_submission s
-    JOIN endpoints e ON e.id = s.endpoint_id
-    WHERE e.webhook_url IS NOT NULL
-    RETURNING id, endpoint_id
-), created_event AS (
-    INSERT INTO delivery_events
-        (delivery_id, endpoint_id, kind, state, attempts, cycle_attempts, occurred_at)
-    SELECT id, endpoint_id, 'created', 'pending', 0, 0, statement_timestamp()
-    FROM new_delivery
-)
-SELECT (SELECT count(*) FROM new_submission),
-       (SELECT count(*) FROM new_delivery, LATERAL pg_notify('hymical_delivery_due', '') AS notified)";
 
 /// The submission an idempotency key already names.
 #[derive(Debug, Clone, Queryable)]
@@ -134,16 +101,6 @@ pub async fn find_by_idempotency_key(
         .first(conn)
         .await
         .optional()?)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_outbox_statement_notifies_the_delivery_channel() {
-        assert!(super::OUTBOX_INSERT_SQL
-            .contains(&format!("pg_notify('{}'", super::DELIVERY_DUE_CHANNEL)));
-        assert_eq!(super::OUTBOX_INSERT_SQL.matches('?').count(), 7);
-    }
 }
 
 /// A stored submission, as the management API reads it.
@@ -196,24 +153,26 @@ pub async fn page(
         .await?)
 }
 
+static SUBMISSIONS_FIRST_PAGES: SqlText = sql!("submissions_first_pages.sql");
+struct SubmissionsFirstPages;
+
 /// The first `limit` submissions (newest first) of each endpoint, in one statement.
 pub async fn first_pages(
     conn: &mut AsyncPgConnection,
     endpoint_ids: &[String],
     limit: i64,
 ) -> Result<Vec<SubmissionRow>, DbError> {
-    Ok(diesel::sql_query(
-        "SELECT s.id, s.endpoint_id, s.received_at, s.fields, s.idempotency_key
-         FROM unnest($1::text[]) AS e(id)
-         CROSS JOIN LATERAL (
-             SELECT * FROM submissions x
-             WHERE x.endpoint_id = e.id
-             ORDER BY x.received_at DESC, x.id DESC
-             LIMIT $2
-         ) AS s",
+    Ok(Statement::<
+        SubmissionsFirstPages,
+        (Text, Text, Timestamptz, Json, Nullable<Text>),
+        _,
+    >::new(
+        &SUBMISSIONS_FIRST_PAGES,
+        (
+            bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids),
+            bind::<BigInt, _>(limit),
+        ),
     )
-    .bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids)
-    .bind::<BigInt, _>(limit)
     .load(conn)
     .await?)
 }
@@ -287,48 +246,36 @@ fn filtered<'a>(
     query
 }
 
-/// Submissions received before `cutoff` that no delivery still needs: without a delivery,
-/// or delivered. Failed deliveries may be replayed, so theirs are kept.
-fn expired_ids(cutoff: DateTime<Utc>) -> String {
-    format!(
-        "SELECT s.id FROM submissions s
-         LEFT JOIN webhook_deliveries d ON d.submission_id = s.id
-         WHERE s.received_at < '{}' AND (d.id IS NULL OR d.state = 'delivered')",
-        cutoff.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-    )
-}
+static RETENTION_COUNT: SqlText = sql!("retention_count.sql");
+struct RetentionCount;
 
-/// How many submissions retention would delete now.
+/// How many submissions retention would delete now (retention_count.sql).
 pub async fn count_expired(
     conn: &mut AsyncPgConnection,
     cutoff: DateTime<Utc>,
 ) -> Result<i64, DbError> {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let count: Count = diesel::sql_query(format!(
-        "SELECT count(*) AS n FROM ({}) AS expired",
-        expired_ids(cutoff)
-    ))
+    Ok(Statement::<RetentionCount, BigInt, _>::new(
+        &RETENTION_COUNT,
+        (bind::<Timestamptz, _>(cutoff),),
+    )
     .get_result(conn)
-    .await?;
-    Ok(count.n)
+    .await?)
 }
 
-/// Deletes up to `batch` expired submissions (see [`count_expired`]); returns how many.
-/// Rows another process is deleting are skipped. Deliveries and attempts stay, their
-/// `submission_id` set to null.
+static RETENTION_DELETE: SqlText = sql!("retention_delete.sql");
+struct RetentionDelete;
+
+/// Deletes up to `batch` expired submissions (retention_delete.sql); returns how many.
 pub async fn delete_expired_batch(
     conn: &mut AsyncPgConnection,
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<usize, DbError> {
-    Ok(diesel::sql_query(format!(
-        "DELETE FROM submissions WHERE id IN ({} LIMIT {batch} FOR UPDATE OF s SKIP LOCKED)",
-        expired_ids(cutoff)
-    ))
-    .execute(conn)
-    .await?)
+    let deleted: i64 = Statement::<RetentionDelete, BigInt, _>::new(
+        &RETENTION_DELETE,
+        (bind::<Timestamptz, _>(cutoff), bind::<BigInt, _>(batch)),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(usize::try_from(deleted).unwrap_or(0))
 }

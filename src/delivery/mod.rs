@@ -17,7 +17,9 @@ use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::app::AppState;
-use crate::db::deliveries::{self, AttemptRecord, ClaimedDelivery, OwnerTransition, Recorded};
+use crate::db::deliveries::{
+    self, AttemptRecord, ClaimRequest, ClaimedDelivery, OwnerTransition, Recorded,
+};
 use crate::db::DbError;
 use crate::ids;
 use client::WebhookClient;
@@ -57,16 +59,17 @@ impl Worker {
         if wanted == 0 {
             return Ok((0, 0));
         }
-        let claimed = {
-            let mut conn = self.app.pool.get().await?;
-            deliveries::claim(
-                &mut conn,
-                self.app.clock.now(),
-                self.app.config.worker.lease,
-                wanted as u32,
-            )
-            .await?
+        let request = ClaimRequest {
+            now: self.app.clock.pinned(),
+            lease: self.app.config.worker.lease,
+            limit: wanted as u32,
+            endpoint_concurrency: self.app.config.worker.endpoint_concurrency,
         };
+        let claimed = self
+            .app
+            .db
+            .run(async |conn| deliveries::claim(conn, request).await)
+            .await?;
         let count = claimed.len();
         if count > 0 {
             tracing::debug!(count, "claimed deliveries");
@@ -135,27 +138,31 @@ impl Worker {
         tracing::info!("delivery worker stopped");
     }
 
-    /// How long to sleep: until the next due time or lease expiry, at most `poll`.
+    /// How long to sleep: until the next due time or lease expiry (by the database's
+    /// clock), at most `poll`.
     async fn until_next_due(&self, poll: Duration) -> Duration {
-        let next = async {
-            let mut conn = self.app.pool.get().await?;
-            deliveries::next_due_at(&mut conn).await
-        }
-        .await;
-        let now = self.app.clock.now();
+        let now = self.app.clock.pinned();
+        let next = self
+            .app
+            .db
+            .run(async |conn| deliveries::next_due_in(conn, now).await)
+            .await;
         match next {
-            Ok(Some(at)) if at > now => (at - now).to_std().map_or(poll, |wait| wait.min(poll)),
-            // Due already but not claimed: another worker holds it. Wait for a wake-up.
+            Ok(Some(wait)) if !wait.is_zero() => wait.min(poll),
+            // Due already but not claimed (another worker holds it, or its endpoint has no
+            // room): wait for a wake-up, a freed slot or the poll.
             _ => poll,
         }
     }
 
     async fn hand_back(&self, delivery: &ClaimedDelivery) {
-        let result = async {
-            let mut conn = self.app.pool.get().await?;
-            deliveries::hand_back(&mut conn, &delivery.id, &delivery.claim_token).await
-        }
-        .await;
+        let result = self
+            .app
+            .db
+            .run(async |conn| {
+                deliveries::hand_back(conn, &delivery.id, &delivery.claim_token).await
+            })
+            .await;
         match result {
             Ok(true) => {
                 tracing::info!(delivery_id = %delivery.id, "handed back an unstarted claim")
@@ -217,26 +224,21 @@ impl Worker {
             error: result.error.as_deref(),
         };
         // The owner's transition, decided from the cycle count it claimed with.
-        let now = self.app.clock.now();
         let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
         let transition = match outcome::next_step(result, cycle_attempts, &self.app.config.webhook)
         {
-            NextStep::Delivered => OwnerTransition::Delivered { at: now },
-            NextStep::Failed => OwnerTransition::Failed { at: now },
-            NextStep::RetryAfter(wait) => OwnerTransition::Retry {
-                at: chrono::Duration::from_std(wait)
-                    .ok()
-                    .and_then(|wait| now.checked_add_signed(wait))
-                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC),
-            },
+            NextStep::Delivered => OwnerTransition::Delivered,
+            NextStep::Failed => OwnerTransition::Failed,
+            NextStep::RetryAfter(wait) => OwnerTransition::Retry { after: wait },
         };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {
-            let outcome = async {
-                let mut conn = self.app.pool.get().await?;
-                deliveries::record_attempt(&mut conn, &record, transition).await
-            }
-            .await;
+            let now = self.app.clock.pinned();
+            let outcome = self
+                .app
+                .db
+                .run(async |conn| deliveries::record_attempt(conn, &record, transition, now).await)
+                .await;
             match outcome {
                 Ok(Recorded::Owner {
                     attempt_number,
@@ -281,17 +283,15 @@ impl Worker {
     }
 
     async fn fail_erased(&self, delivery: &ClaimedDelivery) {
-        let result = async {
-            let mut conn = self.app.pool.get().await?;
-            deliveries::fail_without_attempt(
-                &mut conn,
-                &delivery.id,
-                &delivery.claim_token,
-                self.app.clock.now(),
-            )
-            .await
-        }
-        .await;
+        let now = self.app.clock.pinned();
+        let result = self
+            .app
+            .db
+            .run(async |conn| {
+                deliveries::fail_without_attempt(conn, &delivery.id, &delivery.claim_token, now)
+                    .await
+            })
+            .await;
         match result {
             Ok(_) => {
                 tracing::warn!(delivery_id = %delivery.id, "delivery failed without an attempt: its submission was erased")

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::app::AppState;
 use crate::db::events::{self, EventFilter, EventRow, HistoryExpired};
-use crate::db::{DbError, DbPool};
+use crate::db::{Db, DbError};
 use crate::error::ApiError;
 
 /// Events read per round; a full round is followed by another at once.
@@ -213,7 +213,7 @@ impl EventFeed {
     /// order. `started` learns the id the stream starts after, once it is known.
     pub fn subscribe(
         self: &Arc<Self>,
-        pool: DbPool,
+        db: Db,
         filter: EventFilter,
         after: Option<i64>,
         started: impl FnOnce(i64) + Send + 'static,
@@ -228,7 +228,7 @@ impl EventFeed {
                 if cursor < registration.frontier {
                     let mut from = cursor;
                     loop {
-                        let page = catch_up_page(&pool, from, registration.frontier, &filter).await?;
+                        let page = catch_up_page(&db, from, registration.frontier, &filter).await?;
                         let full = page.len() as i64 == CATCH_UP_PAGE;
                         for event in page {
                             from = event.id;
@@ -292,13 +292,15 @@ async fn live(
 }
 
 async fn catch_up_page(
-    pool: &DbPool,
+    db: &Db,
     after: i64,
     through: i64,
     filter: &EventFilter,
 ) -> Result<Vec<EventRow>, FeedError> {
-    let mut conn = pool.get().await.map_err(DbError::from)?;
-    match events::page(&mut conn, after, through, filter, CATCH_UP_PAGE).await? {
+    let page = db
+        .run(async |conn| events::page(conn, after, through, filter, CATCH_UP_PAGE).await)
+        .await?;
+    match page {
         Ok(page) => Ok(page),
         Err(HistoryExpired { pruned_through }) => Err(FeedError::HistoryExpired {
             after,
@@ -347,7 +349,7 @@ pub async fn run_feed(app: AppState, mut shutdown: watch::Receiver<bool>) {
         if feed.lock().subscribers == 0 {
             continue;
         }
-        match round(&app.pool, &feed, &mut pending).await {
+        match round(&app.db, &feed, &mut pending).await {
             Ok(more) => again = more,
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "cannot read delivery events; retrying");
@@ -371,11 +373,7 @@ async fn sleep_or_forever(duration: Option<Duration>) {
 
 /// One read: publishes what became final, remembers what must wait. Returns whether
 /// another round should follow at once.
-async fn round(
-    pool: &DbPool,
-    feed: &EventFeed,
-    pending: &mut Option<Pending>,
-) -> Result<bool, DbError> {
+async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Result<bool, DbError> {
     let (frontier, generation) = {
         let shared = feed.lock();
         (shared.frontier, shared.generation)
@@ -383,12 +381,11 @@ async fn round(
     if pending.as_ref().is_some_and(|p| p.generation != generation) {
         *pending = None;
     }
-    let mut conn = pool.get().await?;
     let Some(frontier) = frontier else {
         // Starting: everything visible now is the past once the transactions in progress
         // have ended. The start waits like any read events: as one pending through the
         // newest id, decided by the same rule.
-        let (snapshot, newest) = events::read_start(&mut conn).await?;
+        let (snapshot, newest) = db.run(async |conn| events::read_start(conn).await).await?;
         let start = pending.take().unwrap_or_else(|| Pending {
             generation,
             through: newest,
@@ -403,8 +400,9 @@ async fn round(
         // Once started, read what came meanwhile at once.
         return Ok(started);
     };
-    let read = events::read_feed(&mut conn, frontier, ROUND_LIMIT).await?;
-    drop(conn);
+    let read = db
+        .run(async |conn| events::read_feed(conn, frontier, ROUND_LIMIT).await)
+        .await?;
     let full = read.events.len() as i64 == ROUND_LIMIT;
     let decision = decide(pending.take(), generation, read.snapshot, read.events, full);
     *pending = decision.pending;
@@ -512,7 +510,7 @@ pub async fn prune_on_schedule(app: AppState, mut shutdown: watch::Receiver<bool
         let cutoff = app.clock.now()
             - chrono::Duration::from_std(app.config.event_retention)
                 .unwrap_or(chrono::Duration::days(1));
-        match prune(&app.pool, cutoff).await {
+        match prune(&app.db, cutoff).await {
             Ok(0) => {}
             Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
             Err(error) => tracing::warn!(error = %error.summary(), "cannot prune delivery events"),
@@ -525,11 +523,12 @@ pub async fn prune_on_schedule(app: AppState, mut shutdown: watch::Receiver<bool
 }
 
 /// Deletes every event older than `cutoff`, a batch per statement; returns how many.
-pub async fn prune(pool: &DbPool, cutoff: chrono::DateTime<chrono::Utc>) -> Result<i64, DbError> {
+pub async fn prune(db: &Db, cutoff: chrono::DateTime<chrono::Utc>) -> Result<i64, DbError> {
     let mut total = 0;
     loop {
-        let mut conn = pool.get().await?;
-        let pruned = events::prune_before(&mut conn, cutoff, PRUNE_BATCH).await?;
+        let pruned = db
+            .run(async |conn| events::prune_before(conn, cutoff, PRUNE_BATCH).await)
+            .await?;
         total += pruned;
         if pruned < PRUNE_BATCH {
             return Ok(total);

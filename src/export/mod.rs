@@ -2,10 +2,13 @@
 //! document or one CSV file, streamed from a consistent snapshot, refused (never truncated)
 //! above `FORMS_EXPORT_MAX_SUBMISSIONS`.
 //!
-//! A task holds one connection in a read-only REPEATABLE READ transaction: it counts,
-//! answers the handler whether the export may go ahead, then reads pages of 500 rows by
-//! keyset and sends each as a chunk of the response. Memory stays flat however large the
-//! export; a client that goes away ends the transaction.
+//! A task holds one connection of its own (never one of the shared pool, which intake
+//! needs) in a read-only REPEATABLE READ transaction: it counts, answers the handler
+//! whether the export may go ahead, then reads pages of 500 rows by keyset and sends each
+//! as a chunk of the response. Memory stays flat however large the export. At most
+//! `FORMS_EXPORT_MAX_CONCURRENT` exports stream at once (more are refused with 429), and a
+//! client that takes no chunk for `FORMS_HTTP_SEND_TIMEOUT_SECONDS`, or goes away, ends
+//! the transaction and frees the connection.
 
 pub mod csv_format;
 
@@ -87,31 +90,43 @@ async fn export(
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    if let Err(error) = auth::authenticate_headers(&app.pool, &headers, app.clock.now()).await {
+    if let Err(error) = auth::authenticate_headers(&app.db, &headers, app.clock.now()).await {
         return error.into_response();
     }
     let (format, filter) = match request(&params) {
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };
-    let connection = match app.pool.get_owned().await {
+    let Ok(slot) = app.exports.clone().try_acquire_owned() else {
+        return ApiError::TooManyExports {
+            limit: app.config.export_max_concurrent,
+        }
+        .into_response();
+    };
+    let connection = match app.connection.connect().await {
         Ok(connection) => connection,
-        Err(error) => return ApiError::from(DbError::from(error)).into_response(),
+        Err(error) => return ApiError::from(error).into_response(),
     };
     let (verdict_sender, verdict) = oneshot::channel();
     let (chunks, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
-    let limit = app.config.export_max_submissions;
+    let limits = Limits {
+        submissions: app.config.export_max_submissions,
+        send_timeout: app.config.http.send_timeout,
+        call_timeout: app.config.database.call_timeout(),
+    };
     tokio::spawn(async move {
         let mut connection = connection;
         stream(
             &mut connection,
             filter,
             format,
-            limit,
+            limits,
             verdict_sender,
             chunks,
         )
         .await;
+        // The connection closes here, with the export's slot.
+        drop(slot);
     });
     match verdict.await {
         Ok(Ok(())) => {}
@@ -138,10 +153,23 @@ async fn export(
     response
 }
 
+/// What bounds one export.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// More matching submissions than this: refused.
+    submissions: u64,
+    /// A client that takes no chunk for this long is given up on.
+    send_timeout: std::time::Duration,
+    /// One database read may take this long.
+    call_timeout: std::time::Duration,
+}
+
 /// Why streaming stopped early.
 enum Stop {
     Database(diesel::result::Error),
-    /// The client went away, or the export was refused before it began.
+    /// The database did not answer within the call deadline.
+    Deadline,
+    /// The client went away or stopped reading, or the export was refused before it began.
     Ended,
 }
 
@@ -155,21 +183,18 @@ async fn stream(
     connection: &mut AsyncPgConnection,
     filter: SubmissionFilter,
     format: Format,
-    limit: u64,
+    limits: Limits,
     verdict: oneshot::Sender<Result<(), ApiError>>,
     chunks: mpsc::Sender<Result<Bytes, std::io::Error>>,
 ) {
+    let limit = limits.submissions;
     let mut verdict = Some(verdict);
     let result = connection
         .build_transaction()
         .repeatable_read()
         .read_only()
         .run(async |conn| {
-            let count = match db::submissions::count(conn, &filter).await {
-                Ok(count) => count as u64,
-                Err(DbError::Query(error)) => return Err(Stop::Database(error)),
-                Err(_) => return Err(Stop::Ended),
-            };
+            let count = bounded(limits, db::submissions::count(conn, &filter)).await? as u64;
             if count > limit {
                 if let Some(verdict) = verdict.take() {
                     let _ = verdict.send(Err(ApiError::ExportTooLarge { limit, count }));
@@ -178,7 +203,9 @@ async fn stream(
             }
             // CSV needs every field name for its header before the first row.
             let csv_header = match format {
-                Format::Csv => Some(csv_format::header(&field_names(conn, &filter).await?)),
+                Format::Csv => Some(csv_format::header(
+                    &field_names(conn, &filter, limits).await?,
+                )),
                 Format::Json => None,
             };
             if let Some(verdict) = verdict.take() {
@@ -187,10 +214,16 @@ async fn stream(
             let send = |bytes: Vec<u8>| {
                 let chunks = chunks.clone();
                 async move {
-                    chunks
-                        .send(Ok(Bytes::from(bytes)))
-                        .await
-                        .map_err(|_| Stop::Ended)
+                    match tokio::time::timeout(
+                        limits.send_timeout,
+                        chunks.send(Ok(Bytes::from(bytes))),
+                    )
+                    .await
+                    {
+                        Ok(Ok(())) => Ok(()),
+                        // Gone, or not reading: either way nobody will take the rest.
+                        Ok(Err(_)) | Err(_) => Err(Stop::Ended),
+                    }
                 }
             };
             let names = match &csv_header {
@@ -206,7 +239,7 @@ async fn stream(
             let mut after = None;
             let mut first = true;
             loop {
-                let rows = page(conn, &filter, after.take()).await?;
+                let rows = page(conn, &filter, after.take(), limits).await?;
                 let Some(last) = rows.last() else { break };
                 after = Some((last.received_at, last.id.clone()));
                 let chunk = match format {
@@ -224,24 +257,39 @@ async fn stream(
             Ok(())
         })
         .await;
-    match result {
-        Ok(()) | Err(Stop::Ended) => {}
-        Err(Stop::Database(error)) => {
-            let summary = DbError::Query(error).summary();
-            match verdict.take() {
-                Some(verdict) => {
-                    let _ = verdict.send(Err(ApiError::from(DbError::Pool(summary))));
-                }
-                None => {
-                    // The status is already sent: break the body so the client sees a
-                    // failed transfer rather than a document that looks complete.
-                    tracing::error!(error = %summary, "export failed mid-stream");
-                    let _ = chunks
-                        .send(Err(std::io::Error::other("export failed")))
-                        .await;
-                }
-            }
+    let failure = match result {
+        Ok(()) | Err(Stop::Ended) => None,
+        Err(Stop::Database(error)) => Some(DbError::Query(error)),
+        Err(Stop::Deadline) => Some(DbError::Deadline(limits.call_timeout)),
+    };
+    let Some(failure) = failure else {
+        return;
+    };
+    match verdict.take() {
+        Some(verdict) => {
+            let _ = verdict.send(Err(ApiError::from(failure)));
         }
+        None => {
+            // The status is already sent: break the body so the client sees a failed
+            // transfer rather than a document that looks complete.
+            tracing::error!(error = %failure.summary(), "export failed mid-stream");
+            let _ = chunks
+                .send(Err(std::io::Error::other("export failed")))
+                .await;
+        }
+    }
+}
+
+/// A database read of the export, within the call deadline.
+async fn bounded<T>(
+    limits: Limits,
+    read: impl std::future::Future<Output = Result<T, DbError>>,
+) -> Result<T, Stop> {
+    match tokio::time::timeout(limits.call_timeout, read).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(DbError::Query(error))) => Err(Stop::Database(error)),
+        Ok(Err(_)) => Err(Stop::Ended),
+        Err(_) => Err(Stop::Deadline),
     }
 }
 
@@ -249,23 +297,21 @@ async fn page(
     conn: &mut AsyncPgConnection,
     filter: &SubmissionFilter,
     after: Option<(DateTime<Utc>, String)>,
+    limits: Limits,
 ) -> Result<Vec<SubmissionRow>, Stop> {
-    match db::submissions::page(conn, filter, after, PAGE).await {
-        Ok(rows) => Ok(rows),
-        Err(DbError::Query(error)) => Err(Stop::Database(error)),
-        Err(_) => Err(Stop::Ended),
-    }
+    bounded(limits, db::submissions::page(conn, filter, after, PAGE)).await
 }
 
 /// Field names in order of first appearance over the whole export (newest first).
 async fn field_names(
     conn: &mut AsyncPgConnection,
     filter: &SubmissionFilter,
+    limits: Limits,
 ) -> Result<Vec<String>, Stop> {
     let mut names = indexmap::IndexSet::new();
     let mut after = None;
     loop {
-        let rows = page(conn, filter, after.take()).await?;
+        let rows = page(conn, filter, after.take(), limits).await?;
         let Some(last) = rows.last() else { break };
         after = Some((last.received_at, last.id.clone()));
         for row in &rows {

@@ -10,6 +10,7 @@
 //!   `application/graphql-response+json`, in which case request errors use 4xx;
 //! - GraphiQL for a browser's GET.
 
+use crate::http::BodyError;
 use async_graphql::http::GraphiQLSource;
 use async_graphql::parser::types::OperationType;
 use async_graphql::Variables;
@@ -19,7 +20,6 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
-use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 
 use super::loaders::Loaders;
@@ -156,7 +156,7 @@ async fn handle(
         return Html(GraphiQLSource::build().endpoint("/graphql").finish()).into_response();
     }
     // Nothing is read or executed before the key is checked.
-    let key = match auth::authenticate_headers(&app.pool, &parts.headers, app.clock.now()).await {
+    let key = match auth::authenticate_headers(&app.db, &parts.headers, app.clock.now()).await {
         Ok(key) => key,
         Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
             return unauthorized(error, answer)
@@ -169,6 +169,7 @@ async fn handle(
         parts.uri.query(),
         body,
         app.config.intake.max_body_bytes,
+        app.config.http.body_read_timeout,
     )
     .await
     {
@@ -207,6 +208,7 @@ async fn parse_request(
     query_string: Option<&str>,
     body: Body,
     limit_bytes: usize,
+    body_deadline: std::time::Duration,
 ) -> Result<async_graphql::Request, Refusal> {
     let params: Map<String, Value> = if *method == Method::GET {
         let mut params = Map::new();
@@ -242,15 +244,27 @@ async fn parse_request(
                 "POST bodies must be application/json (UTF-8)",
             ));
         }
-        let bytes: Bytes = match http_body_util::Limited::new(body, limit_bytes)
-            .collect()
-            .await
-        {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => {
+        let bytes: Bytes = match crate::http::read_body(body, limit_bytes, body_deadline).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::TooLarge { .. }) => {
                 return Err(Refusal::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("the request body must be at most {limit_bytes} bytes"),
+                ))
+            }
+            Err(BodyError::TimedOut { limit }) => {
+                return Err(Refusal::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the request body did not arrive within {} seconds",
+                        limit.as_secs_f64()
+                    ),
+                ))
+            }
+            Err(BodyError::Unreadable) => {
+                return Err(Refusal::new(
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
                 ))
             }
         };

@@ -11,7 +11,7 @@ use crate::app::AppState;
 use crate::db::deliveries::{AttemptRow, DeliveryRow};
 use crate::db::endpoints::EndpointRow;
 use crate::db::submissions::SubmissionRow;
-use crate::db::{self, DbConnection, DbError};
+use crate::db::{self, DbError};
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
 pub type LoadError = Arc<DbError>;
@@ -80,10 +80,6 @@ pub struct AttemptLoader(AppState);
 pub struct EndpointDeliveriesLoader(AppState);
 pub struct EndpointSubmissionsLoader(AppState);
 
-async fn connection(app: &AppState) -> Result<DbConnection<'_>, LoadError> {
-    app.pool.get().await.map_err(|e| Arc::new(DbError::from(e)))
-}
-
 /// Every key with an empty value, so that keys without rows are cached too.
 fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V>> {
     keys.iter().map(|key| (key.clone(), Vec::new())).collect()
@@ -124,15 +120,18 @@ impl Loader<FirstPage> for EndpointDeliveriesLoader {
         &self,
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<DeliveryRow>>, LoadError> {
-        let mut conn = connection(&self.0).await?;
-        let mut pages = empty_for(keys);
-        for (limit, endpoint_ids) in by_limit(keys) {
-            let rows = db::deliveries::first_pages(&mut conn, &endpoint_ids, limit)
-                .await
-                .map_err(Arc::new)?;
-            file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
-        }
-        Ok(pages)
+        self.0
+            .db
+            .run(async |conn| {
+                let mut pages = empty_for(keys);
+                for (limit, endpoint_ids) in by_limit(keys) {
+                    let rows = db::deliveries::first_pages(conn, &endpoint_ids, limit).await?;
+                    file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
+                }
+                Ok(pages)
+            })
+            .await
+            .map_err(Arc::new)
     }
 }
 
@@ -144,15 +143,18 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
         &self,
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<SubmissionRow>>, LoadError> {
-        let mut conn = connection(&self.0).await?;
-        let mut pages = empty_for(keys);
-        for (limit, endpoint_ids) in by_limit(keys) {
-            let rows = db::submissions::first_pages(&mut conn, &endpoint_ids, limit)
-                .await
-                .map_err(Arc::new)?;
-            file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
-        }
-        Ok(pages)
+        self.0
+            .db
+            .run(async |conn| {
+                let mut pages = empty_for(keys);
+                for (limit, endpoint_ids) in by_limit(keys) {
+                    let rows = db::submissions::first_pages(conn, &endpoint_ids, limit).await?;
+                    file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
+                }
+                Ok(pages)
+            })
+            .await
+            .map_err(Arc::new)
     }
 }
 
@@ -161,7 +163,10 @@ impl Loader<String> for EndpointLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
-        let rows = db::endpoints::find_many(&mut *connection(&self.0).await?, keys)
+        let rows = self
+            .0
+            .db
+            .run(async |conn| db::endpoints::find_many(conn, keys).await)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
@@ -173,7 +178,10 @@ impl Loader<String> for SubmissionLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, SubmissionRow>, LoadError> {
-        let rows = db::submissions::find_many(&mut *connection(&self.0).await?, keys)
+        let rows = self
+            .0
+            .db
+            .run(async |conn| db::submissions::find_many(conn, keys).await)
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
@@ -188,7 +196,10 @@ impl Loader<String> for DeliveryBySubmissionLoader {
         &self,
         keys: &[String],
     ) -> Result<HashMap<String, Option<DeliveryRow>>, LoadError> {
-        let rows = db::deliveries::for_submissions(&mut *connection(&self.0).await?, keys)
+        let rows = self
+            .0
+            .db
+            .run(async |conn| db::deliveries::for_submissions(conn, keys).await)
             .await
             .map_err(Arc::new)?;
         let mut found: HashMap<String, Option<DeliveryRow>> =
@@ -208,7 +219,10 @@ impl Loader<String> for AttemptLoader {
     type Error = LoadError;
 
     async fn load(&self, keys: &[String]) -> Result<HashMap<String, Vec<AttemptRow>>, LoadError> {
-        let rows = db::deliveries::attempts_for(&mut *connection(&self.0).await?, keys)
+        let rows = self
+            .0
+            .db
+            .run(async |conn| db::deliveries::attempts_for(conn, keys).await)
             .await
             .map_err(Arc::new)?;
         let mut by_delivery = empty_for(keys);

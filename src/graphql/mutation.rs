@@ -8,10 +8,10 @@ use super::types::{
     ReplayDeliveryPayload, Timestamp,
 };
 use super::{app, time_range, ResultExt};
+use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
 use crate::db::endpoints::EndpointRow;
 use crate::db::submissions::EraseOutcome;
-use crate::db::{self, DbError};
 use crate::delivery::destination::validate_webhook_url;
 use crate::error::ApiError;
 use crate::ids;
@@ -176,22 +176,29 @@ impl MutationRoot {
                 .transpose()
                 .gql()?,
         };
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        match db::endpoints::insert(&mut conn, &endpoint).await {
-            Ok(()) => {}
-            Err(error) if db::endpoints::is_duplicate_id(&error) => {
+        let inserted = app
+            .db
+            .run(async |conn| {
+                // A duplicate id is an answer, not a failure of the call.
+                match db::endpoints::insert(conn, &endpoint).await {
+                    Ok(()) => db::endpoints::find(conn, &endpoint.id).await.map(Ok),
+                    Err(error) if db::endpoints::is_duplicate_id(&error) => Ok(Err(())),
+                    Err(error) => Err(error),
+                }
+            })
+            .await
+            .gql()?;
+        let row = match inserted {
+            Ok(row) => row
+                .ok_or_else(|| ApiError::Internal("a created endpoint vanished".into()))
+                .gql()?,
+            Err(()) => {
                 return Err(ApiError::EndpointAlreadyExists {
                     endpoint_id: input.id.0,
                 })
-                .gql();
+                .gql()
             }
-            Err(error) => return Err(error).gql(),
-        }
-        let row = db::endpoints::find(&mut conn, &endpoint.id)
-            .await
-            .gql()?
-            .ok_or_else(|| ApiError::Internal("a created endpoint vanished".into()))
-            .gql()?;
+        };
         Ok(EndpointSecretPayload {
             endpoint: Endpoint(row),
             webhook_secret,
@@ -231,45 +238,52 @@ impl MutationRoot {
         let candidate_secret = crate::delivery::payload::new_secret();
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let updated =
-            db::endpoints::update_with::<ApiError, _>(&mut conn, &input.id, move |current| {
-                let mut next = current;
-                if let Some(name) = name {
-                    next.name = name;
-                }
-                if let Some(is_active) = is_active {
-                    next.is_active = is_active;
-                }
-                match webhook_url {
-                    MaybeUndefined::Undefined => {}
-                    MaybeUndefined::Null => {
-                        next.webhook_url = None;
-                        next.webhook_secret = None;
-                    }
-                    MaybeUndefined::Value(url)
-                        if Some(url.trim()) == next.webhook_url.as_deref() => {}
-                    MaybeUndefined::Value(url) => {
-                        next.webhook_url = Some(valid_webhook_url(&url, allow_private)?);
-                        next.webhook_secret = Some(secret_for_change);
-                    }
-                }
-                match redirect_url {
-                    MaybeUndefined::Undefined => {}
-                    MaybeUndefined::Null => next.redirect_url = None,
-                    MaybeUndefined::Value(url) => next.redirect_url = Some(url),
-                }
-                if let Some(origins) = allowed_origins {
-                    next.allowed_origins = origins;
-                }
-                match honeypot_field {
-                    MaybeUndefined::Undefined => {}
-                    MaybeUndefined::Null => next.honeypot_field = None,
-                    MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
-                }
-                Ok(next)
+        let id = input.id.0.clone();
+        let updated = app
+            .db
+            .run(async move |conn| {
+                Ok(
+                    db::endpoints::update_with::<ApiError, _>(conn, &id, move |current| {
+                        let mut next = current;
+                        if let Some(name) = name {
+                            next.name = name;
+                        }
+                        if let Some(is_active) = is_active {
+                            next.is_active = is_active;
+                        }
+                        match webhook_url {
+                            MaybeUndefined::Undefined => {}
+                            MaybeUndefined::Null => {
+                                next.webhook_url = None;
+                                next.webhook_secret = None;
+                            }
+                            MaybeUndefined::Value(url)
+                                if Some(url.trim()) == next.webhook_url.as_deref() => {}
+                            MaybeUndefined::Value(url) => {
+                                next.webhook_url = Some(valid_webhook_url(&url, allow_private)?);
+                                next.webhook_secret = Some(secret_for_change);
+                            }
+                        }
+                        match redirect_url {
+                            MaybeUndefined::Undefined => {}
+                            MaybeUndefined::Null => next.redirect_url = None,
+                            MaybeUndefined::Value(url) => next.redirect_url = Some(url),
+                        }
+                        if let Some(origins) = allowed_origins {
+                            next.allowed_origins = origins;
+                        }
+                        match honeypot_field {
+                            MaybeUndefined::Undefined => {}
+                            MaybeUndefined::Null => next.honeypot_field = None,
+                            MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
+                        }
+                        Ok(next)
+                    })
+                    .await,
+                )
             })
             .await
+            .gql()?
             .gql()?;
         let row = updated
             .ok_or(ApiError::EndpointNotFound {
@@ -293,17 +307,24 @@ impl MutationRoot {
         let secret = crate::delivery::payload::new_secret();
         let new_secret = secret.clone();
         let id = endpoint_id.0.clone();
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let updated =
-            db::endpoints::update_with::<ApiError, _>(&mut conn, &endpoint_id, move |current| {
-                if current.webhook_url.is_none() {
-                    return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
-                }
-                let mut next = current;
-                next.webhook_secret = Some(new_secret);
-                Ok(next)
+        let target = endpoint_id.0.clone();
+        let updated = app
+            .db
+            .run(async move |conn| {
+                Ok(
+                    db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
+                        if current.webhook_url.is_none() {
+                            return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
+                        }
+                        let mut next = current;
+                        next.webhook_secret = Some(new_secret);
+                        Ok(next)
+                    })
+                    .await,
+                )
             })
             .await
+            .gql()?
             .gql()?;
         let row = updated
             .ok_or(ApiError::EndpointNotFound {
@@ -319,8 +340,10 @@ impl MutationRoot {
     /// Puts a failed delivery back in the queue with a fresh retry cycle.
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> Result<ReplayDeliveryPayload> {
         let app = app(ctx);
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        match db::deliveries::replay(&mut conn, &id, app.clock.now())
+        let now = app.clock.pinned();
+        match app
+            .db
+            .run(async |conn| db::deliveries::replay(conn, &id, now).await)
             .await
             .gql()?
         {
@@ -353,8 +376,10 @@ impl MutationRoot {
             failed_after,
             failed_before,
         };
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let count = db::deliveries::replay_matching(&mut conn, &query, app.clock.now())
+        let now = app.clock.pinned();
+        let count = app
+            .db
+            .run(async |conn| db::deliveries::replay_matching(conn, &query, now).await)
             .await
             .gql()?;
         Ok(ReplayDeliveriesPayload {
@@ -370,8 +395,12 @@ impl MutationRoot {
         id: ID,
     ) -> Result<DeleteSubmissionPayload> {
         let app = app(ctx);
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        match db::submissions::erase(&mut conn, &id).await.gql()? {
+        match app
+            .db
+            .run(async |conn| db::submissions::erase(conn, &id).await)
+            .await
+            .gql()?
+        {
             EraseOutcome::Erased => Ok(DeleteSubmissionPayload {
                 deleted_submission_id: id,
             }),

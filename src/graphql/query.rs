@@ -10,9 +10,9 @@ use super::types::{
     Submission, Timestamp,
 };
 use super::{app, time_range, ResultExt};
+use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
-use crate::db::{self, DbError};
 
 /// Exclusive bounds on `receivedAt`.
 #[derive(InputObject, Default)]
@@ -56,8 +56,10 @@ impl QueryRoot {
     ) -> Result<Connection<String, Endpoint>> {
         let app = app(ctx);
         let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let rows = db::endpoints::page(&mut conn, page.after.clone(), page.fetch_limit())
+        let after = page.after.clone();
+        let rows = app
+            .db
+            .run(async |conn| db::endpoints::page(conn, after, page.fetch_limit()).await)
             .await
             .gql()?;
         Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Endpoint))
@@ -95,9 +97,12 @@ impl QueryRoot {
     }
 
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
-        let app = app(ctx);
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let rows = db::deliveries::find_many(&mut conn, &[id.0]).await.gql()?;
+        let ids = [id.0];
+        let rows = app(ctx)
+            .db
+            .run(async |conn| db::deliveries::find_many(conn, &ids).await)
+            .await
+            .gql()?;
         Ok(rows.into_iter().next().map(Delivery))
     }
 
@@ -128,12 +133,12 @@ impl QueryRoot {
         ctx: &Context<'_>,
         endpoint_id: Option<ID>,
     ) -> Result<DeliveryCounts> {
-        let app = app(ctx);
-        let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-        let rows =
-            db::deliveries::count_by_state(&mut conn, endpoint_id.as_ref().map(|id| id.0.as_str()))
-                .await
-                .gql()?;
+        let endpoint_id = endpoint_id.as_ref().map(|id| id.0.as_str());
+        let rows = app(ctx)
+            .db
+            .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id).await)
+            .await
+            .gql()?;
         let mut counts = DeliveryCounts::default();
         for (state, count) in rows {
             match DeliveryState::from_db(&state) {

@@ -57,7 +57,7 @@ impl SubscriptionRoot {
         };
         Ok(app
             .events
-            .subscribe(app.pool.clone(), filter, after, started)
+            .subscribe(app.db.clone(), filter, after, started)
             .map(move |event| {
                 if let (Ok(event), Some(cursor)) = (&event, &cursor) {
                     cursor.current.store(event.id, Ordering::SeqCst);

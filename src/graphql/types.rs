@@ -12,10 +12,10 @@ use super::loaders::{prime_deliveries, prime_submissions, Loaders};
 use super::pagination::PageRequest;
 use super::{app, ResultExt};
 use crate::clock::format_timestamp;
+use crate::db;
 use crate::db::deliveries::{AttemptRow, DeliveryFilter, DeliveryRow};
 use crate::db::endpoints::EndpointRow;
 use crate::db::submissions::{SubmissionFilter, SubmissionRow};
-use crate::db::{self, DbError};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -379,12 +379,12 @@ pub async fn submissions_page(
     filter: &SubmissionFilter,
     page: PageRequest,
 ) -> Result<Connection<String, Submission>> {
-    let app = app(ctx);
-    let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-    let rows = db::submissions::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
+    let after = page.after.clone();
+    let rows = app(ctx)
+        .db
+        .run(async |conn| db::submissions::page(conn, filter, after, page.fetch_limit()).await)
         .await
         .gql()?;
-    drop(conn);
     prime_submissions(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
         .await
         .gql()?;
@@ -396,12 +396,12 @@ pub async fn deliveries_page(
     filter: &DeliveryFilter,
     page: PageRequest,
 ) -> Result<Connection<String, Delivery>> {
-    let app = app(ctx);
-    let mut conn = app.pool.get().await.map_err(DbError::from).gql()?;
-    let rows = db::deliveries::page(&mut conn, filter, page.after.clone(), page.fetch_limit())
+    let after = page.after.clone();
+    let rows = app(ctx)
+        .db
+        .run(async |conn| db::deliveries::page(conn, filter, after, page.fetch_limit()).await)
         .await
         .gql()?;
-    drop(conn);
     prime_deliveries(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
         .await
         .gql()?;

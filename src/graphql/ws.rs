@@ -310,7 +310,7 @@ impl Connection {
         });
         let authenticated = match auth::bearer_credential(authorization) {
             Ok(credential) => {
-                auth::authenticate_key(&self.app.pool, credential, self.app.clock.now()).await
+                auth::authenticate_key(&self.app.db, credential, self.app.clock.now()).await
             }
             Err(error) => Err(error),
         };

@@ -1,13 +1,18 @@
 //! The HTTP surface: routes, the JSON error envelope for unmatched paths and methods, one
-//! log line per request, and graceful shutdown.
+//! log line per request, bounded body reads, the server itself (`server`) and the
+//! shutdown signal.
 
-use std::time::Instant;
+pub mod server;
 
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use http_body_util::BodyExt;
 use serde_json::json;
 
 use crate::app::AppState;
@@ -40,7 +45,7 @@ async fn health() -> Json<serde_json::Value> {
 
 /// Readiness: 200 while the database answers, 503 `storage_unavailable` otherwise.
 async fn ready(State(app): State<AppState>) -> Response {
-    match db::ping(&app.pool).await {
+    match db::ping(&app.db).await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(error) => ApiError::from(error).into_response(),
     }
@@ -93,5 +98,53 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM received, shutting down"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+    }
+}
+
+/// Why a request body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// More than the limit arrived (or was declared).
+    TooLarge { limit_bytes: usize },
+    /// The whole body did not arrive within the deadline (a trickling client).
+    TimedOut { limit: Duration },
+    /// The connection failed while reading.
+    Unreadable,
+}
+
+impl From<BodyError> for ApiError {
+    fn from(error: BodyError) -> Self {
+        match error {
+            BodyError::TooLarge { limit_bytes } => ApiError::RequestBodyTooLarge { limit_bytes },
+            BodyError::TimedOut { limit } => ApiError::RequestBodyTimeout {
+                limit_seconds: limit.as_secs_f64().ceil() as u64,
+            },
+            BodyError::Unreadable => ApiError::MalformedFormBody {
+                reason: "the request body could not be read".into(),
+            },
+        }
+    }
+}
+
+/// Collects a request body, refusing it as soon as it passes `limit_bytes` (so at most that
+/// much is ever buffered, declared length or not) or when it has not all arrived within
+/// `deadline`.
+pub async fn read_body(
+    body: Body,
+    limit_bytes: usize,
+    deadline: Duration,
+) -> Result<Bytes, BodyError> {
+    let collect = http_body_util::Limited::new(body, limit_bytes).collect();
+    match tokio::time::timeout(deadline, collect).await {
+        Err(_) => Err(BodyError::TimedOut { limit: deadline }),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error))
+            if error
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(BodyError::TooLarge { limit_bytes })
+        }
+        Ok(Err(_)) => Err(BodyError::Unreadable),
     }
 }

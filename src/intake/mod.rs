@@ -21,7 +21,6 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
-use http_body_util::BodyExt;
 use serde_json::json;
 
 use crate::app::AppState;
@@ -90,9 +89,27 @@ async fn accept(
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(ApiError::RequestBodyTooLarge { limit_bytes });
     }
-    let body = read_body(body, limit_bytes).await?;
+    let body = crate::http::read_body(body, limit_bytes, app.config.http.body_read_timeout).await?;
     let now = app.clock.now();
-    let mut conn = app.pool.get().await.map_err(DbError::from)?;
+    app.db
+        .run(async |conn| {
+            Ok(checks_and_store(app, conn, peer, endpoint_id, headers, body, now, endpoint).await)
+        })
+        .await?
+}
+
+/// Steps 2 to 13 on one connection.
+#[allow(clippy::too_many_arguments)]
+async fn checks_and_store(
+    app: &AppState,
+    conn: &mut AsyncPgConnection,
+    peer: IpAddr,
+    endpoint_id: Option<String>,
+    headers: &HeaderMap,
+    body: Bytes,
+    now: DateTime<Utc>,
+    endpoint: &mut Option<EndpointRow>,
+) -> Result<Accepted, ApiError> {
     let limits = &app.config.rate_limit;
 
     // 2. Per-source limit.
@@ -103,14 +120,14 @@ async fn accept(
             requests: limits.ip_requests,
             window_seconds: limits.ip_window_seconds,
         };
-        rate_limit::check(&mut conn, RateLimitScope::Ip, &subject, limit, now).await?;
+        rate_limit::check(conn, RateLimitScope::Ip, &subject, limit, now).await?;
     }
 
     // 3. Id syntax; 4. lookup.
     let endpoint_id = endpoint_id
         .filter(|id| ids::is_valid_endpoint_id(id))
         .ok_or(ApiError::InvalidEndpointId)?;
-    let found = db::endpoints::find(&mut conn, &endpoint_id)
+    let found = db::endpoints::find(conn, &endpoint_id)
         .await?
         .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
     let endpoint = &*endpoint.insert(found);
@@ -121,14 +138,7 @@ async fn accept(
             requests: limits.endpoint_requests,
             window_seconds: limits.endpoint_window_seconds,
         };
-        rate_limit::check(
-            &mut conn,
-            RateLimitScope::Endpoint,
-            &endpoint.id,
-            limit,
-            now,
-        )
-        .await?;
+        rate_limit::check(conn, RateLimitScope::Endpoint, &endpoint.id, limit, now).await?;
     }
 
     // 6. Active; 7. origin.
@@ -173,34 +183,14 @@ async fn accept(
     // 13. Normalise and store.
     let fields = NormalisedFields::from_pairs(pairs);
     store(
-        &mut conn,
+        conn,
         endpoint,
         &fields,
         idempotency_key.as_deref(),
         now,
+        app.clock.pinned(),
     )
     .await
-}
-
-/// Collects the body, refusing it as soon as it passes the limit, so at most `limit`
-/// bytes are ever buffered whether or not the length was declared.
-async fn read_body(body: Body, limit_bytes: usize) -> Result<Bytes, ApiError> {
-    match http_body_util::Limited::new(body, limit_bytes)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error)
-            if error
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(ApiError::RequestBodyTooLarge { limit_bytes })
-        }
-        Err(_) => Err(ApiError::MalformedFormBody {
-            reason: "the request body could not be read".into(),
-        }),
-    }
 }
 
 /// 16–255 characters, each in ASCII 0x21–0x7E.
@@ -221,6 +211,7 @@ async fn store(
     fields: &NormalisedFields,
     idempotency_key: Option<&str>,
     now: DateTime<Utc>,
+    pinned: Option<DateTime<Utc>>,
 ) -> Result<Accepted, ApiError> {
     let fingerprint = idempotency_key.map(|_| fields.fingerprint());
     let idempotency = idempotency_key.zip(fingerprint.as_deref());
@@ -243,6 +234,7 @@ async fn store(
             fields: &fields_json,
             idempotency,
             delivery_id: &delivery_id,
+            now: pinned,
         },
     )
     .await?;
@@ -334,8 +326,9 @@ async fn preflight(
             .map(|Path(id)| id)
             .filter(|id| ids::is_valid_endpoint_id(id))
             .ok_or(ApiError::InvalidEndpointId)?;
-        let mut conn = app.pool.get().await.map_err(DbError::from)?;
-        let endpoint = db::endpoints::find(&mut conn, &endpoint_id)
+        let endpoint = app
+            .db
+            .run(async |conn| db::endpoints::find(conn, &endpoint_id).await)
             .await?
             .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
         if !browser::origin_allowed(&endpoint, origin) {

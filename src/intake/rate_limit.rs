@@ -106,11 +106,10 @@ pub async fn sweep_expired_counters(
             _ = shutdown.changed() => return,
         }
         let cutoff = app.clock.now() - chrono::Duration::seconds(i64::from(longest));
-        let result = async {
-            let mut conn = app.pool.get().await.map_err(db::DbError::from)?;
-            db::rate_limits::sweep(&mut conn, cutoff).await
-        }
-        .await;
+        let result = app
+            .db
+            .run(async |conn| db::rate_limits::sweep(conn, cutoff).await)
+            .await;
         match result {
             Ok(0) => {}
             Ok(deleted) => tracing::debug!(deleted, "swept expired rate-limit counters"),

@@ -69,13 +69,13 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     let mut worker_a = app.db.connect().await;
     let mut worker_b = app.db.connect().await;
 
-    let claim_a = deliveries::claim(&mut worker_a, start(), LEASE, 10)
+    let claim_a = crate::harness::claim_at(&mut worker_a, start(), LEASE, 10)
         .await
         .unwrap();
     assert_eq!(claim_a.len(), 1);
     // A's lease runs out mid-request; B reclaims.
     let later = start() + chrono::Duration::seconds(61);
-    assert!(deliveries::claim(
+    assert!(crate::harness::claim_at(
         &mut worker_b,
         start() + chrono::Duration::seconds(59),
         LEASE,
@@ -84,7 +84,7 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     .await
     .unwrap()
     .is_empty());
-    let claim_b = deliveries::claim(&mut worker_b, later, LEASE, 10)
+    let claim_b = crate::harness::claim_at(&mut worker_b, later, LEASE, 10)
         .await
         .unwrap();
     assert_eq!(claim_b.len(), 1);
@@ -102,30 +102,36 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
 
     // A finishes: success, then (say) a final 400, then a retryable 503. None may move
     // the delivery, whatever transition the superseded worker asks for.
-    for (attempt_id, outcome, status, transition) in [
+    for (attempt_id, outcome, status, transition, now) in [
         (
             "att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa1",
             "succeeded",
             Some(200),
-            OwnerTransition::Delivered { at: later },
+            OwnerTransition::Delivered,
+            Some(later),
         ),
         (
             "att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa2",
             "http_error",
             Some(400),
-            OwnerTransition::Failed { at: later },
+            OwnerTransition::Failed,
+            Some(later),
         ),
         (
             "att_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa3",
             "http_error",
             Some(503),
-            OwnerTransition::Retry { at: start() },
+            OwnerTransition::Retry {
+                after: Duration::ZERO,
+            },
+            Some(later),
         ),
     ] {
         let recorded = deliveries::record_attempt(
             &mut worker_a,
             &record(id, &claim_a[0].claim_token, attempt_id, outcome, status),
             transition,
+            now,
         )
         .await
         .unwrap();
@@ -169,7 +175,10 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
             "http_error",
             Some(503),
         ),
-        OwnerTransition::Retry { at: retry_at },
+        OwnerTransition::Retry {
+            after: Duration::from_secs(10),
+        },
+        Some(later),
     )
     .await
     .unwrap();
@@ -218,11 +227,11 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
     let id = ids[0].clone();
     let mut first = app.db.connect().await;
     let mut second = app.db.connect().await;
-    let claim_a = deliveries::claim(&mut first, start(), LEASE, 1)
+    let claim_a = crate::harness::claim_at(&mut first, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
-    let claim_b = deliveries::claim(
+    let claim_b = crate::harness::claim_at(
         &mut second,
         start() + chrono::Duration::seconds(61),
         LEASE,
@@ -252,7 +261,8 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
                     "succeeded",
                     Some(200),
                 ),
-                OwnerTransition::Delivered { at: start() },
+                OwnerTransition::Delivered,
+                Some(start()),
             )
             .await
             .unwrap()
@@ -270,7 +280,8 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
                     "succeeded",
                     Some(200),
                 ),
-                OwnerTransition::Delivered { at: start() },
+                OwnerTransition::Delivered,
+                Some(start()),
             )
             .await
             .unwrap()
@@ -338,7 +349,7 @@ async fn two_workers_racing_for_one_due_row_claim_it_once() {
             let barrier = barrier.clone();
             racers.push(tokio::spawn(async move {
                 barrier.wait().await;
-                deliveries::claim(&mut racer, start(), LEASE, 5)
+                crate::harness::claim_at(&mut racer, start(), LEASE, 5)
                     .await
                     .unwrap()
             }));
@@ -366,7 +377,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
     let mut worker = app.db.connect().await;
     let claimed = tokio::time::timeout(
         Duration::from_secs(5),
-        deliveries::claim(&mut worker, start(), LEASE, 10),
+        crate::harness::claim_at(&mut worker, start(), LEASE, 10),
     )
     .await
     .expect("the claim does not wait for the lock")
@@ -374,7 +385,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
     assert!(claimed.is_empty());
     holder.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(
-        deliveries::claim(&mut worker, start(), LEASE, 10)
+        crate::harness::claim_at(&mut worker, start(), LEASE, 10)
             .await
             .unwrap()
             .len(),
@@ -386,7 +397,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
 async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
     let (app, ids) = queued(1).await;
     let mut first = app.db.connect().await;
-    let original = deliveries::claim(&mut first, start(), LEASE, 1)
+    let original = crate::harness::claim_at(&mut first, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
@@ -398,7 +409,7 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
         let barrier = barrier.clone();
         racers.push(tokio::spawn(async move {
             barrier.wait().await;
-            deliveries::claim(&mut racer, after_lease, LEASE, 1)
+            crate::harness::claim_at(&mut racer, after_lease, LEASE, 1)
                 .await
                 .unwrap()
         }));
@@ -420,7 +431,7 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
 async fn hand_back_is_guarded_by_the_token() {
     let (app, ids) = queued(1).await;
     let mut conn = app.db.connect().await;
-    let claim = deliveries::claim(&mut conn, start(), LEASE, 1)
+    let claim = crate::harness::claim_at(&mut conn, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
@@ -447,7 +458,7 @@ async fn hand_back_is_guarded_by_the_token() {
     assert!(handed.claim_token.is_none() && handed.claim_expires_at.is_none());
     assert!(handed.next_attempt_at <= start(), "still due");
     assert_eq!(
-        deliveries::claim(&mut conn, start(), LEASE, 1)
+        crate::harness::claim_at(&mut conn, start(), LEASE, 1)
             .await
             .unwrap()
             .len(),

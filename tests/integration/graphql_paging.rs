@@ -341,22 +341,24 @@ async fn delivery_counts_follow_every_transition() {
     assert_eq!(counts(None).await, [4, 0, 0, 0]);
     assert_eq!(counts(Some("two")).await, [1, 0, 0, 0]);
     let mut conn = app.db.connect().await;
-    let claimed = hymical_forms::db::deliveries::claim(
-        &mut conn,
-        Utc::now(),
-        std::time::Duration::from_secs(60),
-        2,
-    )
-    .await
-    .unwrap();
+    let claimed =
+        crate::harness::claim_at(&mut conn, Utc::now(), std::time::Duration::from_secs(60), 2)
+            .await
+            .unwrap();
     assert_eq!(counts(None).await, [2, 2, 0, 0]);
+    // Claims take turns across endpoints: the oldest of each.
+    let mut taken: Vec<&str> = claimed.iter().map(|c| c.id.as_str()).collect();
+    taken.sort();
+    let mut expected = vec![ids[0].as_str(), ids[3].as_str()];
+    expected.sort();
+    assert_eq!(taken, expected);
     for (delivery, sql) in [
         (
-            &ids[2],
+            &ids[1],
             "state = 'delivered', attempts = 1, cycle_attempts = 1, completed_at = now()",
         ),
         (
-            &ids[3],
+            &ids[2],
             "state = 'failed', attempts = 5, cycle_attempts = 5, completed_at = now()",
         ),
     ] {

@@ -146,6 +146,16 @@ impl TestDb {
             .expect("connect to the test database")
     }
 
+    /// A connection that names itself as the service's connections do.
+    pub async fn connect_as_service(&self) -> AsyncPgConnection {
+        let mut connection = self.connect().await;
+        diesel::sql_query(format!("SET application_name = '{}'", db::APPLICATION_NAME))
+            .execute(&mut connection)
+            .await
+            .expect("set application_name");
+        connection
+    }
+
     /// Drops the database now (for tests that need it gone, such as readiness failures).
     pub async fn drop_now(&self) {
         let mut connection = AsyncPgConnection::establish(server().admin_url.expose())
@@ -191,6 +201,45 @@ impl Drop for TestDbInner {
     }
 }
 
+/// The connection settings and a four-connection pool on `db`, as a serving process
+/// opens them (optionally counting statements).
+pub async fn pool(
+    db: &TestDb,
+    counter: Option<db::StatementCounter>,
+) -> (db::ConnectionSettings, db::Db) {
+    let defaults = config(&[]);
+    let settings = db::ConnectionSettings::new(&db.url, &defaults.database).expect("settings");
+    let pool = db::Db::connect_counted(
+        settings.clone(),
+        4,
+        defaults.database.call_timeout(),
+        counter,
+    )
+    .await
+    .expect("test pool");
+    (settings, pool)
+}
+
+/// Claims as `deliveries::claim` does, at a pinned time and with no endpoint cap to speak
+/// of (the tests of fairness set their own).
+pub async fn claim_at(
+    conn: &mut AsyncPgConnection,
+    now: chrono::DateTime<chrono::Utc>,
+    lease: std::time::Duration,
+    limit: u32,
+) -> Result<Vec<hymical_forms::db::deliveries::ClaimedDelivery>, db::DbError> {
+    hymical_forms::db::deliveries::claim(
+        conn,
+        hymical_forms::db::deliveries::ClaimRequest {
+            now: Some(now),
+            lease,
+            limit,
+            endpoint_concurrency: 1_000_000,
+        },
+    )
+    .await
+}
+
 /// A configuration from the given variables (nothing read from the environment).
 pub fn config(vars: &[(&str, &str)]) -> Config {
     let vars: Vec<(String, String)> = vars
@@ -234,11 +283,8 @@ impl TestApp {
         counter: Option<db::StatementCounter>,
     ) -> TestApp {
         let config = config(vars);
-        let pool =
-            db::connect_counted_pool(&db.url, 4, std::time::Duration::from_secs(30), counter)
-                .await
-                .expect("test pool");
-        let app = App::new(config, db.url.clone(), pool, clock);
+        let (settings, pool) = pool(&db, counter).await;
+        let app = App::new(config, settings, pool, clock);
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let mut services = tokio::task::JoinSet::new();
         hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
@@ -247,11 +293,12 @@ impl TestApp {
             .expect("bind");
         let addr = listener.local_addr().expect("address");
         let router = hymical_forms::http::router(app.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
+        let limits = hymical_forms::http::server::Limits::from_config(&app.config);
+        let mut server_stopping = stopping.clone();
+        services.spawn(async move {
+            hymical_forms::http::server::serve(listener, router, limits, async move {
+                let _ = server_stopping.wait_for(|stop| *stop).await;
+            })
             .await;
         });
         TestApp {

@@ -94,9 +94,14 @@ async fn a_form_post_is_stored_with_its_delivery_in_order() {
     assert_eq!(received.len(), 27);
     assert!(received.ends_with('Z'));
 
+    // Due at once by the database's clock: the moment of the statement that wrote it, which
+    // its `created` event carries too.
     let delivery: StoredDelivery = diesel::sql_query(
         "SELECT submission_id, destination_url, signing_secret, state, attempts, cycle_attempts,
-                (next_attempt_at = s.received_at AND created_at = s.received_at) AS due_at_receipt
+                (created_at = s.received_at
+                 AND next_attempt_at = (SELECT e.occurred_at FROM delivery_events e
+                                        WHERE e.delivery_id = d.id AND e.kind = 'created'))
+                    AS due_at_receipt
          FROM webhook_deliveries d JOIN submissions s ON s.id = d.submission_id",
     )
     .get_result(&mut conn)
@@ -367,7 +372,7 @@ async fn accepting_a_delivery_notifies_the_workers() {
     let mut listener = app.db.connect().await;
     diesel::sql_query(format!(
         "LISTEN {}",
-        hymical_forms::db::submissions::DELIVERY_DUE_CHANNEL
+        hymical_forms::db::listen::DELIVERY_DUE
     ))
     .execute(&mut listener)
     .await
@@ -385,7 +390,7 @@ async fn accepting_a_delivery_notifies_the_workers() {
             .expect("notification");
     assert_eq!(
         notification.channel,
-        hymical_forms::db::submissions::DELIVERY_DUE_CHANNEL
+        hymical_forms::db::listen::DELIVERY_DUE
     );
 }
 

@@ -460,25 +460,31 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     // resuming after n + 1 would never see n).
     let app = app().await;
     let (_, key) = app.create_key("ops").await;
+    // Two endpoints: a claim holds the endpoints it takes from until it commits, so B can
+    // claim while A is open only from another endpoint.
     app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
         .await;
+    app.webhook_endpoint("other", "http://127.0.0.1:9/hook")
+        .await;
     let first = app.submit("contact", "a=1").await;
-    let second = app.submit("contact", "a=2").await;
+    let second = app.submit("other", "a=2").await;
     let mut client = WsClient::ready(&ws_url(&app), &key).await;
     let after = app.db.newest_event_id().await;
     client
         .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
         .await;
-    let mut a = app.db.connect().await;
-    let mut b = app.db.connect().await;
+    // Connections of the service's own (it names itself, and the feed waits only for the
+    // transactions of its own connections to this database).
+    let mut a = app.db.connect_as_service().await;
+    let mut b = app.db.connect_as_service().await;
     let (now, lease) = (chrono::Utc::now(), Duration::from_secs(60));
     // A claims the first delivery (the earlier due) inside an open transaction…
     diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
-    let claimed_by_a = hymical_forms::db::deliveries::claim(&mut a, now, lease, 1)
+    let claimed_by_a = crate::harness::claim_at(&mut a, now, lease, 1)
         .await
         .unwrap();
     // …B claims the second (skipping A's locked row) and commits at once.
-    let claimed_by_b = hymical_forms::db::deliveries::claim(&mut b, now, lease, 1)
+    let claimed_by_b = crate::harness::claim_at(&mut b, now, lease, 1)
         .await
         .unwrap();
     assert_eq!(
@@ -528,14 +534,10 @@ async fn a_rolled_back_change_emits_nothing() {
     let mut conn = app.db.connect().await;
     let rolled_back =
         diesel_async::AsyncConnection::transaction::<(), _, _>(&mut conn, async |conn| {
-            let claimed = hymical_forms::db::deliveries::claim(
-                conn,
-                chrono::Utc::now(),
-                Duration::from_secs(60),
-                10,
-            )
-            .await
-            .map_err(|_| diesel::result::Error::NotFound)?;
+            let claimed =
+                crate::harness::claim_at(conn, chrono::Utc::now(), Duration::from_secs(60), 10)
+                    .await
+                    .map_err(|_| diesel::result::Error::NotFound)?;
             assert_eq!(
                 claimed[0].submission_id.as_deref(),
                 Some(submission.as_str())
@@ -608,7 +610,7 @@ async fn pruned_history_is_refused_and_kept_history_resumes() {
             .unwrap()
     };
     let pruned = hymical_forms::events::prune(
-        &app.app.pool,
+        &app.app.db,
         app.app.clock.now() - chrono::Duration::hours(24),
     )
     .await
@@ -659,17 +661,14 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
 
     // A feed that lets a subscriber fall only two batches behind.
     let db = crate::harness::TestDb::new().await;
-    let pool = hymical_forms::db::connect_pool(&db.url, 4, Duration::from_secs(30))
-        .await
-        .unwrap();
-    let app = Arc::new(App {
-        config: crate::harness::config(DEV),
-        database_url: db.url.clone(),
-        pool: pool.clone(),
-        clock: Arc::new(hymical_forms::clock::SystemClock),
-        events: Arc::new(EventFeed::with_capacity(2)),
-        revocations: Default::default(),
-    });
+    let (settings, pool) = crate::harness::pool(&db, None).await;
+    let app = App::with_event_feed(
+        crate::harness::config(DEV),
+        settings,
+        pool.clone(),
+        Arc::new(hymical_forms::clock::SystemClock),
+        EventFeed::with_capacity(2),
+    );
     let (_stop, stopping) = tokio::sync::watch::channel(false);
     let mut services = tokio::task::JoinSet::new();
     hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
@@ -891,7 +890,7 @@ async fn every_change_the_service_makes_writes_its_event() {
     let now = chrono::Utc::now();
     let lease = Duration::from_secs(60);
     let claim = async |conn: &mut diesel_async::AsyncPgConnection, at| {
-        let mut claimed = deliveries::claim(conn, at, lease, 10).await.unwrap();
+        let mut claimed = crate::harness::claim_at(conn, at, lease, 10).await.unwrap();
         assert_eq!(claimed.len(), 1);
         claimed.remove(0)
     };
@@ -913,7 +912,8 @@ async fn every_change_the_service_makes_writes_its_event() {
                 response_status: Some(500),
                 error: None,
             },
-            OwnerTransition::Failed { at },
+            OwnerTransition::Failed,
+            Some(at),
         )
         .await
         .unwrap();
@@ -935,19 +935,22 @@ async fn every_change_the_service_makes_writes_its_event() {
     // Replayed, claimed, and failed without an attempt (as when its submission was erased
     // meanwhile); then replayed in bulk.
     assert!(matches!(
-        deliveries::replay(&mut conn, &first.id, later)
+        deliveries::replay(&mut conn, &first.id, Some(later))
             .await
             .unwrap(),
         deliveries::ReplayOutcome::Replayed(_)
     ));
     let fourth = claim(&mut conn, later).await;
-    assert!(
-        deliveries::fail_without_attempt(&mut conn, &fourth.id, &fourth.claim_token, later)
-            .await
-            .unwrap()
-    );
+    assert!(deliveries::fail_without_attempt(
+        &mut conn,
+        &fourth.id,
+        &fourth.claim_token,
+        Some(later)
+    )
+    .await
+    .unwrap());
     // Bulk replay.
-    let replayed = deliveries::replay_matching(&mut conn, &ReplayFilter::default(), later)
+    let replayed = deliveries::replay_matching(&mut conn, &ReplayFilter::default(), Some(later))
         .await
         .unwrap();
     assert_eq!(replayed, 1);

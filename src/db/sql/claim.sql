@@ -1,0 +1,66 @@
+-- Claims up to $3 deliveries in one statement (one transaction that ends with it: no
+-- transaction stays open while the requests are made). Every claim gets a fresh token
+-- and a lease; the counters stay as they are.
+--
+-- Deliveries whose lease ran out come first (they are in flight already, so they need no
+-- room under the cap). Then pending deliveries that are due, taken from the endpoints
+-- `claimable_endpoints` hands this claim (see migration fair_claiming): at most their free
+-- slots from each, and round by round, first the oldest due delivery of every endpoint,
+-- then the second of each, so no endpoint's backlog sits in front of another's.
+--
+-- $1 now (NULL: the database's clock), $2 lease (interval), $3 how many, $4 requests in
+-- flight allowed per endpoint
+WITH expired AS MATERIALIZED (
+    SELECT w.id, w.state FROM webhook_deliveries w
+    WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
+    ORDER BY w.claim_expires_at
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), serving AS MATERIALIZED (
+    SELECT s.endpoint_id, s.free_slots
+    FROM claimable_endpoints(coalesce($1, statement_timestamp()), $3, $4) AS s
+), candidates AS (
+    SELECT c.id, c.next_attempt_at, c.turn
+    FROM serving s
+    CROSS JOIN LATERAL (
+        SELECT w.id, w.next_attempt_at,
+               row_number() OVER (ORDER BY w.next_attempt_at) AS turn
+        FROM webhook_deliveries w
+        WHERE w.state = 'pending' AND w.endpoint_id = s.endpoint_id
+          AND w.next_attempt_at <= coalesce($1, statement_timestamp())
+        ORDER BY w.next_attempt_at
+        LIMIT s.free_slots
+    ) c
+), due AS MATERIALIZED (
+    -- Rows claimed by whoever held an endpoint before this claim are `processing` by now:
+    -- the lock re-reads them and the state test leaves them out.
+    SELECT w.id, w.state FROM webhook_deliveries w
+    WHERE w.id IN (SELECT c.id FROM candidates c
+                   ORDER BY c.turn, c.next_attempt_at
+                   LIMIT greatest($3 - (SELECT count(*) FROM expired), 0))
+      AND w.state = 'pending'
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT e.id, e.state FROM expired e
+    UNION ALL
+    SELECT d.id, d.state FROM due d
+), claimed AS (
+    UPDATE webhook_deliveries d
+    SET state = 'processing',
+        claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
+        claim_expires_at = coalesce($1, statement_timestamp()) + $2
+    FROM picked p
+    WHERE d.id = p.id
+    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
+              d.submission_id, d.state, d.attempts, d.cycle_attempts,
+              p.state AS previous_state
+), changes AS (
+    SELECT id AS delivery_id, endpoint_id, 'claimed'::varchar AS kind, state,
+           previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
+    FROM claimed
+), result AS (
+    SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
+           c.submission_id, c.attempts, c.cycle_attempts, s.received_at, s.fields
+    FROM claimed c
+    LEFT JOIN submissions s ON s.id = c.submission_id
+)

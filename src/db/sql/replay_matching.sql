@@ -1,0 +1,25 @@
+-- Replays every failed delivery the filter matches (see replay_one.sql), in one durable
+-- statement; answers how many.
+--
+-- $1 endpoint id (NULL: every endpoint), $2 failed after, $3 failed before (exclusive,
+-- NULL: unbounded), $4 now (NULL: the database's clock)
+WITH replayed AS (
+    UPDATE webhook_deliveries
+    SET state = 'pending', next_attempt_at = coalesce($4, statement_timestamp()),
+        cycle_attempts = 0, claim_token = NULL, claim_expires_at = NULL, completed_at = NULL
+    WHERE state = 'failed' AND submission_id IS NOT NULL
+      AND ($1::varchar IS NULL OR endpoint_id = $1)
+      AND ($2::timestamptz IS NULL OR completed_at > $2)
+      AND ($3::timestamptz IS NULL OR completed_at < $3)
+    RETURNING id, endpoint_id, state, attempts, cycle_attempts
+), changes AS (
+    SELECT id AS delivery_id, endpoint_id, 'replayed'::varchar AS kind, state,
+           'failed'::varchar AS previous_state, attempts, cycle_attempts,
+           NULL::varchar AS outcome
+    FROM replayed
+), result AS (
+    SELECT (SELECT count(*) FROM replayed) AS replayed,
+           (SELECT count(*)
+            FROM (SELECT 1 FROM replayed LIMIT 1) AS any_replayed,
+                 LATERAL pg_notify('hymical_delivery_due', '') AS notified) AS notified
+)

@@ -1,0 +1,14 @@
+-- Deletes up to $2 of the submissions retention_count.sql counts (cutoff $1). Rows another
+-- process is deleting are skipped. Deliveries and attempts stay, their submission_id set
+-- to null by the foreign keys.
+WITH expired AS (
+    SELECT s.id
+    FROM submissions s
+    LEFT JOIN webhook_deliveries d ON d.submission_id = s.id
+    WHERE s.received_at < $1 AND (d.id IS NULL OR d.state = 'delivered')
+    LIMIT $2
+    FOR UPDATE OF s SKIP LOCKED
+), deleted AS (
+    DELETE FROM submissions WHERE id IN (SELECT id FROM expired) RETURNING 1
+)
+SELECT count(*) AS deleted FROM deleted
