@@ -116,6 +116,8 @@ pub enum ApiError {
         after_event_id: i64,
         pruned_through: i64,
     },
+    #[error("The document is too expensive to run: {reason}.")]
+    QueryTooComplex { reason: String },
     #[error("An unexpected error occurred.")]
     Internal(String),
 }
@@ -165,6 +167,7 @@ impl ApiError {
             ApiError::InvalidApiKey => "invalid_api_key",
             ApiError::StorageUnavailable(_) => "storage_unavailable",
             ApiError::Internal(_) => "internal_error",
+            ApiError::QueryTooComplex { .. } => "query_too_complex",
             ApiError::RequestBodyTooLarge { .. } => "request_body_too_large",
             ApiError::RequestBodyTimeout { .. } => "request_timeout",
             ApiError::RateLimitExceeded { .. } => "rate_limit_exceeded",
@@ -243,7 +246,9 @@ impl ApiError {
             ApiError::DeliveryNotFound { .. } | ApiError::SubmissionNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }
-            ApiError::InvalidCursor | ApiError::PageSizeTooLarge { .. } => StatusCode::BAD_REQUEST,
+            ApiError::InvalidCursor
+            | ApiError::PageSizeTooLarge { .. }
+            | ApiError::QueryTooComplex { .. } => StatusCode::BAD_REQUEST,
             ApiError::EventHistoryExpired { .. } => StatusCode::GONE,
         }
     }
@@ -273,7 +278,9 @@ impl ApiError {
                 "received": received,
                 "supported": crate::intake::SUPPORTED_MEDIA_TYPES,
             }),
-            ApiError::MalformedFormBody { reason } => json!({ "reason": reason }),
+            ApiError::MalformedFormBody { reason } | ApiError::QueryTooComplex { reason } => {
+                json!({ "reason": reason })
+            }
             ApiError::FileUploadNotSupported { field } | ApiError::InvalidFieldValue { field } => {
                 json!({ "field": field })
             }
@@ -362,6 +369,18 @@ impl ApiError {
             error.insert("details".into(), Value::Object(details));
         }
         json!({ "error": error })
+    }
+
+    /// The error as one entry of a GraphQL response's `errors`, for answers made before
+    /// any execution (a refused key, a refused document).
+    pub fn graphql_json(&self) -> Value {
+        let mut extensions = Map::new();
+        extensions.insert("code".into(), json!(self.code().to_ascii_uppercase()));
+        let details = self.details();
+        if !details.is_empty() {
+            extensions.insert("details".into(), Value::Object(details));
+        }
+        json!({ "message": self.to_string(), "extensions": extensions })
     }
 
     /// Server-side failures are logged here, once, by kind only: driver messages can quote

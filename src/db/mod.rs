@@ -62,6 +62,11 @@ pub const APPLICATION_NAME: &str = "hymical-forms";
 pub struct ConnectionSettings {
     config: tokio_postgres::Config,
     setup: String,
+    /// The whole opening (TCP, TLS, start-up, authentication, set-up) must fit in this:
+    /// tokio-postgres's own connect timeout covers only the TCP connect, and a server that
+    /// accepts and then says nothing would hold the attempt (and its place in the pool)
+    /// for ever.
+    connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for ConnectionSettings {
@@ -108,12 +113,22 @@ impl ConnectionSettings {
             statement_timeout.as_millis().max(1),
             idle_in_transaction_timeout.as_millis().max(1),
         );
-        Ok(ConnectionSettings { config, setup })
+        Ok(ConnectionSettings {
+            config,
+            setup,
+            connect_timeout,
+        })
     }
 
     /// Opens one connection, set up like every other (outside the pool: migrations,
     /// administrative commands, exports, the notification listener).
     pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
+        tokio::time::timeout(self.connect_timeout, self.open())
+            .await
+            .map_err(|_| DbError::Deadline(self.connect_timeout))?
+    }
+
+    async fn open(&self) -> Result<AsyncPgConnection, DbError> {
         let (client, connection) =
             self.config
                 .connect(tokio_postgres::NoTls)

@@ -36,11 +36,39 @@ pub fn validate_webhook_url(raw: &str, allow_private: bool) -> Result<Url, Desti
     if !matches!(url.scheme(), "http" | "https") {
         return Err(DestinationError::Scheme);
     }
+    if !written_with_authority(raw.trim()) {
+        return Err(DestinationError::NoHost);
+    }
     let host = url.host().ok_or(DestinationError::NoHost)?;
     if !allow_private && host_is_internal(&host) {
         return Err(DestinationError::InternalAddress);
     }
     Ok(url)
+}
+
+/// Whether `raw` is written as `scheme://authority…` with a non-empty authority and
+/// nothing the URL parser would silently repair: the WHATWG parser reads `https:///hook`
+/// and `https:/hook` as the host `hook`, turns `\\` into `/` and drops tabs and newlines,
+/// so a URL the operator did not write would be used. Such input is refused instead.
+pub fn written_with_authority(raw: &str) -> bool {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return false;
+    };
+    let scheme_ok = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    let authority_ok = rest
+        .chars()
+        .next()
+        .is_some_and(|c| !matches!(c, '/' | '?' | '#' | '@' | ':'));
+    let clean = !raw
+        .chars()
+        .any(|c| c == '\\' || c.is_control() || c.is_whitespace());
+    scheme_ok && authority_ok && clean
 }
 
 /// Whether a host names an internal destination by itself: an internal address literal,
@@ -56,8 +84,12 @@ pub fn host_is_internal<S: AsRef<str>>(host: &Host<S>) -> bool {
     }
 }
 
-/// Loopback, private, link-local, multicast, reserved, unspecified, CGNAT, documentation
-/// and benchmarking ranges, and IPv6 forms that embed an internal IPv4 address.
+/// Whether a destination address is refused: for IPv4 every special-purpose range
+/// (loopback, private, link-local, multicast, reserved, unspecified, CGNAT, documentation,
+/// benchmarking, protocol assignments); for IPv6 everything outside global unicast
+/// (2000::/3) and the special-purpose blocks inside it, after decoding the forms that
+/// carry an IPv4 address (mapped, compatible, NAT64 64:ff9b::/96, 6to4), which are judged
+/// by that address.
 pub fn is_internal_address(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(v4) => is_internal_v4(v4),
@@ -84,8 +116,11 @@ fn is_internal_v4(address: Ipv4Addr) -> bool {
         ([172, 16, 0, 0], 12),   // private
         ([192, 0, 0, 0], 24),    // IETF protocol assignments
         ([192, 0, 2, 0], 24),    // documentation
+        ([192, 31, 196, 0], 24), // AS112-v4
+        ([192, 52, 193, 0], 24), // AMT
         ([192, 88, 99, 0], 24),  // 6to4 relay anycast
         ([192, 168, 0, 0], 16),  // private
+        ([192, 175, 48, 0], 24), // direct delegation AS112
         ([198, 18, 0, 0], 15),   // benchmarking
         ([198, 51, 100, 0], 24), // documentation
         ([203, 0, 113, 0], 24),  // documentation
@@ -99,36 +134,38 @@ fn is_internal_v4(address: Ipv4Addr) -> bool {
 
 fn is_internal_v6(address: Ipv6Addr) -> bool {
     let segments = address.segments();
-    if address.is_unspecified() || address.is_loopback() {
-        return true;
-    }
-    // IPv4-mapped (::ffff:a.b.c.d) and IPv4-compatible (::a.b.c.d): judge the IPv4 address.
-    if let Some(v4) = address.to_ipv4_mapped() {
+    if let Some(v4) = embedded_v4(address) {
         return is_internal_v4(v4);
     }
-    if segments[..6] == [0, 0, 0, 0, 0, 0] {
-        return is_internal_v4(Ipv4Addr::from(
-            ((segments[6] as u32) << 16) | segments[7] as u32,
-        ));
+    // Only global unicast is a destination…
+    if segments[0] & 0xe000 != 0x2000 {
+        return true;
     }
-    // NAT64 (64:ff9b::/96) embeds an IPv4 address in its last 32 bits.
-    if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-        return is_internal_v4(Ipv4Addr::from(
-            ((segments[6] as u32) << 16) | segments[7] as u32,
-        ));
+    // …less its special-purpose blocks: IETF protocol assignments 2001::/23 (Teredo
+    // 2001::/32, which embeds an address we cannot judge, among them), documentation
+    // 2001:db8::/32 and 3fff::/20.
+    (segments[0] == 0x2001 && (segments[1] < 0x0200 || segments[1] == 0x0db8))
+        || (segments[0] & 0xfff0) == 0x3ff0
+}
+
+/// The IPv4 address an IPv6 address carries, in the forms that route to it: mapped
+/// (::ffff:a.b.c.d), compatible (::a.b.c.d), NAT64 well-known prefix (64:ff9b::/96) and
+/// 6to4 (2002:aabb:ccdd::/48).
+fn embedded_v4(address: Ipv6Addr) -> Option<Ipv4Addr> {
+    let segments = address.segments();
+    let low = |high: u16, low: u16| Ipv4Addr::from((u32::from(high) << 16) | u32::from(low));
+    if let Some(v4) = address.to_ipv4_mapped() {
+        return Some(v4);
     }
-    // 6to4 (2002::/16) embeds one in bits 16..48.
-    if segments[0] == 0x2002 {
-        return is_internal_v4(Ipv4Addr::from(
-            ((segments[1] as u32) << 16) | segments[2] as u32,
-        ));
+    match segments {
+        // `::` and `::1` are IPv6's own unspecified and loopback addresses, judged as such
+        // (refused: outside global unicast).
+        [0, 0, 0, 0, 0, 0, 0, 0] | [0, 0, 0, 0, 0, 0, 0, 1] => None,
+        [0, 0, 0, 0, 0, 0, high, low_part] => Some(low(high, low_part)),
+        [0x64, 0xff9b, 0, 0, 0, 0, high, low_part] => Some(low(high, low_part)),
+        [0x2002, high, low_part, ..] => Some(low(high, low_part)),
+        _ => None,
     }
-    (segments[0] & 0xfe00) == 0xfc00 // unique local fc00::/7
-        || (segments[0] & 0xffc0) == 0xfe80 // link-local fe80::/10
-        || (segments[0] & 0xffc0) == 0xfec0 // site-local (deprecated) fec0::/10
-        || (segments[0] & 0xff00) == 0xff00 // multicast ff00::/8
-        || (segments[0] == 0x2001 && segments[1] == 0x0db8) // documentation 2001:db8::/32
-        || (segments[..4] == [0x0100, 0, 0, 0]) // discard-only 100::/64
 }
 
 #[cfg(test)]
@@ -166,6 +203,18 @@ mod tests {
             "http://240.0.0.1/hook",
             "http://[64:ff9b::7f00:1]/hook",
             "http://[2002:7f00:1::]/hook",
+            // NAT64 local use, Teredo, IPv4-translated, ORCHID, documentation, unique
+            // local and other space outside global unicast.
+            "http://[64:ff9b:1::5db8:d822]/hook",
+            "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",
+            "http://[::ffff:0:5db8:d822]/hook",
+            "http://[2001:10::1]/hook",
+            "http://[2001:db8::1]/hook",
+            "http://[3fff::1]/hook",
+            "http://[4000::1]/hook",
+            "http://[100::1]/hook",
+            "http://192.31.196.1/hook",
+            "http://192.175.48.1/hook",
         ] {
             assert_eq!(
                 validate_webhook_url(url, false),
@@ -210,6 +259,28 @@ mod tests {
         );
         assert_eq!(
             validate_webhook_url("http://", true),
+            Err(DestinationError::Unparsable)
+        );
+        // What the parser would repair is refused: an empty authority, a single slash,
+        // backslashes, tabs and newlines.
+        for repaired in [
+            "https:///hook",
+            "https:/hook",
+            "https:hook",
+            "https://\\example.com/hook",
+            "https://example.com\\hook",
+            "https://exa\tmple.com/hook",
+            "https://example.com/ho\nok",
+            "https://@example.com/hook",
+        ] {
+            assert_eq!(
+                validate_webhook_url(repaired, true),
+                Err(DestinationError::NoHost),
+                "{repaired:?}"
+            );
+        }
+        assert_eq!(
+            validate_webhook_url("https://:443/hook", true),
             Err(DestinationError::Unparsable)
         );
         let long = format!("https://example.com/{}", "a".repeat(2048));

@@ -126,10 +126,7 @@ fn refusal_response(refusal: Refusal, answer: Answer) -> Response {
 /// A management-key failure as a GraphQL error body with the REST status.
 fn unauthorized(error: ApiError, answer: Answer) -> Response {
     let status = error.status();
-    let body = json!({ "errors": [{
-        "message": error.to_string(),
-        "extensions": { "code": error.code().to_ascii_uppercase() },
-    }] });
+    let body = json!({ "errors": [error.graphql_json()] });
     let mut response = json_response(status, answer, &body);
     response
         .headers_mut()
@@ -163,7 +160,7 @@ async fn handle(
         }
         Err(error) => return error.into_response(),
     };
-    let graphql_request = match parse_request(
+    let mut graphql_request = match parse_request(
         &parts.method,
         &parts.headers,
         parts.uri.query(),
@@ -176,6 +173,14 @@ async fn handle(
         Ok(request) => request,
         Err(refusal) => return refusal_response(refusal, answer),
     };
+    if let Err(error) = super::cost::admit(&mut graphql_request, &app.config.graphql) {
+        // A request error, answered like a document that does not validate.
+        let status = match answer {
+            Answer::GraphqlResponseJson => StatusCode::BAD_REQUEST,
+            Answer::Json => StatusCode::OK,
+        };
+        return json_response(status, answer, &json!({ "errors": [error.graphql_json()] }));
+    }
     if parts.method == Method::GET {
         if let Err(refusal) = refuse_mutation_over_get(&graphql_request) {
             return refusal_response(refusal, answer);

@@ -1,5 +1,6 @@
 //! The GraphQL management API (SPEC section 7): schema, resolvers and the HTTP handler.
 
+pub mod cost;
 pub mod fanout;
 pub mod http;
 pub mod loaders;

@@ -77,7 +77,10 @@ fn valid_webhook_url(url: &str, allow_private: bool) -> Result<String, ApiError>
 fn valid_redirect_url(url: &str) -> Result<String, ApiError> {
     let parsed = Url::parse(url.trim())
         .map_err(|_| invalid("redirectUrl", "must be an absolute http or https URL"))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host().is_none()
+        || !crate::delivery::destination::written_with_authority(url.trim())
+    {
         return Err(invalid(
             "redirectUrl",
             "must be an absolute http or https URL",

@@ -361,6 +361,12 @@ impl Connection {
             ));
         }
         let protocol = self.protocol;
+        if let Err(error) = super::cost::admit(&mut operation.request(), &self.app.config.graphql) {
+            let frame = error_frame(id, &json!([error.graphql_json()]).to_string());
+            self.operations
+                .insert(id.clone(), stream::once(async move { frame }).boxed());
+            return Step::Continue;
+        }
         if self.operations.len() >= MAX_OPERATIONS {
             let refusal = json!([{ "message": format!("at most {MAX_OPERATIONS} operations can run on one connection") }]);
             let frame = error_frame(id, &refusal.to_string());

@@ -70,14 +70,30 @@ pub fn client_address(peer: IpAddr, headers: &HeaderMap, trusted_hops: usize) ->
             .collect();
         if entries.len() >= trusted_hops {
             let entry = entries[entries.len() - trusted_hops];
-            // Canonical form when it is an address (so `::1` and `0::1` are one client).
             return match entry.parse::<IpAddr>() {
-                Ok(address) => address.to_string(),
+                Ok(address) => source_key(address),
                 Err(_) => entry.to_string(),
             };
         }
     }
-    peer.to_string()
+    source_key(peer)
+}
+
+/// What one source is counted under: an IPv4 address, or an IPv6 /64 (the unit one
+/// subscriber gets, so that rotating through a prefix's 2^64 addresses is one source).
+/// Canonical forms, so `::1` and `0::1` are one client; an IPv4-mapped address is the
+/// IPv4 client it maps.
+fn source_key(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let prefix = u128::from(v6) & (u128::MAX << 64);
+                format!("{}/64", std::net::Ipv6Addr::from(prefix))
+            }
+        },
+    }
 }
 
 /// The stored subject for an address: hex SHA-256, or HMAC-SHA256 with the configured
@@ -171,6 +187,28 @@ mod tests {
             "fewer entries than hops: the peer"
         );
         assert_eq!(client_address(peer, &HeaderMap::new(), 1), "10.0.0.9");
+    }
+
+    #[test]
+    fn ipv6_sources_are_counted_by_their_64() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let same_64: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:fffe".parse().unwrap();
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let none = HeaderMap::new();
+        assert_eq!(client_address(one, &none, 0), "2001:db8:1:2::/64");
+        assert_eq!(
+            client_address(one, &none, 0),
+            client_address(same_64, &none, 0)
+        );
+        assert_ne!(
+            client_address(one, &none, 0),
+            client_address(other_64, &none, 0)
+        );
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(client_address(mapped, &none, 0), "192.0.2.7");
+        let mut forwarded = HeaderMap::new();
+        forwarded.append("x-forwarded-for", "2001:db8:9:9::5".parse().unwrap());
+        assert_eq!(client_address(one, &forwarded, 1), "2001:db8:9:9::/64");
     }
 
     #[test]

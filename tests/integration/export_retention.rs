@@ -241,6 +241,11 @@ async fn retention_deletes_only_old_submissions_nothing_still_needs() {
     };
     let (ok, _, stderr) = run(&["retention"]);
     assert!(!ok && stderr.contains("--older-than-days"), "{stderr}");
+    // An age beyond any storable date is an error that says so, not a panic.
+    let (ok, _, stderr) = run(&["retention", "--older-than-days", "4000000000"]);
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("smaller number of days"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
     let (ok, stdout, _) = run(&["retention", "--dry-run", "--older-than-days", "30"]);
     assert!(ok && stdout.starts_with("would delete 2 "), "{stdout}");
     assert_eq!(

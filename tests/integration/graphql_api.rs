@@ -260,6 +260,14 @@ async fn create_endpoint_rules() {
         "ftp://example.com/h",
         "https://",
         "not a url",
+        // What the URL parser would repair into something the operator did not write.
+        "https:///hook",
+        "https:/hook",
+        "https://example.com\\hook",
+        // Outside global unicast, or embedding an internal address.
+        "http://[64:ff9b:1::a00:1]/h",
+        "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/h",
+        "http://[::ffff:0:a00:1]/h",
     ] {
         let body = refused(
             json!({"id": "ssrf", "name": "x", "webhookUrl": url}),

@@ -146,6 +146,20 @@ impl TestDb {
             .expect("connect to the test database")
     }
 
+    /// The address of the database server.
+    pub fn server_addr(&self) -> SocketAddr {
+        let url = url::Url::parse(self.url.expose()).expect("database URL");
+        let port = url.port().expect("port");
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    /// This database's URL with the server reached at `addr` instead.
+    pub fn url_through(&self, addr: SocketAddr) -> Secret {
+        let mut url = url::Url::parse(self.url.expose()).expect("database URL");
+        url.set_port(Some(addr.port())).expect("port");
+        Secret::new(url.to_string())
+    }
+
     /// A connection that names itself as the service's connections do.
     pub async fn connect_as_service(&self) -> AsyncPgConnection {
         let mut connection = self.connect().await;
@@ -207,16 +221,20 @@ pub async fn pool(
     db: &TestDb,
     counter: Option<db::StatementCounter>,
 ) -> (db::ConnectionSettings, db::Db) {
-    let defaults = config(&[]);
-    let settings = db::ConnectionSettings::new(&db.url, &defaults.database).expect("settings");
-    let pool = db::Db::connect_counted(
-        settings.clone(),
-        4,
-        defaults.database.call_timeout(),
-        counter,
-    )
-    .await
-    .expect("test pool");
+    pool_on(&db.url, &config(&[]), counter).await
+}
+
+/// [`pool`] on `url`, with the database settings of `config`.
+pub async fn pool_on(
+    url: &Secret,
+    config: &Config,
+    counter: Option<db::StatementCounter>,
+) -> (db::ConnectionSettings, db::Db) {
+    let settings = db::ConnectionSettings::new(url, &config.database).expect("settings");
+    let pool =
+        db::Db::connect_counted(settings.clone(), 4, config.database.call_timeout(), counter)
+            .await
+            .expect("test pool");
     (settings, pool)
 }
 
@@ -282,8 +300,20 @@ impl TestApp {
         clock: Arc<dyn Clock>,
         counter: Option<db::StatementCounter>,
     ) -> TestApp {
+        let url = db.url.clone();
+        TestApp::start_on_url(db, &url, vars, clock, counter).await
+    }
+
+    /// An app on `db` that reaches the database through `url` (a proxy, say).
+    pub async fn start_on_url(
+        db: TestDb,
+        url: &Secret,
+        vars: &[(&str, &str)],
+        clock: Arc<dyn Clock>,
+        counter: Option<db::StatementCounter>,
+    ) -> TestApp {
         let config = config(vars);
-        let (settings, pool) = pool(&db, counter).await;
+        let (settings, pool) = pool_on(url, &config, counter).await;
         let app = App::new(config, settings, pool, clock);
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let mut services = tokio::task::JoinSet::new();
@@ -677,6 +707,24 @@ impl ServeProcess {
         self.signal(nix::sys::signal::Signal::SIGTERM);
         let status = self.child.wait().expect("wait");
         (status, self.log_text())
+    }
+
+    /// SIGTERM, then the exit status if the process exits within `limit` (killed if not).
+    pub fn stop_within(
+        mut self,
+        limit: std::time::Duration,
+    ) -> (Option<std::process::ExitStatus>, String) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return (Some(status), self.log_text());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        (None, self.log_text())
     }
 
     pub fn kill(mut self) {

@@ -4,21 +4,27 @@
 mod harness;
 
 mod cli;
+mod clock_skew;
+mod database_faults;
 mod delivery;
 mod delivery_fence;
 mod delivery_processes;
 mod embedded;
 mod export_retention;
+mod fairness;
 mod foundation_http;
 mod graphql_api;
 mod graphql_audit;
+mod graphql_limits;
 mod graphql_paging;
+mod http_limits;
 mod intake;
 mod intake_browser;
 mod intake_idempotency;
 mod intake_rate_limits;
 mod keys;
 mod migrations;
+mod proxy;
 mod receiver;
 mod schema_files;
 mod subscriptions;

@@ -1000,3 +1000,84 @@ async fn every_change_the_service_makes_writes_its_event() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pruning_never_removes_events_still_within_retention() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let first_before = app.db.newest_event_id().await;
+    for n in 0..3 {
+        app.submit("contact", &format!("n={n}")).await;
+    }
+    // Nothing is older than a day: pruning (at start and hourly) removes nothing.
+    for _ in 0..3 {
+        let pruned = hymical_forms::events::prune(
+            &app.app.db,
+            app.app.clock.now() - chrono::Duration::hours(24),
+        )
+        .await
+        .unwrap();
+        assert_eq!(pruned, 0);
+    }
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    client
+        .subscribe_events("s", &format!(r#"afterEventId: "{first_before}""#))
+        .await;
+    let events = client.events("s", 3).await;
+    assert!(events.iter().all(|e| e["kind"] == "CREATED"), "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_transaction_in_another_database_does_not_delay_the_feed() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    client.subscribe_events("s", "").await;
+    // A writing transaction elsewhere in the cluster, left open for the whole test; and
+    // one in this database by another application.
+    let elsewhere = crate::harness::TestDb::new().await;
+    let mut other = elsewhere.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    diesel::sql_query(
+        "INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('x-y', 'x', true, now())",
+    )
+    .execute(&mut other)
+    .await
+    .unwrap();
+    let mut neighbour = app.db.connect().await;
+    diesel::sql_query("BEGIN")
+        .execute(&mut neighbour)
+        .await
+        .unwrap();
+    diesel::sql_query(
+        "INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('n-b', 'n', true, now())",
+    )
+    .execute(&mut neighbour)
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    app.submit("contact", "a=1").await;
+    let event = client.next_event("s").await;
+    assert_eq!(event["kind"], "CREATED");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the feed waited {:?} for unrelated transactions",
+        started.elapsed()
+    );
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    diesel::sql_query("ROLLBACK")
+        .execute(&mut neighbour)
+        .await
+        .unwrap();
+}
