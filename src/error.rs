@@ -455,6 +455,7 @@ impl DbError {
             DbError::Pool(_) => "no connection available from the pool".into(),
             DbError::Connect(_) => "cannot connect to the database".into(),
             DbError::Deadline(limit) => format!("no answer from the database within {limit:?}"),
+            DbError::Unreachable => "the database refuses connections".into(),
         }
     }
 }

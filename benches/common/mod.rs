@@ -80,6 +80,7 @@ impl BenchCluster {
                 ("max_connections".into(), "300".into()),
             ],
             remove_after_stop: true,
+            port: None,
         };
         let (started, connection) = cluster.ensure_running(&settings).expect("start PostgreSQL");
         let server = match started {

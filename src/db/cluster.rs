@@ -61,6 +61,9 @@ pub struct ServerSettings {
     pub extra: Vec<(String, String)>,
     /// Delete the whole cluster directory once the server has stopped (test runs).
     pub remove_after_stop: bool,
+    /// Listen on this port instead of a free one chosen at start (a test that stops the
+    /// server and starts it again where its clients expect it).
+    pub port: Option<u16>,
 }
 
 impl ServerSettings {
@@ -78,6 +81,7 @@ impl ServerSettings {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             remove_after_stop: true,
+            port: None,
         }
     }
 }
@@ -326,7 +330,10 @@ impl Cluster {
         if let Some(port) = self.running_port() {
             return Ok((Started::AlreadyRunning, Connection { port, password }));
         }
-        let port = free_port()?;
+        let port = match settings.port {
+            Some(port) => port,
+            None => free_port()?,
+        };
         let log_path = self.root.join("postgres.log");
         let log = fs::OpenOptions::new()
             .create(true)

@@ -13,6 +13,8 @@ pub mod schema;
 pub mod statement;
 pub mod submissions;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
@@ -36,6 +38,8 @@ pub enum DbError {
     Connect(#[from] diesel::ConnectionError),
     #[error("the database did not answer within {0:?}")]
     Deadline(Duration),
+    #[error("the database refuses connections")]
+    Unreachable,
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError {
@@ -152,6 +156,70 @@ impl ConnectionSettings {
 pub struct Db {
     pool: DbPool,
     call_timeout: Duration,
+    /// A checkout while the database refuses connections waits at most this long.
+    connect_timeout: Duration,
+    reachability: Arc<Reachability>,
+}
+
+/// Whether the last attempt to open a connection failed, and when: while the database is
+/// down, a request that finds no idle connection is answered at once instead of waiting
+/// for a connection that cannot come, and one request at most every
+/// [`PROBE_INTERVAL`] tries again (so recovery is noticed without a restart).
+#[derive(Default)]
+struct Reachability {
+    /// Milliseconds since `since` of the last failed connection attempt; 0 when the last
+    /// attempt succeeded.
+    failed_at: AtomicU64,
+    /// Milliseconds since `since` of the last request let through to try again.
+    probed_at: AtomicU64,
+    since: std::sync::OnceLock<std::time::Instant>,
+    /// Woken by every failed attempt: the pool does not tell a waiting checkout that the
+    /// connection it waits for failed to open.
+    attempt_failed: tokio::sync::Notify,
+}
+
+/// How often, while the database is unreachable, one request tries to connect again.
+const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+impl Reachability {
+    fn now_ms(&self) -> u64 {
+        let since = self.since.get_or_init(std::time::Instant::now);
+        u64::try_from(since.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    fn failing(&self) -> bool {
+        AtomicU64::load(&self.failed_at, Ordering::SeqCst) > 0
+    }
+
+    fn connected(&self) {
+        self.failed_at.store(0, Ordering::SeqCst);
+    }
+
+    fn failed(&self) {
+        self.failed_at.store(self.now_ms(), Ordering::SeqCst);
+        self.attempt_failed.notify_waiters();
+    }
+
+    /// Whether a request should give up at once: the last attempt failed, and another
+    /// request is already trying again.
+    fn refuse_now(&self) -> bool {
+        if !self.failing() {
+            return false;
+        }
+        let now = self.now_ms();
+        let probed = AtomicU64::load(&self.probed_at, Ordering::SeqCst);
+        if now.saturating_sub(probed) >= PROBE_INTERVAL.as_millis() as u64
+            && self
+                .probed_at
+                .compare_exchange(probed, now, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            return false;
+        }
+        true
+    }
 }
 
 /// Work on one connection: an async closure whose future is `Send` (what every handler
@@ -191,12 +259,21 @@ impl Db {
         call_timeout: Duration,
         counter: Option<StatementCounter>,
     ) -> Result<Db, DbError> {
+        let reachability = Arc::new(Reachability::default());
+        let connect_timeout = settings.connect_timeout;
         let mut manager_config = ManagerConfig::default();
+        let reach = reachability.clone();
         manager_config.custom_setup = Box::new(move |_url| {
             let counter = counter.clone();
             let settings = settings.clone();
+            let reach = reach.clone();
             Box::pin(async move {
-                let mut connection = settings.connect().await.map_err(|error| match error {
+                let opened = settings.connect().await;
+                match &opened {
+                    Ok(_) => reach.connected(),
+                    Err(_) => reach.failed(),
+                }
+                let mut connection = opened.map_err(|error| match error {
                     DbError::Connect(error) => error,
                     other => diesel::ConnectionError::BadConnection(other.to_string()),
                 })?;
@@ -225,10 +302,18 @@ impl Db {
             // Broken connections are noticed when a query fails; a ping before every
             // checkout would add a round trip to every request.
             .test_on_check_out(false)
+            // One attempt per connection wanted: a failure is recorded at once (see
+            // `Reachability`) rather than retried inside the pool for seconds.
+            .retry_connection(false)
             .build(manager)
             .await
             .map_err(|e| DbError::Pool(e.to_string()))?;
-        let db = Db { pool, call_timeout };
+        let db = Db {
+            pool,
+            call_timeout,
+            connect_timeout,
+            reachability,
+        };
         // Fail at start-up, not on the first request, when the database cannot be reached.
         db.run(async |_| Ok(())).await?;
         Ok(db)
@@ -242,9 +327,29 @@ impl Db {
         F: for<'c> ConnectionWork<'c, T>,
     {
         let started = tokio::time::Instant::now();
-        let mut connection = tokio::time::timeout(self.call_timeout, self.pool.get())
-            .await
-            .map_err(|_| DbError::Deadline(self.call_timeout))??;
+        let idle = self.pool.state().idle_connections > 0;
+        let checkout_limit = if idle {
+            self.call_timeout
+        } else if self.reachability.refuse_now() {
+            return Err(DbError::Unreachable);
+        } else if self.reachability.failing() {
+            // Trying again while the database was unreachable: no longer than a connect.
+            self.connect_timeout.min(self.call_timeout)
+        } else {
+            self.call_timeout
+        };
+        let mut connection = {
+            let attempt_failed = self.reachability.attempt_failed.notified();
+            tokio::pin!(attempt_failed);
+            attempt_failed.as_mut().enable();
+            tokio::select! {
+                checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
+                    checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+                }
+                // The connection this checkout waits for may be the one that failed.
+                _ = attempt_failed, if !idle => return Err(DbError::Unreachable),
+            }
+        };
         let remaining = self.call_timeout.saturating_sub(started.elapsed());
         match tokio::time::timeout(remaining, work(&mut connection)).await {
             Ok(result) => result,

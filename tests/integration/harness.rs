@@ -111,6 +111,8 @@ pub struct TestDb(Arc<TestDbInner>);
 pub struct TestDbInner {
     pub name: String,
     pub url: Secret,
+    /// Made by the harness (and dropped by it on a shared server).
+    owned: bool,
 }
 
 impl std::ops::Deref for TestDb {
@@ -137,7 +139,22 @@ impl TestDb {
         let template = migrated.then_some(server.template.as_str());
         create_database(&server.admin_url, &name, template).await;
         let url = database_url(&server.admin_url, &name);
-        TestDb(Arc::new(TestDbInner { name, url }))
+        TestDb(Arc::new(TestDbInner {
+            name,
+            url,
+            owned: true,
+        }))
+    }
+
+    /// A database the test made elsewhere (its own cluster, say); never dropped here.
+    /// (The fault suite's outage test uses it.)
+    #[allow(dead_code)]
+    pub fn external(name: &str, url: Secret) -> TestDb {
+        TestDb(Arc::new(TestDbInner {
+            name: name.to_string(),
+            url,
+            owned: false,
+        }))
     }
 
     pub async fn connect(&self) -> AsyncPgConnection {
@@ -188,7 +205,7 @@ impl TestDb {
 impl Drop for TestDbInner {
     fn drop(&mut self) {
         // A throwaway cluster is deleted whole at exit; only a shared server needs tidying.
-        if !server().shared_server {
+        if !self.owned || !server().shared_server {
             return;
         }
         let admin_url = server().admin_url.clone();

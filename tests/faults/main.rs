@@ -1,0 +1,29 @@
+//! The fault suite: guarantees shown under faults with real processes, a real database
+//! stopped and started, hostile peers on loopback, and a soak. Each test is bounded in
+//! count and time and stops by itself. `cargo test` runs the short configuration;
+//! `FORMS_FAULTS=long` (and `FORMS_SOAK_SECONDS`) the long one (docs/RELIABILITY.md).
+
+#[allow(dead_code)]
+#[path = "../integration/harness.rs"]
+mod harness;
+#[allow(dead_code)]
+#[path = "../integration/receiver.rs"]
+mod receiver;
+#[allow(dead_code)]
+#[path = "../integration/ws_client.rs"]
+mod ws_client;
+
+mod peers;
+mod probe;
+
+mod chaos;
+mod clients;
+mod outage;
+mod receivers;
+mod resume;
+mod soak;
+
+/// Whether the long configuration was asked for.
+pub fn long() -> bool {
+    std::env::var("FORMS_FAULTS").is_ok_and(|value| value == "long")
+}
