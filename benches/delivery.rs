@@ -9,8 +9,13 @@
 //!    queued deliveries (50 endpoints) to a local receiver that answers 200 at once.
 //! 3. **Latency.** One `hymical-forms serve` accepts forms posted one at a time (light
 //!    load); for each, the time from the `202` to the receiver's first byte.
+//! 4. **Noisy neighbour.** 300 deliveries queued for a receiver that accepts and never
+//!    answers (read timeout 3 s), 32 workers; healthy endpoints' forms posted meanwhile:
+//!    the time from the POST to their receiver (target: p99 under 1 s, where the dead
+//!    backlog would take about 300 / 8 × 3 s to drain).
 //!
-//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_LATENCY_SAMPLES` (300).
+//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_LATENCY_SAMPLES` (300),
+//! `BENCH_NEIGHBOUR_SAMPLES` (200).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +40,12 @@ struct Receiver {
     /// Arrival time by submission id, when latency is being measured.
     arrivals: Arc<Mutex<HashMap<String, Instant>>>,
     track: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// A receiver that accepts and never answers (within any read timeout).
+async fn never_answers() -> &'static str {
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    "too late"
 }
 
 async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str {
@@ -85,6 +96,7 @@ fn main() {
         let addr = listener.local_addr().expect("addr");
         let router = Router::new()
             .route("/hook", post(receive))
+            .route("/dead", post(never_answers))
             .with_state(receiver.clone());
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
@@ -96,7 +108,9 @@ fn main() {
         conn.batch_execute(&format!(
             "INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
              SELECT 'bench-' || n, 'Benchmark ' || n, 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)
-             FROM generate_series(0, {}) AS n",
+             FROM generate_series(0, {}) AS n;
+             INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
+             VALUES ('dead', 'Dead receiver', 'http://{receiver_addr}/dead', 'whsec_' || repeat('cd', 32))",
             ENDPOINTS - 1
         ))
         .await
@@ -298,6 +312,82 @@ SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT
         percentile(&mut after_202, 99.0),
         percentile(&mut after_post, 50.0),
         percentile(&mut after_post, 99.0),
+    );
+    runtime.block_on(clear(&cluster.url));
+    noisy_neighbour(&runtime, &cluster.url, &receiver);
+}
+
+/// Section 4: healthy endpoints' delay behind a dead receiver's backlog.
+fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &Receiver) {
+    let samples = env_number("BENCH_NEIGHBOUR_SAMPLES", 200) as usize;
+    runtime.block_on(async {
+        let mut conn = AsyncPgConnection::establish(url.expose())
+            .await
+            .expect("connect");
+        conn.batch_execute(
+            "INSERT INTO submissions (id, endpoint_id, received_at, fields)
+                 SELECT 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', now(), '{\"n\":[\"1\"]}'::json
+                 FROM generate_series(1, 300) AS n;
+             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at)
+                 SELECT 'whd_' || 'd' || lpad(to_hex(n), 31, '0'), 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', e.webhook_url, e.webhook_secret, now(), now()
+                 FROM generate_series(1, 300) AS n, endpoints e WHERE e.id = 'dead';",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("dead backlog: {e}"));
+    });
+    let port = free_port();
+    let serve = forms(url, port)
+        .env("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1")
+        .env("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "3")
+        .env("FORMS_WORKER_LEASE_SECONDS", "10")
+        .env("FORMS_WORKER_CONCURRENCY", "32")
+        .spawn()
+        .expect("start serve");
+    let client = reqwest::Client::new();
+    receiver.arrivals.lock().expect("arrivals").clear();
+    receiver.track.store(true, Ordering::Relaxed);
+    let mut delays = Vec::new();
+    runtime.block_on(async {
+        let ready = format!("http://127.0.0.1:{port}/ready");
+        for _ in 0..600 {
+            if client.get(&ready).send().await.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The dead backlog has every slot it may have by now.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut posted = Vec::with_capacity(samples);
+        for n in 0..samples {
+            let sent = Instant::now();
+            let response = client
+                .post(format!("http://127.0.0.1:{port}/f/bench-{}", n % ENDPOINTS))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("n={n}"))
+                .send()
+                .await
+                .expect("post");
+            let receipt: serde_json::Value = response.json().await.expect("receipt");
+            posted.push((receipt["submission_id"].as_str().expect("id").to_string(), sent));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        for (id, sent) in posted {
+            let arrived = loop {
+                if let Some(at) = receiver.arrivals.lock().expect("arrivals").get(&id) {
+                    break *at;
+                }
+                assert!(Instant::now() < deadline, "a healthy delivery never arrived");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            delays.push(signed_ms(arrived, sent));
+        }
+    });
+    stop(serve);
+    println!(
+        "noisy neighbour: 300 deliveries queued for a receiver that never answers; {samples} healthy forms, POST → receiver: p50 {:.1} ms, p99 {:.1} ms (target p99 < 1000 ms)",
+        percentile(&mut delays, 50.0),
+        percentile(&mut delays, 99.0),
     );
 }
 

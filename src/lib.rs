@@ -12,6 +12,7 @@ pub mod digest;
 pub mod error;
 pub mod events;
 pub mod export;
+pub mod fuzzing;
 pub mod graphql;
 pub mod http;
 pub mod ids;

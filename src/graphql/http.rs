@@ -88,13 +88,18 @@ impl Answer {
 }
 
 /// A request that could not become a GraphQL operation: an HTTP status and a message.
-struct Refusal {
+pub struct Refusal {
     status: StatusCode,
     message: String,
     allow: Option<&'static str>,
 }
 
 impl Refusal {
+    /// The HTTP status it is answered with (always a client error).
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
     fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
         Refusal {
             status,
@@ -273,28 +278,32 @@ async fn parse_request(
                 ))
             }
         };
-        match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(object)) => object,
-            Ok(Value::Array(_)) => {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    "batched requests are not supported",
-                ));
-            }
-            Ok(_) => {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    "the body must be a JSON object",
-                ))
-            }
-            Err(_) => {
-                return Err(Refusal::new(
-                    StatusCode::BAD_REQUEST,
-                    "the body is not valid JSON",
-                ))
-            }
-        }
+        return parse_json_body(&bytes);
     };
+    request_from_params(&params)
+}
+
+/// A POST body (already read) as a GraphQL request: one JSON object, no batch.
+pub fn parse_json_body(bytes: &[u8]) -> Result<async_graphql::Request, Refusal> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(params)) => request_from_params(&params),
+        Ok(Value::Array(_)) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "batched requests are not supported",
+        )),
+        Ok(_) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "the body must be a JSON object",
+        )),
+        Err(_) => Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            "the body is not valid JSON",
+        )),
+    }
+}
+
+/// `{query, operationName?, variables?, extensions?}` as a GraphQL request.
+fn request_from_params(params: &Map<String, Value>) -> Result<async_graphql::Request, Refusal> {
     let query = match params.get("query") {
         Some(Value::String(query)) => query.clone(),
         Some(_) => {

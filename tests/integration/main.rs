@@ -13,6 +13,7 @@ mod embedded;
 mod export_retention;
 mod fairness;
 mod foundation_http;
+mod fuzz_seeds;
 mod graphql_api;
 mod graphql_audit;
 mod graphql_limits;
