@@ -177,3 +177,75 @@ async fn ten_thousand_idle_connections_leave_intake_at_its_latency() {
     drop(idle);
     server.kill();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_sockets_under_a_low_open_file_limit_do_not_starve_the_worker() {
+    // With 1,024 descriptors, connections are capped so that the pool, the listener and the
+    // worker's outbound requests keep theirs: a flood of idle clients waits in the backlog
+    // instead of making the worker's connects fail (which once turned deliveries failed).
+    probe::raise_open_files();
+    let receiver = crate::receiver::Receiver::start().await;
+    let db = TestDb::new().await;
+    {
+        let mut conn = db.connect().await;
+        let mut row = endpoint("contact");
+        row.webhook_url = Some(receiver.url("/ok"));
+        row.webhook_secret = Some(crate::harness::webhook_secret());
+        hymical_forms::db::endpoints::insert(&mut conn, &row)
+            .await
+            .expect("endpoint");
+    }
+    let server = ServeProcess::start_limited(
+        &db,
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "4"),
+            ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "4"),
+        ],
+        Some(1024),
+    );
+    wait_for_status(&server.url("/ready"), 200).await;
+    let mut idle = Vec::new();
+    for _ in 0..12 {
+        let batch = futures_util::future::join_all(
+            (0..100).map(|_| TcpStream::connect(("127.0.0.1", server.port))),
+        )
+        .await;
+        idle.extend(batch.into_iter().flatten());
+    }
+    // Deliveries queued meanwhile (through the database: the server's own intake is
+    // behind the idle crowd) all succeed.
+    let mut conn = db.connect().await;
+    use diesel_async::RunQueryDsl;
+    for n in 0..20 {
+        diesel::sql_query(format!(
+            "WITH s AS (INSERT INTO submissions (id, endpoint_id, received_at, fields)
+                 VALUES ('sub_{n:032x}', 'contact', now(), '{{\"n\":[\"1\"]}}') RETURNING id)
+             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url,
+                 signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_{n:032x}', s.id, e.id, e.webhook_url, e.webhook_secret, now(), now()
+             FROM s, endpoints e WHERE e.id = 'contact'"
+        ))
+        .execute(&mut conn)
+        .await
+        .expect("queue");
+    }
+    receiver.wait_for(20).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = probe::queue(&db).await;
+        if view.delivered == 20 {
+            assert_eq!(view.failed, 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{view:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(server.log_text().contains("FORMS_HTTP_MAX_CONNECTIONS"));
+    // Once the idle ones time out, intake answers again.
+    drop(idle);
+    let latencies = intake_latencies(&server.url("/f/contact"), 5).await;
+    assert_eq!(latencies.len(), 5);
+    server.kill();
+}

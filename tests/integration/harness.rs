@@ -683,6 +683,11 @@ pub struct ServeProcess {
 
 impl ServeProcess {
     pub fn start(db: &TestDb, vars: &[(&str, &str)]) -> ServeProcess {
+        ServeProcess::start_limited(db, vars, None)
+    }
+
+    /// [`ServeProcess::start`] with the open-file limit (soft and hard) set to `nofile`.
+    pub fn start_limited(db: &TestDb, vars: &[(&str, &str)], nofile: Option<u64>) -> ServeProcess {
         let dir = tempfile::tempdir().expect("tempdir");
         let port = free_port();
         let log = dir.path().join("serve.log");
@@ -696,6 +701,20 @@ impl ServeProcess {
             .stderr(log_file);
         for (name, value) in vars {
             command.env(name, value);
+        }
+        if let Some(nofile) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
+            unsafe {
+                command.pre_exec(move || {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        nofile,
+                        nofile,
+                    )
+                    .map_err(std::io::Error::from)
+                });
+            }
         }
         let child = command.spawn().expect("start serve");
         ServeProcess {
