@@ -350,7 +350,12 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
     runtime.block_on(async {
         let ready = format!("http://127.0.0.1:{port}/ready");
         for _ in 0..600 {
-            if client.get(&ready).send().await.is_ok_and(|r| r.status() == 200) {
+            if client
+                .get(&ready)
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -368,7 +373,10 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
                 .await
                 .expect("post");
             let receipt: serde_json::Value = response.json().await.expect("receipt");
-            posted.push((receipt["submission_id"].as_str().expect("id").to_string(), sent));
+            posted.push((
+                receipt["submission_id"].as_str().expect("id").to_string(),
+                sent,
+            ));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -377,7 +385,10 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
                 if let Some(at) = receiver.arrivals.lock().expect("arrivals").get(&id) {
                     break *at;
                 }
-                assert!(Instant::now() < deadline, "a healthy delivery never arrived");
+                assert!(
+                    Instant::now() < deadline,
+                    "a healthy delivery never arrived"
+                );
                 tokio::time::sleep(Duration::from_millis(1)).await;
             };
             delays.push(signed_ms(arrived, sent));
