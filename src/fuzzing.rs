@@ -108,8 +108,11 @@ pub fn graphql_request(data: &[u8]) {
     }
 }
 
+/// One fuzz target: arbitrary bytes in, a panic only when an invariant breaks.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, for the corpus replay.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("form_urlencoded", form_urlencoded),
     ("form_multipart", form_multipart),
     ("form_json", form_json),
