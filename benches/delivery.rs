@@ -17,6 +17,9 @@
 //! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_LATENCY_SAMPLES` (300),
 //! `BENCH_NEIGHBOUR_SAMPLES` (200).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -29,7 +32,7 @@ use axum::extract::State;
 use axum::routing::post;
 use axum::Router;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
-use hymical_forms::config::Secret;
+use hymical_forms::testing::config::Secret;
 
 mod common;
 use common::{env_number, BenchCluster};

@@ -9,12 +9,15 @@
 //!
 //! Settings: `BENCH_DELIVERIES` (1000000), `BENCH_FAILED` (50000), `BENCH_SAMPLES` (200).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
-use hymical_forms::config::Config;
-use hymical_forms::db;
+use hymical_forms::testing::config::Config;
+use hymical_forms::testing::db;
 
 mod common;
 use common::{env_number, BenchCluster};
@@ -78,7 +81,7 @@ fn main() {
 
     let (addr, key) = runtime.block_on(async {
         let config = Config::from_lookup(|_| None).expect("config");
-        let new_key = hymical_forms::auth::generate("bench", chrono::Utc::now());
+        let new_key = hymical_forms::testing::auth::generate("bench", chrono::Utc::now());
         let mut conn = db::connect_one(&cluster.url).await.expect("connection");
         db::keys::insert(&mut conn, &new_key.row)
             .await
@@ -89,7 +92,7 @@ fn main() {
             .await
             .expect("bind");
         let addr: SocketAddr = listener.local_addr().expect("addr");
-        let router = hymical_forms::http::router(app);
+        let router = hymical_forms::testing::http::router(app);
         tokio::spawn(async move {
             let _ = axum::serve(
                 listener,

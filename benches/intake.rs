@@ -9,11 +9,14 @@
 //!
 //! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use hymical_forms::config::{Config, Secret};
-use hymical_forms::db;
+use hymical_forms::testing::config::{Config, Secret};
+use hymical_forms::testing::db;
 
 mod common;
 use common::{env_number, offer_load, BenchCluster};
@@ -33,8 +36,9 @@ fn main() {
         let mut conn = db::connect_one(&url).await.expect("connect");
         db::endpoints::insert(
             &mut conn,
-            &db::endpoints::EndpointRow {
-                id: "bench".into(),
+            &db::models::EndpointRow {
+                id: hymical_forms::testing::model::ids::EndpointId::parse("bench")
+                    .expect("endpoint id"),
                 name: "Benchmark".into(),
                 is_active: true,
                 created_at: chrono::Utc::now(),

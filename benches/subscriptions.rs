@@ -31,6 +31,9 @@
 //! the intake measurement), `BENCH_QUERY` the subscription document (default
 //! `deliveryStateChanged { id state occurredAt delivery { id } }`).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -45,8 +48,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-use hymical_forms::config::{Config, Secret};
-use hymical_forms::db;
+use hymical_forms::testing::config::{Config, Secret};
+use hymical_forms::testing::db;
+use hymical_forms::testing::services::{Plan, Services};
 
 mod common;
 use common::{cpu_seconds, env_number, offer_load, BenchCluster, FORM_BODY};
@@ -101,7 +105,7 @@ fn main() {
         ))
         .await
         .expect("endpoints");
-        let new_key = hymical_forms::auth::generate("bench", chrono::Utc::now());
+        let new_key = hymical_forms::testing::auth::generate("bench", chrono::Utc::now());
         db::keys::insert(&mut conn, &new_key.row)
             .await
             .expect("key");
@@ -166,28 +170,15 @@ fn main() {
 }
 
 /// 1,000 client sockets and as many server sockets live in this process.
-fn raise_open_files_limit(wanted: nix::libc::rlim_t) {
-    use nix::libc;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+fn raise_open_files_limit(wanted: u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((current, max)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
     };
-    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return;
-        }
-        if limit.rlim_cur < wanted {
-            let raised = libc::rlimit {
-                rlim_cur: wanted.min(limit.rlim_max),
-                rlim_max: limit.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 || raised.rlim_cur < wanted {
-                println!(
-                    "warning: open files limited to {} (wanted {wanted})",
-                    raised.rlim_cur
-                );
-            }
+    if current < wanted {
+        let raised = wanted.min(max);
+        if setrlimit(Resource::RLIMIT_NOFILE, raised, max).is_err() || raised < wanted {
+            println!("warning: open files limited to {raised} (wanted {wanted})");
         }
     }
 }
@@ -214,12 +205,10 @@ async fn start_receiver(count: Arc<AtomicU64>) -> SocketAddr {
     addr
 }
 
-/// The router served in-process with the background tasks `serve` runs for it.
+/// The product's services in-process, as `serve` starts them.
 struct Server {
     addr: SocketAddr,
-    stop: watch::Sender<bool>,
-    tasks: tokio::task::JoinSet<()>,
-    http: tokio::task::JoinHandle<()>,
+    services: Services,
 }
 
 impl Server {
@@ -234,51 +223,34 @@ impl Server {
         .expect("config");
         let pool_size = config.database.pool_size;
         let app = common::app_state(url, config, pool_size).await;
-        let (stop, stopping) = watch::channel(false);
-        let mut tasks = tokio::task::JoinSet::new();
-        // As `serve` wires it: the one LISTEN connection also wakes the worker.
-        let wake = worker.then(|| Arc::new(tokio::sync::Notify::new()));
-        hymical_forms::app::spawn_live_services(&app, wake.clone(), &stopping, &mut tasks);
-        if let Some(wake) = wake {
-            let client = hymical_forms::delivery::client::WebhookClient::new(
+        let workers = worker.then(|| {
+            hymical_forms::testing::delivery::client::WebhookClient::new(
                 &app.config.webhook,
-                Arc::new(hymical_forms::delivery::client::SystemResolver),
+                Arc::new(hymical_forms::testing::delivery::client::SystemResolver),
             )
-            .expect("webhook client");
-            let worker = hymical_forms::delivery::Worker::new(app.clone(), client, wake);
-            tasks.spawn(worker.run(stopping.clone()));
-        }
+            .expect("webhook client")
+        });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let router = hymical_forms::http::router(app);
-        let mut shutdown = stopping.clone();
-        let http = tokio::spawn(async move {
-            let _ = axum::serve(
-                listener,
-                router.into_make_service_with_connect_info::<SocketAddr>(),
-            )
-            .with_graceful_shutdown(async move {
-                let _ = shutdown.wait_for(|stop| *stop).await;
-            })
-            .await;
-        });
-        Server {
-            addr,
-            stop,
-            tasks,
-            http,
-        }
+        let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
+        let services = Services::start(
+            &app,
+            Plan {
+                http: Some((listener, limits)),
+                workers,
+                sweeper: false,
+                retention: false,
+                pruning: false,
+            },
+        );
+        Server { addr, services }
     }
 
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        let stopped = async {
-            let _ = self.http.await;
-            while self.tasks.join_next().await.is_some() {}
-        };
-        if tokio::time::timeout(Duration::from_secs(15), stopped)
+    async fn stop(self) {
+        self.services.stop_token().cancel();
+        if tokio::time::timeout(Duration::from_secs(15), self.services.wait())
             .await
             .is_err()
         {

@@ -1,4 +1,5 @@
-//! The state every request handler and worker shares, behind one `Arc`.
+//! The state the request handlers share, behind one `Arc`. Services started beside the
+//! HTTP server (`services.rs`) are handed the parts they need, not this.
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use crate::auth::KeyRevocations;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
-use crate::events::EventFeed;
+use crate::feed::EventFeed;
 
 pub struct App {
     pub config: Config,
@@ -16,52 +17,13 @@ pub struct App {
     pub clock: Arc<dyn Clock>,
     /// The process's delivery event reader, shared by every subscription.
     pub events: Arc<EventFeed>,
-    pub revocations: KeyRevocations,
+    /// Long-lived sessions (subscriptions) that end when their key is revoked.
+    pub revocations: Arc<KeyRevocations>,
     /// One permit per export that may stream at once (`FORMS_EXPORT_MAX_CONCURRENT`).
     pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 pub type AppState = Arc<App>;
-
-/// The tasks behind subscriptions that every serving process runs until `stopping`: the
-/// one `LISTEN` connection (which also wakes the worker, when there is one), the event
-/// reader and the revocation check.
-pub fn spawn_live_services(
-    app: &AppState,
-    worker_wake: Option<Arc<tokio::sync::Notify>>,
-    stopping: &tokio::sync::watch::Receiver<bool>,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
-    use crate::db::listen::{
-        DELIVERY_DUE as DELIVERY_DUE_CHANNEL, DELIVERY_EVENT as DELIVERY_EVENT_CHANNEL,
-    };
-    let feed = app.events.clone();
-    tasks.spawn(crate::db::listen::run(
-        app.connection.clone(),
-        // A new delivery's `created` event rides on the wake-up of the workers.
-        &[DELIVERY_DUE_CHANNEL, DELIVERY_EVENT_CHANNEL],
-        move |notification| match notification {
-            // (Re)connected: anything sent meanwhile was missed.
-            None => {
-                feed.notify();
-                if let Some(wake) = &worker_wake {
-                    wake.notify_one();
-                }
-            }
-            Some((channel, _)) if channel == DELIVERY_EVENT_CHANNEL => feed.notify(),
-            Some((channel, _)) if channel == DELIVERY_DUE_CHANNEL => {
-                feed.notify();
-                if let Some(wake) = &worker_wake {
-                    wake.notify_one();
-                }
-            }
-            Some(_) => {}
-        },
-        stopping.clone(),
-    ));
-    tasks.spawn(crate::events::run_feed(app.clone(), stopping.clone()));
-    tasks.spawn(KeyRevocations::run(app.clone(), stopping.clone()));
-}
 
 impl App {
     pub fn new(
@@ -86,7 +48,7 @@ impl App {
             db,
             clock,
             events: Arc::new(events),
-            revocations: KeyRevocations::default(),
+            revocations: Arc::new(KeyRevocations::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
             config,
         })

@@ -1,16 +1,17 @@
-//! Management API keys (SPEC section 9): their format, and checking the `Authorization`
-//! header of a management request.
+//! Management API keys: their format, checking the `Authorization` header of a management
+//! request, and ending long-lived sessions when their key is revoked.
 
 use axum::http::HeaderMap;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Secret;
-use crate::db::{self, keys::ManagementKeyRow, Db};
+use crate::db::{self, models::ManagementKeyRow, Db};
 use crate::error::ApiError;
-use crate::ids;
+use crate::model::ids::KeyId;
 
 pub const KEY_PREFIX: &str = "hym_live_";
 /// `hym_live_` and the first 8 characters of the random part: enough to tell keys apart
@@ -34,7 +35,7 @@ pub fn generate(name: &str, now: DateTime<Utc>) -> NewKey {
     );
     NewKey {
         row: ManagementKeyRow {
-            id: ids::management_key_id(),
+            id: KeyId::generate(),
             name: name.to_string(),
             display_prefix: key[..DISPLAY_PREFIX_LENGTH].to_string(),
             key_digest: digest(&key),
@@ -80,7 +81,7 @@ pub fn bearer_credential(authorization: Option<&str>) -> Result<&str, ApiError> 
 /// The key a request was authenticated with.
 #[derive(Debug, Clone)]
 pub struct AuthenticatedKey {
-    pub id: String,
+    pub id: KeyId,
 }
 
 /// Checks a key against the database on every call, so a revocation takes effect on the
@@ -140,7 +141,7 @@ pub async fn authenticate_headers(
 /// [`REVOCATION_CHECK`] for all the keys in use, not one per session.
 #[derive(Default)]
 pub struct KeyRevocations {
-    watched: std::sync::Mutex<std::collections::HashMap<String, tokio::sync::watch::Sender<bool>>>,
+    watched: std::sync::Mutex<std::collections::HashMap<KeyId, tokio::sync::watch::Sender<bool>>>,
 }
 
 pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -148,10 +149,7 @@ pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_secs
 impl KeyRevocations {
     /// Turns true once the key is revoked; watched for as long as a receiver lives.
     pub fn watch(&self, key: &AuthenticatedKey) -> tokio::sync::watch::Receiver<bool> {
-        let mut watched = self
-            .watched
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut watched = self.lock();
         watched
             .entry(key.id.clone())
             .or_insert_with(|| tokio::sync::watch::channel(false).0)
@@ -159,35 +157,26 @@ impl KeyRevocations {
     }
 
     /// Checks the watched keys until `shutdown`.
-    pub async fn run(app: crate::app::AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    pub async fn run(self: std::sync::Arc<Self>, db: Db, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(REVOCATION_CHECK) => {}
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
             }
-            let ids: Vec<String> = {
-                let mut watched = app
-                    .revocations
-                    .watched
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let ids: Vec<KeyId> = {
+                let mut watched = self.lock();
                 watched.retain(|_, sender| sender.receiver_count() > 0);
                 watched.keys().cloned().collect()
             };
             if ids.is_empty() {
                 continue;
             }
-            let unusable = app
-                .db
+            let unusable = db
                 .run(async |conn| db::keys::unusable_among(conn, &ids).await)
                 .await;
             match unusable {
                 Ok(unusable) => {
-                    let mut watched = app
-                        .revocations
-                        .watched
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    let mut watched = self.lock();
                     for id in unusable {
                         if let Some(sender) = watched.remove(&id) {
                             let _ = sender.send(true);
@@ -199,6 +188,16 @@ impl KeyRevocations {
                 }
             }
         }
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<KeyId, tokio::sync::watch::Sender<bool>>>
+    {
+        // The map holds plain senders; a panic while holding the lock cannot tear it.
+        self.watched
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -216,7 +215,7 @@ mod tests {
         assert_eq!(new.row.display_prefix, &key[..17]);
         assert_eq!(new.row.key_digest, digest(key));
         assert_eq!(new.row.key_digest.len(), 64);
-        assert!(new.row.id.starts_with("mk_") && new.row.id.len() == 35);
+        assert!(new.row.id.as_str().starts_with("mk_") && new.row.id.as_str().len() == 35);
         assert!(
             !format!("{new:?}").contains(key),
             "Debug must not show the key"

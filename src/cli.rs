@@ -1,4 +1,5 @@
-//! The `hymical-forms` command line (SPEC section 1).
+//! The `hymical-forms` command line: the subcommands, opening the database (the operator's
+//! or the embedded cluster) and the start-up rules.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,8 +11,10 @@ use crate::app::App;
 use crate::auth;
 use crate::clock::{format_timestamp, Clock, SystemClock};
 use crate::config::{Config, Secret};
-use crate::db::{self, cluster};
-use crate::{delivery, graphql, http, intake, telemetry};
+use crate::db;
+use crate::embedded;
+use crate::services::{Plan, Services};
+use crate::{delivery, graphql, http, telemetry};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -148,7 +151,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
 struct Database {
     url: Secret,
     embedded: bool,
-    server: Option<cluster::RunningServer>,
+    server: Option<embedded::RunningServer>,
 }
 
 impl Database {
@@ -174,24 +177,24 @@ impl Database {
     async fn open_embedded(config: &Config) -> anyhow::Result<Database> {
         let data_dir = config.database.data_dir.clone();
         let (started, connection) = tokio::task::spawn_blocking(move || {
-            let cluster = cluster::Cluster::new(&data_dir)?;
+            let cluster = embedded::Cluster::new(&data_dir)?;
             if cluster.initialize()? {
                 tracing::info!(data_dir = %cluster.root().display(), "created the embedded PostgreSQL cluster");
             }
-            cluster.ensure_running(&cluster::ServerSettings::default())
+            cluster.ensure_running(&embedded::ServerSettings::default())
         })
         .await
         .context("the embedded PostgreSQL start-up task failed")?
         .context("embedded PostgreSQL")?;
         let server = match started {
-            cluster::Started::ByUs(server) => {
+            embedded::Started::ByUs(server) => {
                 tracing::info!(
                     port = connection.port,
                     "started the embedded PostgreSQL server"
                 );
                 Some(server)
             }
-            cluster::Started::AlreadyRunning => {
+            embedded::Started::AlreadyRunning => {
                 tracing::info!(
                     port = connection.port,
                     "using the embedded PostgreSQL server already running"
@@ -200,11 +203,11 @@ impl Database {
             }
         };
         let database = Database {
-            url: connection.url(cluster::DATABASE),
+            url: connection.url(embedded::DATABASE),
             embedded: true,
             server,
         };
-        db::create_database_if_missing(&connection.url("postgres"), cluster::DATABASE)
+        db::create_database_if_missing(&connection.url("postgres"), embedded::DATABASE)
             .await
             .context("cannot create the embedded database")?;
         // The embedded cluster is ours to keep current.
@@ -270,46 +273,9 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         create_first_key(&pool, clock.now()).await?;
     }
     let app = App::new(config, settings, pool, clock);
-    // Everything stops when this flips to true: on SIGTERM or SIGINT.
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    tokio::spawn(async move {
-        http::shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let mut background = tokio::task::JoinSet::new();
-    if app.config.api_enabled && app.config.rate_limit.enabled {
-        background.spawn(intake::rate_limit::sweep_expired_counters(
-            app.clone(),
-            stopping.clone(),
-        ));
-    }
-    if app.config.submission_retention_days > 0 {
-        background.spawn(crate::retention::run_on_schedule(
-            app.clone(),
-            stopping.clone(),
-        ));
-    }
-    let worker_wake = app
-        .config
-        .worker
-        .enabled
-        .then(|| Arc::new(tokio::sync::Notify::new()));
-    crate::app::spawn_live_services(&app, worker_wake.clone(), &stopping, &mut background);
-    if let Some(wake) = worker_wake {
-        background.spawn(crate::events::prune_on_schedule(
-            app.clone(),
-            stopping.clone(),
-        ));
-        let client = delivery::client::WebhookClient::new(
-            &app.config.webhook,
-            Arc::new(delivery::client::SystemResolver),
-        )
-        .context("cannot build the webhook HTTP client")?;
-        let worker = delivery::Worker::new(app.clone(), client, wake);
-        background.spawn(worker.run(stopping.clone()));
-    }
-    if app.config.api_enabled {
-        let bind = app.config.http.bind;
+    let config = &app.config;
+    let http = if config.api_enabled {
+        let bind = config.http.bind;
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .with_context(|| format!("cannot listen on FORMS_BIND={bind}"))?;
@@ -317,34 +283,44 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
             .local_addr()
             .context("cannot read the listening address")?;
         tracing::info!(address = %local, "listening");
-        let mut limits = http::server::Limits::from_config(&app.config);
+        let mut limits = http::server::Limits::from_config(config);
         limits.max_connections = http::server::fit_connections(
             limits.max_connections,
-            http::server::descriptor_reserve(&app.config),
+            http::server::descriptor_reserve(config),
         );
-        http::server::serve(
-            listener,
-            http::router(app.clone()),
-            limits,
-            stopped(stopping.clone()),
-        )
-        .await;
+        Some((listener, limits))
     } else {
-        stopped(stopping.clone()).await;
-    }
-    // The workers finish their requests in flight and record them before this returns.
-    while background.join_next().await.is_some() {}
+        None
+    };
+    let workers = if config.worker.enabled {
+        Some(
+            delivery::client::WebhookClient::new(
+                &config.webhook,
+                Arc::new(delivery::client::SystemResolver),
+            )
+            .context("cannot build the webhook HTTP client")?,
+        )
+    } else {
+        None
+    };
+    let plan = Plan {
+        http,
+        workers,
+        sweeper: config.api_enabled && config.rate_limit.enabled,
+        retention: config.submission_retention_days > 0,
+        pruning: config.worker.enabled,
+    };
+    let services = Services::start(&app, plan);
+    // Everything stops on SIGTERM or SIGINT; the workers finish and record their requests
+    // in flight before `wait` returns.
+    let stop = services.stop_token();
+    tokio::spawn(async move {
+        http::shutdown_signal().await;
+        stop.cancel();
+    });
+    services.wait().await;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Resolves once `stopping` turns true.
-async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
-    while !*stopping.borrow() {
-        if stopping.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// On an embedded cluster that has never had a key, makes one and prints it once, so a
@@ -414,11 +390,10 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
     let now = SystemClock.now();
     match action {
         KeysCommand::Create { name } => {
-            let name = name.trim();
-            if name.is_empty() || name.chars().count() > 200 {
+            let Ok(name) = crate::model::endpoint::name(&name) else {
                 bail!("--name must be 1 to 200 characters");
-            }
-            let new = auth::generate(name, now);
+            };
+            let new = auth::generate(&name, now);
             db::keys::insert(&mut connection, &new.row).await?;
             println!("id:  {}", new.row.id);
             println!("key: {}", new.key.expose());
@@ -449,7 +424,10 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Revoke { key_id } => {
-            match db::keys::revoke(&mut connection, &key_id, now).await? {
+            let Some(id) = crate::model::ids::KeyId::parse(&key_id) else {
+                bail!("no management key has the id {key_id:?}");
+            };
+            match db::keys::revoke(&mut connection, &id, now).await? {
                 None => bail!("no management key has the id {key_id:?}"),
                 Some(key) => {
                     let at = key.revoked_at.map(format_timestamp).unwrap_or_default();

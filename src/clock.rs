@@ -1,8 +1,6 @@
 //! The time source. Production reads the system clock; tests substitute a clock they move
 //! by hand, so schedules and rate-limit windows can be tested without waiting.
 
-use std::sync::Mutex;
-
 use chrono::{DateTime, Utc};
 
 pub trait Clock: Send + Sync + 'static {
@@ -28,13 +26,15 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that only moves when told to.
+/// A clock that only moves when told to (tests).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug)]
-pub struct ManualClock(Mutex<DateTime<Utc>>);
+pub struct ManualClock(std::sync::Mutex<DateTime<Utc>>);
 
+#[cfg(any(test, feature = "testing"))]
 impl ManualClock {
     pub fn new(start: DateTime<Utc>) -> Self {
-        ManualClock(Mutex::new(truncate_to_micros(start)))
+        ManualClock(std::sync::Mutex::new(truncate_to_micros(start)))
     }
 
     pub fn advance(&self, by: chrono::Duration) {
@@ -53,6 +53,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self

@@ -8,15 +8,11 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 pub fn hmac_sha256_hex(key: &[u8], data: &[u8]) -> String {
-    match Hmac::<Sha256>::new_from_slice(key) {
-        Ok(mut mac) => {
-            mac.update(data);
-            hex::encode(mac.finalize().into_bytes())
-        }
-        // HMAC accepts keys of every length, so this arm never runs; falling back to a
-        // keyed hash of the concatenation keeps the function total without a panic.
-        Err(_) => sha256_hex(&[key, data].concat()),
-    }
+    // HMAC takes keys of every length (a long one is hashed first): `new_from_slice` is
+    // fallible only for MACs with fixed key sizes. No substitute MAC is ever computed.
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
+    mac.update(data);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 #[cfg(test)]
@@ -27,10 +23,17 @@ mod tests {
             super::sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        // RFC 4231 test case 2.
+        // RFC 4231 test case 2, and test case 6 (a key longer than the block).
         assert_eq!(
             super::hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        assert_eq!(
+            super::hmac_sha256_hex(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            ),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
         );
     }
 }

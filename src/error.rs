@@ -1,27 +1,42 @@
 //! The one error type of the HTTP and GraphQL surfaces, and its single mapping to REST
-//! statuses and codes (SPEC section 3) and to GraphQL `extensions.code`.
+//! statuses and codes and to GraphQL `extensions.code` (docs/graphql.md, docs/intake.md).
+//!
+//! A variant's fields are its details: they are serialised as they are (serde), so the
+//! details a client sees cannot drift from what the variant holds. Fields that are no
+//! detail (the `Allow` header, an internal cause) are skipped.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::db::DbError;
+use crate::feed::FeedError;
+use crate::model::state::DeliveryState;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, thiserror::Error, Serialize)]
+#[serde(untagged)]
 pub enum ApiError {
     #[error("No route matches this path.")]
     NotFound,
     /// `allow` is the `Allow` header to send; empty when axum's router adds it.
     #[error("This route does not accept the method.")]
-    MethodNotAllowed { allow: String },
+    MethodNotAllowed {
+        #[serde(skip)]
+        allow: String,
+    },
     #[error("A management API key is required: send `Authorization: Bearer hym_live_…`.")]
     AuthenticationRequired,
     #[error("The management API key is not valid.")]
     InvalidApiKey,
     #[error("Storage is unavailable; try again shortly.")]
-    StorageUnavailable(#[source] std::sync::Arc<DbError>),
+    StorageUnavailable(
+        #[source]
+        #[serde(serialize_with = "no_details")]
+        std::sync::Arc<DbError>,
+    ),
 
-    // Public intake (SPEC section 5), in the order the checks run.
+    // Public intake, in the order the checks run.
     #[error("The request body is larger than {limit_bytes} bytes.")]
     RequestBodyTooLarge { limit_bytes: usize },
     #[error("The request body did not arrive within {limit_seconds} seconds.")]
@@ -42,7 +57,10 @@ pub enum ApiError {
     #[error("Submissions from this origin are not allowed for this endpoint.")]
     OriginNotAllowed { endpoint_id: String },
     #[error("The content type is not supported; send a form or a JSON object.")]
-    UnsupportedMediaType { received: Option<String> },
+    UnsupportedMediaType {
+        received: Option<String>,
+        supported: &'static [&'static str],
+    },
     #[error(
         "The Idempotency-Key header must be 16 to 255 printable ASCII characters without spaces."
     )]
@@ -73,7 +91,7 @@ pub enum ApiError {
         idempotency_key: String,
     },
 
-    // Management (SPEC sections 7, 9, 10).
+    // Management.
     #[error("An endpoint with this id already exists.")]
     EndpointAlreadyExists { endpoint_id: String },
     #[error("The webhook URL is not allowed: {reason}.")]
@@ -89,13 +107,14 @@ pub enum ApiError {
     #[error("Only a failed delivery whose submission still exists can be replayed.")]
     DeliveryNotReplayable {
         delivery_id: String,
-        state: String,
-        submission_erased: bool,
+        state: DeliveryState,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        reason: Option<NotReplayable>,
     },
     #[error("The submission's delivery is still in progress; erase it once the delivery is delivered or failed.")]
     SubmissionDeliveryInProgress {
         submission_id: String,
-        state: String,
+        state: DeliveryState,
     },
     #[error(
         "The time range is empty or inverted: the lower bound must be before the upper bound."
@@ -105,25 +124,38 @@ pub enum ApiError {
     InvalidCursor,
     #[error("At most {limit} items can be asked for at once.")]
     PageSizeTooLarge { limit: usize, requested: i64 },
+    #[error("The document is too expensive to run: {reason}.")]
+    QueryTooComplex { reason: String },
     #[error("The export would hold {count} submissions, more than the limit of {limit}; narrow the time range or the endpoint.")]
     ExportTooLarge { limit: u64, count: u64 },
     #[error("{limit} exports are streaming already; try again when one has finished.")]
     TooManyExports { limit: usize },
     #[error("The export format is not supported; use json or csv.")]
-    UnsupportedExportFormat { received: String },
+    UnsupportedExportFormat {
+        received: String,
+        supported: &'static [&'static str],
+    },
     #[error("Events after {after_event_id} were pruned (retention kept none at or below {pruned_through}); reload the current state and subscribe without afterEventId.")]
     EventHistoryExpired {
+        #[serde(serialize_with = "as_text")]
         after_event_id: i64,
+        #[serde(serialize_with = "as_text")]
         pruned_through: i64,
     },
-    #[error("The document is too expensive to run: {reason}.")]
-    QueryTooComplex { reason: String },
     #[error("An unexpected error occurred.")]
-    Internal(String),
+    Internal(#[serde(serialize_with = "no_details")] String),
+}
+
+/// Why a `failed` delivery cannot be replayed (the state tells the other reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotReplayable {
+    SubmissionErased,
 }
 
 /// Which limit refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum RateLimitScope {
     Ip,
     Endpoint,
@@ -138,6 +170,16 @@ impl RateLimitScope {
     }
 }
 
+/// An internal cause: never a detail, never shown.
+fn no_details<T, S: serde::Serializer>(_: &T, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_unit()
+}
+
+/// Event ids are decimal text in the API (they are GraphQL `ID`s).
+fn as_text<S: serde::Serializer>(id: &i64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(id)
+}
+
 impl From<diesel::result::Error> for ApiError {
     fn from(error: diesel::result::Error) -> Self {
         ApiError::from(DbError::Query(error))
@@ -146,14 +188,35 @@ impl From<diesel::result::Error> for ApiError {
 
 impl From<DbError> for ApiError {
     fn from(error: DbError) -> Self {
-        ApiError::StorageUnavailable(std::sync::Arc::new(error))
+        ApiError::from(std::sync::Arc::new(error))
     }
 }
 
 /// A DataLoader's shared failure.
 impl From<std::sync::Arc<DbError>> for ApiError {
     fn from(error: std::sync::Arc<DbError>) -> Self {
-        ApiError::StorageUnavailable(error)
+        // A row this build cannot read is no outage: trying again will not help.
+        if error.is_unreadable_row() {
+            ApiError::Internal(error.summary())
+        } else {
+            ApiError::StorageUnavailable(error)
+        }
+    }
+}
+
+impl From<FeedError> for ApiError {
+    fn from(error: FeedError) -> Self {
+        match error {
+            FeedError::HistoryExpired {
+                after,
+                pruned_through,
+            } => ApiError::EventHistoryExpired {
+                after_event_id: after,
+                pruned_through,
+            },
+            FeedError::Storage(error) => ApiError::from(error),
+            FeedError::Closing => ApiError::Internal("the server is shutting down".into()),
+        }
     }
 }
 
@@ -199,8 +262,8 @@ impl ApiError {
             ApiError::EventHistoryExpired { .. } => "event_history_expired",
             ApiError::PageSizeTooLarge { .. } => "page_size_too_large",
             ApiError::ExportTooLarge { .. } => "export_too_large",
-            ApiError::UnsupportedExportFormat { .. } => "unsupported_export_format",
             ApiError::TooManyExports { .. } => "too_many_exports",
+            ApiError::UnsupportedExportFormat { .. } => "unsupported_export_format",
         }
     }
 
@@ -216,145 +279,44 @@ impl ApiError {
             ApiError::RateLimitExceeded { .. } | ApiError::TooManyExports { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            ApiError::InvalidEndpointId | ApiError::EndpointNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            ApiError::EndpointInactive { .. } | ApiError::IdempotencyConflict { .. } => {
-                StatusCode::CONFLICT
-            }
+            ApiError::InvalidEndpointId
+            | ApiError::EndpointNotFound { .. }
+            | ApiError::DeliveryNotFound { .. }
+            | ApiError::SubmissionNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::EndpointInactive { .. }
+            | ApiError::IdempotencyConflict { .. }
+            | ApiError::EndpointAlreadyExists { .. }
+            | ApiError::EndpointHasNoWebhook { .. }
+            | ApiError::DeliveryNotReplayable { .. }
+            | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
             ApiError::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::InvalidIdempotencyKey | ApiError::MalformedFormBody { .. } => {
-                StatusCode::BAD_REQUEST
-            }
+            ApiError::InvalidIdempotencyKey
+            | ApiError::MalformedFormBody { .. }
+            | ApiError::InvalidCursor
+            | ApiError::PageSizeTooLarge { .. }
+            | ApiError::QueryTooComplex { .. } => StatusCode::BAD_REQUEST,
             ApiError::FileUploadNotSupported { .. }
             | ApiError::TooManyFields { .. }
             | ApiError::InvalidFieldName
             | ApiError::FieldNameTooLong { .. }
             | ApiError::FieldValueTooLong { .. }
             | ApiError::InvalidFieldValue { .. }
-            | ApiError::EmptySubmission => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::EndpointAlreadyExists { .. }
-            | ApiError::EndpointHasNoWebhook { .. }
-            | ApiError::DeliveryNotReplayable { .. }
-            | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
-            ApiError::InvalidWebhookUrl { .. }
+            | ApiError::EmptySubmission
+            | ApiError::InvalidWebhookUrl { .. }
             | ApiError::InvalidInput { .. }
             | ApiError::InvalidTimeRange
             | ApiError::ExportTooLarge { .. }
             | ApiError::UnsupportedExportFormat { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::DeliveryNotFound { .. } | ApiError::SubmissionNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
-            ApiError::InvalidCursor
-            | ApiError::PageSizeTooLarge { .. }
-            | ApiError::QueryTooComplex { .. } => StatusCode::BAD_REQUEST,
             ApiError::EventHistoryExpired { .. } => StatusCode::GONE,
         }
     }
 
-    /// Machine-readable details; empty ones are omitted from responses.
+    /// Machine-readable details: the variant's fields; none for a variant without any.
     pub fn details(&self) -> Map<String, Value> {
-        let details = match self {
-            ApiError::RequestBodyTooLarge { limit_bytes } => json!({ "limit_bytes": limit_bytes }),
-            ApiError::RequestBodyTimeout { limit_seconds } => {
-                json!({ "limit_seconds": limit_seconds })
-            }
-            ApiError::RateLimitExceeded {
-                scope,
-                limit,
-                window_seconds,
-                retry_after_seconds,
-            } => json!({
-                "scope": scope.as_str(),
-                "limit": limit,
-                "window_seconds": window_seconds,
-                "retry_after_seconds": retry_after_seconds,
-            }),
-            ApiError::EndpointNotFound { endpoint_id }
-            | ApiError::EndpointInactive { endpoint_id }
-            | ApiError::OriginNotAllowed { endpoint_id } => json!({ "endpoint_id": endpoint_id }),
-            ApiError::UnsupportedMediaType { received } => json!({
-                "received": received,
-                "supported": crate::intake::SUPPORTED_MEDIA_TYPES,
-            }),
-            ApiError::MalformedFormBody { reason } | ApiError::QueryTooComplex { reason } => {
-                json!({ "reason": reason })
-            }
-            ApiError::FileUploadNotSupported { field } | ApiError::InvalidFieldValue { field } => {
-                json!({ "field": field })
-            }
-            ApiError::TooManyFields { limit, received }
-            | ApiError::FieldNameTooLong { limit, received } => {
-                json!({ "limit": limit, "received": received })
-            }
-            ApiError::FieldValueTooLong {
-                field,
-                limit,
-                received,
-            } => json!({ "field": field, "limit": limit, "received": received }),
-            ApiError::IdempotencyConflict {
-                endpoint_id,
-                idempotency_key,
-            } => json!({ "endpoint_id": endpoint_id, "idempotency_key": idempotency_key }),
-            ApiError::EndpointAlreadyExists { endpoint_id }
-            | ApiError::EndpointHasNoWebhook { endpoint_id } => {
-                json!({ "endpoint_id": endpoint_id })
-            }
-            ApiError::InvalidWebhookUrl { field, reason }
-            | ApiError::InvalidInput { field, reason } => {
-                json!({ "field": field, "reason": reason })
-            }
-            ApiError::DeliveryNotFound { delivery_id } => json!({ "delivery_id": delivery_id }),
-            ApiError::SubmissionNotFound { submission_id } => {
-                json!({ "submission_id": submission_id })
-            }
-            ApiError::DeliveryNotReplayable {
-                delivery_id,
-                state,
-                submission_erased,
-            } => {
-                if *submission_erased {
-                    json!({ "delivery_id": delivery_id, "state": state, "reason": "submission_erased" })
-                } else {
-                    json!({ "delivery_id": delivery_id, "state": state })
-                }
-            }
-            ApiError::SubmissionDeliveryInProgress {
-                submission_id,
-                state,
-            } => {
-                json!({ "submission_id": submission_id, "state": state })
-            }
-            ApiError::PageSizeTooLarge { limit, requested } => {
-                json!({ "limit": limit, "requested": requested })
-            }
-            ApiError::ExportTooLarge { limit, count } => json!({ "limit": limit, "count": count }),
-            ApiError::TooManyExports { limit } => json!({ "limit": limit }),
-            ApiError::UnsupportedExportFormat { received } => {
-                json!({ "received": received, "supported": ["json", "csv"] })
-            }
-            ApiError::EventHistoryExpired {
-                after_event_id,
-                pruned_through,
-            } => json!({
-                "after_event_id": after_event_id.to_string(),
-                "pruned_through": pruned_through.to_string(),
-            }),
-            ApiError::InvalidTimeRange | ApiError::InvalidCursor => Value::Null,
-            ApiError::NotFound
-            | ApiError::MethodNotAllowed { .. }
-            | ApiError::AuthenticationRequired
-            | ApiError::InvalidApiKey
-            | ApiError::StorageUnavailable(_)
-            | ApiError::Internal(_)
-            | ApiError::InvalidEndpointId
-            | ApiError::InvalidIdempotencyKey
-            | ApiError::InvalidFieldName
-            | ApiError::EmptySubmission => Value::Null,
-        };
-        match details {
-            Value::Object(map) => map,
+        match serde_json::to_value(self).expect("error details are plain values") {
+            Value::Object(details) => details,
+            // A variant without fields, or with an internal cause only.
             _ => Map::new(),
         }
     }
@@ -442,6 +404,15 @@ impl async_graphql::ErrorExtensions for ApiError {
 }
 
 impl DbError {
+    /// A row was read but a value in it could not be: a build or data problem, not an
+    /// outage.
+    pub fn is_unreadable_row(&self) -> bool {
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DeserializationError(_))
+        )
+    }
+
     /// What went wrong, without the driver's message (which may quote values).
     pub fn summary(&self) -> String {
         use diesel::result::Error as Q;
@@ -451,6 +422,20 @@ impl DbError {
                 None => format!("database error {kind:?}"),
             },
             DbError::Query(Q::NotFound) => "row not found".into(),
+            DbError::Query(Q::DeserializationError(error)) => {
+                // Diesel wraps a column's decoding error with the column's name.
+                let (column, cause) =
+                    match error.downcast_ref::<diesel::result::DeserializeFieldError>() {
+                        Some(field) => (field.field_name.as_deref(), &field.error),
+                        None => (None, error),
+                    };
+                let column = column.unwrap_or("a column");
+                match cause.downcast_ref::<crate::model::UnknownStoredValue>() {
+                    Some(unknown) => format!("{column}: {unknown}"),
+                    // Other decoders' messages can quote the value, which may be submitted data.
+                    None => format!("{column}: a stored value this build cannot read"),
+                }
+            }
             DbError::Query(other) => format!("query error: {}", variant_name(other)),
             DbError::Pool(_) => "no connection available from the pool".into(),
             DbError::Connect(_) => "cannot connect to the database".into(),
@@ -473,7 +458,7 @@ fn variant_name(error: &diesel::result::Error) -> String {
 mod tests {
     use super::*;
 
-    fn graphql_code(error: ApiError) -> (String, Option<async_graphql::Value>) {
+    fn graphql_code(error: &ApiError) -> (String, Option<async_graphql::Value>) {
         use async_graphql::ErrorExtensions;
         let error = error.extend();
         let extensions = error.extensions.expect("extensions set");
@@ -484,110 +469,390 @@ mod tests {
         (code, extensions.get("details").cloned())
     }
 
-    #[test]
-    fn each_error_maps_to_its_status_code_and_graphql_code() {
-        let cases: Vec<(ApiError, StatusCode, &str)> = vec![
-            (ApiError::NotFound, StatusCode::NOT_FOUND, "not_found"),
+    /// Which variant an error is: an exhaustive match, so a new variant cannot be added
+    /// without this test being told about it.
+    fn variant(error: &ApiError) -> usize {
+        match error {
+            ApiError::NotFound => 0,
+            ApiError::MethodNotAllowed { .. } => 1,
+            ApiError::AuthenticationRequired => 2,
+            ApiError::InvalidApiKey => 3,
+            ApiError::StorageUnavailable(_) => 4,
+            ApiError::RequestBodyTooLarge { .. } => 5,
+            ApiError::RequestBodyTimeout { .. } => 6,
+            ApiError::RateLimitExceeded { .. } => 7,
+            ApiError::InvalidEndpointId => 8,
+            ApiError::EndpointNotFound { .. } => 9,
+            ApiError::EndpointInactive { .. } => 10,
+            ApiError::OriginNotAllowed { .. } => 11,
+            ApiError::UnsupportedMediaType { .. } => 12,
+            ApiError::InvalidIdempotencyKey => 13,
+            ApiError::MalformedFormBody { .. } => 14,
+            ApiError::FileUploadNotSupported { .. } => 15,
+            ApiError::TooManyFields { .. } => 16,
+            ApiError::InvalidFieldName => 17,
+            ApiError::FieldNameTooLong { .. } => 18,
+            ApiError::FieldValueTooLong { .. } => 19,
+            ApiError::InvalidFieldValue { .. } => 20,
+            ApiError::EmptySubmission => 21,
+            ApiError::IdempotencyConflict { .. } => 22,
+            ApiError::EndpointAlreadyExists { .. } => 23,
+            ApiError::InvalidWebhookUrl { .. } => 24,
+            ApiError::InvalidInput { .. } => 25,
+            ApiError::EndpointHasNoWebhook { .. } => 26,
+            ApiError::DeliveryNotFound { .. } => 27,
+            ApiError::SubmissionNotFound { .. } => 28,
+            ApiError::DeliveryNotReplayable { .. } => 29,
+            ApiError::SubmissionDeliveryInProgress { .. } => 30,
+            ApiError::InvalidTimeRange => 31,
+            ApiError::InvalidCursor => 32,
+            ApiError::PageSizeTooLarge { .. } => 33,
+            ApiError::QueryTooComplex { .. } => 34,
+            ApiError::ExportTooLarge { .. } => 35,
+            ApiError::TooManyExports { .. } => 36,
+            ApiError::UnsupportedExportFormat { .. } => 37,
+            ApiError::EventHistoryExpired { .. } => 38,
+            ApiError::Internal(_) => 39,
+        }
+    }
+
+    const VARIANTS: usize = 40;
+
+    fn s(text: &str) -> String {
+        text.to_string()
+    }
+
+    /// Every variant with its status, code and details.
+    fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
+        use StatusCode as S;
+        vec![
+            (ApiError::NotFound, S::NOT_FOUND, "not_found", json!({})),
             (
                 ApiError::MethodNotAllowed {
-                    allow: "GET, HEAD".into(),
+                    allow: s("GET, HEAD"),
                 },
-                StatusCode::METHOD_NOT_ALLOWED,
+                S::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
+                json!({}),
             ),
             (
                 ApiError::AuthenticationRequired,
-                StatusCode::UNAUTHORIZED,
+                S::UNAUTHORIZED,
                 "authentication_required",
+                json!({}),
             ),
             (
                 ApiError::InvalidApiKey,
-                StatusCode::UNAUTHORIZED,
+                S::UNAUTHORIZED,
                 "invalid_api_key",
+                json!({}),
             ),
             (
-                ApiError::from(DbError::Pool("timed out".into())),
-                StatusCode::SERVICE_UNAVAILABLE,
+                ApiError::from(DbError::Pool(s("password=hunter2"))),
+                S::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
+                json!({}),
             ),
             (
-                ApiError::Internal("boom".into()),
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal_error",
+                ApiError::RequestBodyTooLarge { limit_bytes: 10 },
+                S::PAYLOAD_TOO_LARGE,
+                "request_body_too_large",
+                json!({ "limit_bytes": 10 }),
+            ),
+            (
+                ApiError::RequestBodyTimeout { limit_seconds: 30 },
+                S::REQUEST_TIMEOUT,
+                "request_timeout",
+                json!({ "limit_seconds": 30 }),
+            ),
+            (
+                ApiError::RateLimitExceeded {
+                    scope: RateLimitScope::Endpoint,
+                    limit: 3,
+                    window_seconds: 60,
+                    retry_after_seconds: 7,
+                },
+                S::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                json!({"scope": "endpoint", "limit": 3, "window_seconds": 60, "retry_after_seconds": 7}),
+            ),
+            (
+                ApiError::InvalidEndpointId,
+                S::NOT_FOUND,
+                "invalid_endpoint_id",
+                json!({}),
+            ),
+            (
+                ApiError::EndpointNotFound {
+                    endpoint_id: s("x"),
+                },
+                S::NOT_FOUND,
+                "endpoint_not_found",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::EndpointInactive {
+                    endpoint_id: s("x"),
+                },
+                S::CONFLICT,
+                "endpoint_inactive",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::OriginNotAllowed {
+                    endpoint_id: s("x"),
+                },
+                S::FORBIDDEN,
+                "origin_not_allowed",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::UnsupportedMediaType {
+                    received: None,
+                    supported: &["a/b", "c/d"],
+                },
+                S::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                json!({ "received": null, "supported": ["a/b", "c/d"] }),
+            ),
+            (
+                ApiError::InvalidIdempotencyKey,
+                S::BAD_REQUEST,
+                "invalid_idempotency_key",
+                json!({}),
+            ),
+            (
+                ApiError::MalformedFormBody { reason: s("r") },
+                S::BAD_REQUEST,
+                "malformed_form_body",
+                json!({ "reason": "r" }),
+            ),
+            (
+                ApiError::FileUploadNotSupported { field: s("cv") },
+                S::UNPROCESSABLE_ENTITY,
+                "file_upload_not_supported",
+                json!({ "field": "cv" }),
+            ),
+            (
+                ApiError::TooManyFields {
+                    limit: 1,
+                    received: 2,
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "too_many_fields",
+                json!({ "limit": 1, "received": 2 }),
+            ),
+            (
+                ApiError::InvalidFieldName,
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_field_name",
+                json!({}),
+            ),
+            (
+                ApiError::FieldNameTooLong {
+                    limit: 1,
+                    received: 2,
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "field_name_too_long",
+                json!({ "limit": 1, "received": 2 }),
+            ),
+            (
+                ApiError::FieldValueTooLong {
+                    field: s("f"),
+                    limit: 1,
+                    received: 2,
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "field_value_too_long",
+                json!({ "field": "f", "limit": 1, "received": 2 }),
+            ),
+            (
+                ApiError::InvalidFieldValue { field: s("f") },
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_field_value",
+                json!({ "field": "f" }),
+            ),
+            (
+                ApiError::EmptySubmission,
+                S::UNPROCESSABLE_ENTITY,
+                "empty_submission",
+                json!({}),
+            ),
+            (
+                ApiError::IdempotencyConflict {
+                    endpoint_id: s("x"),
+                    idempotency_key: s("k"),
+                },
+                S::CONFLICT,
+                "idempotency_conflict",
+                json!({ "endpoint_id": "x", "idempotency_key": "k" }),
+            ),
+            (
+                ApiError::EndpointAlreadyExists {
+                    endpoint_id: s("x"),
+                },
+                S::CONFLICT,
+                "endpoint_already_exists",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::InvalidWebhookUrl {
+                    field: s("webhookUrl"),
+                    reason: s("r"),
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_webhook_url",
+                json!({ "field": "webhookUrl", "reason": "r" }),
+            ),
+            (
+                ApiError::InvalidInput {
+                    field: s("name"),
+                    reason: s("r"),
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_input",
+                json!({ "field": "name", "reason": "r" }),
+            ),
+            (
+                ApiError::EndpointHasNoWebhook {
+                    endpoint_id: s("x"),
+                },
+                S::CONFLICT,
+                "endpoint_has_no_webhook",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::DeliveryNotFound {
+                    delivery_id: s("d"),
+                },
+                S::NOT_FOUND,
+                "delivery_not_found",
+                json!({ "delivery_id": "d" }),
+            ),
+            (
+                ApiError::SubmissionNotFound {
+                    submission_id: s("u"),
+                },
+                S::NOT_FOUND,
+                "submission_not_found",
+                json!({ "submission_id": "u" }),
+            ),
+            (
+                ApiError::DeliveryNotReplayable {
+                    delivery_id: s("d"),
+                    state: DeliveryState::Failed,
+                    reason: Some(NotReplayable::SubmissionErased),
+                },
+                S::CONFLICT,
+                "delivery_not_replayable",
+                json!({ "delivery_id": "d", "state": "failed", "reason": "submission_erased" }),
+            ),
+            (
+                ApiError::SubmissionDeliveryInProgress {
+                    submission_id: s("u"),
+                    state: DeliveryState::Processing,
+                },
+                S::CONFLICT,
+                "submission_delivery_in_progress",
+                json!({ "submission_id": "u", "state": "processing" }),
+            ),
+            (
+                ApiError::InvalidTimeRange,
+                S::UNPROCESSABLE_ENTITY,
+                "invalid_time_range",
+                json!({}),
+            ),
+            (
+                ApiError::InvalidCursor,
+                S::BAD_REQUEST,
+                "invalid_cursor",
+                json!({}),
+            ),
+            (
+                ApiError::PageSizeTooLarge {
+                    limit: 100,
+                    requested: 101,
+                },
+                S::BAD_REQUEST,
+                "page_size_too_large",
+                json!({ "limit": 100, "requested": 101 }),
+            ),
+            (
+                ApiError::QueryTooComplex { reason: s("r") },
+                S::BAD_REQUEST,
+                "query_too_complex",
+                json!({ "reason": "r" }),
+            ),
+            (
+                ApiError::ExportTooLarge { limit: 1, count: 2 },
+                S::UNPROCESSABLE_ENTITY,
+                "export_too_large",
+                json!({ "limit": 1, "count": 2 }),
+            ),
+            (
+                ApiError::TooManyExports { limit: 2 },
+                S::TOO_MANY_REQUESTS,
+                "too_many_exports",
+                json!({ "limit": 2 }),
+            ),
+            (
+                ApiError::UnsupportedExportFormat {
+                    received: s("xml"),
+                    supported: &["json", "csv"],
+                },
+                S::UNPROCESSABLE_ENTITY,
+                "unsupported_export_format",
+                json!({ "received": "xml", "supported": ["json", "csv"] }),
             ),
             (
                 ApiError::EventHistoryExpired {
                     after_event_id: 3,
                     pruned_through: 9,
                 },
-                StatusCode::GONE,
+                S::GONE,
                 "event_history_expired",
+                json!({ "after_event_id": "3", "pruned_through": "9" }),
             ),
-        ];
-        for (error, status, code) in cases {
+            (
+                ApiError::Internal(s("SELECT secret")),
+                S::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                json!({}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_variant_maps_to_its_status_code_details_and_graphql_code() {
+        let catalogue = catalogue();
+        let mut seen: Vec<usize> = catalogue.iter().map(|(e, ..)| variant(e)).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            (0..VARIANTS).collect::<Vec<_>>(),
+            "every variant, once"
+        );
+        for (error, status, code, details) in catalogue {
             assert_eq!(error.status(), status, "{code}");
             assert_eq!(error.code(), code);
-            assert_eq!(error.body()["error"]["code"], code);
-            let (graphql, _) = graphql_code(error);
+            let body = error.body();
+            assert_eq!(body["error"]["code"], code);
+            match details.as_object() {
+                Some(map) if map.is_empty() => {
+                    assert!(body["error"].get("details").is_none(), "{code}: {body}")
+                }
+                _ => assert_eq!(body["error"]["details"], details, "{code}"),
+            }
+            let (graphql, graphql_details) = graphql_code(&error);
             assert_eq!(graphql, code.to_ascii_uppercase());
+            match graphql_details {
+                None => assert_eq!(details, json!({}), "{code}"),
+                Some(value) => assert_eq!(value.into_json().unwrap(), details, "{code}"),
+            }
+            assert_eq!(error.graphql_json()["extensions"]["code"], graphql);
         }
-    }
-
-    #[test]
-    fn details_reach_both_surfaces() {
-        let error = ApiError::RateLimitExceeded {
-            scope: RateLimitScope::Endpoint,
-            limit: 3,
-            window_seconds: 60,
-            retry_after_seconds: 7,
-        };
-        assert_eq!(
-            error.body()["error"]["details"],
-            json!({"scope": "endpoint", "limit": 3, "window_seconds": 60, "retry_after_seconds": 7})
-        );
-        let response = ApiError::RateLimitExceeded {
-            scope: RateLimitScope::Ip,
-            limit: 3,
-            window_seconds: 60,
-            retry_after_seconds: 7,
-        }
-        .into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
-        let (code, details) = graphql_code(error);
-        assert_eq!(code, "RATE_LIMIT_EXCEEDED");
-        let details = details.expect("details").into_json().unwrap();
-        assert_eq!(details["scope"], "endpoint");
-        let media = ApiError::UnsupportedMediaType { received: None }.body();
-        assert_eq!(media["error"]["details"]["received"], Value::Null);
-        assert_eq!(
-            media["error"]["details"]["supported"]
-                .as_array()
-                .map(Vec::len),
-            Some(3)
-        );
-    }
-
-    #[test]
-    fn replay_refusals_carry_the_state() {
-        let error = ApiError::DeliveryNotReplayable {
-            delivery_id: "whd_1".into(),
-            state: "delivered".into(),
-            submission_erased: false,
-        };
-        let (code, details) = graphql_code(error);
-        assert_eq!(code, "DELIVERY_NOT_REPLAYABLE");
-        let details = details.expect("details").into_json().unwrap();
-        assert_eq!(
-            details,
-            json!({"delivery_id": "whd_1", "state": "delivered"})
-        );
-    }
-
-    #[test]
-    fn empty_details_are_omitted_on_both_surfaces() {
-        assert!(ApiError::NotFound.body()["error"].get("details").is_none());
-        let (_, details) = graphql_code(ApiError::NotFound);
-        assert!(details.is_none());
     }
 
     #[test]
@@ -599,7 +864,7 @@ mod tests {
     }
 
     #[test]
-    fn unauthorized_responses_carry_www_authenticate() {
+    fn headers_of_refusals() {
         let response = ApiError::InvalidApiKey.into_response();
         assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
         let response = ApiError::MethodNotAllowed {
@@ -607,5 +872,13 @@ mod tests {
         }
         .into_response();
         assert_eq!(response.headers()[header::ALLOW], "GET, HEAD");
+        let response = ApiError::RateLimitExceeded {
+            scope: RateLimitScope::Ip,
+            limit: 3,
+            window_seconds: 60,
+            retry_after_seconds: 7,
+        }
+        .into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
     }
 }

@@ -1,21 +1,28 @@
 //! Hymical Forms: a form backend that stores submissions in PostgreSQL and delivers them
-//! as signed webhooks, managed through GraphQL.
+//! as signed webhooks, managed through GraphQL. The layout is described in
+//! docs/ARCHITECTURE.md.
 
-pub mod app;
-pub mod auth;
-pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod db;
-pub mod delivery;
-pub mod digest;
-pub mod error;
-pub mod events;
-pub mod export;
-pub mod fuzzing;
-pub mod graphql;
-pub mod http;
-pub mod ids;
-pub mod intake;
-pub mod retention;
-pub mod telemetry;
+mod app;
+mod auth;
+mod cli;
+mod clock;
+mod config;
+mod db;
+mod delivery;
+mod digest;
+mod embedded;
+mod error;
+mod export;
+mod feed;
+mod graphql;
+mod http;
+mod intake;
+mod model;
+mod retention;
+mod services;
+mod telemetry;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use cli::main;

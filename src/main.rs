@@ -1,3 +1,3 @@
 fn main() -> std::process::ExitCode {
-    hymical_forms::cli::main()
+    hymical_forms::main()
 }

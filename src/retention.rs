@@ -1,12 +1,15 @@
-//! Retention (SPEC section 10): deletes submissions older than a number of days that no
+//! Retention: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches. Deliveries and attempt
 //! histories stay, without the submission.
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use std::sync::Arc;
 
-use crate::app::AppState;
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
 use crate::db::{self, Db, DbError};
 
 /// How often `serve` applies retention when `FORMS_SUBMISSION_RETENTION_DAYS` is set.
@@ -46,25 +49,28 @@ pub async fn apply(
 }
 
 /// Applies retention every `SCHEDULE_EVERY` until shutdown (first run a minute after start).
-pub async fn run_on_schedule(app: AppState, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-    let days = app.config.submission_retention_days;
+pub async fn run_on_schedule(
+    db: Db,
+    days: u32,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
     let mut wait = Duration::from_secs(60);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
         wait = SCHEDULE_EVERY;
         // The configuration caps the days far below an unrepresentable cutoff.
-        let Some(cutoff) = cutoff(app.clock.now(), days) else {
+        let Some(cutoff) = cutoff(clock.now(), days) else {
             tracing::error!(
                 days,
                 "the retention cutoff is out of range; retention skipped"
             );
             continue;
         };
-        let result = apply(&app.db, cutoff, 1000, false).await;
-        match result {
+        match apply(&db, cutoff, 1000, false).await {
             Ok(deleted) => tracing::info!(deleted, days, "retention applied"),
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "retention failed; it runs again later")

@@ -12,36 +12,37 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use hymical_forms::config::Secret;
-use hymical_forms::db::{self, cluster};
+use hymical_forms::testing::config::Secret;
+use hymical_forms::testing::db;
+use hymical_forms::testing::embedded;
 
 /// The service's state on `url` with `config`, its pool as `serve` opens it.
 pub async fn app_state(
     url: &Secret,
-    config: hymical_forms::config::Config,
+    config: hymical_forms::testing::config::Config,
     pool_size: u32,
-) -> hymical_forms::app::AppState {
+) -> hymical_forms::testing::app::AppState {
     let settings = db::ConnectionSettings::new(url, &config.database).expect("settings");
     let pool = db::Db::connect(settings.clone(), pool_size, config.database.call_timeout())
         .await
         .expect("pool");
-    hymical_forms::app::App::new(
+    hymical_forms::testing::app::App::new(
         config,
         settings,
         pool,
-        Arc::new(hymical_forms::clock::SystemClock),
+        Arc::new(hymical_forms::testing::clock::SystemClock),
     )
 }
 
 /// Serves `app` on a loopback port with the service's own HTTP server.
-pub async fn serve(app: hymical_forms::app::AppState) -> SocketAddr {
+pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let limits = hymical_forms::http::server::Limits::from_config(&app.config);
-    let router = hymical_forms::http::router(app);
-    tokio::spawn(hymical_forms::http::server::serve(
+    let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
+    let router = hymical_forms::testing::http::router(app);
+    tokio::spawn(hymical_forms::testing::http::server::serve(
         listener,
         router,
         limits,
@@ -62,19 +63,19 @@ pub struct BenchCluster {
     pub url: Secret,
     pub root: PathBuf,
     pub bin_dir: PathBuf,
-    _server: Option<cluster::RunningServer>,
+    _server: Option<embedded::RunningServer>,
 }
 
 impl BenchCluster {
     pub fn start(runtime: &tokio::runtime::Runtime) -> BenchCluster {
         let root =
             std::env::temp_dir().join(format!("hymical-bench-{}", uuid::Uuid::new_v4().simple()));
-        let cluster = cluster::Cluster::new(&root).expect("PostgreSQL server binaries");
+        let cluster = embedded::Cluster::new(&root).expect("PostgreSQL server binaries");
         cluster.hand_root_to_server_user().expect("cluster dir");
         cluster.initialize().expect("initdb");
         // Durable storage is not what is compared (both sides would wait on the same
         // fsync); with synchronous_commit off the ratio shows the cost of our own code.
-        let settings = cluster::ServerSettings {
+        let settings = embedded::ServerSettings {
             extra: vec![
                 ("synchronous_commit".into(), "off".into()),
                 ("max_connections".into(), "300".into()),
@@ -84,12 +85,12 @@ impl BenchCluster {
         };
         let (started, connection) = cluster.ensure_running(&settings).expect("start PostgreSQL");
         let server = match started {
-            cluster::Started::ByUs(server) => Some(server),
-            cluster::Started::AlreadyRunning => None,
+            embedded::Started::ByUs(server) => Some(server),
+            embedded::Started::AlreadyRunning => None,
         };
-        let url = connection.url(cluster::DATABASE);
+        let url = connection.url(embedded::DATABASE);
         runtime.block_on(async {
-            db::create_database_if_missing(&connection.url("postgres"), cluster::DATABASE)
+            db::create_database_if_missing(&connection.url("postgres"), embedded::DATABASE)
                 .await
                 .expect("database");
             db::migrations::run_pending(&url).await.expect("migrate");
@@ -97,7 +98,7 @@ impl BenchCluster {
         BenchCluster {
             url,
             root,
-            bin_dir: cluster::find_bin_dir().expect("bin dir"),
+            bin_dir: embedded::find_bin_dir().expect("bin dir"),
             _server: server,
         }
     }

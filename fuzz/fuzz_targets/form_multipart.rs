@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::fuzzing::form_multipart(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::testing::fuzzing::form_multipart(data));

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::fuzzing::graphql_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::testing::fuzzing::graphql_request(data));

@@ -1,2 +1,2 @@
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::fuzzing::webhook_url(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| hymical_forms::testing::fuzzing::webhook_url(data));

@@ -4,36 +4,15 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::models::EndpointRow;
 use super::schema::endpoints;
 use super::DbError;
+use crate::model::ids::EndpointId;
 
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = endpoints)]
-pub struct EndpointRow {
-    pub id: String,
-    pub name: String,
-    pub is_active: bool,
-    pub created_at: DateTime<Utc>,
-    pub webhook_url: Option<String>,
-    pub webhook_secret: Option<String>,
-    pub redirect_url: Option<String>,
-    /// The column is `text[]` with a CHECK against NULL elements; Diesel's generated type
-    /// still admits them, so they are filtered out on read.
-    pub allowed_origins: Vec<Option<String>>,
-    pub honeypot_field: Option<String>,
-}
-
-impl EndpointRow {
-    pub fn allowed_origins(&self) -> impl Iterator<Item = &str> {
-        self.allowed_origins.iter().flatten().map(String::as_str)
-    }
-
-    pub fn has_webhook(&self) -> bool {
-        self.webhook_url.is_some()
-    }
-}
-
-pub async fn find(conn: &mut AsyncPgConnection, id: &str) -> Result<Option<EndpointRow>, DbError> {
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    id: &EndpointId,
+) -> Result<Option<EndpointRow>, DbError> {
     Ok(endpoints::table
         .find(id)
         .select(EndpointRow::as_select())
@@ -42,28 +21,25 @@ pub async fn find(conn: &mut AsyncPgConnection, id: &str) -> Result<Option<Endpo
         .optional()?)
 }
 
-pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Result<(), DbError> {
-    diesel::insert_into(endpoints::table)
+/// Inserts a new endpoint; `Ok(false)` when its id is taken.
+pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Result<bool, DbError> {
+    match diesel::insert_into(endpoints::table)
         .values(endpoint)
         .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// Whether an insert failed because the id is taken.
-pub fn is_duplicate_id(error: &DbError) -> bool {
-    matches!(
-        error,
-        DbError::Query(diesel::result::Error::DatabaseError(
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(diesel::result::Error::DatabaseError(
             diesel::result::DatabaseErrorKind::UniqueViolation,
             info,
-        )) if info.constraint_name() == Some("endpoints_pkey")
-    )
+        )) if info.constraint_name() == Some("endpoints_pkey") => Ok(false),
+        Err(error) => Err(error.into()),
+    }
 }
 
 pub async fn find_many(
     conn: &mut AsyncPgConnection,
-    ids: &[String],
+    ids: &[EndpointId],
 ) -> Result<Vec<EndpointRow>, DbError> {
     Ok(endpoints::table
         .filter(endpoints::id.eq_any(ids))
@@ -82,7 +58,12 @@ pub async fn page(
         .select(EndpointRow::as_select())
         .into_boxed();
     if let Some((created_at, id)) = after {
-        query = query.filter(super::keyset_before("created_at", "id", created_at, id));
+        query = query.filter(super::keyset::before(
+            endpoints::created_at,
+            endpoints::id,
+            created_at,
+            id,
+        ));
     }
     Ok(query
         .order((endpoints::created_at.desc(), endpoints::id.desc()))
@@ -95,7 +76,7 @@ pub async fn page(
 /// writes it, all in one transaction. `Ok(None)` when no endpoint has the id.
 pub async fn update_with<E, F>(
     conn: &mut AsyncPgConnection,
-    id: &str,
+    id: &EndpointId,
     change: F,
 ) -> Result<Option<EndpointRow>, E>
 where
@@ -103,7 +84,7 @@ where
     F: FnOnce(EndpointRow) -> Result<EndpointRow, E> + Send + 'static,
 {
     use diesel_async::AsyncConnection;
-    let id = id.to_string();
+    let id = id.clone();
     conn.transaction::<_, E, _>(async move |conn| {
         let current: Option<EndpointRow> = endpoints::table
             .find(&id)

@@ -7,30 +7,12 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::deliveries::DeliveryRow;
+use super::models::EventRow;
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-
-/// An event, with the delivery it is about as it was when the event was read: subscribers
-/// show both, and reading them together costs one join instead of a query per event.
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = delivery_events)]
-#[diesel(check_for_backend(diesel::pg::Pg))]
-pub struct EventRow {
-    pub id: i64,
-    pub delivery_id: String,
-    pub endpoint_id: String,
-    pub kind: String,
-    pub state: String,
-    pub previous_state: Option<String>,
-    pub attempts: i32,
-    pub cycle_attempts: i32,
-    pub outcome: Option<String>,
-    pub occurred_at: DateTime<Utc>,
-    #[diesel(embed)]
-    pub delivery: DeliveryRow,
-}
+use crate::model::ids::{DeliveryId, EndpointId};
+use crate::model::state::DeliveryState;
 
 /// Events joined with their deliveries (deliveries are never deleted, so none is lost).
 macro_rules! events_with_deliveries {
@@ -160,13 +142,21 @@ pub async fn read_feed(
 /// What a subscriber wants to see.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventFilter {
-    pub endpoint_id: Option<String>,
-    pub delivery_id: Option<String>,
-    /// Database spellings; `None` is every state.
-    pub states: Option<Vec<String>>,
+    pub endpoint_id: Option<EndpointId>,
+    pub delivery_id: Option<DeliveryId>,
+    /// `None` is every state.
+    pub states: Option<Vec<DeliveryState>>,
 }
 
 impl EventFilter {
+    /// A filter no event matches (an empty list of states matches none).
+    pub fn nothing() -> EventFilter {
+        EventFilter {
+            states: Some(Vec::new()),
+            ..EventFilter::default()
+        }
+    }
+
     pub fn matches(&self, event: &EventRow) -> bool {
         self.endpoint_id
             .as_ref()
@@ -256,25 +246,28 @@ pub async fn prune_before(
 #[cfg(test)]
 impl EventRow {
     /// A created event of a pending delivery.
-    pub fn for_tests(id: i64, delivery_id: &str, endpoint_id: &str, state: &str) -> EventRow {
+    pub fn for_tests(id: i64, delivery: &str, endpoint: &str, state: DeliveryState) -> EventRow {
+        use crate::db::models::DeliveryRow;
         let now = Utc::now();
+        let delivery_id = DeliveryId::parse(delivery).expect("a delivery id");
+        let endpoint_id = EndpointId::parse(endpoint).expect("an endpoint id");
         EventRow {
             id,
-            delivery_id: delivery_id.into(),
-            endpoint_id: endpoint_id.into(),
-            kind: "created".into(),
-            state: state.into(),
+            delivery_id: delivery_id.clone(),
+            endpoint_id: endpoint_id.clone(),
+            kind: crate::model::state::EventKind::Created,
+            state,
             previous_state: None,
             attempts: 0,
             cycle_attempts: 0,
             outcome: None,
             occurred_at: now,
             delivery: DeliveryRow {
-                id: delivery_id.into(),
+                id: delivery_id,
                 submission_id: None,
-                endpoint_id: endpoint_id.into(),
+                endpoint_id,
                 destination_url: "https://example.com/hook".into(),
-                state: state.into(),
+                state,
                 attempts: 0,
                 cycle_attempts: 0,
                 next_attempt_at: now,
@@ -317,20 +310,26 @@ mod tests {
 
     #[test]
     fn filters_match_on_every_given_field() {
-        let event = EventRow::for_tests(1, "whd_a", "contact", "pending");
+        use DeliveryState::*;
+        let (a, b) = (
+            format!("whd_{}", "a".repeat(32)),
+            format!("whd_{}", "b".repeat(32)),
+        );
+        let event = EventRow::for_tests(1, &a, "contact", Pending);
         assert!(EventFilter::default().matches(&event));
-        let on = |endpoint: Option<&str>, delivery: Option<&str>, states: Option<&[&str]>| {
-            EventFilter {
-                endpoint_id: endpoint.map(Into::into),
-                delivery_id: delivery.map(Into::into),
-                states: states.map(|s| s.iter().map(|s| s.to_string()).collect()),
-            }
-            .matches(&event)
-        };
-        assert!(on(Some("contact"), Some("whd_a"), Some(&["pending"])));
+        let on =
+            |endpoint: Option<&str>, delivery: Option<&str>, states: Option<&[DeliveryState]>| {
+                EventFilter {
+                    endpoint_id: endpoint.and_then(EndpointId::parse),
+                    delivery_id: delivery.and_then(DeliveryId::parse),
+                    states: states.map(<[DeliveryState]>::to_vec),
+                }
+                .matches(&event)
+            };
+        assert!(on(Some("contact"), Some(&a), Some(&[Pending])));
         assert!(!on(Some("other"), None, None));
-        assert!(!on(None, Some("whd_b"), None));
-        assert!(!on(None, None, Some(&["failed", "delivered"])));
+        assert!(!on(None, Some(&b), None));
+        assert!(!on(None, None, Some(&[Failed, Delivered])));
         assert!(!on(None, None, Some(&[])));
     }
 }

@@ -4,20 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::models::ManagementKeyRow;
 use super::schema::management_api_keys;
 use super::DbError;
-
-#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
-#[diesel(table_name = management_api_keys)]
-pub struct ManagementKeyRow {
-    pub id: String,
-    pub name: String,
-    pub display_prefix: String,
-    pub key_digest: String,
-    pub created_at: DateTime<Utc>,
-    pub revoked_at: Option<DateTime<Utc>>,
-    pub last_used_at: Option<DateTime<Utc>>,
-}
+use crate::model::ids::KeyId;
 
 pub async fn insert(conn: &mut AsyncPgConnection, row: &ManagementKeyRow) -> Result<(), DbError> {
     diesel::insert_into(management_api_keys::table)
@@ -57,7 +47,7 @@ pub async fn find_by_digest(
 /// for an unknown id. The row is kept for the audit trail.
 pub async fn revoke(
     conn: &mut AsyncPgConnection,
-    id: &str,
+    id: &KeyId,
     now: DateTime<Utc>,
 ) -> Result<Option<ManagementKeyRow>, DbError> {
     diesel::update(
@@ -80,7 +70,7 @@ pub async fn revoke(
 /// every read into a write.
 pub async fn touch_last_used(
     conn: &mut AsyncPgConnection,
-    id: &str,
+    id: &KeyId,
     now: DateTime<Utc>,
     granularity: chrono::Duration,
 ) -> Result<(), DbError> {
@@ -102,9 +92,9 @@ pub async fn touch_last_used(
 /// Which of `ids` can no longer be used: revoked, or gone.
 pub async fn unusable_among(
     conn: &mut AsyncPgConnection,
-    ids: &[String],
-) -> Result<Vec<String>, DbError> {
-    let usable: Vec<String> = management_api_keys::table
+    ids: &[KeyId],
+) -> Result<Vec<KeyId>, DbError> {
+    let usable: Vec<KeyId> = management_api_keys::table
         .filter(management_api_keys::id.eq_any(ids))
         .filter(management_api_keys::revoked_at.is_null())
         .select(management_api_keys::id)

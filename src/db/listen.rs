@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use diesel_async::RunQueryDsl;
 use futures_util::StreamExt;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::ConnectionSettings;
 
@@ -23,11 +23,11 @@ pub async fn run(
     settings: ConnectionSettings,
     channels: &'static [&'static str],
     on_notification: impl Fn(Option<(&str, &str)>) + Send + Sync + 'static,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             return;
         }
         let session = async {
@@ -47,13 +47,13 @@ pub async fn run(
                     tracing::warn!(%error, "cannot listen for notifications; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
-                        _ = shutdown.changed() => return,
+                        _ = shutdown.cancelled() => return,
                     }
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                     continue;
                 }
             },
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         };
         backoff = Duration::from_millis(100);
         on_notification(None);
@@ -73,7 +73,7 @@ pub async fn run(
                         break;
                     }
                 },
-                _ = shutdown.changed() => return,
+                _ = shutdown.cancelled() => return,
             }
         }
     }

@@ -49,14 +49,16 @@ async fn with_lock<T>(
     work: impl FnOnce(&mut AsyncMigrationHarness<AsyncPgConnection>) -> Result<T, MigrationError>,
 ) -> Result<T, MigrationError> {
     let mut connection = connect_one(url).await?;
-    diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})"))
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(&mut connection)
         .await?;
     let mut harness = AsyncMigrationHarness::new(connection);
     let result = work(&mut harness);
     let mut connection = harness.into_inner();
     // Closing the connection would release the lock too; unlocking says so explicitly.
-    diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})"))
+    diesel::sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(&mut connection)
         .await?;
     result
@@ -103,6 +105,7 @@ pub async fn run_pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
 }
 
 /// Reverts every applied migration, newest first (used by the migration round-trip test).
+#[cfg(any(test, feature = "testing"))]
 pub async fn revert_all(url: &Secret) -> Result<usize, MigrationError> {
     with_lock(url, |harness| {
         harness

@@ -1,13 +1,16 @@
-//! Everything that speaks SQL: the connection pool, the embedded cluster, migrations, the
-//! generated schema and the queries of each concern. No other module builds a query.
+//! Everything that speaks SQL: connections and the pool, migrations, the generated schema,
+//! the rows, and the queries of each concern (the worker's queue apart from the management
+//! reads). No other module builds a query; hand-written statements live in `sql/`.
 
-pub mod cluster;
 pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod keys;
+mod keyset;
 pub mod listen;
 pub mod migrations;
+pub mod models;
+pub mod queue;
 pub mod rate_limits;
 pub mod schema;
 pub mod statement;
@@ -24,7 +27,6 @@ use crate::config::{DatabaseConfig, Secret};
 
 type Manager = AsyncDieselConnectionManager<AsyncPgConnection>;
 pub type DbPool = bb8::Pool<Manager>;
-pub type DbConnection<'a> = bb8::PooledConnection<'a, Manager>;
 
 /// A failure to reach or use the database. Callers map every variant to
 /// `503 storage_unavailable`; the text is for logs and never reaches a client.
@@ -282,12 +284,7 @@ impl Db {
                     use diesel_async::AsyncConnection;
                     connection.set_instrumentation(
                         move |event: diesel::connection::InstrumentationEvent<'_>| {
-                            if matches!(
-                                event,
-                                diesel::connection::InstrumentationEvent::StartQuery { .. }
-                            ) {
-                                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                            }
+                            counter.observe(event)
                         },
                     );
                 }
@@ -360,7 +357,8 @@ impl Db {
         }
     }
 
-    /// Connections in use and requests waiting for one (metrics, tests).
+    /// Connections in use and requests waiting for one (tests).
+    #[cfg(any(test, feature = "testing"))]
     pub fn state(&self) -> bb8::State {
         self.pool.state()
     }
@@ -373,8 +371,58 @@ fn discard(connection: &mut AsyncPgConnection) {
     diesel_async::AnsiTransactionManager::transaction_manager_status_mut(connection).set_in_error();
 }
 
-/// Counts the statements a pool's connections run.
-pub type StatementCounter = std::sync::Arc<std::sync::atomic::AtomicUsize>;
+/// Counts the statements a pool's connections run, and records the text of every
+/// statement one of them prepares into its statement cache (tests prove that nested lists
+/// are batched, and that paged queries are prepared once per connection, not re-planned).
+pub type StatementCounter = Arc<StatementLog>;
+
+#[derive(Debug, Default)]
+pub struct StatementLog {
+    statements: std::sync::atomic::AtomicUsize,
+    prepared: std::sync::Mutex<Vec<String>>,
+}
+
+impl StatementLog {
+    fn observe(&self, event: diesel::connection::InstrumentationEvent<'_>) {
+        use diesel::connection::InstrumentationEvent;
+        match event {
+            InstrumentationEvent::StartQuery { .. } => {
+                self.statements.fetch_add(1, Ordering::SeqCst);
+            }
+            // Diesel emits this only for a statement it is about to prepare and keep.
+            InstrumentationEvent::CacheQuery { sql, .. } => {
+                self.prepared
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .push(sql.to_string());
+            }
+            _ => {}
+        }
+    }
+
+    /// Statements run since the last [`StatementLog::reset`].
+    pub fn statements(&self) -> usize {
+        // Spelled out: `RunQueryDsl::load` is in scope here too.
+        std::sync::atomic::AtomicUsize::load(&self.statements, Ordering::SeqCst)
+    }
+
+    /// The text of each statement prepared into a connection's cache since the last reset,
+    /// once per prepare.
+    pub fn prepared(&self) -> Vec<String> {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    pub fn reset(&self) {
+        self.statements.store(0, Ordering::SeqCst);
+        self.prepared
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+}
 
 /// One connection outside the pool with the timeouts of administrative work, for
 /// migrations and commands.
@@ -429,29 +477,6 @@ pub async fn create_database_if_missing(admin_url: &Secret, database: &str) -> R
             .await?;
     }
     Ok(())
-}
-
-/// `(time_column, id_column) < (time, id)`: the keyset condition for "after this row" in a
-/// newest-first listing, as one row comparison so that PostgreSQL can use the index.
-pub fn keyset_before(
-    time_column: &'static str,
-    id_column: &'static str,
-    time: chrono::DateTime<chrono::Utc>,
-    id: String,
-) -> diesel::expression::SqlLiteral<
-    diesel::sql_types::Bool,
-    impl diesel::query_builder::QueryFragment<diesel::pg::Pg>,
-> {
-    use diesel::sql_types::{Text, Timestamptz};
-    diesel::dsl::sql::<diesel::sql_types::Bool>("(")
-        .sql(time_column)
-        .sql(", ")
-        .sql(id_column)
-        .sql(") < (")
-        .bind::<Timestamptz, _>(time)
-        .sql(", ")
-        .bind::<Text, _>(id)
-        .sql(")")
 }
 
 /// Quotes an identifier for the few statements (CREATE DATABASE) that take no parameters.

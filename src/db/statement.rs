@@ -41,10 +41,6 @@ impl SqlText {
         }
     }
 
-    pub fn text(&self) -> &'static str {
-        self.text
-    }
-
     fn pieces(&self) -> &[Piece] {
         self.pieces.get_or_init(|| split(self.text))
     }
@@ -169,8 +165,13 @@ pub struct Statement<Id, ST, B> {
     marker: PhantomData<(Id, ST)>,
 }
 
-impl<Id, ST, B> Statement<Id, ST, B> {
+impl<Id, ST, B: Binds> Statement<Id, ST, B> {
     pub fn new(sql: &'static SqlText, binds: B) -> Self {
+        debug_assert_eq!(
+            sql.placeholders(),
+            B::COUNT,
+            "a statement's binds must match its placeholders"
+        );
         Statement {
             sql,
             binds,
@@ -186,7 +187,7 @@ impl<Id: 'static, ST, B> QueryId for Statement<Id, ST, B> {
 
 impl<Id, ST, B> Query for Statement<Id, ST, B>
 where
-    ST: diesel::sql_types::SqlType + diesel::query_builder::QueryId,
+    ST: diesel::sql_types::SqlType + QueryId,
 {
     type SqlType = ST;
 }
@@ -313,7 +314,7 @@ mod tests {
             .pieces()
             .iter()
             .map(|p| match p {
-                Piece::Text(r) => sql.text()[r.clone()].to_string(),
+                Piece::Text(r) => sql.text[r.clone()].to_string(),
                 Piece::Bind(i) => format!("<{i}>"),
             })
             .collect();

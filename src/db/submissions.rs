@@ -5,19 +5,22 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Json, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::models::{KeyedSubmission, SubmissionRow};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
+use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::state::DeliveryState;
 
 pub struct NewSubmission<'a> {
-    pub id: &'a str,
-    pub endpoint_id: &'a str,
+    pub id: &'a SubmissionId,
+    pub endpoint_id: &'a EndpointId,
     pub received_at: DateTime<Utc>,
     /// The ordered `{"name": ["value", …], …}` object.
     pub fields: &'a serde_json::Value,
     /// The idempotency key and the payload fingerprint, together or not at all.
     pub idempotency: Option<(&'a str, &'a str)>,
     /// Used when the endpoint has a webhook at the moment of the insert.
-    pub delivery_id: &'a str,
+    pub delivery_id: &'a DeliveryId,
     /// The time the new delivery's due time is judged by (`None`: the database's clock).
     pub now: Option<DateTime<Utc>>,
 }
@@ -68,19 +71,9 @@ pub async fn insert_with_delivery(
     })
 }
 
-/// The submission an idempotency key already names.
-#[derive(Debug, Clone, Queryable)]
-pub struct KeyedSubmission {
-    pub id: String,
-    pub received_at: DateTime<Utc>,
-    pub fields: serde_json::Value,
-    pub payload_fingerprint: Option<String>,
-    pub delivery_queued: bool,
-}
-
 pub async fn find_by_idempotency_key(
     conn: &mut AsyncPgConnection,
-    endpoint_id: &str,
+    endpoint_id: &EndpointId,
     key: &str,
 ) -> Result<Option<KeyedSubmission>, DbError> {
     use super::schema::{submissions, webhook_deliveries};
@@ -103,28 +96,28 @@ pub async fn find_by_idempotency_key(
         .optional()?)
 }
 
-/// A stored submission, as the management API reads it.
-#[derive(Debug, Clone, Queryable, QueryableByName, Selectable)]
-#[diesel(table_name = super::schema::submissions)]
-pub struct SubmissionRow {
-    pub id: String,
-    pub endpoint_id: String,
-    pub received_at: DateTime<Utc>,
-    pub fields: serde_json::Value,
-    pub idempotency_key: Option<String>,
-}
-
 /// Filters of a submission listing: exclusive time bounds.
 #[derive(Debug, Clone, Default)]
 pub struct SubmissionFilter {
-    pub endpoint_id: Option<String>,
+    pub endpoint_id: Option<EndpointId>,
     pub received_after: Option<DateTime<Utc>>,
     pub received_before: Option<DateTime<Utc>>,
 }
 
+impl SubmissionFilter {
+    /// A filter no submission matches (an empty time range).
+    pub fn nothing() -> SubmissionFilter {
+        SubmissionFilter {
+            endpoint_id: None,
+            received_after: Some(DateTime::<Utc>::UNIX_EPOCH),
+            received_before: Some(DateTime::<Utc>::UNIX_EPOCH),
+        }
+    }
+}
+
 pub async fn find_many(
     conn: &mut AsyncPgConnection,
-    ids: &[String],
+    ids: &[SubmissionId],
 ) -> Result<Vec<SubmissionRow>, DbError> {
     use super::schema::submissions;
     Ok(submissions::table
@@ -144,7 +137,12 @@ pub async fn page(
     use super::schema::submissions;
     let mut query = filtered(filter).select(SubmissionRow::as_select());
     if let Some((received_at, id)) = after {
-        query = query.filter(super::keyset_before("received_at", "id", received_at, id));
+        query = query.filter(super::keyset::before(
+            submissions::received_at,
+            submissions::id,
+            received_at,
+            id,
+        ));
     }
     Ok(query
         .order((submissions::received_at.desc(), submissions::id.desc()))
@@ -159,7 +157,7 @@ struct SubmissionsFirstPages;
 /// The first `limit` submissions (newest first) of each endpoint, in one statement.
 pub async fn first_pages(
     conn: &mut AsyncPgConnection,
-    endpoint_ids: &[String],
+    endpoint_ids: &[EndpointId],
     limit: i64,
 ) -> Result<Vec<SubmissionRow>, DbError> {
     Ok(Statement::<
@@ -184,7 +182,7 @@ pub enum EraseOutcome {
     NotFound,
     /// Its delivery is still owed (`pending` or `processing`): nothing was erased.
     DeliveryInProgress {
-        state: String,
+        state: DeliveryState,
     },
 }
 
@@ -192,20 +190,23 @@ pub enum EraseOutcome {
 /// so a replay running at the same moment either finishes before (and the erase is refused)
 /// or finds the submission gone (and the replay is refused). Deliveries and attempts stay,
 /// their `submission_id` set to null.
-pub async fn erase(conn: &mut AsyncPgConnection, id: &str) -> Result<EraseOutcome, DbError> {
+pub async fn erase(
+    conn: &mut AsyncPgConnection,
+    id: &SubmissionId,
+) -> Result<EraseOutcome, DbError> {
     use super::schema::{submissions, webhook_deliveries};
     use diesel_async::AsyncConnection;
-    let id = id.to_string();
+    let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let state: Option<String> = webhook_deliveries::table
+            let state: Option<DeliveryState> = webhook_deliveries::table
                 .filter(webhook_deliveries::submission_id.eq(&id))
                 .select(webhook_deliveries::state)
                 .for_update()
                 .first(conn)
                 .await
                 .optional()?;
-            if let Some(state) = state.filter(|s| s == "pending" || s == "processing") {
+            if let Some(state) = state.filter(|state| !state.is_terminal()) {
                 return Ok(EraseOutcome::DeliveryInProgress { state });
             }
             let deleted = diesel::delete(submissions::table.find(&id))

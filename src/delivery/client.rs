@@ -1,4 +1,4 @@
-//! The one place outbound HTTP is made: the webhook client (SPEC sections 6.1, 6.2, 6.6).
+//! The one place outbound HTTP is made: the webhook client.
 //!
 //! - Redirects are never followed; no system proxy is used.
 //! - Connect timeout and an overall limit of connect + read timeout, so a request always
@@ -9,7 +9,6 @@
 //!   request. `FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS=true` lifts both checks.
 //! - At most a small prefix of the response body is read, then the connection is dropped.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +16,9 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use url::{Host, Url};
 
-use super::destination::{host_is_internal, is_internal_address};
 use super::outcome::{AttemptResult, Outcome};
 use crate::config::WebhookConfig;
+use crate::model::destination::{host_is_internal, is_internal_address};
 
 /// How much of a response body is read before the connection is dropped.
 const RESPONSE_PREFIX_BYTES: usize = 4096;
@@ -46,9 +45,11 @@ impl NameResolver for SystemResolver {
 }
 
 /// A fixed table of names (for tests); unknown names do not resolve.
+#[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Default, Clone)]
-pub struct StaticResolver(pub HashMap<String, Vec<IpAddr>>);
+pub struct StaticResolver(pub std::collections::HashMap<String, Vec<IpAddr>>);
 
+#[cfg(any(test, feature = "testing"))]
 impl NameResolver for StaticResolver {
     fn lookup(&self, host: &str) -> BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
         let found = self.0.get(&host.to_ascii_lowercase()).cloned();

@@ -1,29 +1,10 @@
-//! Classifying a request's result and scheduling the next attempt (SPEC sections 6.2, 6.3).
+//! Classifying a request's result and scheduling the next attempt: which outcomes retry,
+//! and the doubling schedule (docs/delivery.md).
 
 use std::time::Duration;
 
 use crate::config::WebhookConfig;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Succeeded,
-    HttpError,
-    Timeout,
-    NetworkError,
-    BlockedDestination,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::HttpError => "http_error",
-            Outcome::Timeout => "timeout",
-            Outcome::NetworkError => "network_error",
-            Outcome::BlockedDestination => "blocked_destination",
-        }
-    }
-}
+pub use crate::model::state::AttemptOutcome as Outcome;
 
 /// What one request produced, as recorded in `delivery_attempts`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,10 +1,11 @@
-//! The webhook request body and its signature (SPEC section 6.1).
+//! The webhook request body and its signature.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::clock::format_timestamp;
 use crate::digest::hmac_sha256_hex;
+use crate::model::ids::{EndpointId, SubmissionId};
 
 #[derive(Serialize)]
 struct Envelope<'a> {
@@ -15,8 +16,8 @@ struct Envelope<'a> {
 
 #[derive(Serialize)]
 struct SubmissionPayload<'a> {
-    id: &'a str,
-    endpoint_id: &'a str,
+    id: &'a SubmissionId,
+    endpoint_id: &'a EndpointId,
     received_at: String,
     fields: &'a serde_json::Value,
 }
@@ -24,8 +25,8 @@ struct SubmissionPayload<'a> {
 /// The compact body, keys in the documented order, non-ASCII unescaped. It is a pure
 /// function of the stored submission, so every attempt of a delivery sends the same bytes.
 pub fn body(
-    submission_id: &str,
-    endpoint_id: &str,
+    submission_id: &SubmissionId,
+    endpoint_id: &EndpointId,
     received_at: DateTime<Utc>,
     fields: &serde_json::Value,
 ) -> Vec<u8> {
@@ -38,21 +39,14 @@ pub fn body(
             fields,
         },
     };
-    // Serialising plain strings and a JSON value cannot fail.
-    serde_json::to_vec(&envelope).unwrap_or_default()
+    // Strings and a JSON value (whose keys are strings) serialise without fail; a body that
+    // could not be built must never be sent as an empty one.
+    serde_json::to_vec(&envelope).expect("the webhook payload is strings and a JSON value")
 }
 
 /// `v1=` and the hex HMAC-SHA256 of the exact body, keyed with the whole secret string.
 pub fn signature(secret: &str, body: &[u8]) -> String {
     format!("v1={}", hmac_sha256_hex(secret.as_bytes(), body))
-}
-
-/// A new signing secret: `whsec_` and 64 lowercase hex digits (32 random bytes).
-pub fn new_secret() -> String {
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("whsec_{}", hex::encode(bytes))
 }
 
 #[cfg(test)]
@@ -69,8 +63,8 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         let body = body(
-            "sub_48984534f33749c49a88de2d59400dce",
-            "contact-form",
+            &SubmissionId::parse("sub_48984534f33749c49a88de2d59400dce").unwrap(),
+            &EndpointId::parse("contact-form").unwrap(),
             received,
             &fields,
         );

@@ -3,7 +3,7 @@
 //! against spreadsheet formulas on every cell, headers included.
 
 use crate::clock::format_timestamp;
-use crate::db::submissions::SubmissionRow;
+use crate::db::models::SubmissionRow;
 
 /// A cell that a spreadsheet would run as a formula gets a leading `'`.
 pub fn guard(cell: &str) -> String {
@@ -40,8 +40,8 @@ pub fn rows(rows: &[SubmissionRow], names: &[String]) -> Vec<u8> {
     let mut writer = writer();
     for row in rows {
         let mut cells = vec![
-            guard(&row.id),
-            guard(&row.endpoint_id),
+            guard(row.id.as_str()),
+            guard(row.endpoint_id.as_str()),
             guard(&format_timestamp(row.received_at)),
         ];
         for name in names {
@@ -70,8 +70,8 @@ mod tests {
             "submission_id,endpoint_id,received_at,'=cmd,name,\"note, \"\"quoted\"\"\"\r\n"
         );
         let row = SubmissionRow {
-            id: "sub_1".into(),
-            endpoint_id: "contact".into(),
+            id: crate::model::ids::SubmissionId::parse(&format!("sub_{}", "1".repeat(32))).unwrap(),
+            endpoint_id: crate::model::ids::EndpointId::parse("contact").unwrap(),
             received_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
             fields: serde_json::json!({"name": [""], "=cmd": ["=1+1", "Zoë\nline"]}),
             idempotency_key: None,
@@ -79,7 +79,7 @@ mod tests {
         let out = String::from_utf8(rows(&[row], &names)).unwrap();
         assert_eq!(
             out,
-            "sub_1,contact,2026-01-02T03:04:05.000000Z,\"[\"\"=1+1\"\",\"\"Zoë\\nline\"\"]\",\"[\"\"\"\"]\",\r\n"
+            "sub_11111111111111111111111111111111,contact,2026-01-02T03:04:05.000000Z,\"[\"\"=1+1\"\",\"\"Zoë\\nline\"\"]\",\"[\"\"\"\"]\",\r\n"
         );
         assert_eq!(guard("+1"), "'+1");
         assert_eq!(guard("-1"), "'-1");

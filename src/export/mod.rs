@@ -1,4 +1,4 @@
-//! `GET /submissions/export` (SPEC section 10): every matching submission as one JSON
+//! `GET /submissions/export`: every matching submission as one JSON
 //! document or one CSV file, streamed from a consistent snapshot, refused (never truncated)
 //! above `FORMS_EXPORT_MAX_SUBMISSIONS`.
 //!
@@ -28,9 +28,11 @@ use tokio::sync::{mpsc, oneshot};
 use crate::app::AppState;
 use crate::auth;
 use crate::clock::format_timestamp;
-use crate::db::submissions::{SubmissionFilter, SubmissionRow};
+use crate::db::models::SubmissionRow;
+use crate::db::submissions::SubmissionFilter;
 use crate::db::{self, DbError};
 use crate::error::ApiError;
+use crate::model::ids::EndpointId;
 
 const PAGE: i64 = 500;
 
@@ -66,6 +68,7 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
         Some(other) => {
             return Err(ApiError::UnsupportedExportFormat {
                 received: other.chars().take(32).collect(),
+                supported: &["json", "csv"],
             })
         }
     };
@@ -74,15 +77,23 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
     if crate::clock::is_empty_range(received_after, received_before) {
         return Err(ApiError::InvalidTimeRange);
     }
-    let endpoint_id = params.get("endpoint_id").filter(|v| !v.is_empty()).cloned();
-    Ok((
-        format,
-        SubmissionFilter {
-            endpoint_id,
+    let filter = match params.get("endpoint_id").filter(|v| !v.is_empty()) {
+        None => SubmissionFilter {
+            endpoint_id: None,
             received_after,
             received_before,
         },
-    ))
+        Some(raw) => match EndpointId::parse(raw) {
+            Some(endpoint_id) => SubmissionFilter {
+                endpoint_id: Some(endpoint_id),
+                received_after,
+                received_before,
+            },
+            // No endpoint can have such an id: an empty export, as for an unknown one.
+            None => SubmissionFilter::nothing(),
+        },
+    };
+    Ok((format, filter))
 }
 
 async fn export(
@@ -241,7 +252,7 @@ async fn stream(
             loop {
                 let rows = page(conn, &filter, after.take(), limits).await?;
                 let Some(last) = rows.last() else { break };
-                after = Some((last.received_at, last.id.clone()));
+                after = Some((last.received_at, last.id.to_string()));
                 let chunk = match format {
                     Format::Json => json_rows(&rows, &mut first),
                     Format::Csv => csv_format::rows(&rows, &names),
@@ -313,7 +324,7 @@ async fn field_names(
     loop {
         let rows = page(conn, filter, after.take(), limits).await?;
         let Some(last) = rows.last() else { break };
-        after = Some((last.received_at, last.id.clone()));
+        after = Some((last.received_at, last.id.to_string()));
         for row in &rows {
             if let Some(object) = row.fields.as_object() {
                 names.extend(object.keys().cloned());

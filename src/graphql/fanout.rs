@@ -189,6 +189,7 @@ impl Groups {
     }
 
     /// How many shared executions are running.
+    #[cfg(any(test, feature = "testing"))]
     pub fn running(&self) -> usize {
         self.lock().len()
     }

@@ -8,10 +8,9 @@ use std::time::Duration;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 use crate::app::AppState;
-use crate::db::deliveries::{AttemptRow, DeliveryRow};
-use crate::db::endpoints::EndpointRow;
-use crate::db::submissions::SubmissionRow;
+use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
 use crate::db::{self, DbError};
+use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
 pub type LoadError = Arc<DbError>;
@@ -33,7 +32,11 @@ pub struct Loaders {
 const BATCH_DELAY: Duration = Duration::from_millis(2);
 
 /// A loader with a per-request cache (a key asked for twice is loaded once).
-fn loader<T: Loader<String>>(inner: T) -> DataLoader<T, HashMapCache> {
+fn loader<K, T>(inner: T) -> DataLoader<T, HashMapCache>
+where
+    K: Send + Sync + std::hash::Hash + Eq + Clone + 'static,
+    T: Loader<K>,
+{
     DataLoader::with_cache(inner, tokio::spawn, HashMapCache::default()).delay(BATCH_DELAY)
 }
 
@@ -86,11 +89,11 @@ fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V
 }
 
 /// A key of the first-page loaders: (endpoint id, how many rows to fetch).
-pub type FirstPage = (String, i64);
+pub type FirstPage = (EndpointId, i64);
 
 /// Groups first-page keys by page size: one statement per size.
-fn by_limit(keys: &[FirstPage]) -> HashMap<i64, Vec<String>> {
-    let mut groups: HashMap<i64, Vec<String>> = HashMap::new();
+fn by_limit(keys: &[FirstPage]) -> HashMap<i64, Vec<EndpointId>> {
+    let mut groups: HashMap<i64, Vec<EndpointId>> = HashMap::new();
     for (endpoint_id, limit) in keys {
         groups.entry(*limit).or_default().push(endpoint_id.clone());
     }
@@ -102,11 +105,11 @@ fn file_pages<R>(
     pages: &mut HashMap<FirstPage, Vec<R>>,
     limit: i64,
     rows: Vec<R>,
-    endpoint_of: impl Fn(&R) -> &str,
+    endpoint_of: impl Fn(&R) -> &EndpointId,
 ) {
     for row in rows {
         pages
-            .entry((endpoint_of(&row).to_string(), limit))
+            .entry((endpoint_of(&row).clone(), limit))
             .or_default()
             .push(row);
     }
@@ -158,11 +161,14 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
     }
 }
 
-impl Loader<String> for EndpointLoader {
+impl Loader<EndpointId> for EndpointLoader {
     type Value = EndpointRow;
     type Error = LoadError;
 
-    async fn load(&self, keys: &[String]) -> Result<HashMap<String, EndpointRow>, LoadError> {
+    async fn load(
+        &self,
+        keys: &[EndpointId],
+    ) -> Result<HashMap<EndpointId, EndpointRow>, LoadError> {
         let rows = self
             .0
             .db
@@ -173,11 +179,14 @@ impl Loader<String> for EndpointLoader {
     }
 }
 
-impl Loader<String> for SubmissionLoader {
+impl Loader<SubmissionId> for SubmissionLoader {
     type Value = SubmissionRow;
     type Error = LoadError;
 
-    async fn load(&self, keys: &[String]) -> Result<HashMap<String, SubmissionRow>, LoadError> {
+    async fn load(
+        &self,
+        keys: &[SubmissionId],
+    ) -> Result<HashMap<SubmissionId, SubmissionRow>, LoadError> {
         let rows = self
             .0
             .db
@@ -188,21 +197,21 @@ impl Loader<String> for SubmissionLoader {
     }
 }
 
-impl Loader<String> for DeliveryBySubmissionLoader {
+impl Loader<SubmissionId> for DeliveryBySubmissionLoader {
     type Value = Option<DeliveryRow>;
     type Error = LoadError;
 
     async fn load(
         &self,
-        keys: &[String],
-    ) -> Result<HashMap<String, Option<DeliveryRow>>, LoadError> {
+        keys: &[SubmissionId],
+    ) -> Result<HashMap<SubmissionId, Option<DeliveryRow>>, LoadError> {
         let rows = self
             .0
             .db
             .run(async |conn| db::deliveries::for_submissions(conn, keys).await)
             .await
             .map_err(Arc::new)?;
-        let mut found: HashMap<String, Option<DeliveryRow>> =
+        let mut found: HashMap<SubmissionId, Option<DeliveryRow>> =
             keys.iter().map(|key| (key.clone(), None)).collect();
         for row in rows {
             if let Some(submission_id) = row.submission_id.clone() {
@@ -214,11 +223,14 @@ impl Loader<String> for DeliveryBySubmissionLoader {
 }
 
 /// A delivery's attempts, in number order (keyed by delivery id).
-impl Loader<String> for AttemptLoader {
+impl Loader<DeliveryId> for AttemptLoader {
     type Value = Vec<AttemptRow>;
     type Error = LoadError;
 
-    async fn load(&self, keys: &[String]) -> Result<HashMap<String, Vec<AttemptRow>>, LoadError> {
+    async fn load(
+        &self,
+        keys: &[DeliveryId],
+    ) -> Result<HashMap<DeliveryId, Vec<AttemptRow>>, LoadError> {
         let rows = self
             .0
             .db
@@ -238,10 +250,11 @@ impl Loader<String> for AttemptLoader {
 
 /// Loads `keys` through `loader` now and puts the results in `cache`. Unlike `load_many`,
 /// this waits for no batching delay: the keys are all known.
-async fn prime<T: Loader<String, Error = LoadError>>(
-    cache: &DataLoader<T, HashMapCache>,
-    keys: Vec<String>,
-) -> Result<(), LoadError> {
+async fn prime<K, T>(cache: &DataLoader<T, HashMapCache>, keys: Vec<K>) -> Result<(), LoadError>
+where
+    K: Send + Sync + std::hash::Hash + Eq + Ord + Clone + 'static,
+    T: Loader<K, Error = LoadError>,
+{
     let mut keys = keys;
     keys.sort();
     keys.dedup();
@@ -254,10 +267,7 @@ async fn prime<T: Loader<String, Error = LoadError>>(
 }
 
 /// The keys for a nested field's loader, or none when the query does not select it.
-fn keys_if(
-    field: &async_graphql::Lookahead<'_>,
-    keys: impl Iterator<Item = String>,
-) -> Vec<String> {
+fn keys_if<K>(field: &async_graphql::Lookahead<'_>, keys: impl Iterator<Item = K>) -> Vec<K> {
     if field.exists() {
         keys.collect()
     } else {
@@ -284,7 +294,7 @@ pub async fn prime_deliveries(
         &node.field("endpoint"),
         rows.iter().map(|row| row.endpoint_id.clone()),
     );
-    let primed_endpoints: std::collections::HashSet<String> =
+    let primed_endpoints: std::collections::HashSet<EndpointId> =
         endpoint_ids.iter().cloned().collect();
     futures_util::try_join!(
         prime(&loaders.endpoints, endpoint_ids),

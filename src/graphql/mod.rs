@@ -1,8 +1,9 @@
-//! The GraphQL management API (SPEC section 7): schema, resolvers and the HTTP handler.
+//! The GraphQL management API: schema, resolvers, the HTTP handler and the WebSocket
+//! protocols (docs/graphql.md, docs/subscriptions.md).
 
 pub mod cost;
 pub mod fanout;
-pub mod http;
+pub mod handler;
 pub mod loaders;
 pub mod mutation;
 pub mod pagination;
@@ -40,7 +41,7 @@ pub fn sdl() -> String {
         .sdl()
 }
 
-pub use http::routes;
+pub use handler::routes;
 
 pub(crate) fn app<'a>(ctx: &Context<'a>) -> &'a AppState {
     ctx.data_unchecked::<AppState>()
@@ -56,6 +57,19 @@ pub(crate) trait ResultExt<T> {
 impl<T, E: Into<ApiError>> ResultExt<T> for Result<T, E> {
     fn gql(self) -> async_graphql::Result<T> {
         self.map_err(|error| error.into().extend())
+    }
+}
+
+/// An id argument of a filter as the typed id it must be: `Some(None)` for no filter,
+/// `Some(Some(id))` for a filter, `None` when the argument cannot name anything (the filter
+/// matches nothing, as one for an id no row has would).
+pub(crate) fn scope<T>(
+    id: Option<&async_graphql::ID>,
+    parse: fn(&str) -> Option<T>,
+) -> Option<Option<T>> {
+    match id {
+        None => Some(None),
+        Some(id) => parse(id).map(Some),
     }
 }
 

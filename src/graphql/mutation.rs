@@ -1,20 +1,20 @@
-//! The mutation root: endpoints, secrets, replays, erasure.
+//! The mutation root: endpoints, secrets, replays, erasure. The rules of endpoint settings
+//! are the domain's (`model::endpoint`); this maps their failures to the API's errors.
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, ID};
-use url::Url;
 
 use super::types::{
     DeleteSubmissionPayload, Delivery, Endpoint, EndpointSecretPayload, ReplayDeliveriesPayload,
     ReplayDeliveryPayload, Timestamp,
 };
-use super::{app, time_range, ResultExt};
+use super::{app, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
-use crate::db::endpoints::EndpointRow;
+use crate::db::models::EndpointRow;
 use crate::db::submissions::EraseOutcome;
-use crate::delivery::destination::validate_webhook_url;
-use crate::error::ApiError;
-use crate::ids;
+use crate::error::{ApiError, NotReplayable};
+use crate::model::endpoint::{self as rules, SettingError};
+use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
 #[derive(InputObject)]
 pub struct CreateEndpointInput {
@@ -50,86 +50,30 @@ pub struct ReplayFilter {
     pub failed_before: Option<Timestamp>,
 }
 
-fn invalid(field: &str, reason: &str) -> ApiError {
-    ApiError::InvalidInput {
-        field: field.into(),
-        reason: reason.into(),
-    }
-}
-
-fn valid_name(name: &str) -> Result<String, ApiError> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(invalid("name", "must be 1 to 200 characters"));
-    }
-    Ok(name.to_string())
-}
-
-fn valid_webhook_url(url: &str, allow_private: bool) -> Result<String, ApiError> {
-    validate_webhook_url(url, allow_private)
-        .map(|_| url.trim().to_string())
-        .map_err(|error| ApiError::InvalidWebhookUrl {
+/// The API's error for a setting that breaks its rule, naming the input field.
+fn refused(error: SettingError) -> ApiError {
+    use rules::Setting;
+    match error {
+        SettingError::WebhookUrl(reason) => ApiError::InvalidWebhookUrl {
             field: "webhookUrl".into(),
-            reason: error.to_string(),
-        })
+            reason: reason.to_string(),
+        },
+        SettingError::Invalid { setting, reason } => ApiError::InvalidInput {
+            field: match setting {
+                Setting::Name => "name",
+                Setting::RedirectUrl => "redirectUrl",
+                Setting::AllowedOrigins => "allowedOrigins",
+                Setting::HoneypotField => "honeypotField",
+            }
+            .into(),
+            reason: reason.into(),
+        },
+    }
 }
 
-fn valid_redirect_url(url: &str) -> Result<String, ApiError> {
-    let parsed = Url::parse(url.trim())
-        .map_err(|_| invalid("redirectUrl", "must be an absolute http or https URL"))?;
-    if !matches!(parsed.scheme(), "http" | "https")
-        || parsed.host().is_none()
-        || !crate::delivery::destination::written_with_authority(url.trim())
-    {
-        return Err(invalid(
-            "redirectUrl",
-            "must be an absolute http or https URL",
-        ));
-    }
-    if url.chars().count() > 2048 {
-        return Err(invalid("redirectUrl", "must be at most 2048 characters"));
-    }
-    Ok(url.trim().to_string())
-}
-
-/// Origins as browsers send them: `scheme://host[:port]`, stored in that form, deduplicated.
-fn valid_origins(origins: &[String]) -> Result<Vec<Option<String>>, ApiError> {
-    const MAX_ORIGINS: usize = 100;
-    if origins.len() > MAX_ORIGINS {
-        return Err(invalid("allowedOrigins", "at most 100 origins"));
-    }
-    let mut valid: Vec<Option<String>> = Vec::new();
-    for origin in origins {
-        let parsed = Url::parse(origin.trim())
-            .map_err(|_| invalid("allowedOrigins", "each origin must be scheme://host[:port]"))?;
-        let serialised = parsed.origin().ascii_serialization();
-        let bare = parsed.path() == "/"
-            && parsed.query().is_none()
-            && parsed.fragment().is_none()
-            && parsed.username().is_empty();
-        if !matches!(parsed.scheme(), "http" | "https") || !bare || serialised == "null" {
-            return Err(invalid(
-                "allowedOrigins",
-                "each origin must be scheme://host[:port]",
-            ));
-        }
-        if !valid.contains(&Some(serialised.clone())) {
-            valid.push(Some(serialised));
-        }
-    }
-    Ok(valid)
-}
-
-fn valid_honeypot(name: &str, max_length: usize) -> Result<String, ApiError> {
-    let bad = name.is_empty()
-        || name.chars().count() > max_length
-        || name
-            .chars()
-            .any(|c| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}'));
-    if bad {
-        return Err(invalid("honeypotField", "must be a valid field name"));
-    }
-    Ok(name.to_string())
+/// Origins as the row stores them (a `text[]` column).
+fn stored_origins(origins: Vec<String>) -> Vec<Option<String>> {
+    origins.into_iter().map(Some).collect()
 }
 
 pub struct MutationRoot;
@@ -144,21 +88,20 @@ impl MutationRoot {
     ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
         let config = &app.config;
-        if !ids::is_valid_endpoint_id(&input.id) {
+        let Some(id) = EndpointId::parse(&input.id) else {
             return Err(ApiError::InvalidEndpointId).gql();
-        }
-        let name = valid_name(&input.name).gql()?;
+        };
+        let name = rules::name(&input.name).map_err(refused).gql()?;
         let webhook_url = input
             .webhook_url
             .as_deref()
-            .map(|url| valid_webhook_url(url, config.webhook.allow_private_targets))
+            .map(|url| rules::webhook_url(url, config.webhook.allow_private_targets))
             .transpose()
+            .map_err(refused)
             .gql()?;
-        let webhook_secret = webhook_url
-            .as_ref()
-            .map(|_| crate::delivery::payload::new_secret());
+        let webhook_secret = webhook_url.as_ref().map(|_| rules::new_secret());
         let endpoint = EndpointRow {
-            id: input.id.0.clone(),
+            id,
             name,
             is_active: input.is_active.unwrap_or(true),
             created_at: app.clock.now(),
@@ -167,35 +110,39 @@ impl MutationRoot {
             redirect_url: input
                 .redirect_url
                 .as_deref()
-                .map(valid_redirect_url)
+                .map(rules::redirect_url)
                 .transpose()
+                .map_err(refused)
                 .gql()?,
-            allowed_origins: valid_origins(input.allowed_origins.as_deref().unwrap_or_default())
-                .gql()?,
+            allowed_origins: stored_origins(
+                rules::allowed_origins(input.allowed_origins.as_deref().unwrap_or_default())
+                    .map_err(refused)
+                    .gql()?,
+            ),
             honeypot_field: input
                 .honeypot_field
                 .as_deref()
-                .map(|name| valid_honeypot(name, config.intake.max_field_name_length))
+                .map(|name| rules::honeypot_field(name, config.intake.max_field_name_length))
                 .transpose()
+                .map_err(refused)
                 .gql()?,
         };
         let inserted = app
             .db
             .run(async |conn| {
-                // A duplicate id is an answer, not a failure of the call.
-                match db::endpoints::insert(conn, &endpoint).await {
-                    Ok(()) => db::endpoints::find(conn, &endpoint.id).await.map(Ok),
-                    Err(error) if db::endpoints::is_duplicate_id(&error) => Ok(Err(())),
-                    Err(error) => Err(error),
+                // A taken id is an answer, not a failure of the call.
+                if !db::endpoints::insert(conn, &endpoint).await? {
+                    return Ok(None);
                 }
+                db::endpoints::find(conn, &endpoint.id).await.map(Some)
             })
             .await
             .gql()?;
         let row = match inserted {
-            Ok(row) => row
+            Some(row) => row
                 .ok_or_else(|| ApiError::Internal("a created endpoint vanished".into()))
                 .gql()?,
-            Err(()) => {
+            None => {
                 return Err(ApiError::EndpointAlreadyExists {
                     endpoint_id: input.id.0,
                 })
@@ -218,30 +165,47 @@ impl MutationRoot {
     ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
         let config = &app.config;
-        let name = input.name.as_deref().map(valid_name).transpose().gql()?;
+        let Some(id) = EndpointId::parse(&input.id) else {
+            return Err(ApiError::EndpointNotFound {
+                endpoint_id: input.id.0,
+            })
+            .gql();
+        };
+        let name = input
+            .name
+            .as_deref()
+            .map(rules::name)
+            .transpose()
+            .map_err(refused)
+            .gql()?;
         let redirect_url = match &input.redirect_url {
-            MaybeUndefined::Value(url) => MaybeUndefined::Value(valid_redirect_url(url).gql()?),
+            MaybeUndefined::Value(url) => {
+                MaybeUndefined::Value(rules::redirect_url(url).map_err(refused).gql()?)
+            }
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
         let allowed_origins = match &input.allowed_origins {
-            MaybeUndefined::Value(origins) => Some(valid_origins(origins).gql()?),
+            MaybeUndefined::Value(origins) => Some(stored_origins(
+                rules::allowed_origins(origins).map_err(refused).gql()?,
+            )),
             MaybeUndefined::Null => Some(Vec::new()),
             MaybeUndefined::Undefined => None,
         };
         let honeypot_field = match &input.honeypot_field {
             MaybeUndefined::Value(field) => MaybeUndefined::Value(
-                valid_honeypot(field, config.intake.max_field_name_length).gql()?,
+                rules::honeypot_field(field, config.intake.max_field_name_length)
+                    .map_err(refused)
+                    .gql()?,
             ),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
         let webhook_url = input.webhook_url.clone();
         let allow_private = config.webhook.allow_private_targets;
-        let candidate_secret = crate::delivery::payload::new_secret();
+        let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
-        let id = input.id.0.clone();
         let updated = app
             .db
             .run(async move |conn| {
@@ -263,7 +227,8 @@ impl MutationRoot {
                             MaybeUndefined::Value(url)
                                 if Some(url.trim()) == next.webhook_url.as_deref() => {}
                             MaybeUndefined::Value(url) => {
-                                next.webhook_url = Some(valid_webhook_url(&url, allow_private)?);
+                                next.webhook_url =
+                                    Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
                                 next.webhook_secret = Some(secret_for_change);
                             }
                         }
@@ -307,10 +272,15 @@ impl MutationRoot {
         endpoint_id: ID,
     ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
-        let secret = crate::delivery::payload::new_secret();
+        let Some(target) = EndpointId::parse(&endpoint_id) else {
+            return Err(ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.0,
+            })
+            .gql();
+        };
+        let secret = rules::new_secret();
         let new_secret = secret.clone();
         let id = endpoint_id.0.clone();
-        let target = endpoint_id.0.clone();
         let updated = app
             .db
             .run(async move |conn| {
@@ -344,9 +314,12 @@ impl MutationRoot {
     async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> Result<ReplayDeliveryPayload> {
         let app = app(ctx);
         let now = app.clock.pinned();
+        let Some(delivery) = DeliveryId::parse(&id) else {
+            return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql();
+        };
         match app
             .db
-            .run(async |conn| db::deliveries::replay(conn, &id, now).await)
+            .run(async |conn| db::deliveries::replay(conn, &delivery, now).await)
             .await
             .gql()?
         {
@@ -360,7 +333,7 @@ impl MutationRoot {
             } => Err(ApiError::DeliveryNotReplayable {
                 delivery_id: id.0,
                 state,
-                submission_erased,
+                reason: submission_erased.then_some(NotReplayable::SubmissionErased),
             })
             .gql(),
         }
@@ -374,8 +347,11 @@ impl MutationRoot {
     ) -> Result<ReplayDeliveriesPayload> {
         let app = app(ctx);
         let (failed_after, failed_before) = time_range(filter.failed_after, filter.failed_before)?;
+        let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
+            return Ok(ReplayDeliveriesPayload { count: 0 });
+        };
         let query = ReplayQuery {
-            endpoint_id: filter.endpoint_id.map(|id| id.0),
+            endpoint_id,
             failed_after,
             failed_before,
         };
@@ -398,9 +374,15 @@ impl MutationRoot {
         id: ID,
     ) -> Result<DeleteSubmissionPayload> {
         let app = app(ctx);
+        let Some(submission) = SubmissionId::parse(&id) else {
+            return Err(ApiError::SubmissionNotFound {
+                submission_id: id.0,
+            })
+            .gql();
+        };
         match app
             .db
-            .run(async |conn| db::submissions::erase(conn, &id).await)
+            .run(async |conn| db::submissions::erase(conn, &submission).await)
             .await
             .gql()?
         {

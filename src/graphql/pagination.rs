@@ -79,6 +79,11 @@ impl PageRequest {
         self.first as i64 + 1
     }
 
+    /// A page of nothing (a filter no row can match).
+    pub fn empty<Node: OutputType>(&self) -> Connection<String, Node> {
+        Connection::new(self.after.is_some(), false)
+    }
+
     /// Builds the connection from up to `first + 1` rows in order.
     pub fn connection<Row, Node: OutputType>(
         &self,

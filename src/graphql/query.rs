@@ -9,10 +9,11 @@ use super::types::{
     deliveries_page, submissions_page, Delivery, DeliveryCounts, DeliveryState, Endpoint,
     Submission, Timestamp,
 };
-use super::{app, time_range, ResultExt};
+use super::{app, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
+use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
 /// Exclusive bounds on `receivedAt`.
 #[derive(InputObject, Default)]
@@ -43,8 +44,11 @@ impl QueryRoot {
     }
 
     async fn endpoint(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Endpoint>> {
+        let Some(id) = EndpointId::parse(&id) else {
+            return Ok(None);
+        };
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.endpoints.load_one(id.0).await.gql()?.map(Endpoint))
+        Ok(loaders.endpoints.load_one(id).await.gql()?.map(Endpoint))
     }
 
     /// Every endpoint, newest first.
@@ -62,15 +66,18 @@ impl QueryRoot {
             .run(async |conn| db::endpoints::page(conn, after, page.fetch_limit()).await)
             .await
             .gql()?;
-        Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Endpoint))
+        Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Endpoint))
     }
 
     /// The only place submitted field values are returned.
     async fn submission(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Submission>> {
+        let Some(id) = SubmissionId::parse(&id) else {
+            return Ok(None);
+        };
         let loaders = ctx.data_unchecked::<Loaders>();
         Ok(loaders
             .submissions
-            .load_one(id.0)
+            .load_one(id)
             .await
             .gql()?
             .map(Submission))
@@ -87,17 +94,23 @@ impl QueryRoot {
         let filter = filter.unwrap_or_default();
         let (received_after, received_before) =
             time_range(filter.received_after, filter.received_before)?;
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
+        let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
+            return Ok(page.empty());
+        };
         let query = SubmissionQuery {
-            endpoint_id: filter.endpoint_id.map(|id| id.0),
+            endpoint_id,
             received_after,
             received_before,
         };
-        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
         submissions_page(ctx, &query, page).await
     }
 
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
-        let ids = [id.0];
+        let Some(id) = DeliveryId::parse(&id) else {
+            return Ok(None);
+        };
+        let ids = [id];
         let rows = app(ctx)
             .db
             .run(async |conn| db::deliveries::find_many(conn, &ids).await)
@@ -117,13 +130,16 @@ impl QueryRoot {
         let filter = filter.unwrap_or_default();
         let (created_after, created_before) =
             time_range(filter.created_after, filter.created_before)?;
+        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
+        let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
+            return Ok(page.empty());
+        };
         let query = DeliveryQuery {
-            endpoint_id: filter.endpoint_id.map(|id| id.0),
-            state: filter.state.map(|state| state.as_db().to_string()),
+            endpoint_id,
+            state: filter.state,
             created_after,
             created_before,
         };
-        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
         deliveries_page(ctx, &query, page).await
     }
 
@@ -133,21 +149,14 @@ impl QueryRoot {
         ctx: &Context<'_>,
         endpoint_id: Option<ID>,
     ) -> Result<DeliveryCounts> {
-        let endpoint_id = endpoint_id.as_ref().map(|id| id.0.as_str());
-        let rows = app(ctx)
+        let Some(endpoint_id) = scope(endpoint_id.as_ref(), EndpointId::parse) else {
+            return Ok(DeliveryCounts(Default::default()));
+        };
+        let counts = app(ctx)
             .db
-            .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id).await)
+            .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id.as_ref()).await)
             .await
             .gql()?;
-        let mut counts = DeliveryCounts::default();
-        for (state, count) in rows {
-            match DeliveryState::from_db(&state) {
-                DeliveryState::Pending => counts.pending = count,
-                DeliveryState::Processing => counts.processing = count,
-                DeliveryState::Delivered => counts.delivered = count,
-                DeliveryState::Failed => counts.failed = count,
-            }
-        }
-        Ok(counts)
+        Ok(DeliveryCounts(counts))
     }
 }

@@ -1,6 +1,6 @@
-//! `Subscription.deliveryStateChanged` (SPEC section 8) over the process's event feed.
+//! `Subscription.deliveryStateChanged` over the process's event feed.
 
-use async_graphql::{Context, Enum, Object, Result, Subscription, ID};
+use async_graphql::{Context, Object, Result, Subscription, ID};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -8,8 +8,11 @@ use futures_util::{Stream, StreamExt};
 
 use super::types::{AttemptOutcome, Delivery, DeliveryState, Timestamp};
 use super::{app, ResultExt};
-use crate::db::events::{EventFilter, EventRow};
+use crate::db::events::EventFilter;
+use crate::db::models::EventRow;
 use crate::error::ApiError;
+use crate::model::ids::{DeliveryId, EndpointId};
+use crate::model::state::EventKind;
 
 pub struct SubscriptionRoot;
 
@@ -34,15 +37,17 @@ impl SubscriptionRoot {
             .transpose()
             .gql()?
             .or_else(|| ctx.data_opt::<ResumeAfter>().map(|resume| resume.0));
-        let filter = EventFilter {
-            endpoint_id: endpoint_id.map(|id| id.0),
-            delivery_id: delivery_id.map(|id| id.0),
-            states: states.map(|states| {
-                states
-                    .into_iter()
-                    .map(|state| state.as_db().to_string())
-                    .collect()
-            }),
+        // An id that cannot name anything matches nothing, like one no delivery has.
+        let filter = match (
+            super::scope(endpoint_id.as_ref(), EndpointId::parse),
+            super::scope(delivery_id.as_ref(), DeliveryId::parse),
+        ) {
+            (Some(endpoint_id), Some(delivery_id)) => EventFilter {
+                endpoint_id,
+                delivery_id,
+                states,
+            },
+            _ => EventFilter::nothing(),
         };
         let app = app(ctx);
         let cursor = ctx.data_opt::<Arc<EventCursor>>().cloned();
@@ -101,40 +106,6 @@ fn parse_event_id(id: &ID) -> Result<i64, ApiError> {
         })
 }
 
-/// What happened to the delivery.
-#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
-pub enum DeliveryEventKind {
-    /// A submission was accepted with a webhook to deliver to.
-    Created,
-    /// A worker claimed it (again, if an earlier claim's lease ran out).
-    Claimed,
-    /// The claim holder recorded an attempt; `outcome` says how it went.
-    AttemptRecorded,
-    /// A worker that had lost its claim recorded the attempt it made anyway.
-    LateAttemptRecorded,
-    /// An operator replayed it: a new cycle starts.
-    Replayed,
-    /// A stopping worker gave back a claim it never started.
-    HandedBack,
-    /// Its submission was erased before it could be sent.
-    FailedWithoutAttempt,
-}
-
-impl DeliveryEventKind {
-    fn from_db(kind: &str) -> DeliveryEventKind {
-        match kind {
-            "created" => DeliveryEventKind::Created,
-            "claimed" => DeliveryEventKind::Claimed,
-            "attempt_recorded" => DeliveryEventKind::AttemptRecorded,
-            "late_attempt_recorded" => DeliveryEventKind::LateAttemptRecorded,
-            "replayed" => DeliveryEventKind::Replayed,
-            "handed_back" => DeliveryEventKind::HandedBack,
-            // The table's CHECK allows no other kind.
-            _ => DeliveryEventKind::FailedWithoutAttempt,
-        }
-    }
-}
-
 /// One committed change of a delivery. The counters and states are those the change
 /// left; `delivery` is the delivery as it was when the event was read for sending (the
 /// same or a later state).
@@ -151,17 +122,17 @@ impl DeliveryEvent {
         Delivery(self.0.delivery.clone())
     }
     async fn endpoint_id(&self) -> ID {
-        ID(self.0.endpoint_id.clone())
+        ID(self.0.endpoint_id.to_string())
     }
-    async fn kind(&self) -> DeliveryEventKind {
-        DeliveryEventKind::from_db(&self.0.kind)
+    async fn kind(&self) -> EventKind {
+        self.0.kind
     }
     async fn state(&self) -> DeliveryState {
-        DeliveryState::from_db(&self.0.state)
+        self.0.state
     }
     /// Null for `CREATED`.
     async fn previous_state(&self) -> Option<DeliveryState> {
-        self.0.previous_state.as_deref().map(DeliveryState::from_db)
+        self.0.previous_state
     }
     async fn attempts(&self) -> i32 {
         self.0.attempts
@@ -171,7 +142,7 @@ impl DeliveryEvent {
     }
     /// The recorded attempt's outcome, for `ATTEMPT_RECORDED` and `LATE_ATTEMPT_RECORDED`.
     async fn outcome(&self) -> Option<AttemptOutcome> {
-        self.0.outcome.as_deref().map(AttemptOutcome::from_db)
+        self.0.outcome
     }
     async fn occurred_at(&self) -> Timestamp {
         Timestamp(self.0.occurred_at)
@@ -194,27 +165,6 @@ mod tests {
                 ),
                 "{bad}"
             );
-        }
-    }
-
-    #[test]
-    fn every_stored_kind_has_its_own_value() {
-        for (db, kind) in [
-            ("created", DeliveryEventKind::Created),
-            ("claimed", DeliveryEventKind::Claimed),
-            ("attempt_recorded", DeliveryEventKind::AttemptRecorded),
-            (
-                "late_attempt_recorded",
-                DeliveryEventKind::LateAttemptRecorded,
-            ),
-            ("replayed", DeliveryEventKind::Replayed),
-            ("handed_back", DeliveryEventKind::HandedBack),
-            (
-                "failed_without_attempt",
-                DeliveryEventKind::FailedWithoutAttempt,
-            ),
-        ] {
-            assert_eq!(DeliveryEventKind::from_db(db), kind);
         }
     }
 }

@@ -1,10 +1,10 @@
-//! The object types of the schema (SPEC section 7). Field values appear only in
-//! `Submission.fields`; signing secrets never appear here.
+//! The object types of the schema. Field values appear only in `Submission.fields`;
+//! signing secrets never appear here.
 
 use async_graphql::connection::Connection;
 use async_graphql::{
-    Context, Enum, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType,
-    SimpleObject, Value, ID,
+    Context, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType, SimpleObject,
+    Value, ID,
 };
 use chrono::{DateTime, Utc};
 
@@ -13,9 +13,10 @@ use super::pagination::PageRequest;
 use super::{app, ResultExt};
 use crate::clock::format_timestamp;
 use crate::db;
-use crate::db::deliveries::{AttemptRow, DeliveryFilter, DeliveryRow};
-use crate::db::endpoints::EndpointRow;
-use crate::db::submissions::{SubmissionFilter, SubmissionRow};
+use crate::db::deliveries::DeliveryFilter;
+use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
+use crate::db::submissions::SubmissionFilter;
+pub use crate::model::state::{AttemptOutcome, DeliveryState};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,61 +42,12 @@ impl ScalarType for Timestamp {
     }
 }
 
-#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
-pub enum DeliveryState {
-    Pending,
-    Processing,
-    Delivered,
-    Failed,
-}
-
-impl DeliveryState {
-    pub fn as_db(self) -> &'static str {
-        match self {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Processing => "processing",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Failed => "failed",
-        }
-    }
-
-    pub fn from_db(state: &str) -> DeliveryState {
-        match state {
-            "processing" => DeliveryState::Processing,
-            "delivered" => DeliveryState::Delivered,
-            "failed" => DeliveryState::Failed,
-            _ => DeliveryState::Pending,
-        }
-    }
-}
-
-#[derive(Enum, Copy, Clone, Debug, PartialEq, Eq)]
-pub enum AttemptOutcome {
-    Succeeded,
-    HttpError,
-    Timeout,
-    NetworkError,
-    BlockedDestination,
-}
-
-impl AttemptOutcome {
-    pub fn from_db(outcome: &str) -> AttemptOutcome {
-        match outcome {
-            "succeeded" => AttemptOutcome::Succeeded,
-            "http_error" => AttemptOutcome::HttpError,
-            "timeout" => AttemptOutcome::Timeout,
-            "blocked_destination" => AttemptOutcome::BlockedDestination,
-            _ => AttemptOutcome::NetworkError,
-        }
-    }
-}
-
 pub struct Endpoint(pub EndpointRow);
 
 #[Object]
 impl Endpoint {
     async fn id(&self) -> ID {
-        ID(self.0.id.clone())
+        ID(self.0.id.to_string())
     }
     async fn name(&self) -> &str {
         &self.0.name
@@ -142,7 +94,11 @@ impl Endpoint {
             .await
             .gql()?
             .unwrap_or_default();
-        Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
+        Ok(page.connection(
+            rows,
+            |row| (row.received_at, row.id.to_string()),
+            Submission,
+        ))
     }
 
     /// This endpoint's deliveries, newest first.
@@ -168,7 +124,7 @@ impl Endpoint {
             .await
             .gql()?
             .unwrap_or_default();
-        Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))
+        Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Delivery))
     }
 }
 
@@ -184,7 +140,7 @@ pub struct Submission(pub SubmissionRow);
 #[Object]
 impl Submission {
     async fn id(&self) -> ID {
-        ID(self.0.id.clone())
+        ID(self.0.id.to_string())
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
         let loaders = ctx.data_unchecked::<Loaders>();
@@ -200,7 +156,7 @@ impl Submission {
     }
     /// How many values were submitted, counted one by one.
     async fn field_count(&self) -> usize {
-        crate::intake::fields::count_stored_values(&self.0.fields)
+        crate::model::fields::count_stored_values(&self.0.fields)
     }
     /// Whether it was sent with an `Idempotency-Key` (the key itself is never shown).
     async fn idempotent(&self) -> bool {
@@ -247,10 +203,10 @@ pub struct Delivery(pub DeliveryRow);
 #[Object]
 impl Delivery {
     async fn id(&self) -> ID {
-        ID(self.0.id.clone())
+        ID(self.0.id.to_string())
     }
     async fn state(&self) -> DeliveryState {
-        DeliveryState::from_db(&self.0.state)
+        self.0.state
     }
     /// Null once the submission was erased.
     async fn submission(&self, ctx: &Context<'_>) -> Result<Option<Submission>> {
@@ -325,7 +281,7 @@ impl DeliveryAttempt {
         Timestamp(self.0.attempted_at)
     }
     async fn outcome(&self) -> AttemptOutcome {
-        AttemptOutcome::from_db(&self.0.outcome)
+        self.0.outcome
     }
     async fn http_status(&self) -> Option<i32> {
         self.0.response_status
@@ -343,12 +299,23 @@ impl DeliveryAttempt {
     }
 }
 
-#[derive(SimpleObject, Default)]
-pub struct DeliveryCounts {
-    pub pending: i64,
-    pub processing: i64,
-    pub delivered: i64,
-    pub failed: i64,
+/// How many deliveries are in each state.
+pub struct DeliveryCounts(pub db::deliveries::DeliveryCounts);
+
+#[Object]
+impl DeliveryCounts {
+    async fn pending(&self) -> i64 {
+        self.0.pending
+    }
+    async fn processing(&self) -> i64 {
+        self.0.processing
+    }
+    async fn delivered(&self) -> i64 {
+        self.0.delivered
+    }
+    async fn failed(&self) -> i64 {
+        self.0.failed
+    }
 }
 
 #[derive(SimpleObject)]
@@ -388,7 +355,11 @@ pub async fn submissions_page(
     prime_submissions(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
         .await
         .gql()?;
-    Ok(page.connection(rows, |row| (row.received_at, row.id.clone()), Submission))
+    Ok(page.connection(
+        rows,
+        |row| (row.received_at, row.id.to_string()),
+        Submission,
+    ))
 }
 
 pub async fn deliveries_page(
@@ -405,5 +376,5 @@ pub async fn deliveries_page(
     prime_deliveries(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
         .await
         .gql()?;
-    Ok(page.connection(rows, |row| (row.created_at, row.id.clone()), Delivery))
+    Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Delivery))
 }

@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderMap, HeaderValue};
 
-use crate::db::endpoints::EndpointRow;
+use crate::db::models::EndpointRow;
 
 /// Whether `Accept` ranks `text/html` above `application/json` (a browser's form post).
 pub fn prefers_html(accept: Option<&str>) -> bool {

@@ -1,10 +1,11 @@
-//! The field rules of SPEC section 5 step 11, the honeypot, and the normalised form that
-//! is stored, signed and fingerprinted.
+//! The field rules of public intake (docs/intake.md), the honeypot, and the normalised form
+//! that is stored, signed and fingerprinted.
 
 use serde_json::{Map, Value};
 
 use crate::config::IntakeConfig;
 use crate::error::ApiError;
+use crate::model::fields::{name_problem, NameProblem};
 
 /// Applies the rules in the specified order: the value count first, then pair by pair
 /// (name before value), then emptiness.
@@ -16,18 +17,17 @@ pub fn check_rules(pairs: &[(String, String)], limits: &IntakeConfig) -> Result<
         });
     }
     for (name, value) in pairs {
-        if name.is_empty() {
-            return Err(ApiError::InvalidFieldName);
-        }
-        let name_length = name.chars().count();
-        if name_length > limits.max_field_name_length {
-            return Err(ApiError::FieldNameTooLong {
-                limit: limits.max_field_name_length,
-                received: name_length,
-            });
-        }
-        if name.chars().any(is_forbidden_in_name) {
-            return Err(ApiError::InvalidFieldName);
+        match name_problem(name, limits.max_field_name_length) {
+            None => {}
+            Some(NameProblem::Empty | NameProblem::ControlCharacter) => {
+                return Err(ApiError::InvalidFieldName)
+            }
+            Some(NameProblem::TooLong { length }) => {
+                return Err(ApiError::FieldNameTooLong {
+                    limit: limits.max_field_name_length,
+                    received: length,
+                })
+            }
         }
         let value_length = value.chars().count();
         if value_length > limits.max_field_value_length {
@@ -47,11 +47,6 @@ pub fn check_rules(pairs: &[(String, String)], limits: &IntakeConfig) -> Result<
         return Err(ApiError::EmptySubmission);
     }
     Ok(())
-}
-
-/// C0 and C1 control characters and DEL.
-fn is_forbidden_in_name(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
 }
 
 /// What the honeypot says about a submission.
@@ -112,25 +107,14 @@ impl NormalisedFields {
     }
 
     /// Hex SHA-256 of the compact JSON `[[name,[values…]],…]`, non-ASCII unescaped
-    /// (SPEC section 5.1), the idempotency fingerprint.
+    /// (docs/intake.md), the idempotency fingerprint.
     pub fn fingerprint(&self) -> String {
         let list: Vec<(&String, &Value)> = self.fields.iter().collect();
-        let canonical = serde_json::to_vec(&list).unwrap_or_default();
+        // Names and JSON values serialise without fail; an empty fingerprint would make
+        // different payloads look the same.
+        let canonical = serde_json::to_vec(&list).expect("field names and values serialise");
         crate::digest::sha256_hex(&canonical)
     }
-}
-
-/// How many values a stored `fields` object holds (for an idempotent replay's answer).
-pub fn count_stored_values(fields: &Value) -> usize {
-    fields
-        .as_object()
-        .map(|object| {
-            object
-                .values()
-                .map(|values| values.as_array().map_or(0, Vec::len))
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -233,7 +217,10 @@ mod tests {
         let expected =
             crate::digest::sha256_hex(r#"[["z",["1","2"]],["a",["x"]],["é",["ü"]]]"#.as_bytes());
         assert_eq!(fields.fingerprint(), expected);
-        assert_eq!(count_stored_values(&fields.to_json()), 4);
+        assert_eq!(
+            crate::model::fields::count_stored_values(&fields.to_json()),
+            4
+        );
         let reordered =
             NormalisedFields::from_pairs(pairs(&[("a", "x"), ("z", "1"), ("z", "2"), ("é", "ü")]));
         assert_ne!(

@@ -1,4 +1,4 @@
-//! Public intake: `POST /f/{endpoint_id}` (SPEC section 5).
+//! Public intake: `POST /f/{endpoint_id}` (docs/intake.md).
 //!
 //! The checks run in the specified order and the first failure answers; nothing of the
 //! submission is stored on any failure. The submission and its delivery are written in
@@ -25,13 +25,12 @@ use serde_json::json;
 
 use crate::app::AppState;
 use crate::clock::format_timestamp;
-use crate::db::endpoints::EndpointRow;
-use crate::db::submissions::{InsertOutcome, KeyedSubmission, NewSubmission};
+use crate::db::models::{EndpointRow, KeyedSubmission};
+use crate::db::submissions::{InsertOutcome, NewSubmission};
 use crate::db::{self, DbError};
 use crate::error::{ApiError, RateLimitScope};
-use crate::ids;
-
-pub use parse::SUPPORTED_MEDIA_TYPES;
+use crate::model::fields::count_stored_values;
+use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
 use fields::{Honeypot, NormalisedFields};
 use rate_limit::Limit;
@@ -42,8 +41,8 @@ pub fn routes() -> Router<AppState> {
 
 /// What a successful (or honeypot-faked) submission answers.
 struct Accepted {
-    submission_id: String,
-    endpoint_id: String,
+    submission_id: SubmissionId,
+    endpoint_id: EndpointId,
     received_at: DateTime<Utc>,
     field_count: usize,
     idempotent_replay: bool,
@@ -125,11 +124,14 @@ async fn checks_and_store(
 
     // 3. Id syntax; 4. lookup.
     let endpoint_id = endpoint_id
-        .filter(|id| ids::is_valid_endpoint_id(id))
+        .as_deref()
+        .and_then(EndpointId::parse)
         .ok_or(ApiError::InvalidEndpointId)?;
     let found = db::endpoints::find(conn, &endpoint_id)
         .await?
-        .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
+        .ok_or_else(|| ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.to_string(),
+        })?;
     let endpoint = &*endpoint.insert(found);
 
     // 5. Per-endpoint limit.
@@ -138,18 +140,25 @@ async fn checks_and_store(
             requests: limits.endpoint_requests,
             window_seconds: limits.endpoint_window_seconds,
         };
-        rate_limit::check(conn, RateLimitScope::Endpoint, &endpoint.id, limit, now).await?;
+        rate_limit::check(
+            conn,
+            RateLimitScope::Endpoint,
+            endpoint.id.as_str(),
+            limit,
+            now,
+        )
+        .await?;
     }
 
     // 6. Active; 7. origin.
     if !endpoint.is_active {
         return Err(ApiError::EndpointInactive {
-            endpoint_id: endpoint.id.clone(),
+            endpoint_id: endpoint.id.to_string(),
         });
     }
     if !browser::origin_allowed(endpoint, header_text(headers, header::ORIGIN)) {
         return Err(ApiError::OriginNotAllowed {
-            endpoint_id: endpoint.id.clone(),
+            endpoint_id: endpoint.id.to_string(),
         });
     }
 
@@ -167,7 +176,7 @@ async fn checks_and_store(
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
         // Answer exactly as a success would, so the bot learns nothing; store nothing.
         return Ok(Accepted {
-            submission_id: ids::submission_id(),
+            submission_id: SubmissionId::generate(),
             endpoint_id: endpoint.id.clone(),
             received_at: now,
             field_count: pairs.len(),
@@ -222,8 +231,8 @@ async fn store(
             return replay(existing, endpoint, key, fingerprint);
         }
     }
-    let submission_id = ids::submission_id();
-    let delivery_id = ids::delivery_id();
+    let submission_id = SubmissionId::generate();
+    let delivery_id = DeliveryId::generate();
     let fields_json = fields.to_json();
     let outcome = db::submissions::insert_with_delivery(
         conn,
@@ -271,12 +280,12 @@ fn replay(
 ) -> Result<Accepted, ApiError> {
     if existing.payload_fingerprint.as_deref() != Some(fingerprint) {
         return Err(ApiError::IdempotencyConflict {
-            endpoint_id: endpoint.id.clone(),
+            endpoint_id: endpoint.id.to_string(),
             idempotency_key: key.to_string(),
         });
     }
     Ok(Accepted {
-        field_count: fields::count_stored_values(&existing.fields),
+        field_count: count_stored_values(&existing.fields),
         submission_id: existing.id,
         endpoint_id: endpoint.id.clone(),
         received_at: existing.received_at,
@@ -323,21 +332,18 @@ async fn preflight(
     let result = async {
         let endpoint_id = endpoint_id
             .ok()
-            .map(|Path(id)| id)
-            .filter(|id| ids::is_valid_endpoint_id(id))
+            .and_then(|Path(id)| EndpointId::parse(&id))
             .ok_or(ApiError::InvalidEndpointId)?;
         let endpoint = app
             .db
             .run(async |conn| db::endpoints::find(conn, &endpoint_id).await)
             .await?
-            .ok_or(ApiError::EndpointNotFound { endpoint_id })?;
+            .ok_or_else(|| ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.to_string(),
+            })?;
         if !browser::origin_allowed(&endpoint, origin) {
-            return Err((
-                Some(endpoint.clone()),
-                ApiError::OriginNotAllowed {
-                    endpoint_id: endpoint.id,
-                },
-            ));
+            let endpoint_id = endpoint.id.to_string();
+            return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));
         }
         Ok(endpoint)
     }

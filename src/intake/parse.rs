@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use crate::error::ApiError;
 
-/// The media types public intake accepts (SPEC section 5, step 8).
+/// The media types public intake accepts.
 pub const SUPPORTED_MEDIA_TYPES: [&str; 3] = [
     "application/x-www-form-urlencoded",
     "multipart/form-data",
@@ -40,6 +40,7 @@ pub fn media_type(content_type: Option<&str>) -> Result<MediaType, ApiError> {
         _ => Err(ApiError::UnsupportedMediaType {
             received: (!essence.is_empty())
                 .then(|| essence.chars().take(RECEIVED_ECHO_LIMIT).collect()),
+            supported: &SUPPORTED_MEDIA_TYPES,
         }),
     }
 }
@@ -208,7 +209,7 @@ mod tests {
             ),
         ] {
             match media_type(header) {
-                Err(ApiError::UnsupportedMediaType { received: got }) => {
+                Err(ApiError::UnsupportedMediaType { received: got, .. }) => {
                     assert_eq!(got, received, "{header:?}")
                 }
                 other => panic!("{header:?}: {other:?}"),

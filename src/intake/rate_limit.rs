@@ -1,4 +1,4 @@
-//! Fixed-window rate limits shared across processes through PostgreSQL (SPEC section 5.2).
+//! Fixed-window rate limits shared across processes through PostgreSQL (docs/intake.md).
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -7,9 +7,13 @@ use axum::http::HeaderMap;
 use chrono::{DateTime, TimeZone, Utc};
 use diesel_async::AsyncPgConnection;
 
-use crate::app::AppState;
-use crate::config::Secret;
-use crate::db;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::{RateLimitConfig, Secret};
+use crate::db::{self, Db};
 use crate::digest::{hmac_sha256_hex, sha256_hex};
 use crate::error::{ApiError, RateLimitScope};
 
@@ -107,23 +111,20 @@ pub fn address_digest(address: &str, secret: Option<&Secret>) -> String {
 
 /// Deletes expired counters now and then, so the table stays the size of the live windows.
 pub async fn sweep_expired_counters(
-    app: AppState,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    db: Db,
+    limits: RateLimitConfig,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
 ) {
-    let longest = app
-        .config
-        .rate_limit
-        .ip_window_seconds
-        .max(app.config.rate_limit.endpoint_window_seconds);
+    let longest = limits.ip_window_seconds.max(limits.endpoint_window_seconds);
     let every = Duration::from_secs(u64::from(longest).clamp(10, 300));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
-        let cutoff = app.clock.now() - chrono::Duration::seconds(i64::from(longest));
-        let result = app
-            .db
+        let cutoff = clock.now() - chrono::Duration::seconds(i64::from(longest));
+        let result = db
             .run(async |conn| db::rate_limits::sweep(conn, cutoff).await)
             .await;
         match result {

@@ -80,7 +80,7 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
             let mut row = endpoint(id);
             row.webhook_url = Some(receiver.url());
             row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::db::endpoints::insert(&mut conn, &row)
+            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
                 .await
                 .expect("endpoint");
         }

@@ -37,7 +37,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn database_with_endpoint() -> TestDb {
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
-    hymical_forms::db::endpoints::insert(&mut conn, &endpoint("contact"))
+    hymical_forms::testing::db::endpoints::insert(&mut conn, &endpoint("contact"))
         .await
         .expect("endpoint");
     db
@@ -191,7 +191,7 @@ async fn idle_sockets_under_a_low_open_file_limit_do_not_starve_the_worker() {
         let mut row = endpoint("contact");
         row.webhook_url = Some(receiver.url("/ok"));
         row.webhook_secret = Some(crate::harness::webhook_secret());
-        hymical_forms::db::endpoints::insert(&mut conn, &row)
+        hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
             .await
             .expect("endpoint");
     }

@@ -3,6 +3,9 @@
 //! count and time and stops by itself. `cargo test` runs the short configuration;
 //! `FORMS_FAULTS=long` (and `FORMS_SOAK_SECONDS`) the long one (docs/RELIABILITY.md).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 #[allow(dead_code)]
 #[path = "../integration/harness.rs"]
 mod harness;

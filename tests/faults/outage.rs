@@ -5,8 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hymical_forms::config::Secret;
-use hymical_forms::db::{self, cluster};
+use hymical_forms::testing::config::Secret;
+use hymical_forms::testing::db;
+use hymical_forms::testing::embedded;
 
 use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::probe;
@@ -15,9 +16,9 @@ use crate::receiver::Receiver;
 /// A cluster of this test's own (the shared one must keep running), on a fixed port so it
 /// can be stopped and started where the service expects it.
 struct OwnCluster {
-    cluster: cluster::Cluster,
-    settings: cluster::ServerSettings,
-    server: Option<cluster::RunningServer>,
+    cluster: embedded::Cluster,
+    settings: embedded::ServerSettings,
+    server: Option<embedded::RunningServer>,
     url: Secret,
 }
 
@@ -25,18 +26,18 @@ impl OwnCluster {
     fn start() -> OwnCluster {
         let root =
             std::env::temp_dir().join(format!("hymical-outage-{}", uuid::Uuid::new_v4().simple()));
-        let cluster = cluster::Cluster::new(&root).expect("server binaries");
+        let cluster = embedded::Cluster::new(&root).expect("server binaries");
         cluster
             .hand_root_to_server_user()
             .expect("cluster directory");
         cluster.initialize().expect("initdb");
-        let mut settings = cluster::ServerSettings::throwaway();
+        let mut settings = embedded::ServerSettings::throwaway();
         settings.remove_after_stop = false;
         settings.port = Some(crate::harness::free_port());
         let (started, connection) = cluster.ensure_running(&settings).expect("start");
         let server = match started {
-            cluster::Started::ByUs(server) => Some(server),
-            cluster::Started::AlreadyRunning => None,
+            embedded::Started::ByUs(server) => Some(server),
+            embedded::Started::AlreadyRunning => None,
         };
         OwnCluster {
             cluster,
@@ -57,7 +58,7 @@ impl OwnCluster {
             .cluster
             .ensure_running(&self.settings)
             .expect("restart");
-        if let cluster::Started::ByUs(server) = started {
+        if let embedded::Started::ByUs(server) = started {
             self.server = Some(server);
         }
     }

@@ -57,7 +57,7 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
             let mut row = endpoint(id);
             row.webhook_url = Some(url);
             row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::db::endpoints::insert(&mut conn, &row)
+            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
                 .await
                 .expect("endpoint");
         };

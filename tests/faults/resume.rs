@@ -20,7 +20,7 @@ const SERVER: &[(&str, &str)] = &[
 ];
 
 async fn event_ids_after(db: &TestDb, after: i64) -> Vec<i64> {
-    use hymical_forms::db::schema::delivery_events::dsl::*;
+    use hymical_forms::testing::db::schema::delivery_events::dsl::*;
     let mut conn = db.connect().await;
     delivery_events
         .filter(id.gt(after))
@@ -70,14 +70,14 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
         let mut row = endpoint("contact");
         row.webhook_url = Some(receiver.url("/ok"));
         row.webhook_secret = Some(crate::harness::webhook_secret());
-        hymical_forms::db::endpoints::insert(&mut conn, &row)
+        hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
             .await
             .expect("endpoint");
     }
     let key = {
-        let new = hymical_forms::auth::generate("resume", chrono::Utc::now());
+        let new = hymical_forms::testing::auth::generate("resume", chrono::Utc::now());
         let mut conn = db.connect().await;
-        hymical_forms::db::keys::insert(&mut conn, &new.row)
+        hymical_forms::testing::db::keys::insert(&mut conn, &new.row)
             .await
             .expect("key");
         new.key.expose().to_string()

@@ -40,7 +40,7 @@ async fn a_soak_of_steady_intake_and_delivery_stays_flat() {
             let mut row = endpoint(id);
             row.webhook_url = Some(receiver.url("/ok"));
             row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::db::endpoints::insert(&mut conn, &row)
+            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
                 .await
                 .expect("endpoint");
         }

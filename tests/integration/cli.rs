@@ -130,7 +130,7 @@ async fn auto_migrate_with_several_processes_migrates_once() {
         .get_result(&mut conn)
         .await
         .unwrap();
-    let embedded = hymical_forms::db::migrations::status(&db.url)
+    let embedded = hymical_forms::testing::db::migrations::status(&db.url)
         .await
         .unwrap();
     assert_eq!(applied.n as usize, embedded.len());

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 
 use crate::harness::{ServeProcess, TestApp};
 use crate::receiver::Receiver;

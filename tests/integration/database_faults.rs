@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{TestApp, TestDb};

@@ -5,8 +5,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
-use hymical_forms::clock::{Clock, ManualClock, SystemClock};
-use hymical_forms::delivery::client::StaticResolver;
+use hymical_forms::testing::clock::{Clock, ManualClock, SystemClock};
+use hymical_forms::testing::delivery::client::StaticResolver;
 
 use crate::harness::TestApp;
 use crate::receiver::Receiver;

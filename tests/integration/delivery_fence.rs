@@ -8,8 +8,12 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
-use hymical_forms::clock::ManualClock;
-use hymical_forms::db::deliveries::{self, AttemptRecord, OwnerTransition, Recorded};
+use hymical_forms::testing::clock::ManualClock;
+use hymical_forms::testing::db::queue::{
+    self as deliveries, AttemptRecord, OwnerTransition, Recorded,
+};
+use hymical_forms::testing::model::ids::{AttemptId, ClaimToken, DeliveryId};
+use hymical_forms::testing::model::state::{AttemptOutcome, DeliveryState};
 use tokio::sync::Barrier;
 
 use crate::harness::TestApp;
@@ -42,23 +46,44 @@ async fn queued(count: usize) -> (TestApp, Vec<String>) {
     (app, ids)
 }
 
-fn record<'a>(
-    delivery_id: &'a str,
-    token: &'a str,
-    attempt_id: &'a str,
-    outcome: &'a str,
+/// One attempt's values, typed as a worker holds them.
+struct Attempt {
+    attempt_id: AttemptId,
+    delivery_id: DeliveryId,
+    claim_token: ClaimToken,
+    outcome: AttemptOutcome,
     status: Option<i32>,
-) -> AttemptRecord<'a> {
-    AttemptRecord {
-        attempt_id,
-        delivery_id,
-        claim_token: token,
-        destination_url: "https://receiver.example/hook",
-        attempted_at: start(),
-        duration_ms: 12,
-        outcome,
-        response_status: status,
-        error: None,
+}
+
+impl Attempt {
+    fn record(&self) -> AttemptRecord<'_> {
+        AttemptRecord {
+            attempt_id: &self.attempt_id,
+            delivery_id: &self.delivery_id,
+            claim_token: &self.claim_token,
+            destination_url: "https://receiver.example/hook",
+            attempted_at: start(),
+            duration_ms: 12,
+            outcome: self.outcome,
+            response_status: self.status,
+            error: None,
+        }
+    }
+}
+
+fn attempt(
+    delivery_id: &str,
+    token: &ClaimToken,
+    attempt_id: &str,
+    outcome: &str,
+    status: Option<i32>,
+) -> Attempt {
+    Attempt {
+        attempt_id: AttemptId::parse(attempt_id).unwrap(),
+        delivery_id: DeliveryId::parse(delivery_id).unwrap(),
+        claim_token: token.clone(),
+        outcome: AttemptOutcome::parse(outcome).unwrap(),
+        status,
     }
 }
 
@@ -89,12 +114,13 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
         .unwrap();
     assert_eq!(claim_b.len(), 1);
     assert_ne!(claim_a[0].claim_token, claim_b[0].claim_token);
+    assert_eq!(claim_b[0].cycle_attempts, 0, "a claim changes no counter");
+    let before = app.db.delivery(id).await;
     assert_eq!(
-        (claim_b[0].attempts, claim_b[0].cycle_attempts),
+        (before.attempts, before.cycle_attempts),
         (0, 0),
         "a claim changes no counter"
     );
-    let before = app.db.delivery(id).await;
     assert_eq!(
         before.claim_expires_at,
         Some(later + chrono::Duration::seconds(60))
@@ -129,14 +155,14 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     ] {
         let recorded = deliveries::record_attempt(
             &mut worker_a,
-            &record(id, &claim_a[0].claim_token, attempt_id, outcome, status),
+            &attempt(id, &claim_a[0].claim_token, attempt_id, outcome, status).record(),
             transition,
             now,
         )
         .await
         .unwrap();
         assert!(
-            matches!(recorded, Recorded::Late { ref state, .. } if state == "processing"),
+            matches!(recorded, Recorded::Late { ref state, .. } if *state == DeliveryState::Processing),
             "{recorded:?}"
         );
     }
@@ -168,13 +194,14 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     let retry_at = later + chrono::Duration::seconds(10);
     let recorded = deliveries::record_attempt(
         &mut worker_b,
-        &record(
+        &attempt(
             id,
             &claim_b[0].claim_token,
             "att_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb1",
             "http_error",
             Some(503),
-        ),
+        )
+        .record(),
         OwnerTransition::Retry {
             after: Duration::from_secs(10),
         },
@@ -186,7 +213,7 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
         recorded,
         Recorded::Owner {
             attempt_number: 4,
-            state: "pending".into()
+            state: DeliveryState::Pending
         }
     );
     let owned = app.db.delivery(id).await;
@@ -254,13 +281,14 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
         tokio::spawn(async move {
             deliveries::record_attempt(
                 &mut first,
-                &record(
+                &attempt(
                     &id,
                     &claim_a.claim_token,
                     "att_cccccccccccccccccccccccccccccc01",
                     "succeeded",
                     Some(200),
-                ),
+                )
+                .record(),
                 OwnerTransition::Delivered,
                 Some(start()),
             )
@@ -273,13 +301,14 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
         tokio::spawn(async move {
             deliveries::record_attempt(
                 &mut second,
-                &record(
+                &attempt(
                     &id,
                     &claim_b.claim_token,
                     "att_cccccccccccccccccccccccccccccc02",
                     "succeeded",
                     Some(200),
-                ),
+                )
+                .record(),
                 OwnerTransition::Delivered,
                 Some(start()),
             )
@@ -435,17 +464,21 @@ async fn hand_back_is_guarded_by_the_token() {
         .await
         .unwrap()
         .remove(0);
-    assert!(
-        !deliveries::hand_back(&mut conn, &ids[0], "clm_00000000000000000000000000000000")
-            .await
-            .unwrap()
-    );
+    assert!(!deliveries::hand_back(
+        &mut conn,
+        &DeliveryId::parse(&ids[0]).unwrap(),
+        &ClaimToken::parse("clm_00000000000000000000000000000000").unwrap()
+    )
+    .await
+    .unwrap());
     assert_eq!(app.db.delivery(&ids[0]).await.state, "processing");
-    assert!(
-        deliveries::hand_back(&mut conn, &ids[0], &claim.claim_token)
-            .await
-            .unwrap()
-    );
+    assert!(deliveries::hand_back(
+        &mut conn,
+        &DeliveryId::parse(&ids[0]).unwrap(),
+        &claim.claim_token
+    )
+    .await
+    .unwrap());
     let handed = app.db.delivery(&ids[0]).await;
     assert_eq!(
         (

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 
 use crate::harness::{wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use diesel_async::SimpleAsyncConnection;
 use futures_util::StreamExt;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
 use crate::harness::{endpoint, forms_command, wait_for_status, ServeProcess, TestApp, TestDb};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
-use hymical_forms::db::deliveries::{self, ClaimRequest};
+use hymical_forms::testing::clock::SystemClock;
+use hymical_forms::testing::db::queue::{self as deliveries, ClaimRequest};
 
 use crate::harness::TestApp;
 use crate::receiver::Receiver;
@@ -65,8 +65,8 @@ async fn a_dead_receiver_does_not_hold_up_other_endpoints() {
         app.submit("dead", &format!("n={n}")).await;
     }
     let queued: Vec<_> = app.db.deliveries().await;
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let worker = tokio::spawn(app.worker(None).run(stopping));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(app.worker(None).run(stop.clone()));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let posted = Instant::now();
     for n in 0..10 {
@@ -100,7 +100,7 @@ async fn a_dead_receiver_does_not_hold_up_other_endpoints() {
             assert_eq!(after.cycle_attempts, 0);
         }
     }
-    let _ = stop.send(true);
+    stop.cancel();
     receiver.stop_hanging();
     worker.await.unwrap();
 }

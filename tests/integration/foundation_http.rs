@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use crate::harness::TestApp;
@@ -72,18 +72,18 @@ async fn graphql_needs_a_usable_management_key() {
     let (_, revoked_key) = app.create_key("revoked").await;
     {
         let mut conn = app.db.connect().await;
-        let revoked_id = hymical_forms::db::keys::list(&mut conn)
+        let revoked_id = hymical_forms::testing::db::keys::list(&mut conn)
             .await
             .unwrap()
             .into_iter()
             .find(|k| k.name == "revoked")
             .unwrap()
             .id;
-        hymical_forms::db::keys::revoke(&mut conn, &revoked_id, chrono::Utc::now())
+        hymical_forms::testing::db::keys::revoke(&mut conn, &revoked_id, chrono::Utc::now())
             .await
             .unwrap();
     }
-    let unknown = hymical_forms::auth::generate("never stored", chrono::Utc::now()).key;
+    let unknown = hymical_forms::testing::auth::generate("never stored", chrono::Utc::now()).key;
     let cases: Vec<(Option<String>, &str)> = vec![
         (None, "AUTHENTICATION_REQUIRED"),
         (Some(format!("Basic {key}")), "AUTHENTICATION_REQUIRED"),
@@ -120,7 +120,9 @@ async fn graphql_needs_a_usable_management_key() {
 
     // The key's use is recorded.
     let mut conn = app.db.connect().await;
-    let keys = hymical_forms::db::keys::list(&mut conn).await.unwrap();
+    let keys = hymical_forms::testing::db::keys::list(&mut conn)
+        .await
+        .unwrap();
     let used = keys.iter().find(|k| k.id == key_id).unwrap();
     assert!(used.last_used_at.is_some());
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
 use crate::harness::{TestApp, TestDb};

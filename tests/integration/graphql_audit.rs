@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 
 use crate::harness::TestApp;
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use crate::harness::TestApp;

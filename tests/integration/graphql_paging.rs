@@ -1,12 +1,12 @@
 //! Pagination, batching (constant query counts), query limits, and replay numbering.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::{ManualClock, SystemClock};
+use hymical_forms::testing::clock::{ManualClock, SystemClock};
+use hymical_forms::testing::db::StatementLog;
 use serde_json::{json, Value};
 
 use crate::harness::{TestApp, TestDb};
@@ -144,15 +144,15 @@ async fn walking_every_page_returns_each_row_once_in_order() {
 async fn a_page_of_100_with_nested_objects_costs_a_constant_number_of_statements() {
     let db = TestDb::new().await;
     seed(&db, 150, 3).await;
-    let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::new(StatementLog::default());
     let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
     let (_, key) = app.create_key("counter").await;
     let query = "{ deliveries(first: 100) { edges { node { id state endpoint { id name } submission { id fieldCount fields { name values } delivery { id } endpoint { id } } attemptHistory { number outcome httpStatus late } } } } }";
     // Warm the pool so that connection set-up is not counted.
     app.gql(&key, query, json!({})).await;
-    counter.store(0, Ordering::SeqCst);
+    counter.reset();
     let body = app.gql(&key, query, json!({})).await;
-    let statements = AtomicUsize::load(&counter, Ordering::SeqCst);
+    let statements = counter.statements();
     let edges = body["data"]["deliveries"]["edges"]
         .as_array()
         .unwrap_or_else(|| panic!("{}", body.to_string()));
@@ -170,9 +170,81 @@ async fn a_page_of_100_with_nested_objects_costs_a_constant_number_of_statements
     assert!(statements <= 7, "{statements} statements for one page");
 }
 
+/// Every page after the first is the same prepared statement with other binds: walking
+/// many pages prepares each listing's statements once per pooled connection, and the
+/// keyset condition is among what is prepared (a query Diesel deems unsafe to cache would
+/// never be, and PostgreSQL would parse and plan it again for every page).
+#[tokio::test(flavor = "multi_thread")]
+async fn later_pages_reuse_prepared_statements() {
+    let db = TestDb::new().await;
+    seed(&db, 300, 0).await;
+    let counter = Arc::new(StatementLog::default());
+    let app = TestApp::start_counted(
+        db,
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+        Some(counter.clone()),
+    )
+    .await;
+    let (_, key) = app.create_key("pager").await;
+    counter.reset();
+    let mut walked = 0;
+    for listing in ["deliveries", "submissions"] {
+        let mut after = Value::Null;
+        let mut pages = 0;
+        loop {
+            let body = app
+                .gql(
+                    &key,
+                    &format!(
+                        "query($after: String) {{ {listing}(first: 10, after: $after) {{ edges {{ node {{ id }} }} pageInfo {{ hasNextPage endCursor }} }} }}"
+                    ),
+                    json!({ "after": after }),
+                )
+                .await;
+            let page = &body["data"][listing];
+            assert_eq!(page["edges"].as_array().map(Vec::len), Some(10), "{body}");
+            pages += 1;
+            if page["pageInfo"]["hasNextPage"] != true {
+                break;
+            }
+            after = page["pageInfo"]["endCursor"].clone();
+        }
+        assert_eq!(pages, 30);
+        walked += pages;
+    }
+    let prepared = counter.prepared();
+    // The pool has 4 connections; each prepares a statement at most once.
+    let mut per_statement = std::collections::HashMap::<&str, usize>::new();
+    for sql in &prepared {
+        *per_statement.entry(sql.as_str()).or_default() += 1;
+    }
+    for (sql, times) in &per_statement {
+        assert!(
+            *times <= 4,
+            "prepared {times} times over {walked} pages: {sql}"
+        );
+    }
+    for table in ["webhook_deliveries", "submissions"] {
+        assert!(
+            per_statement.keys().any(|sql| sql.contains(&format!(
+                "(\"{table}\".\"created_at\", \"{table}\".\"id\") < ("
+            )) || sql.contains(&format!(
+                "(\"{table}\".\"received_at\", \"{table}\".\"id\") < ("
+            ))),
+            "no prepared page-after-cursor statement on {table}: {per_statement:#?}"
+        );
+    }
+    assert!(
+        prepared.len() < walked,
+        "{} prepares for {walked} pages",
+        prepared.len()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn depth_and_complexity_bombs_are_refused_before_execution() {
-    let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = Arc::new(StatementLog::default());
     let app = TestApp::start_counted(
         TestDb::new().await,
         &[],
@@ -188,7 +260,7 @@ async fn depth_and_complexity_bombs_are_refused_before_execution() {
     }
     let deep = format!("{{ deliveries(first: 1) {{ edges {{ node {{ {deep} }} }} }} }}");
     app.gql(&key, "{ version }", json!({})).await;
-    counter.store(0, Ordering::SeqCst);
+    counter.reset();
     let body = app.gql(&key, &deep, json!({})).await;
     assert!(body.get("data").is_none(), "{body}");
     assert!(
@@ -217,7 +289,7 @@ async fn depth_and_complexity_bombs_are_refused_before_execution() {
         "{body}"
     );
     // Only the key checks touched the database.
-    assert!(AtomicUsize::load(&counter, Ordering::SeqCst) <= 4);
+    assert!(counter.statements() <= 4);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -297,7 +369,7 @@ async fn a_replay_continues_the_numbering_with_a_fresh_schedule() {
 }
 
 fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
-    use hymical_forms::clock::Clock;
+    use hymical_forms::testing::clock::Clock;
     clock.now()
 }
 
@@ -371,7 +443,7 @@ async fn delivery_counts_follow_every_transition() {
     }
     assert_eq!(counts(None).await, [0, 2, 1, 1]);
     for claim in &claimed {
-        hymical_forms::db::deliveries::hand_back(&mut conn, &claim.id, &claim.claim_token)
+        hymical_forms::testing::db::queue::hand_back(&mut conn, &claim.id, &claim.claim_token)
             .await
             .unwrap();
     }
@@ -392,7 +464,7 @@ async fn delivery_counts_follow_every_transition() {
 async fn nested_connections_of_a_list_of_endpoints_are_batched() {
     let db = TestDb::new().await;
     seed(&db, 30, 1).await;
-    let counter = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::new(StatementLog::default());
     let app = TestApp::start_counted(
         db,
         &[("FORMS_RATE_LIMIT_ENABLED", "false")],
@@ -409,9 +481,9 @@ async fn nested_connections_of_a_list_of_endpoints_are_batched() {
     }
     let query = "{ endpoints(first: 30) { edges { node { id deliveries(first: 1) { edges { node { id } } pageInfo { hasNextPage } } submissions(first: 1) { edges { node { id } } } } } } }";
     app.gql(&key, query, json!({})).await;
-    counter.store(0, Ordering::SeqCst);
+    counter.reset();
     let body = app.gql(&key, query, json!({})).await;
-    let statements = AtomicUsize::load(&counter, Ordering::SeqCst);
+    let statements = counter.statements();
     let edges = body["data"]["endpoints"]["edges"]
         .as_array()
         .unwrap_or_else(|| panic!("{body}"));

@@ -10,10 +10,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use hymical_forms::app::{App, AppState};
-use hymical_forms::clock::{Clock, SystemClock};
-use hymical_forms::config::{Config, Secret};
-use hymical_forms::db::{self, cluster};
+use hymical_forms::testing::app::{App, AppState};
+use hymical_forms::testing::clock::{Clock, SystemClock};
+use hymical_forms::testing::config::{Config, Secret};
+use hymical_forms::testing::db;
+use hymical_forms::testing::embedded;
+use hymical_forms::testing::services::{Plan, Services};
 
 struct TestServer {
     /// URL of a maintenance database on the server, for CREATE/DROP DATABASE.
@@ -22,7 +24,7 @@ struct TestServer {
     /// Whether the databases live on the operator-provided server and must be dropped.
     shared_server: bool,
     /// Held until the process exits: closing it stops (and deletes) the throwaway cluster.
-    _running: Option<cluster::RunningServer>,
+    _running: Option<embedded::RunningServer>,
 }
 
 static SERVER: OnceLock<TestServer> = OnceLock::new();
@@ -47,17 +49,17 @@ fn start_server() -> TestServer {
         _ => {
             let root = std::env::temp_dir()
                 .join(format!("hymical-test-{}", uuid::Uuid::new_v4().simple()));
-            let cluster = cluster::Cluster::new(&root).expect("PostgreSQL server binaries");
+            let cluster = embedded::Cluster::new(&root).expect("PostgreSQL server binaries");
             cluster
                 .hand_root_to_server_user()
                 .expect("cluster directory");
             cluster.initialize().expect("initdb");
             let (started, connection) = cluster
-                .ensure_running(&cluster::ServerSettings::throwaway())
+                .ensure_running(&embedded::ServerSettings::throwaway())
                 .expect("start the test cluster");
             let running = match started {
-                cluster::Started::ByUs(running) => Some(running),
-                cluster::Started::AlreadyRunning => None,
+                embedded::Started::ByUs(running) => Some(running),
+                embedded::Started::AlreadyRunning => None,
             };
             (connection.url("postgres"), false, running)
         }
@@ -262,10 +264,10 @@ pub async fn claim_at(
     now: chrono::DateTime<chrono::Utc>,
     lease: std::time::Duration,
     limit: u32,
-) -> Result<Vec<hymical_forms::db::deliveries::ClaimedDelivery>, db::DbError> {
-    hymical_forms::db::deliveries::claim(
+) -> Result<Vec<db::models::ClaimedDelivery>, db::DbError> {
+    db::queue::claim(
         conn,
-        hymical_forms::db::deliveries::ClaimRequest {
+        db::queue::ClaimRequest {
             now: Some(now),
             lease,
             limit,
@@ -291,9 +293,10 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub db: TestDb,
     pub http: reqwest::Client,
-    /// The listener, event reader and revocation check; they stop with the app.
-    _services: tokio::task::JoinSet<()>,
-    stop: tokio::sync::watch::Sender<bool>,
+    /// The HTTP server, listener, event reader and revocation check; they stop with the
+    /// app.
+    _services: Services,
+    stop: tokio_util::sync::CancellationToken,
 }
 
 impl TestApp {
@@ -332,22 +335,22 @@ impl TestApp {
         let config = config(vars);
         let (settings, pool) = pool_on(url, &config, counter).await;
         let app = App::new(config, settings, pool, clock);
-        let (stop, stopping) = tokio::sync::watch::channel(false);
-        let mut services = tokio::task::JoinSet::new();
-        hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let router = hymical_forms::http::router(app.clone());
-        let limits = hymical_forms::http::server::Limits::from_config(&app.config);
-        let mut server_stopping = stopping.clone();
-        services.spawn(async move {
-            hymical_forms::http::server::serve(listener, router, limits, async move {
-                let _ = server_stopping.wait_for(|stop| *stop).await;
-            })
-            .await;
-        });
+        let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
+        let services = Services::start(
+            &app,
+            Plan {
+                http: Some((listener, limits)),
+                workers: None,
+                sweeper: false,
+                retention: false,
+                pruning: false,
+            },
+        );
+        let stop = services.stop_token();
         TestApp {
             app,
             addr,
@@ -367,7 +370,7 @@ impl TestApp {
 
     /// Stops the listener, event reader and revocation check as a stopping server does.
     pub fn stop_live_services(&self) {
-        let _ = self.stop.send(true);
+        self.stop.cancel();
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -376,12 +379,12 @@ impl TestApp {
 
     /// Creates a management key directly in the database and returns the key.
     pub async fn create_key(&self, name: &str) -> (String, String) {
-        let new = hymical_forms::auth::generate(name, self.app.clock.now());
+        let new = hymical_forms::testing::auth::generate(name, self.app.clock.now());
         let mut connection = self.db.connect().await;
         db::keys::insert(&mut connection, &new.row)
             .await
             .expect("insert key");
-        (new.row.id.clone(), new.key.expose().to_string())
+        (new.row.id.to_string(), new.key.expose().to_string())
     }
 
     /// POSTs a GraphQL operation with variables, authenticated with `key`.
@@ -461,9 +464,9 @@ pub async fn wait_for_status(url: &str, expected: u16) {
 }
 
 /// An endpoint row with defaults a test can adjust before inserting.
-pub fn endpoint(id: &str) -> hymical_forms::db::endpoints::EndpointRow {
-    hymical_forms::db::endpoints::EndpointRow {
-        id: id.to_string(),
+pub fn endpoint(id: &str) -> db::models::EndpointRow {
+    db::models::EndpointRow {
+        id: hymical_forms::testing::model::ids::EndpointId::parse(id).expect("endpoint id"),
         name: format!("Endpoint {id}"),
         is_active: true,
         created_at: chrono::Utc::now(),
@@ -485,7 +488,7 @@ pub fn webhook_secret() -> String {
 }
 
 impl TestApp {
-    pub async fn insert_endpoint(&self, endpoint: &hymical_forms::db::endpoints::EndpointRow) {
+    pub async fn insert_endpoint(&self, endpoint: &db::models::EndpointRow) {
         let mut conn = self.db.connect().await;
         db::endpoints::insert(&mut conn, endpoint)
             .await
@@ -538,17 +541,22 @@ impl TestApp {
     /// resolver when `None`).
     pub fn worker(
         &self,
-        resolver: Option<hymical_forms::delivery::client::StaticResolver>,
-    ) -> Arc<hymical_forms::delivery::Worker> {
-        use hymical_forms::delivery::client::{NameResolver, SystemResolver, WebhookClient};
+        resolver: Option<hymical_forms::testing::delivery::client::StaticResolver>,
+    ) -> Arc<hymical_forms::testing::delivery::Worker> {
+        use hymical_forms::testing::delivery::client::{
+            NameResolver, SystemResolver, WebhookClient,
+        };
         let resolver: Arc<dyn NameResolver> = match resolver {
             Some(resolver) => Arc::new(resolver),
             None => Arc::new(SystemResolver),
         };
         let client =
             WebhookClient::new(&self.app.config.webhook, resolver).expect("webhook client");
-        hymical_forms::delivery::Worker::new(
-            self.app.clone(),
+        hymical_forms::testing::delivery::Worker::new(
+            self.app.db.clone(),
+            self.app.config.worker.clone(),
+            self.app.config.webhook.clone(),
+            self.app.clock.clone(),
             client,
             Arc::new(tokio::sync::Notify::new()),
         )
@@ -631,7 +639,7 @@ impl TestDb {
     /// the subscription takes to start.
     pub async fn newest_event_id(&self) -> i64 {
         use diesel::QueryDsl;
-        use hymical_forms::db::schema::delivery_events::dsl::*;
+        use hymical_forms::testing::db::schema::delivery_events::dsl::*;
         let mut conn = self.connect().await;
         delivery_events
             .select(diesel::dsl::max(id))
@@ -705,6 +713,7 @@ impl ServeProcess {
         if let Some(nofile) = nofile {
             use std::os::unix::process::CommandExt;
             // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
+            #[allow(unsafe_code)]
             unsafe {
                 command.pre_exec(move || {
                     nix::sys::resource::setrlimit(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use diesel::sql_types::{Bool, Text, Timestamptz};
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
 use crate::harness::{endpoint, webhook_secret, TestApp};
@@ -87,7 +87,7 @@ async fn a_form_post_is_stored_with_its_delivery_in_order() {
     );
     assert_eq!(
         body["received_at"],
-        hymical_forms::clock::format_timestamp(stored.received_at),
+        hymical_forms::testing::clock::format_timestamp(stored.received_at),
         "the answer's time is the stored time, to the microsecond"
     );
     let received = body["received_at"].as_str().unwrap();
@@ -372,7 +372,7 @@ async fn accepting_a_delivery_notifies_the_workers() {
     let mut listener = app.db.connect().await;
     diesel::sql_query(format!(
         "LISTEN {}",
-        hymical_forms::db::listen::DELIVERY_DUE
+        hymical_forms::testing::db::listen::DELIVERY_DUE
     ))
     .execute(&mut listener)
     .await
@@ -390,7 +390,7 @@ async fn accepting_a_delivery_notifies_the_workers() {
             .expect("notification");
     assert_eq!(
         notification.channel,
-        hymical_forms::db::listen::DELIVERY_DUE
+        hymical_forms::testing::db::listen::DELIVERY_DUE
     );
 }
 

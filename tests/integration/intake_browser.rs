@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use proptest::prelude::*;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 use tokio::sync::Barrier;
 

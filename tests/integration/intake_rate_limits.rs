@@ -5,7 +5,7 @@ use std::sync::Arc;
 use chrono::{TimeZone, Utc};
 use diesel::sql_types::{Integer, Text};
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::{ManualClock, SystemClock};
+use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::Value;
 use tokio::sync::Barrier;
 
@@ -103,7 +103,7 @@ async fn the_ip_limit_is_exact_across_three_servers() {
     assert_eq!(ip[0].attempts, 12);
     assert_eq!(
         ip[0].subject,
-        hymical_forms::digest::sha256_hex(b"127.0.0.1")
+        hymical_forms::testing::digest::sha256_hex(b"127.0.0.1")
     );
 }
 
@@ -242,7 +242,7 @@ async fn forwarded_addresses_with_trusted_hops_and_keyed_digests() {
         .map(|c| c.subject)
         .collect();
     let keyed = |address: &str| {
-        hymical_forms::digest::hmac_sha256_hex(secret.as_bytes(), address.as_bytes())
+        hymical_forms::testing::digest::hmac_sha256_hex(secret.as_bytes(), address.as_bytes())
     };
     let mut expected = vec![
         keyed("203.0.113.1"),
@@ -286,10 +286,12 @@ async fn expired_counters_are_swept() {
     .execute(&mut conn)
     .await
     .unwrap();
-    let deleted =
-        hymical_forms::db::rate_limits::sweep(&mut conn, Utc::now() - chrono::Duration::minutes(5))
-            .await
-            .unwrap();
+    let deleted = hymical_forms::testing::db::rate_limits::sweep(
+        &mut conn,
+        Utc::now() - chrono::Duration::minutes(5),
+    )
+    .await
+    .unwrap();
     assert_eq!(deleted, 1);
     let left: Vec<String> = counters(&app)
         .await

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::SystemClock;
+use hymical_forms::testing::clock::SystemClock;
 use sha2::{Digest, Sha256};
 
 use crate::harness::{forms_command, TestApp, TestDb};

@@ -1,6 +1,9 @@
 //! Integration tests against real PostgreSQL. One binary, so the whole run shares one
 //! throwaway server (see `harness`).
 
+// Tests stop at the first surprise; a panic is how they report it.
+#![allow(clippy::unwrap_used)]
+
 mod harness;
 
 mod cli;
@@ -30,4 +33,5 @@ mod receiver;
 mod schema_files;
 mod subscriptions;
 mod subscriptions_e2e;
+mod vocabulary;
 mod ws_client;

@@ -3,7 +3,7 @@
 
 use diesel::sql_types::Text;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use hymical_forms::db::migrations;
+use hymical_forms::testing::db::migrations;
 
 use crate::harness::TestDb;
 

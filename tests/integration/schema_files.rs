@@ -9,7 +9,7 @@ use crate::harness::TestDb;
 fn schema_graphql_matches_the_code() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/schema.graphql");
     let checked_in = std::fs::read_to_string(path).unwrap_or_default();
-    let generated = hymical_forms::graphql::sdl();
+    let generated = hymical_forms::testing::graphql::sdl();
     assert!(
         checked_in == generated,
         "schema.graphql differs from the code's schema: run `cargo run -- schema > schema.graphql`"

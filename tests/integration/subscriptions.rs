@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use diesel_async::RunQueryDsl;
-use hymical_forms::clock::ManualClock;
+use hymical_forms::testing::clock::ManualClock;
 use serde_json::{json, Value};
 
 use crate::harness::TestApp;
@@ -21,7 +21,7 @@ const DEV: &[(&str, &str)] = &[
 ];
 
 async fn app() -> TestApp {
-    TestApp::start_with(DEV, Arc::new(hymical_forms::clock::SystemClock)).await
+    TestApp::start_with(DEV, Arc::new(hymical_forms::testing::clock::SystemClock)).await
 }
 
 fn ws_url(app: &TestApp) -> String {
@@ -435,7 +435,7 @@ async fn a_resumed_subscription_gets_exactly_what_it_missed_then_live_events() {
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     let stored: Vec<i64> = {
         use diesel::{ExpressionMethods, QueryDsl};
-        use hymical_forms::db::schema::delivery_events::dsl::*;
+        use hymical_forms::testing::db::schema::delivery_events::dsl::*;
         let mut conn = app.db.connect().await;
         delivery_events
             .filter(id.gt(last_seen))
@@ -488,11 +488,11 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
         .await
         .unwrap();
     assert_eq!(
-        claimed_by_a[0].submission_id.as_deref(),
+        claimed_by_a[0].submission_id.as_ref().map(|id| id.as_str()),
         Some(first.as_str())
     );
     assert_eq!(
-        claimed_by_b[0].submission_id.as_deref(),
+        claimed_by_b[0].submission_id.as_ref().map(|id| id.as_str()),
         Some(second.as_str())
     );
     // The feed reads B's event several times while A is open: nothing may be sent.
@@ -539,7 +539,7 @@ async fn a_rolled_back_change_emits_nothing() {
                     .await
                     .map_err(|_| diesel::result::Error::NotFound)?;
             assert_eq!(
-                claimed[0].submission_id.as_deref(),
+                claimed[0].submission_id.as_ref().map(|id| id.as_str()),
                 Some(submission.as_str())
             );
             Err(diesel::result::Error::RollbackTransaction)
@@ -564,9 +564,13 @@ async fn revoking_the_key_closes_its_subscriptions_within_seconds() {
     kept.subscribe_events("s", r#"afterEventId: "0""#).await;
     // As `hymical-forms keys revoke` does, from any process.
     let mut conn = app.db.connect().await;
-    hymical_forms::db::keys::revoke(&mut conn, &revoked_id, app.app.clock.now())
-        .await
-        .unwrap();
+    hymical_forms::testing::db::keys::revoke(
+        &mut conn,
+        &hymical_forms::testing::model::ids::KeyId::parse(&revoked_id).unwrap(),
+        app.app.clock.now(),
+    )
+    .await
+    .unwrap();
     let started = std::time::Instant::now();
     let (code, reason) = doomed.closed(Duration::from_secs(10)).await;
     assert_eq!(
@@ -601,7 +605,7 @@ async fn pruned_history_is_refused_and_kept_history_resumes() {
     .unwrap();
     let ids: Vec<i64> = {
         use diesel::{ExpressionMethods, QueryDsl};
-        use hymical_forms::db::schema::delivery_events::dsl::*;
+        use hymical_forms::testing::db::schema::delivery_events::dsl::*;
         delivery_events
             .order(id.asc())
             .select(id)
@@ -609,7 +613,7 @@ async fn pruned_history_is_refused_and_kept_history_resumes() {
             .await
             .unwrap()
     };
-    let pruned = hymical_forms::events::prune(
+    let pruned = hymical_forms::testing::feed::prune(
         &app.app.db,
         app.app.clock.now() - chrono::Duration::hours(24),
     )
@@ -655,9 +659,9 @@ async fn subscriptions_end_with_1001_when_the_server_stops() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others() {
     use futures_util::StreamExt;
-    use hymical_forms::app::App;
-    use hymical_forms::db::events::EventFilter;
-    use hymical_forms::events::EventFeed;
+    use hymical_forms::testing::app::App;
+    use hymical_forms::testing::db::events::EventFilter;
+    use hymical_forms::testing::feed::EventFeed;
 
     // A feed that lets a subscriber fall only two batches behind.
     let db = crate::harness::TestDb::new().await;
@@ -666,12 +670,22 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
         crate::harness::config(DEV),
         settings,
         pool.clone(),
-        Arc::new(hymical_forms::clock::SystemClock),
+        Arc::new(hymical_forms::testing::clock::SystemClock),
         EventFeed::with_capacity(2),
     );
-    let (_stop, stopping) = tokio::sync::watch::channel(false);
-    let mut services = tokio::task::JoinSet::new();
-    hymical_forms::app::spawn_live_services(&app, None, &stopping, &mut services);
+    // The listener and the event reader, as a serving process runs them.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
+    let _services = hymical_forms::testing::services::Services::start(
+        &app,
+        hymical_forms::testing::services::Plan {
+            http: Some((listener, limits)),
+            workers: None,
+            sweeper: false,
+            retention: false,
+            pruning: false,
+        },
+    );
     let mut conn = db.connect().await;
     diesel::sql_query(
         "INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('contact', 'c', true, now())",
@@ -745,13 +759,13 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
 #[tokio::test(flavor = "multi_thread")]
 async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_alone() {
     use futures_util::StreamExt;
-    use hymical_forms::graphql::fanout::{member_stream, Groups, Operation, Rendered};
-    use hymical_forms::graphql::loaders::Loaders;
+    use hymical_forms::testing::graphql::fanout::{member_stream, Groups, Operation, Rendered};
+    use hymical_forms::testing::graphql::loaders::Loaders;
 
     let app = app().await;
     app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
         .await;
-    let schema = hymical_forms::graphql::build_schema(app.app.clone());
+    let schema = hymical_forms::testing::graphql::build_schema(app.app.clone());
     // Members may fall two results behind their group.
     let groups = Arc::new(Groups::with_backlog(2));
     let operation = Operation {
@@ -880,7 +894,11 @@ async fn sockets_with_the_same_live_subscription_all_get_each_event() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_change_the_service_makes_writes_its_event() {
-    use hymical_forms::db::deliveries::{self, AttemptRecord, OwnerTransition, ReplayFilter};
+    use hymical_forms::testing::db::deliveries::{self, ReplayFilter};
+    use hymical_forms::testing::db::models::ClaimedDelivery;
+    use hymical_forms::testing::db::queue::{self, AttemptRecord, OwnerTransition};
+    use hymical_forms::testing::model::ids::ClaimToken;
+    use hymical_forms::testing::model::state::AttemptOutcome;
 
     let app = app().await;
     app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
@@ -895,11 +913,11 @@ async fn every_change_the_service_makes_writes_its_event() {
         claimed.remove(0)
     };
     let record = async |conn: &mut diesel_async::AsyncPgConnection,
-                        claimed: &deliveries::ClaimedDelivery,
-                        token: &str,
+                        claimed: &ClaimedDelivery,
+                        token: &ClaimToken,
                         at| {
-        let attempt_id = hymical_forms::ids::attempt_id();
-        deliveries::record_attempt(
+        let attempt_id = hymical_forms::testing::model::ids::AttemptId::generate();
+        queue::record_attempt(
             conn,
             &AttemptRecord {
                 attempt_id: &attempt_id,
@@ -908,7 +926,7 @@ async fn every_change_the_service_makes_writes_its_event() {
                 destination_url: &claimed.destination_url,
                 attempted_at: at,
                 duration_ms: 5,
-                outcome: "http_error",
+                outcome: AttemptOutcome::HttpError,
                 response_status: Some(500),
                 error: None,
             },
@@ -922,11 +940,9 @@ async fn every_change_the_service_makes_writes_its_event() {
     // Claimed, handed back at shutdown, claimed again, its lease runs out, claimed by
     // another worker; the first worker records late; the second records a final failure.
     let first = claim(&mut conn, now).await;
-    assert!(
-        deliveries::hand_back(&mut conn, &first.id, &first.claim_token)
-            .await
-            .unwrap()
-    );
+    assert!(queue::hand_back(&mut conn, &first.id, &first.claim_token)
+        .await
+        .unwrap());
     let second = claim(&mut conn, now).await;
     let later = now + chrono::Duration::seconds(120);
     let third = claim(&mut conn, later).await;
@@ -941,14 +957,11 @@ async fn every_change_the_service_makes_writes_its_event() {
         deliveries::ReplayOutcome::Replayed(_)
     ));
     let fourth = claim(&mut conn, later).await;
-    assert!(deliveries::fail_without_attempt(
-        &mut conn,
-        &fourth.id,
-        &fourth.claim_token,
-        Some(later)
-    )
-    .await
-    .unwrap());
+    assert!(
+        queue::fail_without_attempt(&mut conn, &fourth.id, &fourth.claim_token, Some(later))
+            .await
+            .unwrap()
+    );
     // Bulk replay.
     let replayed = deliveries::replay_matching(&mut conn, &ReplayFilter::default(), Some(later))
         .await
@@ -958,7 +971,7 @@ async fn every_change_the_service_makes_writes_its_event() {
     type Stored = (String, String, Option<String>, i32, i32, Option<String>);
     let events: Vec<String> = {
         use diesel::{ExpressionMethods, QueryDsl};
-        use hymical_forms::db::schema::delivery_events::dsl::*;
+        use hymical_forms::testing::db::schema::delivery_events::dsl::*;
         let rows: Vec<Stored> = delivery_events
             .filter(delivery_id.eq(&first.id))
             .order(id.asc())
@@ -1013,7 +1026,7 @@ async fn pruning_never_removes_events_still_within_retention() {
     }
     // Nothing is older than a day: pruning (at start and hourly) removes nothing.
     for _ in 0..3 {
-        let pruned = hymical_forms::events::prune(
+        let pruned = hymical_forms::testing::feed::prune(
             &app.app.db,
             app.app.clock.now() - chrono::Duration::hours(24),
         )

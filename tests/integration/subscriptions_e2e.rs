@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hymical_forms::clock::ManualClock;
+use hymical_forms::testing::clock::ManualClock;
 use serde_json::{json, Value};
 
 use crate::harness::{wait_for_status, ServeProcess, TestApp};

@@ -60,7 +60,7 @@ WITH expired AS MATERIALIZED (
     FROM claimed
 ), result AS (
     SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
-           c.submission_id, c.attempts, c.cycle_attempts, s.received_at, s.fields
+           c.submission_id, c.cycle_attempts, s.received_at, s.fields
     FROM claimed c
     LEFT JOIN submissions s ON s.id = c.submission_id
 )

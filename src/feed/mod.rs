@@ -1,4 +1,4 @@
-//! Delivery state changes for subscribers (SPEC section 8), in every process.
+//! Delivery state changes for subscribers, in every process.
 //!
 //! Every statement that changes a delivery also writes one `delivery_events` row, in the
 //! change's own transaction, and notifies (db/events.rs). Each process runs one
@@ -33,10 +33,12 @@ use futures_util::Stream;
 use tokio::sync::{broadcast, watch, Notify};
 use tokio::time::Instant;
 
-use crate::app::AppState;
-use crate::db::events::{self, EventFilter, EventRow, HistoryExpired};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::db::events::{self, EventFilter, HistoryExpired};
+use crate::db::models::EventRow;
 use crate::db::{Db, DbError};
-use crate::error::ApiError;
 
 /// Events read per round; a full round is followed by another at once.
 const ROUND_LIMIT: i64 = 1_000;
@@ -112,22 +114,6 @@ pub enum FeedError {
     Storage(#[from] DbError),
     #[error("the server is shutting down")]
     Closing,
-}
-
-impl From<FeedError> for ApiError {
-    fn from(error: FeedError) -> Self {
-        match error {
-            FeedError::HistoryExpired {
-                after,
-                pruned_through,
-            } => ApiError::EventHistoryExpired {
-                after_event_id: after,
-                pruned_through,
-            },
-            FeedError::Storage(error) => ApiError::from(error),
-            FeedError::Closing => ApiError::Internal("the server is shutting down".into()),
-        }
-    }
 }
 
 impl Default for EventFeed {
@@ -318,13 +304,12 @@ struct Pending {
 }
 
 /// Runs the process's reader until `shutdown`: reads only while someone is subscribed.
-pub async fn run_feed(app: AppState, mut shutdown: watch::Receiver<bool>) {
-    let feed = app.events.clone();
+pub async fn run_feed(db: Db, feed: Arc<EventFeed>, shutdown: CancellationToken) {
     let mut pending: Option<Pending> = None;
     let mut again = false;
     let mut last_round = Instant::now() - ROUND_SPACING;
     loop {
-        if *shutdown.borrow() {
+        if shutdown.is_cancelled() {
             break;
         }
         let subscribed = feed.lock().subscribers > 0;
@@ -340,7 +325,7 @@ pub async fn run_feed(app: AppState, mut shutdown: watch::Receiver<bool>) {
             tokio::select! {
                 _ = feed.wake.notified() => {}
                 _ = sleep_or_forever(recheck) => {}
-                _ = shutdown.changed() => break,
+                _ = shutdown.cancelled() => break,
             }
         }
         // Let notifications pile up into one read.
@@ -349,14 +334,14 @@ pub async fn run_feed(app: AppState, mut shutdown: watch::Receiver<bool>) {
         if feed.lock().subscribers == 0 {
             continue;
         }
-        match round(&app.db, &feed, &mut pending).await {
+        match round(&db, &feed, &mut pending).await {
             Ok(more) => again = more,
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "cannot read delivery events; retrying");
                 again = false;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-                    _ = shutdown.changed() => break,
+                    _ = shutdown.cancelled() => break,
                 }
             }
         }
@@ -504,20 +489,29 @@ fn publish(feed: &EventFeed, generation: u64, through: i64, events: Vec<EventRow
     feed.ready.notify_waiters();
 }
 
-/// Deletes events older than the retention window, hourly, until `shutdown`.
-pub async fn prune_on_schedule(app: AppState, mut shutdown: watch::Receiver<bool>) {
+/// Deletes events older than `retention`, at start and hourly, until `shutdown`.
+pub async fn prune_on_schedule(
+    db: Db,
+    retention: Duration,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
+    // The configuration bounds the retention to a year: always representable.
+    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
     loop {
-        let cutoff = app.clock.now()
-            - chrono::Duration::from_std(app.config.event_retention)
-                .unwrap_or(chrono::Duration::days(1));
-        match prune(&app.db, cutoff).await {
-            Ok(0) => {}
-            Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
-            Err(error) => tracing::warn!(error = %error.summary(), "cannot prune delivery events"),
+        match clock.now().checked_sub_signed(retention) {
+            Some(cutoff) => match prune(&db, cutoff).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
+                Err(error) => {
+                    tracing::warn!(error = %error.summary(), "cannot prune delivery events")
+                }
+            },
+            None => tracing::error!("the event retention reaches before any time; nothing pruned"),
         }
         tokio::select! {
             _ = tokio::time::sleep(PRUNE_INTERVAL) => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.cancelled() => return,
         }
     }
 }
@@ -542,7 +536,12 @@ mod tests {
     use crate::db::events::Snapshot;
 
     fn event(id: i64) -> EventRow {
-        EventRow::for_tests(id, &format!("whd_{id:032x}"), "contact", "pending")
+        EventRow::for_tests(
+            id,
+            &format!("whd_{id:032x}"),
+            "contact",
+            crate::model::state::DeliveryState::Pending,
+        )
     }
 
     fn snapshot(xmax: i64, in_progress: &[i64]) -> Snapshot {

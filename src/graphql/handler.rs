@@ -96,6 +96,7 @@ pub struct Refusal {
 
 impl Refusal {
     /// The HTTP status it is answered with (always a client error).
+    #[cfg(any(test, feature = "testing"))]
     pub fn status(&self) -> StatusCode {
         self.status
     }

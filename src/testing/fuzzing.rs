@@ -73,11 +73,11 @@ pub fn webhook_url(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = crate::delivery::destination::validate_webhook_url(text, true);
-    if let Ok(url) = crate::delivery::destination::validate_webhook_url(text, false) {
+    let _ = crate::model::destination::validate_webhook_url(text, true);
+    if let Ok(url) = crate::model::destination::validate_webhook_url(text, false) {
         let host = url.host().expect("an accepted URL has a host");
         assert!(
-            !crate::delivery::destination::host_is_internal(&host),
+            !crate::model::destination::host_is_internal(&host),
             "accepted an internal destination: {text:?}"
         );
     }
@@ -86,7 +86,7 @@ pub fn webhook_url(data: &[u8]) {
 /// A GraphQL POST body: turned into a request, then admitted (or refused) by the cost
 /// checks, and parsed.
 pub fn graphql_request(data: &[u8]) {
-    let mut request = match crate::graphql::http::parse_json_body(data) {
+    let mut request = match crate::graphql::handler::parse_json_body(data) {
         Ok(request) => request,
         Err(refusal) => {
             assert!(refusal.status().is_client_error());

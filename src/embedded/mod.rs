@@ -68,6 +68,7 @@ pub struct ServerSettings {
 
 impl ServerSettings {
     /// For throwaway clusters: no fsync, many connections for parallel tests.
+    #[cfg(any(test, feature = "testing"))]
     pub fn throwaway() -> Self {
         let extra = [
             ("fsync", "off"),
@@ -210,6 +211,7 @@ impl Cluster {
         &self.root
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Gives the cluster directory itself to the server's user, so the supervisor can
     /// remove it after the server stops (see `ServerSettings::remove_after_stop`).
     pub fn hand_root_to_server_user(&self) -> Result<(), ClusterError> {

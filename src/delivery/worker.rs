@@ -1,0 +1,307 @@
+//! The in-process delivery worker pool.
+//!
+//! One loop per process claims due deliveries (never more than it has free request slots
+//! for), starts one task per claim, and sleeps until a wake-up notification, a freed slot,
+//! the next due time, the fallback poll, or shutdown. Each task sends one signed request
+//! and records the result under the claim-token fence as soon as the request ends.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::client::WebhookClient;
+use super::outcome::{self, AttemptResult, NextStep};
+use super::payload;
+use crate::clock::Clock;
+use crate::config::{WebhookConfig, WorkerConfig};
+use crate::db::models::ClaimedDelivery;
+use crate::db::queue::{self, AttemptRecord, ClaimRequest, OwnerTransition, Recorded};
+use crate::db::{Db, DbError};
+use crate::model::ids::AttemptId;
+use crate::model::state::DeliveryState;
+
+pub struct Worker {
+    db: Db,
+    config: WorkerConfig,
+    webhook: WebhookConfig,
+    clock: Arc<dyn Clock>,
+    client: WebhookClient,
+    /// Signalled when a delivery may have become due (a notification, a reconnection).
+    wake: Arc<Notify>,
+    /// One permit per request in flight (`FORMS_WORKER_CONCURRENCY`).
+    slots: Arc<Semaphore>,
+}
+
+impl Worker {
+    pub fn new(
+        db: Db,
+        config: WorkerConfig,
+        webhook: WebhookConfig,
+        clock: Arc<dyn Clock>,
+        client: WebhookClient,
+        wake: Arc<Notify>,
+    ) -> Arc<Worker> {
+        let slots = Arc::new(Semaphore::new(config.concurrency));
+        Arc::new(Worker {
+            db,
+            config,
+            webhook,
+            clock,
+            client,
+            wake,
+            slots,
+        })
+    }
+
+    /// Claims as many due deliveries as there are free slots (at most a batch) and starts
+    /// a task for each. Returns how many were claimed and how many were asked for.
+    async fn claim_and_start(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        stopping: &CancellationToken,
+    ) -> Result<(usize, usize), DbError> {
+        let wanted = self
+            .slots
+            .available_permits()
+            .min(self.config.batch_size as usize);
+        if wanted == 0 {
+            return Ok((0, 0));
+        }
+        let request = ClaimRequest {
+            now: self.clock.pinned(),
+            lease: self.config.lease,
+            limit: wanted as u32,
+            endpoint_concurrency: self.config.endpoint_concurrency,
+        };
+        let claimed = self
+            .db
+            .run(async |conn| queue::claim(conn, request).await)
+            .await?;
+        let count = claimed.len();
+        if count > 0 {
+            tracing::debug!(count, "claimed deliveries");
+        }
+        for delivery in claimed {
+            // Only this loop takes permits, and it claimed no more than were free.
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+                self.hand_back(&delivery).await;
+                continue;
+            };
+            let worker = self.clone();
+            let stopping = stopping.clone();
+            tasks.spawn(async move {
+                worker.process(delivery, &stopping).await;
+                drop(permit);
+            });
+        }
+        Ok((count, wanted))
+    }
+
+    /// Test seam: claims one batch and processes it to the end. Returns how many were
+    /// claimed.
+    #[cfg(any(test, feature = "testing"))]
+    pub async fn run_once(self: &Arc<Self>) -> Result<usize, DbError> {
+        let never = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let (claimed, _) = self.claim_and_start(&mut tasks, &never).await?;
+        while tasks.join_next().await.is_some() {}
+        Ok(claimed)
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops claiming, lets requests in flight
+    /// finish (they are bounded by the client's timeouts), records them and returns.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        tracing::info!(
+            concurrency = self.config.concurrency,
+            batch_size = self.config.batch_size,
+            "delivery worker started"
+        );
+        let mut tasks = JoinSet::new();
+        let poll = self.config.poll_interval;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let wait = match self.claim_and_start(&mut tasks, &shutdown).await {
+                // A full batch: more may be due right now.
+                Ok((claimed, wanted)) if claimed > 0 && claimed == wanted => continue,
+                Ok(_) => self.until_next_due(poll).await,
+                Err(error) => {
+                    tracing::warn!(error = %error.summary(), "claiming failed; retrying after the poll interval");
+                    poll
+                }
+            };
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(wait) => {}
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = shutdown.cancelled() => {}
+            }
+        }
+        let in_flight = tasks.len();
+        if in_flight > 0 {
+            tracing::info!(in_flight, "worker stopping: waiting for requests in flight");
+        }
+        while tasks.join_next().await.is_some() {}
+        tracing::info!("delivery worker stopped");
+    }
+
+    /// How long to sleep: until the next due time or lease expiry (by the database's
+    /// clock), at most `poll`.
+    async fn until_next_due(&self, poll: Duration) -> Duration {
+        let now = self.clock.pinned();
+        let next = self
+            .db
+            .run(async |conn| queue::next_due_in(conn, now).await)
+            .await;
+        match next {
+            Ok(Some(wait)) if !wait.is_zero() => wait.min(poll),
+            // Due already but not claimed (another worker holds it, or its endpoint has no
+            // room): wait for a wake-up, a freed slot or the poll.
+            _ => poll,
+        }
+    }
+
+    async fn hand_back(&self, delivery: &ClaimedDelivery) {
+        let result = self
+            .db
+            .run(async |conn| queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
+            .await;
+        match result {
+            Ok(true) => {
+                tracing::info!(delivery_id = %delivery.id, "handed back an unstarted claim")
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim; its lease will expire")
+            }
+        }
+    }
+
+    /// Sends one delivery and records the result.
+    async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) {
+        if stopping.is_cancelled() {
+            self.hand_back(&delivery).await;
+            return;
+        }
+        let (Some(submission_id), Some(received_at), Some(fields)) = (
+            &delivery.submission_id,
+            delivery.received_at,
+            &delivery.fields,
+        ) else {
+            self.fail_erased(&delivery).await;
+            return;
+        };
+        let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
+        let signature = payload::signature(&delivery.signing_secret, &body);
+        let attempted_at = self.clock.now();
+        let started = Instant::now();
+        let result = self
+            .client
+            .send(&delivery.destination_url, body, &signature)
+            .await;
+        let duration_ms = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
+        self.record(&delivery, &result, attempted_at, duration_ms)
+            .await;
+    }
+
+    /// Records the attempt, retrying briefly if the database is unavailable: the request
+    /// went out, so it belongs in the history. If it still cannot be recorded, the lease
+    /// expires and the delivery is sent again (at least once, never lost).
+    async fn record(
+        &self,
+        delivery: &ClaimedDelivery,
+        result: &AttemptResult,
+        attempted_at: chrono::DateTime<chrono::Utc>,
+        duration_ms: i32,
+    ) {
+        let attempt_id = AttemptId::generate();
+        let record = AttemptRecord {
+            attempt_id: &attempt_id,
+            delivery_id: &delivery.id,
+            claim_token: &delivery.claim_token,
+            destination_url: &delivery.destination_url,
+            attempted_at,
+            duration_ms,
+            outcome: result.outcome,
+            response_status: result.response_status.map(i32::from),
+            error: result.error.as_deref(),
+        };
+        // The owner's transition, decided from the cycle count it claimed with.
+        let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
+        let transition = match outcome::next_step(result, cycle_attempts, &self.webhook) {
+            NextStep::Delivered => OwnerTransition::Delivered,
+            NextStep::Failed => OwnerTransition::Failed,
+            NextStep::RetryAfter(wait) => OwnerTransition::Retry { after: wait },
+        };
+        let mut delay = Duration::from_millis(100);
+        for attempt in 1..=5 {
+            let now = self.clock.pinned();
+            let outcome = self
+                .db
+                .run(async |conn| queue::record_attempt(conn, &record, transition, now).await)
+                .await;
+            match outcome {
+                Ok(Recorded::Owner {
+                    attempt_number,
+                    state,
+                }) => {
+                    tracing::info!(
+                        delivery_id = %delivery.id,
+                        attempt = attempt_number,
+                        outcome = result.outcome.as_str(),
+                        status = result.response_status,
+                        state = %state,
+                        "delivery attempt"
+                    );
+                    if state == DeliveryState::Pending {
+                        // A retry is due later; make sure the loop looks again then.
+                        self.wake.notify_one();
+                    }
+                    return;
+                }
+                Ok(Recorded::Late {
+                    attempt_number,
+                    state,
+                }) => {
+                    tracing::warn!(
+                        delivery_id = %delivery.id,
+                        attempt = attempt_number,
+                        outcome = result.outcome.as_str(),
+                        status = result.response_status,
+                        state = %state,
+                        "late delivery attempt: the claim had been superseded"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(delivery_id = %delivery.id, try_number = attempt, error = %error.summary(), "could not record a delivery attempt");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+            }
+        }
+        tracing::error!(delivery_id = %delivery.id, "gave up recording a delivery attempt; the lease will expire and it will be sent again");
+    }
+
+    async fn fail_erased(&self, delivery: &ClaimedDelivery) {
+        let now = self.clock.pinned();
+        let result = self
+            .db
+            .run(async |conn| {
+                queue::fail_without_attempt(conn, &delivery.id, &delivery.claim_token, now).await
+            })
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::warn!(delivery_id = %delivery.id, "delivery failed without an attempt: its submission was erased")
+            }
+            Err(error) => {
+                tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not fail an erased delivery")
+            }
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The rules an endpoint's settings follow, in one place for every caller (the GraphQL
+//! mutations; intake reads what they stored). Each takes what a client sent and returns
+//! the value to store, or which setting is wrong and why.
+
+use url::Url;
+
+use super::destination::{self, DestinationError};
+use super::fields::{self, NameProblem};
+
+/// An endpoint lists at most this many allowed origins.
+const MAX_ORIGINS: usize = 100;
+/// Names (of endpoints and of management keys) are 1–200 characters once trimmed.
+const MAX_NAME_LENGTH: usize = 200;
+
+/// A setting of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Name,
+    RedirectUrl,
+    AllowedOrigins,
+    HoneypotField,
+}
+
+/// A setting that breaks its rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingError {
+    /// The webhook URL is not a destination deliveries may go to.
+    #[error("the webhook URL is not allowed: {0}")]
+    WebhookUrl(DestinationError),
+    #[error("{reason}")]
+    Invalid {
+        setting: Setting,
+        reason: &'static str,
+    },
+}
+
+fn invalid(setting: Setting, reason: &'static str) -> SettingError {
+    SettingError::Invalid { setting, reason }
+}
+
+/// A name: trimmed, 1–200 characters.
+pub fn name(raw: &str) -> Result<String, SettingError> {
+    let name = raw.trim();
+    if name.is_empty() || name.chars().count() > MAX_NAME_LENGTH {
+        return Err(invalid(Setting::Name, "must be 1 to 200 characters"));
+    }
+    Ok(name.to_string())
+}
+
+/// A webhook URL (see `destination::validate_webhook_url`), stored trimmed.
+pub fn webhook_url(raw: &str, allow_private: bool) -> Result<String, SettingError> {
+    destination::validate_webhook_url(raw, allow_private)
+        .map(|_| raw.trim().to_string())
+        .map_err(SettingError::WebhookUrl)
+}
+
+/// Where a browser goes after a successful post: an absolute http(s) URL with a host,
+/// written as such (nothing the URL parser would repair), at most 2048 characters.
+pub fn redirect_url(raw: &str) -> Result<String, SettingError> {
+    let absolute = || {
+        invalid(
+            Setting::RedirectUrl,
+            "must be an absolute http or https URL",
+        )
+    };
+    let parsed = Url::parse(raw.trim()).map_err(|_| absolute())?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host().is_none()
+        || !destination::written_with_authority(raw.trim())
+    {
+        return Err(absolute());
+    }
+    if raw.chars().count() > destination::MAX_URL_LENGTH {
+        return Err(invalid(
+            Setting::RedirectUrl,
+            "must be at most 2048 characters",
+        ));
+    }
+    Ok(raw.trim().to_string())
+}
+
+/// Origins as browsers send them: `scheme://host[:port]`, stored in that form,
+/// duplicates dropped, at most 100.
+pub fn allowed_origins(origins: &[String]) -> Result<Vec<String>, SettingError> {
+    let malformed = || {
+        invalid(
+            Setting::AllowedOrigins,
+            "each origin must be scheme://host[:port]",
+        )
+    };
+    if origins.len() > MAX_ORIGINS {
+        return Err(invalid(Setting::AllowedOrigins, "at most 100 origins"));
+    }
+    let mut valid: Vec<String> = Vec::new();
+    for origin in origins {
+        let parsed = Url::parse(origin.trim()).map_err(|_| malformed())?;
+        let serialised = parsed.origin().ascii_serialization();
+        let bare = parsed.path() == "/"
+            && parsed.query().is_none()
+            && parsed.fragment().is_none()
+            && parsed.username().is_empty();
+        if !matches!(parsed.scheme(), "http" | "https") || !bare || serialised == "null" {
+            return Err(malformed());
+        }
+        if !valid.contains(&serialised) {
+            valid.push(serialised);
+        }
+    }
+    Ok(valid)
+}
+
+/// A new signing secret: `whsec_` and 64 lowercase hex digits (32 random bytes).
+pub fn new_secret() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("whsec_{}", hex::encode(bytes))
+}
+
+/// The honeypot field: a field name like any other.
+pub fn honeypot_field(name: &str, max_length: usize) -> Result<String, SettingError> {
+    match fields::name_problem(name, max_length) {
+        None => Ok(name.to_string()),
+        Some(NameProblem::Empty | NameProblem::TooLong { .. } | NameProblem::ControlCharacter) => {
+            Err(invalid(
+                Setting::HoneypotField,
+                "must be a valid field name",
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_follow_their_rules() {
+        assert_eq!(name("  Contact  ").unwrap(), "Contact");
+        assert!(name(" ").is_err());
+        assert!(name(&"x".repeat(201)).is_err());
+        assert_eq!(
+            webhook_url(" https://example.com/h ", false).unwrap(),
+            "https://example.com/h"
+        );
+        assert!(matches!(
+            webhook_url("http://127.0.0.1/h", false),
+            Err(SettingError::WebhookUrl(DestinationError::InternalAddress))
+        ));
+        assert!(redirect_url("https://example.com/thanks").is_ok());
+        for bad in [
+            "/thanks",
+            "ftp://example.com",
+            "https:///thanks",
+            "https:/x",
+        ] {
+            assert!(redirect_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            allowed_origins(&[
+                "https://Example.com".into(),
+                "https://example.com/".into(),
+                "http://localhost:3000".into()
+            ])
+            .unwrap(),
+            ["https://example.com", "http://localhost:3000"]
+        );
+        assert!(allowed_origins(&["https://example.com/path".into()]).is_err());
+        assert!(honeypot_field("website", 128).is_ok());
+        assert!(honeypot_field("web\u{85}site", 128).is_err());
+        assert!(honeypot_field("", 128).is_err());
+    }
+}

@@ -1,0 +1,35 @@
+//! The domain: what a delivery's state, an attempt's outcome and an event's kind can be,
+//! the identifiers and their formats, and the rules an endpoint's settings and a form's
+//! field names follow. Everything here is plain data and pure functions, shared by intake,
+//! the worker, the GraphQL API and the event feed; the database reads and writes these
+//! types directly (each maps to its column once, and an unknown stored value is an error).
+
+pub mod destination;
+pub mod endpoint;
+pub mod fields;
+pub mod ids;
+pub mod state;
+
+/// A stored value no variant or format of this build spells: the read fails with this
+/// (a vocabulary value or an identifier, never submitted data, so it may be logged).
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {value:?} in the database is not one this build knows")]
+pub struct UnknownStoredValue {
+    pub what: &'static str,
+    pub value: String,
+}
+
+impl UnknownStoredValue {
+    fn new(what: &'static str, text: &str) -> UnknownStoredValue {
+        // Bounded: a row written by another program could hold anything.
+        UnknownStoredValue {
+            what,
+            value: text.chars().take(80).collect(),
+        }
+    }
+
+    /// The read error for `text` in a column of `what`.
+    pub fn error(what: &'static str, text: &str) -> Box<dyn std::error::Error + Send + Sync> {
+        Box::new(UnknownStoredValue::new(what, text))
+    }
+}

@@ -1,0 +1,171 @@
+//! The stored vocabularies: a delivery's state, an attempt's outcome, an event's kind.
+//!
+//! Each is a Rust enum mapped to its text column once (`db_vocabulary!`): written from the
+//! enum, read into it, and a value no variant spells is a read error naming the column's
+//! vocabulary, never a default (a row written by another program, or a newer build, is not
+//! silently taken for something it is not). The same enums are the GraphQL enums.
+
+use diesel::deserialize::{self, FromSql};
+use diesel::pg::{Pg, PgValue};
+use diesel::serialize::{self, IsNull, Output, ToSql};
+use diesel::sql_types::Text;
+use std::io::Write;
+
+/// Defines a stored vocabulary: the enum, its database spelling, and its mapping.
+macro_rules! db_vocabulary {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident ($what:literal) {
+            $( $(#[$variant_meta:meta])* $variant:ident => $text:literal, )+
+        }
+    ) => {
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash,
+            diesel::expression::AsExpression, diesel::deserialize::FromSqlRow, async_graphql::Enum, serde::Serialize,
+        )]
+        #[diesel(sql_type = Text)]
+        #[serde(rename_all = "snake_case")]
+        $(#[$meta])*
+        pub enum $name {
+            $( $(#[$variant_meta])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in declaration order.
+            #[allow(dead_code)]
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The database's spelling.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $text, )+
+                }
+            }
+
+            /// The value a database spelling names, if any.
+            pub fn parse(text: &str) -> Option<$name> {
+                match text {
+                    $( $text => Some($name::$variant), )+
+                    _ => None,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ToSql<Text, Pg> for $name {
+            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
+                out.write_all(self.as_str().as_bytes())?;
+                Ok(IsNull::No)
+            }
+        }
+
+        impl FromSql<Text, Pg> for $name {
+            fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
+                let text = std::str::from_utf8(value.as_bytes())?;
+                $name::parse(text)
+                    .ok_or_else(|| crate::model::UnknownStoredValue::error($what, text))
+            }
+        }
+    };
+}
+
+db_vocabulary! {
+    /// Where a delivery is in its life.
+    pub enum DeliveryState ("delivery state") {
+        /// Owed, waiting for its next attempt time.
+        Pending => "pending",
+        /// Claimed by a worker, holding a lease.
+        Processing => "processing",
+        /// A destination answered 2xx. Terminal.
+        Delivered => "delivered",
+        /// Given up on until an operator replays it. Terminal.
+        Failed => "failed",
+    }
+}
+
+impl DeliveryState {
+    /// Delivered or failed: the worker never revisits it.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, DeliveryState::Delivered | DeliveryState::Failed)
+    }
+}
+
+db_vocabulary! {
+    /// How one request of a delivery ended.
+    pub enum AttemptOutcome ("attempt outcome") {
+        /// The destination answered 2xx.
+        Succeeded => "succeeded",
+        /// The destination answered with another status.
+        HttpError => "http_error",
+        /// No complete answer within the request timeout.
+        Timeout => "timeout",
+        /// No answer at all: the name did not resolve, the connection failed or broke.
+        NetworkError => "network_error",
+        /// The destination resolved to an address deliveries may not reach; nothing was sent.
+        BlockedDestination => "blocked_destination",
+    }
+}
+
+db_vocabulary! {
+    /// What happened to the delivery.
+    #[graphql(name = "DeliveryEventKind")]
+    pub enum EventKind ("event kind") {
+        /// A submission was accepted with a webhook to deliver to.
+        Created => "created",
+        /// A worker claimed it (again, if an earlier claim's lease ran out).
+        Claimed => "claimed",
+        /// The claim holder recorded an attempt; `outcome` says how it went.
+        AttemptRecorded => "attempt_recorded",
+        /// A worker that had lost its claim recorded the attempt it made anyway.
+        LateAttemptRecorded => "late_attempt_recorded",
+        /// An operator replayed it: a new cycle starts.
+        Replayed => "replayed",
+        /// A stopping worker gave back a claim it never started.
+        HandedBack => "handed_back",
+        /// Its submission was erased before it could be sent.
+        FailedWithoutAttempt => "failed_without_attempt",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_round_trips_and_nothing_else_parses() {
+        for state in DeliveryState::ALL {
+            assert_eq!(DeliveryState::parse(state.as_str()), Some(*state));
+        }
+        for outcome in AttemptOutcome::ALL {
+            assert_eq!(AttemptOutcome::parse(outcome.as_str()), Some(*outcome));
+        }
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::parse(kind.as_str()), Some(*kind));
+        }
+        for unknown in ["", "Pending", "PENDING", "queued", "pending "] {
+            assert_eq!(DeliveryState::parse(unknown), None, "{unknown:?}");
+        }
+        assert_eq!(AttemptOutcome::parse("teapot"), None);
+        assert_eq!(EventKind::parse("deleted"), None);
+        assert_eq!(DeliveryState::ALL.len(), 4);
+        assert_eq!(AttemptOutcome::ALL.len(), 5);
+        assert_eq!(EventKind::ALL.len(), 7);
+    }
+
+    #[test]
+    fn details_spell_values_as_the_database_does() {
+        assert_eq!(
+            serde_json::to_value(EventKind::LateAttemptRecorded).unwrap(),
+            "late_attempt_recorded"
+        );
+        assert_eq!(
+            serde_json::to_value(DeliveryState::Processing).unwrap(),
+            "processing"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! The process's services, started in one place, each by its flag, and stopped by one
+//! cancellation token.
+//!
+//! | service | runs when | needs |
+//! | --- | --- | --- |
+//! | HTTP server (intake, GraphQL, export, health) | a listener is given (`FORMS_API_ENABLED`) | the app state |
+//! | delivery workers | a webhook client is given (`FORMS_WORKER_ENABLED`) | pool, clock, worker and webhook settings |
+//! | notification listener (the one `LISTEN` connection) | always | connection settings, the feed, the workers' wake-up |
+//! | event reader | with the API | pool, the feed |
+//! | key-revocation check | with the API | pool, the revocation watch |
+//! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
+//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` > 0 | pool, clock, days |
+//! | event pruning | with the workers | pool, clock, event retention |
+//!
+//! Cancelling the token stops them all: the HTTP server stops accepting and drains within
+//! its deadline, the workers stop claiming and record what is in flight, the event reader
+//! closes open subscriptions; [`Services::wait`] returns when every one has ended.
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::AppState;
+use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT};
+use crate::delivery::client::WebhookClient;
+use crate::delivery::Worker;
+use crate::http::server::Limits;
+
+/// Which services a process runs.
+pub struct Plan {
+    /// Serve the API on this listener, within these limits.
+    pub http: Option<(TcpListener, Limits)>,
+    /// Run the delivery workers with this client.
+    pub workers: Option<WebhookClient>,
+    /// Sweep expired rate-limit counters.
+    pub sweeper: bool,
+    /// Apply submission retention hourly.
+    pub retention: bool,
+    /// Prune delivery events past their retention.
+    pub pruning: bool,
+}
+
+pub struct Services {
+    stop: CancellationToken,
+    tasks: JoinSet<()>,
+}
+
+impl Services {
+    /// Starts every service of `plan`.
+    pub fn start(app: &AppState, plan: Plan) -> Services {
+        let stop = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let api = plan.http.is_some();
+        let worker_wake = plan.workers.as_ref().map(|_| Arc::new(Notify::new()));
+
+        // The one LISTEN connection: wakes the workers and the event reader.
+        let feed = app.events.clone();
+        let wake = worker_wake.clone();
+        tasks.spawn(listen::run(
+            app.connection.clone(),
+            &[DELIVERY_DUE, DELIVERY_EVENT],
+            move |notification| {
+                let due = match notification {
+                    // (Re)connected: anything sent meanwhile was missed.
+                    None => true,
+                    Some((channel, _)) => channel == DELIVERY_DUE,
+                };
+                // A new delivery's `created` event rides on the workers' wake-up.
+                feed.notify();
+                if let (true, Some(wake)) = (due, &wake) {
+                    wake.notify_one();
+                }
+            },
+            stop.clone(),
+        ));
+        if api {
+            tasks.spawn(crate::feed::run_feed(
+                app.db.clone(),
+                app.events.clone(),
+                stop.clone(),
+            ));
+            tasks.spawn(app.revocations.clone().run(app.db.clone(), stop.clone()));
+        }
+        if plan.sweeper {
+            tasks.spawn(crate::intake::rate_limit::sweep_expired_counters(
+                app.db.clone(),
+                app.config.rate_limit.clone(),
+                app.clock.clone(),
+                stop.clone(),
+            ));
+        }
+        if plan.retention {
+            tasks.spawn(crate::retention::run_on_schedule(
+                app.db.clone(),
+                app.config.submission_retention_days,
+                app.clock.clone(),
+                stop.clone(),
+            ));
+        }
+        if plan.pruning {
+            tasks.spawn(crate::feed::prune_on_schedule(
+                app.db.clone(),
+                app.config.event_retention,
+                app.clock.clone(),
+                stop.clone(),
+            ));
+        }
+        if let (Some(client), Some(wake)) = (plan.workers, worker_wake) {
+            let worker = Worker::new(
+                app.db.clone(),
+                app.config.worker.clone(),
+                app.config.webhook.clone(),
+                app.clock.clone(),
+                client,
+                wake,
+            );
+            tasks.spawn(worker.run(stop.clone()));
+        }
+        if let Some((listener, limits)) = plan.http {
+            let router = crate::http::router(app.clone());
+            let stopped = stop.clone();
+            tasks.spawn(async move {
+                crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())
+                    .await;
+            });
+        }
+        Services { stop, tasks }
+    }
+
+    /// The token that stops every service.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Waits until every service has ended (after the token is cancelled).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
