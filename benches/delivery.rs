@@ -1,9 +1,9 @@
 //! End-to-end delivery: throughput against the PostgreSQL ceiling, and latency at light load.
 //!
 //! `cargo bench --bench delivery`:
-//! 1. **Ceiling.** `pgbench` runs the worker's SQL for one delivery, claim (the same
-//!    `FOR UPDATE SKIP LOCKED` statement, one row) and record (the same single statement
-//!    that locks the row, inserts the attempt and updates the delivery), over a queue of
+//! 1. **Ceiling.** `pgbench` runs the worker's own statements for one delivery, claim
+//!    (`src/db/sql/claim.sql`, one row) and record (`record_attempt.sql`: lock the row,
+//!    insert the attempt, update the delivery), each with its event tail, over a queue of
 //!    pending deliveries. The worker claims in batches; pgbench claims one row at a time.
 //! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
 //!    queued deliveries (50 endpoints) to a local receiver that answers 200 at once.
@@ -33,6 +33,7 @@ use axum::routing::post;
 use axum::Router;
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use hymical_forms::testing::config::Secret;
+use hymical_forms::testing::db;
 
 mod common;
 use common::{env_number, BenchCluster};
@@ -69,18 +70,6 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str 
 }
 
 const ENDPOINTS: usize = 50;
-
-/// The owner's transition in the record statement, shared by both versions of it.
-const RECORD_UPDATE: &str = "    UPDATE webhook_deliveries d
-    SET attempts = l.attempts + 1,
-        cycle_attempts = CASE WHEN l.owner THEN d.cycle_attempts + 1 ELSE d.cycle_attempts END,
-        state = CASE WHEN l.owner THEN 'delivered' ELSE d.state END,
-        next_attempt_at = CASE WHEN l.owner THEN coalesce(NULL::timestamptz, d.next_attempt_at) ELSE d.next_attempt_at END,
-        completed_at = CASE WHEN l.owner THEN now() ELSE d.completed_at END,
-        claim_token = CASE WHEN l.owner THEN NULL ELSE d.claim_token END,
-        claim_expires_at = CASE WHEN l.owner THEN NULL ELSE d.claim_expires_at END
-    FROM locked l WHERE d.id = l.id
-";
 
 fn main() {
     let deliveries = env_number("BENCH_DELIVERIES", 20_000);
@@ -120,82 +109,49 @@ fn main() {
         .expect("endpoints");
     });
 
+    // The product's claim and record statements (src/db/sql/claim.sql and
+    // record_attempt.sql with the event tail), their binds as pgbench expressions: one
+    // delivery claimed and recorded as delivered, per transaction. `\gset` carries the
+    // claim's id and token into the record.
+    let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
+    let record_binds = [
+        ":claim_token",
+        ":id",
+        "'att_' || md5(random()::text)",
+        "'http://receiver/hook'",
+        "now()",
+        "'succeeded'",
+        "200",
+        "NULL::varchar",
+        "1",
+        "'delivered'",
+        "NULL::interval",
+        "NULL::timestamptz",
+    ];
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
         &format!(
-            r#"WITH expired AS MATERIALIZED (
-    SELECT id, state FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
-    ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
-), due AS MATERIALIZED (
-    SELECT id, state FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED
-), picked AS (SELECT id, state FROM expired UNION ALL SELECT id, state FROM due LIMIT 1),
-claimed AS (
-    UPDATE webhook_deliveries d
-    SET state = 'processing', claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''), claim_expires_at = now() + interval '60 seconds'
-    FROM picked WHERE d.id = picked.id
-    RETURNING d.id, d.claim_token, d.endpoint_id, d.submission_id, d.attempts, d.cycle_attempts, picked.state AS previous_state
-), claimed_events AS (
-    INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, occurred_at)
-    SELECT id, endpoint_id, 'claimed', 'processing', previous_state, attempts, cycle_attempts, statement_timestamp() FROM claimed
-    RETURNING pg_notify('hymical_delivery_event', '')
-)
-SELECT c.id AS id, c.claim_token AS token,
-    (SELECT s.received_at FROM submissions s WHERE s.id = c.submission_id) AS received_at,
-    (SELECT s.fields FROM submissions s WHERE s.id = c.submission_id) AS fields
-FROM claimed c
-\gset
-WITH locked AS MATERIALIZED (
-    SELECT id, submission_id, attempts, state, (claim_token IS NOT DISTINCT FROM :token) AS owner
-    FROM webhook_deliveries WHERE id = :id FOR UPDATE
-), attempt AS (
-    INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late)
-    SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
-    RETURNING attempt_number, outcome
-), updated AS (
-{RECORD_UPDATE}    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
-), recorded_event AS (
-    INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, outcome, occurred_at)
-    SELECT u.id, u.endpoint_id, CASE WHEN l.owner THEN 'attempt_recorded' ELSE 'late_attempt_recorded' END,
-           u.state, l.state, u.attempts, u.cycle_attempts, (SELECT outcome FROM attempt), statement_timestamp()
-    FROM updated u JOIN locked l ON l.id = u.id
-    RETURNING pg_notify('hymical_delivery_event', '')
-)
-SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
-"#
+            "{}\n\\gset\n{};\n",
+            db::queue::CLAIM.render(&claim_binds),
+            db::queue::RECORD_ATTEMPT.render(&record_binds),
         ),
     );
-    // The same statements as before the change feed (no event inserts, no notifications),
-    // to show what writing events costs the database on the worker's path.
+    // The same statements without the event tail, to show what writing events costs the
+    // database on the worker's path.
+    let claim_without_events = db::statement::SqlText::new(concat!(
+        include_str!("../src/db/sql/claim.sql"),
+        "SELECT * FROM result"
+    ));
+    let record_without_events = db::statement::SqlText::new(concat!(
+        include_str!("../src/db/sql/record_attempt.sql"),
+        "SELECT * FROM result"
+    ));
     let claim_and_record_without_events = cluster.script(
         "claim_and_record_without_events.sql",
         &format!(
-            r#"WITH expired AS MATERIALIZED (
-    SELECT id FROM webhook_deliveries WHERE state = 'processing' AND claim_expires_at <= now()
-    ORDER BY claim_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED
-), due AS MATERIALIZED (
-    SELECT id FROM webhook_deliveries WHERE state = 'pending' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at LIMIT 1 FOR UPDATE SKIP LOCKED
-), picked AS (SELECT id FROM expired UNION ALL SELECT id FROM due LIMIT 1)
-UPDATE webhook_deliveries d
-SET state = 'processing', claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''), claim_expires_at = now() + interval '60 seconds'
-FROM picked WHERE d.id = picked.id
-RETURNING d.id AS id, d.claim_token AS token,
-    (SELECT s.received_at FROM submissions s WHERE s.id = d.submission_id) AS received_at,
-    (SELECT s.fields FROM submissions s WHERE s.id = d.submission_id) AS fields
-\gset
-WITH locked AS MATERIALIZED (
-    SELECT id, submission_id, attempts, (claim_token IS NOT DISTINCT FROM :token) AS owner
-    FROM webhook_deliveries WHERE id = :id FOR UPDATE
-), attempt AS (
-    INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, error, duration_ms, late)
-    SELECT 'att_' || md5(random()::text), id, submission_id, attempts + 1, 'http://receiver/hook', now(), 'succeeded', 200, NULL, 1, NOT owner FROM locked
-    RETURNING attempt_number
-), updated AS (
-{RECORD_UPDATE}    RETURNING d.state
-)
-SELECT (SELECT attempt_number FROM attempt), (SELECT owner FROM locked), (SELECT state FROM updated);
-"#
+            "{}\n\\gset\n{};\n",
+            claim_without_events.render(&claim_binds),
+            record_without_events.render(&record_binds),
         ),
     );
 

@@ -92,7 +92,7 @@ fn main() {
             .await
             .expect("bind");
         let addr: SocketAddr = listener.local_addr().expect("addr");
-        let router = hymical_forms::testing::http::router(app);
+        let router = hymical_forms::testing::router::router(app);
         tokio::spawn(async move {
             let _ = axum::serve(
                 listener,

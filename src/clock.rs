@@ -83,7 +83,7 @@ pub fn is_empty_range(after: Option<DateTime<Utc>>, before: Option<DateTime<Utc>
     }
 }
 
-/// RFC 3339 with exactly six fractional digits and `Z` (SPEC section 3).
+/// RFC 3339 with exactly six fractional digits and `Z`, the format of every timestamp the service shows.
 pub fn format_timestamp(time: DateTime<Utc>) -> String {
     time.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }

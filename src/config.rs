@@ -1,4 +1,4 @@
-//! Typed configuration, read once at start-up from `FORMS_*` variables (SPEC section 2).
+//! Typed configuration, read once at start-up from `FORMS_*` variables (docs/configuration.md).
 //!
 //! Every value is validated here and nowhere else. An invalid value is reported with the
 //! variable's name, what is wrong with the value and the rule it broke; secret values (the
@@ -12,6 +12,13 @@ use std::time::Duration;
 
 /// Every variable this service reads. Anything else starting with `FORMS_` is reported as
 /// unknown, which catches typos that would otherwise silently fall back to a default.
+/// Read by the test suite (docs/configuration.md), never by the service.
+const TEST_SUITE_VARIABLES: &[&str] = &[
+    "FORMS_TEST_DATABASE_URL",
+    "FORMS_FAULTS",
+    "FORMS_SOAK_SECONDS",
+];
+
 pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_DATABASE_URL",
     "FORMS_DATABASE_POOL_SIZE",
@@ -326,7 +333,7 @@ impl Config {
 
         let mut warnings = Vec::new();
         // The lease must outlive the longest request a worker can make, or a second worker
-        // claims a delivery that is still in flight (seeds: "Shortening the window").
+        // claims a delivery that is still in flight (docs/delivery.md, "Leases").
         let timing_valid = !r.errors.iter().any(|e| {
             matches!(
                 e.variable,
@@ -477,10 +484,15 @@ impl Config {
         })
     }
 
-    /// `FORMS_*` names present in the environment that this service does not read.
+    /// `FORMS_*` names present in the environment that this service does not read (the
+    /// test suite's own variables share the prefix and are not typos).
     pub fn unknown_variables(names: impl Iterator<Item = String>) -> BTreeSet<String> {
         names
-            .filter(|name| name.starts_with("FORMS_") && !KNOWN_VARIABLES.contains(&name.as_str()))
+            .filter(|name| {
+                name.starts_with("FORMS_")
+                    && !KNOWN_VARIABLES.contains(&name.as_str())
+                    && !TEST_SUITE_VARIABLES.contains(&name.as_str())
+            })
             .collect()
     }
 }
@@ -671,7 +683,7 @@ mod tests {
     }
 
     #[test]
-    fn defaults_match_the_spec() {
+    fn defaults_match_the_documentation() {
         let config = load(&[]).expect("defaults are valid");
         assert!(config.database.url.is_none());
         assert_eq!(config.database.pool_size, 16);
@@ -849,9 +861,27 @@ mod tests {
         assert!(config.rate_limit.ip_secret.is_none());
     }
 
+    /// The configuration reference lists every variable the service reads.
+    #[test]
+    fn every_variable_is_documented() {
+        let reference = include_str!("../docs/configuration.md");
+        for variable in KNOWN_VARIABLES.iter().chain(TEST_SUITE_VARIABLES) {
+            assert!(
+                reference.contains(&format!("`{variable}`")),
+                "{variable} is missing from docs/configuration.md"
+            );
+        }
+    }
+
     #[test]
     fn unknown_forms_variables_are_reported() {
-        let names = ["FORMS_BIND", "FORMS_BINDD", "PATH"].map(String::from);
+        let names = [
+            "FORMS_BIND",
+            "FORMS_BINDD",
+            "PATH",
+            "FORMS_TEST_DATABASE_URL",
+        ]
+        .map(String::from);
         let unknown = Config::unknown_variables(names.into_iter());
         assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["FORMS_BINDD"]);
     }

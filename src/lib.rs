@@ -19,6 +19,7 @@ mod http;
 mod intake;
 mod model;
 mod retention;
+mod router;
 mod services;
 mod telemetry;
 

@@ -120,7 +120,7 @@ impl Services {
             tasks.spawn(worker.run(stop.clone()));
         }
         if let Some((listener, limits)) = plan.http {
-            let router = crate::http::router(app.clone());
+            let router = crate::router::router(app.clone());
             let stopped = stop.clone();
             tasks.spawn(async move {
                 crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())

@@ -41,7 +41,7 @@ pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
-    let router = hymical_forms::testing::http::router(app);
+    let router = hymical_forms::testing::router::router(app);
     tokio::spawn(hymical_forms::testing::http::server::serve(
         listener,
         router,

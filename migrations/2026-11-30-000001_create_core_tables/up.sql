@@ -1,5 +1,6 @@
--- The tables of SPEC section 4. Names of tables and columns are a contract shared with the
--- earlier Python service and the seeds; every constraint is named so that errors and
+-- The core tables (docs/data-model.md). Names of tables and columns are a contract shared
+-- with the earlier Python service (0.2), whose databases can be adopted, and with the
+-- receivers and tools written against it; every constraint is named so that errors and
 -- migrations can refer to it.
 
 CREATE TABLE endpoints (

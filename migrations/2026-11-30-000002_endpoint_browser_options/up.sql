@@ -1,4 +1,4 @@
--- Browser extras of public intake (SPEC section 5): where to send a browser after a
+-- Browser extras of public intake (docs/intake.md): where to send a browser after a
 -- successful post, which origins may post, and the honeypot field that marks bots.
 ALTER TABLE endpoints
     ADD COLUMN redirect_url    varchar(2048),

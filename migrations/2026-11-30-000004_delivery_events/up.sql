@@ -1,4 +1,4 @@
--- The change feed behind GraphQL subscriptions (SPEC section 8): one row per committed
+-- The change feed behind GraphQL subscriptions (docs/subscriptions.md): one row per committed
 -- state change of a delivery, written by the statement that makes the change, in its
 -- transaction (src/db/: the outbox insert, the claim, the attempt record, replays,
 -- hand-backs). A rolled-back change leaves no event. Those statements also send a NOTIFY,
@@ -7,7 +7,7 @@
 -- Ids come from the identity sequence inside the transaction, after the delivery row was
 -- written and while its row lock is held, so per delivery they follow commit order; across
 -- deliveries the reader in each process publishes an id only once every transaction that
--- could still commit a smaller one has ended (see src/events/mod.rs).
+-- could still commit a smaller one has ended (see src/feed/mod.rs).
 --
 -- Written by the statements rather than by a row trigger: a PL/pgSQL call per changed row
 -- cost the intake about a fifth of its throughput (docs/BENCHMARKS.md), the same insert as

@@ -13,7 +13,8 @@ use super::DbError;
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId};
 use crate::model::state::{AttemptOutcome, DeliveryState};
 
-static CLAIM: SqlText = sql!("claim.sql", with_events);
+/// Public for the benchmarks, which run it through pgbench.
+pub static CLAIM: SqlText = sql!("claim.sql", with_events);
 struct Claim;
 
 /// What a claim asks for.
@@ -110,7 +111,8 @@ pub enum Recorded {
     },
 }
 
-static RECORD_ATTEMPT: SqlText = sql!("record_attempt.sql", with_events);
+/// Public for the benchmarks, which run it through pgbench.
+pub static RECORD_ATTEMPT: SqlText = sql!("record_attempt.sql", with_events);
 struct RecordAttempt;
 
 /// Records one attempt and, for the owner, the transition (record_attempt.sql).

@@ -56,6 +56,20 @@ impl SqlText {
             .max()
             .unwrap_or(0)
     }
+
+    /// The text with every `$n` replaced by `values[n - 1]`, in parentheses. The benchmarks
+    /// run the product's statements through pgbench, whose variables and expressions stand
+    /// in for the binds.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn render(&self, values: &[&str]) -> String {
+        self.pieces()
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(range) => self.text[range.clone()].to_string(),
+                Piece::Bind(index) => format!("({})", values[*index]),
+            })
+            .collect()
+    }
 }
 
 /// A statement from `db/sql/<name>`, with the shared event-writing tail appended when
@@ -319,5 +333,11 @@ mod tests {
             })
             .collect();
         assert_eq!(rebuilt, "a <0> b <21>");
+    }
+
+    #[test]
+    fn rendering_puts_values_where_the_placeholders_are() {
+        let sql = SqlText::new("SELECT $2, '$1', $1 -- $2");
+        assert_eq!(sql.render(&["1", "'x'"]), "SELECT ('x'), '$1', (1) -- $2");
     }
 }

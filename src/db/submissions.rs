@@ -34,7 +34,8 @@ pub enum InsertOutcome {
     KeyTaken,
 }
 
-static OUTBOX_INSERT: SqlText = sql!("outbox_insert.sql", with_events);
+/// Public for the benchmarks, which run it through pgbench.
+pub static OUTBOX_INSERT: SqlText = sql!("outbox_insert.sql", with_events);
 struct OutboxInsert;
 
 /// Writes the submission and, if the endpoint has a webhook, its delivery in one statement

@@ -1,5 +1,5 @@
-//! A private PostgreSQL cluster run from the machine's server binaries (SPEC section 1,
-//! "Embedded default"). The same code starts the throwaway cluster of the test harness.
+//! A private PostgreSQL cluster run from the machine's server binaries (used when
+//! `FORMS_DATABASE_URL` is unset). The same code starts the throwaway cluster of the test harness.
 //!
 //! Layout under the data directory:
 //! - `pgdata/`: the cluster, owned by the user PostgreSQL runs as;

@@ -112,6 +112,8 @@ pub fn render(
     request: async_graphql::Request,
     cursor: Arc<EventCursor>,
 ) -> impl Stream<Item = Rendered> + Send + 'static {
+    // A response is GraphQL values with string keys, which always serialize.
+    const RESPONSES_ARE_JSON: &str = "a GraphQL response is JSON";
     let request = request.data(cursor.clone());
     schema
         .execute_stream(request)
@@ -123,13 +125,10 @@ pub fn render(
                 && response.errors.iter().all(|error| error.path.is_empty())
                 && response.data == async_graphql::Value::Null;
             if request_error {
-                let errors =
-                    serde_json::to_string(&response.errors).unwrap_or_else(|_| "[]".to_string());
+                let errors = serde_json::to_string(&response.errors).expect(RESPONSES_ARE_JSON);
                 return Rendered::RequestError(errors.into());
             }
-            let payload = serde_json::to_string(&response).unwrap_or_else(|_| {
-                r#"{"errors":[{"message":"the response could not be encoded"}]}"#.to_string()
-            });
+            let payload = serde_json::to_string(&response).expect(RESPONSES_ARE_JSON);
             // Results are produced one at a time: the cursor is this result's event (an
             // error result shows none).
             let event = cursor.current.load(Ordering::SeqCst);

@@ -9,17 +9,21 @@
 //! - `application/json` answers unless the client asks for
 //!   `application/graphql-response+json`, in which case request errors use 4xx;
 //! - GraphiQL for a browser's GET.
+//!
+//! What the stock crate does well it still does here: an executed operation's answer is
+//! its `GraphQLResponse`.
 
 use crate::http::BodyError;
 use async_graphql::http::GraphiQLSource;
 use async_graphql::parser::types::OperationType;
 use async_graphql::Variables;
+use async_graphql_axum::GraphQLResponse;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
-use axum::{Extension, Router};
+use axum::{Extension, Json, Router};
 use serde_json::{json, Map, Value};
 
 use super::loaders::Loaders;
@@ -195,21 +199,37 @@ async fn handle(
     let response = schema
         .execute(graphql_request.data(key).data(Loaders::new(&app)))
         .await;
-    // A request error (the document did not parse or validate) has no data at all.
-    let request_error = response.data == async_graphql::Value::Null && !response.errors.is_empty();
-    let mut body = serde_json::to_value(&response).unwrap_or_else(
-        |_| json!({ "errors": [{ "message": "the response could not be encoded" }] }),
-    );
-    if request_error {
-        if let Value::Object(object) = &mut body {
-            object.remove("data");
-        }
+    // A request error (the document did not parse or validate) has no data at all, not
+    // even `data: null`; with the modern media type it is a 400.
+    if response.data == async_graphql::Value::Null && !response.errors.is_empty() {
+        let status = match answer {
+            Answer::GraphqlResponseJson => StatusCode::BAD_REQUEST,
+            Answer::Json => StatusCode::OK,
+        };
+        let mut rendered = (
+            status,
+            Json(RequestErrors {
+                errors: &response.errors,
+            }),
+        )
+            .into_response();
+        rendered
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, answer.content_type());
+        return rendered;
     }
-    let status = match (answer, request_error) {
-        (Answer::GraphqlResponseJson, true) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::OK,
-    };
-    json_response(status, answer, &body)
+    // An executed operation is rendered by async-graphql-axum (body, and any headers the
+    // executor set); the media type is the one the client asked for.
+    let mut rendered = GraphQLResponse::from(response).into_response();
+    rendered
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, answer.content_type());
+    rendered
+}
+
+#[derive(serde::Serialize)]
+struct RequestErrors<'a> {
+    errors: &'a [async_graphql::ServerError],
 }
 
 /// Turns the HTTP request into a GraphQL request, or says why it cannot be one.

@@ -1,4 +1,4 @@
-//! GraphQL subscriptions over WebSocket at `/graphql/ws` (SPEC section 8), written for
+//! GraphQL subscriptions over WebSocket at `/graphql/ws` (docs/subscriptions.md), written for
 //! this service because async-graphql's stock handler does not enforce all of the
 //! protocol's rules. Both subprotocols are spoken:
 //!
@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_graphql::http::WebSocketProtocols as Protocol;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
@@ -35,8 +36,6 @@ use crate::app::AppState;
 use crate::auth::{self, AuthenticatedKey};
 use crate::error::ApiError;
 
-const TRANSPORT_WS: &str = "graphql-transport-ws";
-const LEGACY_WS: &str = "graphql-ws";
 /// A connection that has not sent `connection_init` by then is closed with 4408.
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The legacy protocol's keep-alive (`ka`) interval.
@@ -44,22 +43,12 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Operations one connection may run at once.
 pub const MAX_OPERATIONS: usize = 100;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Protocol {
-    TransportWs,
-    LegacyWs,
-}
+/// The subprotocols spoken, as async-graphql names them: `GraphQLWS` is
+/// `graphql-transport-ws`, `SubscriptionsTransportWS` the legacy `graphql-ws`.
+const SPOKEN: [Protocol; 2] = [Protocol::GraphQLWS, Protocol::SubscriptionsTransportWS];
 
-impl Protocol {
-    fn name(self) -> &'static str {
-        match self {
-            Protocol::TransportWs => TRANSPORT_WS,
-            Protocol::LegacyWs => LEGACY_WS,
-        }
-    }
-}
-
-/// The first subprotocol the client offered that this server speaks.
+/// The first subprotocol the client offered that this server speaks, spelled exactly as
+/// offered (the handshake fails in the client if the answer differs from its offer).
 fn negotiate(headers: &HeaderMap) -> Option<Protocol> {
     headers
         .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
@@ -67,10 +56,10 @@ fn negotiate(headers: &HeaderMap) -> Option<Protocol> {
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(','))
         .map(str::trim)
-        .find_map(|offered| match offered {
-            TRANSPORT_WS => Some(Protocol::TransportWs),
-            LEGACY_WS => Some(Protocol::LegacyWs),
-            _ => None,
+        .find_map(|offered| {
+            SPOKEN
+                .into_iter()
+                .find(|spoken| spoken.sec_websocket_protocol() == offered)
         })
 }
 
@@ -98,7 +87,7 @@ pub async fn upgrade(
 ) -> Response {
     let protocol = negotiate(&headers);
     if let Some(protocol) = protocol {
-        upgrade.set_selected_protocol(HeaderValue::from_static(protocol.name()));
+        upgrade.set_selected_protocol(HeaderValue::from_static(protocol.sec_websocket_protocol()));
     }
     upgrade
         .max_message_size(app.config.intake.max_body_bytes)
@@ -108,7 +97,7 @@ pub async fn upgrade(
                 schema,
                 groups,
                 socket,
-                protocol: protocol.unwrap_or(Protocol::TransportWs),
+                protocol: protocol.unwrap_or(Protocol::GraphQLWS),
                 key: None,
                 init_received: false,
                 operations: StreamMap::new(),
@@ -163,6 +152,9 @@ enum Step {
     Close(Close),
 }
 
+/// A write failed, or did not finish within the send timeout: the connection is over.
+struct SendFailed;
+
 impl Connection {
     /// Runs the connection until it must close; returns how.
     async fn serve(&mut self) -> Close {
@@ -203,7 +195,7 @@ impl Connection {
                 _ = &mut init_deadline, if !self.init_received => {
                     return Close::new(4408, "Connection initialisation timeout");
                 }
-                _ = keep_alive.tick(), if self.protocol == Protocol::LegacyWs && self.key.is_some() => {
+                _ = keep_alive.tick(), if self.protocol == Protocol::SubscriptionsTransportWS && self.key.is_some() => {
                     if self.send(&json!({ "type": "ka" })).await.is_err() {
                         return Close::new(1000, "");
                     }
@@ -220,34 +212,46 @@ impl Connection {
         }
     }
 
-    async fn send(&mut self, message: &Value) -> Result<(), axum::Error> {
-        self.socket
-            .send(Message::Text(message.to_string().into()))
-            .await
+    async fn send(&mut self, message: &Value) -> Result<(), SendFailed> {
+        let send_timeout = self.app.config.http.send_timeout;
+        let sent = self.socket.send(Message::Text(message.to_string().into()));
+        match tokio::time::timeout(send_timeout, sent).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => Err(SendFailed),
+        }
     }
 
     /// Writes `first` and whatever else the operations have ready, then flushes once.
-    async fn send_ready(&mut self, first: Outgoing) -> Result<(), axum::Error> {
-        self.socket.feed(Message::Text(first.into())).await?;
-        for _ in 1..FRAMES_PER_FLUSH {
-            match self.operations.next().now_or_never() {
-                Some(Some((_, frame))) => self.socket.feed(Message::Text(frame.into())).await?,
-                _ => break,
+    /// A client that stops reading cannot hold the connection (nor hide from revocation
+    /// and shutdown behind a blocked write): the whole write must finish within the send
+    /// timeout.
+    async fn send_ready(&mut self, first: Outgoing) -> Result<(), SendFailed> {
+        let send_timeout = self.app.config.http.send_timeout;
+        let written = async {
+            self.socket.feed(Message::Text(first.into())).await?;
+            for _ in 1..FRAMES_PER_FLUSH {
+                match self.operations.next().now_or_never() {
+                    Some(Some((_, frame))) => self.socket.feed(Message::Text(frame.into())).await?,
+                    _ => break,
+                }
             }
+            self.socket.flush().await
+        };
+        match tokio::time::timeout(send_timeout, written).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) | Err(_) => Err(SendFailed),
         }
-        self.socket.flush().await
     }
 
     async fn close(mut self, close: Close) {
         // The code only: some reasons quote what the client sent.
         tracing::info!(code = close.code, "subscription connection closed");
-        let _ = self
-            .socket
-            .send(Message::Close(Some(CloseFrame {
-                code: close.code,
-                reason: close.reason.into(),
-            })))
-            .await;
+        let frame = self.socket.send(Message::Close(Some(CloseFrame {
+            code: close.code,
+            reason: close.reason.into(),
+        })));
+        // A client that does not read gets no close frame; the socket is dropped anyway.
+        let _ = tokio::time::timeout(self.app.config.http.send_timeout, frame).await;
     }
 
     async fn on_text(&mut self, text: &str) -> Step {
@@ -259,7 +263,7 @@ impl Connection {
         };
         match (self.protocol, kind.as_str()) {
             (_, "connection_init") => self.on_init(&message).await,
-            (Protocol::TransportWs, "ping") => {
+            (Protocol::GraphQLWS, "ping") => {
                 let mut pong = Map::new();
                 pong.insert("type".into(), json!("pong"));
                 if let Some(payload) = message.get("payload").filter(|p| p.is_object()) {
@@ -270,11 +274,11 @@ impl Connection {
                     Err(_) => Step::Close(Close::new(1000, "")),
                 }
             }
-            (Protocol::TransportWs, "pong") => Step::Continue,
-            (Protocol::TransportWs, "subscribe") | (Protocol::LegacyWs, "start") => {
+            (Protocol::GraphQLWS, "pong") => Step::Continue,
+            (Protocol::GraphQLWS, "subscribe") | (Protocol::SubscriptionsTransportWS, "start") => {
                 self.on_subscribe(&message)
             }
-            (Protocol::TransportWs, "complete") | (Protocol::LegacyWs, "stop") => {
+            (Protocol::GraphQLWS, "complete") | (Protocol::SubscriptionsTransportWS, "stop") => {
                 match message.get("id") {
                     Some(Value::String(id)) => {
                         self.operations.remove(id.as_str());
@@ -283,10 +287,12 @@ impl Connection {
                     _ => Step::Close(Close::invalid("an operation id is required")),
                 }
             }
-            (Protocol::LegacyWs, "connection_terminate") => Step::Close(Close::new(1000, "")),
+            (Protocol::SubscriptionsTransportWS, "connection_terminate") => {
+                Step::Close(Close::new(1000, ""))
+            }
             (_, other) => Step::Close(Close::invalid(format!(
                 "unknown message type {other:?} for {}",
-                self.protocol.name()
+                self.protocol.sec_websocket_protocol()
             ))),
         }
     }
@@ -319,7 +325,9 @@ impl Connection {
                 self.key = Some(key);
                 let ack = self.send(&json!({ "type": "connection_ack" })).await;
                 let ka = match (ack, self.protocol) {
-                    (Ok(()), Protocol::LegacyWs) => self.send(&json!({ "type": "ka" })).await,
+                    (Ok(()), Protocol::SubscriptionsTransportWS) => {
+                        self.send(&json!({ "type": "ka" })).await
+                    }
                     (ack, _) => ack,
                 };
                 match ka {
@@ -328,7 +336,7 @@ impl Connection {
                 }
             }
             Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
-                if self.protocol == Protocol::LegacyWs {
+                if self.protocol == Protocol::SubscriptionsTransportWS {
                     let _ = self
                         .send(&json!({ "type": "connection_error", "payload": { "message": error.to_string() } }))
                         .await;
@@ -426,14 +434,14 @@ async fn wait_for_true(watch: Option<&mut tokio::sync::watch::Receiver<bool>>) -
 
 /// A JSON string literal.
 fn quoted(text: &str) -> String {
-    serde_json::to_string(text).unwrap_or_else(|_| "\"\"".to_string())
+    serde_json::to_string(text).expect("a string is JSON")
 }
 
 /// A result: `next` (legacy: `data`) around the result rendered once for every member.
 fn result_frame(protocol: Protocol, id: &str, payload: &str) -> String {
     let kind = match protocol {
-        Protocol::TransportWs => "next",
-        Protocol::LegacyWs => "data",
+        Protocol::GraphQLWS => "next",
+        Protocol::SubscriptionsTransportWS => "data",
     };
     format!(
         r#"{{"type":"{kind}","id":{},"payload":{payload}}}"#,
@@ -501,15 +509,15 @@ mod tests {
     fn the_clients_first_known_subprotocol_wins() {
         assert_eq!(
             negotiate(&offered(&["graphql-transport-ws, graphql-ws"])),
-            Some(Protocol::TransportWs)
+            Some(Protocol::GraphQLWS)
         );
         assert_eq!(
             negotiate(&offered(&["graphql-ws, graphql-transport-ws"])),
-            Some(Protocol::LegacyWs)
+            Some(Protocol::SubscriptionsTransportWS)
         );
         assert_eq!(
             negotiate(&offered(&["soap", "graphql-ws"])),
-            Some(Protocol::LegacyWs)
+            Some(Protocol::SubscriptionsTransportWS)
         );
         assert_eq!(negotiate(&offered(&["soap"])), None);
         assert_eq!(negotiate(&offered(&[])), None);

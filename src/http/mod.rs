@@ -1,89 +1,15 @@
-//! The HTTP surface: routes, the JSON error envelope for unmatched paths and methods, one
-//! log line per request, bounded body reads, the server itself (`server`) and the
-//! shutdown signal.
+//! HTTP plumbing every route shares: the server itself (`server`), bounded body reads, and
+//! the shutdown signal. The route table is `crate::router`; the handlers live with their
+//! concern (intake, export, GraphQL).
 
 pub mod server;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
 use http_body_util::BodyExt;
-use serde_json::json;
 
-use crate::app::AppState;
-use crate::db;
 use crate::error::ApiError;
-use crate::{export, graphql, intake};
-
-pub fn router(app: AppState) -> Router {
-    let schema = graphql::build_schema(app.clone());
-    Router::new()
-        .route("/health", get(health))
-        .route("/ready", get(ready))
-        .merge(intake::routes())
-        .merge(export::routes())
-        .merge(graphql::routes(schema))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(log_request))
-        .with_state(app)
-}
-
-/// Liveness: answers without touching the database.
-async fn health() -> Json<serde_json::Value> {
-    Json(json!({
-        "status": "ok",
-        "service": "hymical-forms",
-        "version": env!("CARGO_PKG_VERSION"),
-    }))
-}
-
-/// Readiness: 200 while the database answers, 503 `storage_unavailable` otherwise.
-async fn ready(State(app): State<AppState>) -> Response {
-    match db::ping(&app.db).await {
-        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
-        Err(error) => ApiError::from(error).into_response(),
-    }
-}
-
-async fn not_found() -> ApiError {
-    ApiError::NotFound
-}
-
-/// A wrong method gets the JSON envelope every other error has; axum adds the `Allow`
-/// header, listing the route's methods, to whatever this returns.
-async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed {
-        allow: String::new(),
-    }
-}
-
-/// One line per request: method, route template (never the raw path or query), status and
-/// duration. Bodies, headers and client addresses are not logged.
-async fn log_request(request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let method = request.method().clone();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-        .unwrap_or_else(|| "<unmatched>".to_owned());
-    let response = next.run(request).await;
-    tracing::info!(
-        target: "hymical_forms::request",
-        method = %method,
-        route = %route,
-        status = response.status().as_u16(),
-        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-        "request"
-    );
-    response
-}
 
 /// Resolves on SIGTERM or SIGINT.
 pub async fn shutdown_signal() {

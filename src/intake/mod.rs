@@ -71,7 +71,7 @@ async fn submit(
     response
 }
 
-/// The checks of SPEC section 5 in order. `endpoint` receives the endpoint once it is
+/// The checks of intake in order (docs/intake.md). `endpoint` receives the endpoint once it is
 /// known, for the CORS headers of whatever the answer is.
 async fn accept(
     app: &AppState,

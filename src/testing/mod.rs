@@ -40,6 +40,9 @@ pub mod http {
 pub mod model {
     pub use crate::model::*;
 }
+pub mod router {
+    pub use crate::router::*;
+}
 pub mod services {
     pub use crate::services::*;
 }

@@ -1,4 +1,4 @@
-//! Webhook delivery against real local receivers (SPEC section 6, the delivery seeds).
+//! Webhook delivery against real local receivers (docs/delivery.md).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -17,7 +17,8 @@ const DEV: &[(&str, &str)] = &[
     ("FORMS_RATE_LIMIT_ENABLED", "false"),
 ];
 
-/// The Python snippet of the delivery seed, run over the exact bytes received.
+/// The receiver-side verification snippet of docs/delivery.md, in Python, run over the exact
+/// bytes received.
 const VERIFY_PY: &str = r#"
 import hashlib
 import hmac
@@ -58,7 +59,7 @@ fn python_verifies(body: &[u8], header: &str, secret: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_signed_delivery_verifies_with_the_seed_snippet() {
+async fn a_signed_delivery_verifies_with_the_documented_snippet() {
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let secret = app
@@ -84,7 +85,7 @@ async fn a_signed_delivery_verifies_with_the_seed_snippet() {
     assert!(signature.starts_with("v1="));
     assert!(
         python_verifies(&request.body, signature, &secret),
-        "the seed's snippet verifies"
+        "the documented snippet verifies"
     );
     assert!(!python_verifies(&request.body, signature, "whsec_wrong"));
 

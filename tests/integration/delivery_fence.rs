@@ -1,6 +1,5 @@
-//! The claim-token fence and claiming races, with independent connections (the delivery
-//! seeds: "Tested against real PostgreSQL with independent connections holding two
-//! different claims on one row").
+//! The claim-token fence and claiming races, with independent connections (two
+//! independent connections holding two different claims on one row).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! `GET /submissions/export` and retention (SPEC section 10).
+//! `GET /submissions/export` and retention.
 
 use std::sync::Arc;
 

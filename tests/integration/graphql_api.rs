@@ -1,4 +1,4 @@
-//! The GraphQL management API through HTTP (SPEC section 7).
+//! The GraphQL management API through HTTP.
 
 use std::sync::Arc;
 
@@ -239,7 +239,8 @@ async fn create_endpoint_rules() {
         "INVALID_INPUT",
     )
     .await;
-    // Every literal of SPEC 6.6, through the same function the worker uses.
+    // Every refused address literal of docs/delivery.md, through the same function the worker
+    // uses.
     for url in [
         "http://localhost/h",
         "http://api.localhost/h",

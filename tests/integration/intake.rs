@@ -1,4 +1,4 @@
-//! Public intake through HTTP against real PostgreSQL (SPEC section 5).
+//! Public intake through HTTP against real PostgreSQL.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Idempotency-Key handling (SPEC section 5.1), including racing first requests.
+//! Idempotency-Key handling, including racing first requests.
 
 use std::sync::Arc;
 

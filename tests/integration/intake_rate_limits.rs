@@ -1,4 +1,4 @@
-//! Rate limits shared across processes through the database (SPEC section 5.2).
+//! Rate limits shared across processes through the database.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The management key lifecycle through the CLI (SPEC section 9).
+//! The management key lifecycle through the CLI.
 
 use std::sync::Arc;
 

@@ -31,6 +31,7 @@ mod migrations;
 mod proxy;
 mod receiver;
 mod schema_files;
+mod self_contained;
 mod subscriptions;
 mod subscriptions_e2e;
 mod vocabulary;

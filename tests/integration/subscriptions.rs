@@ -1,4 +1,4 @@
-//! GraphQL subscriptions at `/graphql/ws` (SPEC section 8): the protocol's rules probed
+//! GraphQL subscriptions at `/graphql/ws`: the protocol's rules probed
 //! over raw WebSockets, the events of a delivery's life, filters, resume, commit order,
 //! revocation and pruning.
 
@@ -1093,4 +1093,124 @@ async fn a_long_transaction_in_another_database_does_not_delay_the_feed() {
         .execute(&mut neighbour)
         .await
         .unwrap();
+}
+
+/// A client that subscribes and then stops reading cannot hold its connection: once the
+/// server's writes stop moving for the send timeout it drops the socket, so revocation and
+/// shutdown are not hidden behind a blocked write and the connection's slot is freed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscriber_that_stops_reading_is_dropped_after_the_send_timeout() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let mut vars = DEV.to_vec();
+    vars.push(("FORMS_HTTP_SEND_TIMEOUT_SECONDS", "1"));
+    let app =
+        TestApp::start_with(&vars, Arc::new(hymical_forms::testing::clock::SystemClock)).await;
+    let (_, key) = app.create_key("stalled").await;
+    // A tiny receive window, so the server's writes block soon.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let stream = socket.connect(app.addr).await.unwrap();
+    let client_port = stream.local_addr().unwrap().port();
+    let mut request = ws_url(&app).into_client_request().unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut ws, _) = tokio_tungstenite::client_async(request, stream)
+        .await
+        .unwrap();
+    let send = |value: Value| Message::Text(value.to_string().into());
+    ws.send(send(json!({ "type": "connection_init", "payload": { "Authorization": format!("Bearer {key}") } })))
+        .await
+        .unwrap();
+    let ack = ws.next().await.unwrap().unwrap();
+    assert!(ack.to_text().unwrap().contains("connection_ack"), "{ack:?}");
+    // Frames of about 4 KB (aliases repeat a field), so a few thousand fill every buffer.
+    let fields: Vec<String> = (0..100).map(|n| format!("t{n}: occurredAt")).collect();
+    let query = format!(
+        "subscription {{ deliveryStateChanged {{ id {} }} }}",
+        fields.join(" ")
+    );
+    ws.send(send(
+        json!({ "type": "subscribe", "id": "s", "payload": { "query": query } }),
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Far more events than the socket buffers hold, and the client reads none of them.
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(
+        "WITH e AS (INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('stall', 's', true, now()) RETURNING id),
+              d AS (INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at)
+                    SELECT 'whd_' || repeat('5', 32), id, 'https://example.com/h', 's', 'pending', 0, 0, now(), now() FROM e RETURNING id, endpoint_id)
+         INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, attempts, cycle_attempts, occurred_at)
+         SELECT d.id, d.endpoint_id, 'created', 'pending', 0, 0, now() FROM d, generate_series(1, 10000)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query("SELECT pg_notify('hymical_delivery_event', '')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // Wait until the server's writes are stuck: its socket's send queue is full and has
+    // not moved for well over the send timeout (1 s). Watching the queue rather than a
+    // clock keeps this independent of how fast a loaded machine produces frames.
+    let client_port = client_port;
+    let server_port = app.addr.port();
+    let mut last = 0;
+    let mut stable_since = tokio::time::Instant::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server's send queue never filled (last {last} bytes)"
+        );
+        let queued = server_send_queue(server_port, client_port);
+        if queued != last {
+            last = queued;
+            stable_since = tokio::time::Instant::now();
+        } else if queued > 0 && stable_since.elapsed() > Duration::from_secs(4) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Reading now finds what the kernel buffered, then the end: the server is gone. With a
+    // write that waited for ever, the connection would stay open and stream all 10,000.
+    let mut frames = 0;
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(_))) => frames += 1,
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        ended.is_ok(),
+        "the server kept the stalled connection ({frames} frames)"
+    );
+    assert!(frames < 10_000, "{frames} frames: the server never gave up");
+}
+
+/// Bytes queued for sending on the server's side of the loopback connection between
+/// `server_port` and `client_port`, from `/proc/net/tcp`.
+fn server_send_queue(server_port: u16, client_port: u16) -> u64 {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port =
+        |address: &str| u16::from_str_radix(address.rsplit(':').next().unwrap(), 16).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| port(fields[1]) == server_port && port(fields[2]) == client_port)
+        .map(|fields| u64::from_str_radix(fields[4].split(':').next().unwrap(), 16).unwrap())
+        .unwrap_or(0)
 }
