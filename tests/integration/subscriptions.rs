@@ -1160,7 +1160,6 @@ async fn a_subscriber_that_stops_reading_is_dropped_after_the_send_timeout() {
     // Wait until the server's writes are stuck: its socket's send queue is full and has
     // not moved for well over the send timeout (1 s). Watching the queue rather than a
     // clock keeps this independent of how fast a loaded machine produces frames.
-    let client_port = client_port;
     let server_port = app.addr.port();
     let mut last = 0;
     let mut stable_since = tokio::time::Instant::now();
