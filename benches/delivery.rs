@@ -112,7 +112,9 @@ fn main() {
     // The product's claim and record statements (src/db/sql/claim.sql and
     // record_attempt.sql with the event tail), their binds as pgbench expressions: one
     // delivery claimed and recorded as delivered, per transaction. `\gset` carries the
-    // claim's id and token into the record.
+    // claim's id and token into the record. The fair claim may find nothing for a client
+    // (another holds the endpoint it was handed), so its answer is folded into one row,
+    // empty then, and the record of nothing changes nothing; only deliveries recorded count.
     let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
     let record_binds = [
         ":claim_token",
@@ -128,11 +130,19 @@ fn main() {
         "NULL::interval",
         "NULL::timestamptz",
     ];
+    let one_row = |claim: String| {
+        let body = claim
+            .trim_end()
+            .strip_suffix("SELECT * FROM result")
+            .expect("the claim answers with its result")
+            .to_string();
+        body + "SELECT coalesce((SELECT id FROM result), '') AS id, coalesce((SELECT claim_token FROM result), '') AS claim_token"
+    };
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
         &format!(
             "{}\n\\gset\n{};\n",
-            db::queue::CLAIM.render(&claim_binds),
+            one_row(db::queue::CLAIM.render(&claim_binds)),
             db::queue::RECORD_ATTEMPT.render(&record_binds),
         ),
     );
@@ -150,7 +160,7 @@ fn main() {
         "claim_and_record_without_events.sql",
         &format!(
             "{}\n\\gset\n{};\n",
-            claim_without_events.render(&claim_binds),
+            one_row(claim_without_events.render(&claim_binds)),
             record_without_events.render(&record_binds),
         ),
     );
@@ -160,6 +170,7 @@ fn main() {
     let mut ours = Vec::new();
     let clients = 16u64;
     for round in 1..=rounds {
+        let transactions = (deliveries / clients) * clients;
         runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
         let pg = cluster.pgbench(
             &claim_and_record,
@@ -169,7 +180,8 @@ fn main() {
                 "-t".into(),
                 (deliveries / clients).to_string(),
             ],
-        );
+        ) * runtime.block_on(delivered(&cluster.url)) as f64
+            / transactions as f64;
         runtime.block_on(clear(&cluster.url));
         // The same without the event inserts.
         runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
@@ -181,7 +193,8 @@ fn main() {
                 "-t".into(),
                 (deliveries / clients).to_string(),
             ],
-        );
+        ) * runtime.block_on(delivered(&cluster.url)) as f64
+            / transactions as f64;
         runtime.block_on(clear(&cluster.url));
         println!(
             "round {round}: pgbench claim+record without events {pg_bare:.0} tps, with events {pg:.0} tps (events cost {:.0}%)",
@@ -394,7 +407,8 @@ async fn queue(url: &Secret, count: u64) {
              SELECT 'whd_' || d, 'sub_' || s, e.id, e.webhook_url, e.webhook_secret, now(), now()
              FROM batch JOIN endpoints e ON e.id = 'bench-' || (n % {ENDPOINTS});
          SELECT pg_notify('hymical_delivery_due', '');
-         COMMIT;"
+         COMMIT;
+         ANALYZE submissions, webhook_deliveries;"
     ))
     .await
     .expect("queue deliveries");
@@ -413,7 +427,8 @@ async fn clear(url: &Secret) {
     conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
 }
 
-async fn wait_delivered(url: &Secret, count: u64) {
+/// How many deliveries are `delivered`.
+async fn delivered(url: &Secret) -> u64 {
     use diesel_async::RunQueryDsl;
     #[derive(diesel::QueryableByName)]
     struct Delivered {
@@ -423,16 +438,16 @@ async fn wait_delivered(url: &Secret, count: u64) {
     let mut conn = AsyncPgConnection::establish(url.expose())
         .await
         .expect("connect");
-    loop {
-        let delivered: Delivered = diesel::sql_query(
-            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'",
-        )
-        .get_result(&mut conn)
-        .await
-        .expect("count");
-        if delivered.n as u64 >= count {
-            return;
-        }
+    let delivered: Delivered =
+        diesel::sql_query("SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'")
+            .get_result(&mut conn)
+            .await
+            .expect("count");
+    delivered.n as u64
+}
+
+async fn wait_delivered(url: &Secret, count: u64) {
+    while delivered(url).await < count {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -444,8 +459,12 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// The binary the worker and serve processes run: this build's, or another build's named
+/// by `BENCH_FORMS_BINARY` (an A/B comparison of two versions under the same harness).
 fn forms(url: &Secret, port: u16) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_hymical-forms"));
+    let binary = std::env::var_os("BENCH_FORMS_BINARY")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_hymical-forms").into());
+    let mut command = Command::new(binary);
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

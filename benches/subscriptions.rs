@@ -239,6 +239,7 @@ impl Server {
             &app,
             Plan {
                 http: Some((listener, limits)),
+                metrics: None,
                 workers,
                 sweeper: false,
                 retention: false,

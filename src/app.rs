@@ -43,6 +43,8 @@ impl App {
         clock: Arc<dyn Clock>,
         events: EventFeed,
     ) -> AppState {
+        // Before anything is counted.
+        crate::telemetry::meters::install();
         Arc::new(App {
             connection,
             db,

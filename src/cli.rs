@@ -30,12 +30,17 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the HTTP server and the delivery workers (the default).
+    #[command(after_help = crate::config::variables_help())]
     Serve,
     /// Apply pending database migrations.
     Migrate {
         /// List applied and pending migrations instead of applying them.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "adopt")]
         status: bool,
+        /// Take over a database the earlier Python service (hymical-forms 0.2) left at
+        /// its Alembic revision 0006, then apply the newer migrations.
+        #[arg(long)]
+        adopt: bool,
     },
     /// Manage management API keys.
     Keys {
@@ -94,6 +99,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Command::Serve = command {
+        if let Err(errors) = config.check_serve() {
+            eprint!("{errors}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
     telemetry::init(config.log_format);
     for warning in &config.warnings {
         tracing::warn!("{warning}");
@@ -113,9 +124,9 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(run(command, config)) {
         Ok(()) => ExitCode::SUCCESS,
+        // Once, through the log (standard error), so a JSON log stays one object a line.
         Err(error) => {
             tracing::error!("{error:#}");
-            eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
@@ -134,7 +145,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let database = Database::open(&config, &command).await?;
     let result = match command {
         Command::Serve => serve(config, &database).await,
-        Command::Migrate { status } => migrate(&database, status).await,
+        Command::Migrate { status, adopt } => migrate(&database, status, adopt).await,
         Command::Keys { action } => keys(action, &database).await,
         Command::Retention {
             dry_run,
@@ -178,6 +189,13 @@ impl Database {
         let data_dir = config.database.data_dir.clone();
         let (started, connection) = tokio::task::spawn_blocking(move || {
             let cluster = embedded::Cluster::new(&data_dir)?;
+            if let Some(requested) = cluster.relocated_from() {
+                tracing::info!(
+                    requested = %requested.display(),
+                    data_dir = %cluster.root().display(),
+                    "the postgres user cannot reach the data directory asked for (a parent directory is private); the embedded cluster lives in data_dir instead"
+                );
+            }
             if cluster.initialize()? {
                 tracing::info!(data_dir = %cluster.root().display(), "created the embedded PostgreSQL cluster");
             }
@@ -257,9 +275,6 @@ impl Database {
 }
 
 async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
-    if !config.api_enabled && !config.worker.enabled {
-        bail!("FORMS_API_ENABLED and FORMS_WORKER_ENABLED are both false: this process would do nothing");
-    }
     let settings = db::ConnectionSettings::new(&database.url, &config.database)?;
     let pool = db::Db::connect(
         settings.clone(),
@@ -292,6 +307,24 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     } else {
         None
     };
+    let metrics = match config.metrics.bind {
+        Some(bind) => {
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .with_context(|| format!("cannot listen on FORMS_METRICS_BIND={bind}"))?;
+            let local = listener
+                .local_addr()
+                .context("cannot read the metrics listening address")?;
+            tracing::info!(address = %local, "serving /metrics");
+            Some((listener, http::server::Limits::from_config(config)))
+        }
+        None => {
+            if !config.api_enabled {
+                tracing::info!("no /metrics: the API is off and FORMS_METRICS_BIND is unset");
+            }
+            None
+        }
+    };
     let workers = if config.worker.enabled {
         Some(
             delivery::client::WebhookClient::new(
@@ -305,6 +338,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     };
     let plan = Plan {
         http,
+        metrics,
         workers,
         sweeper: config.api_enabled && config.rate_limit.enabled,
         retention: config.submission_retention_days > 0,
@@ -363,7 +397,18 @@ async fn retention_command(
     Ok(())
 }
 
-async fn migrate(database: &Database, status: bool) -> anyhow::Result<()> {
+async fn migrate(database: &Database, status: bool, adopt: bool) -> anyhow::Result<()> {
+    if adopt {
+        let applied = db::migrations::adopt(&database.url).await?;
+        println!(
+            "adopted the earlier service's database (Alembic revision {}) as this product's baseline",
+            db::migrations::ADOPTABLE_REVISION
+        );
+        for version in applied {
+            println!("applied  {version}");
+        }
+        return Ok(());
+    }
     if status {
         for migration in db::migrations::status(&database.url).await? {
             let state = if migration.applied {

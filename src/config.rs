@@ -68,7 +68,44 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_GRAPHQL_MAX_EXPANDED_FIELDS",
     "FORMS_GRAPHQL_MAX_FRAGMENTS",
     "FORMS_LOG_FORMAT",
+    "FORMS_METRICS_BIND",
+    "FORMS_METRICS_REQUIRE_KEY",
 ];
+
+/// The reference every variable is documented in; `serve --help` lists them from it.
+const REFERENCE: &str = include_str!("../docs/configuration.md");
+
+/// Every variable with its default and the first sentence of its meaning, from the
+/// reference's tables, for `serve --help`.
+pub fn variables_help() -> String {
+    let plain = |cell: &str| cell.trim().replace(['`', '*'], "");
+    let mut help = String::from(
+        "Configuration: environment variables (also read from ./.env); docs/configuration.md has each rule in full.\n",
+    );
+    for line in REFERENCE
+        .lines()
+        .filter(|line| line.starts_with("| `FORMS_"))
+    {
+        let cells: Vec<&str> = line.split('|').collect();
+        let [_, name, default, _, meaning, ..] = cells.as_slice() else {
+            continue;
+        };
+        let name = plain(name);
+        if TEST_SUITE_VARIABLES.contains(&name.as_str()) {
+            continue;
+        }
+        let meaning = plain(meaning);
+        let first = meaning
+            .split_once(". ")
+            .map_or(meaning.as_str(), |(first, _)| first)
+            .trim_end_matches('.');
+        help.push_str(&format!(
+            "  {name} [default: {}]\n      {first}.\n",
+            plain(default)
+        ));
+    }
+    help
+}
 
 /// A value that must never be printed: `Debug` and `Display` show a placeholder.
 #[derive(Clone, PartialEq, Eq)]
@@ -208,6 +245,7 @@ pub struct Config {
     pub export_max_concurrent: usize,
     pub graphql: GraphqlConfig,
     pub log_format: LogFormat,
+    pub metrics: MetricsConfig,
     /// Non-fatal findings (for example a short lease), logged once logging is up.
     pub warnings: Vec<String>,
 }
@@ -231,6 +269,14 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Where `/metrics` is served and whether it needs a management key.
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// A listener of its own; `None`: `/metrics` on the API's listener (`FORMS_BIND`).
+    pub bind: Option<SocketAddr>,
+    pub require_key: bool,
+}
+
 /// Every invalid variable found in one pass, so an operator fixes them all at once.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigErrors(pub Vec<ConfigError>);
@@ -246,6 +292,18 @@ impl fmt::Display for ConfigErrors {
 }
 
 impl Config {
+    /// The rules that only `serve` has: a process must have something to do.
+    pub fn check_serve(&self) -> Result<(), ConfigErrors> {
+        if self.api_enabled || self.worker.enabled {
+            return Ok(());
+        }
+        Err(ConfigErrors(vec![ConfigError {
+            variable: "FORMS_WORKER_ENABLED",
+            problem: "false, and so is FORMS_API_ENABLED: this process would do nothing".into(),
+            rule: "at least one of FORMS_API_ENABLED and FORMS_WORKER_ENABLED must be true".into(),
+        }]))
+    }
+
     /// Reads the process environment (after an optional `.env` was loaded by the caller).
     pub fn from_env() -> Result<Config, ConfigErrors> {
         Config::from_lookup(|name| std::env::var(name).ok())
@@ -279,6 +337,10 @@ impl Config {
         );
         let auto_migrate = r.boolean("FORMS_AUTO_MIGRATE", false);
         let api_enabled = r.boolean("FORMS_API_ENABLED", true);
+        let metrics_bind = r
+            .raw("FORMS_METRICS_BIND")
+            .map(|_| r.socket_addr("FORMS_METRICS_BIND", SocketAddr::from(([127, 0, 0, 1], 0))));
+        let metrics_require_key = r.boolean("FORMS_METRICS_REQUIRE_KEY", true);
         let worker_enabled = r.boolean("FORMS_WORKER_ENABLED", true);
 
         let max_body_bytes = r.integer("FORMS_MAX_BODY_BYTES", 262_144, 1, 1 << 30);
@@ -414,6 +476,14 @@ impl Config {
             });
         }
 
+        if metrics_bind.is_some_and(|metrics| metrics == bind) {
+            r.errors.push(ConfigError {
+                variable: "FORMS_METRICS_BIND",
+                problem: format!("{bind} is FORMS_BIND's address too"),
+                rule: "another address or port than FORMS_BIND, or unset to serve /metrics on FORMS_BIND".into(),
+            });
+        }
+
         if !reader.errors.is_empty() {
             return Err(ConfigErrors(reader.errors));
         }
@@ -480,6 +550,10 @@ impl Config {
                 max_fragments: max_fragments as usize,
             },
             log_format,
+            metrics: MetricsConfig {
+                bind: metrics_bind,
+                require_key: metrics_require_key,
+            },
             warnings,
         })
     }
@@ -613,12 +687,9 @@ impl Reader<'_> {
             );
             return None;
         }
-        if raw.parse::<tokio_postgres::Config>().is_err() {
-            self.fail(
-                "FORMS_DATABASE_URL",
-                "the value is not a valid PostgreSQL connection URL".into(),
-                rule,
-            );
+        // Also reads `sslrootcert`, so a missing certificate file is reported here.
+        if let Err(problem) = crate::db::tls::parse(&raw) {
+            self.fail("FORMS_DATABASE_URL", problem, rule);
             return None;
         }
         Some(Secret::new(raw))
@@ -793,6 +864,11 @@ mod tests {
             ("FORMS_GRAPHQL_MAX_EXPANDED_FIELDS", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_FRAGMENTS", "0", "from 1"),
             ("FORMS_LOG_FORMAT", "xml", "text or json"),
+            ("FORMS_METRICS_BIND", "metrics:9100", "literal IP"),
+            ("FORMS_METRICS_BIND", "127.0.0.1:8080", "another address or port than FORMS_BIND"),
+            ("FORMS_METRICS_REQUIRE_KEY", "sometimes", "true or false"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify", "not one of"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "cannot be read"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

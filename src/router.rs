@@ -21,6 +21,7 @@ use tracing::Span;
 use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
+use crate::telemetry::meters;
 use crate::{export, graphql, intake};
 
 /// Every request carries one, in its log line and in the answer, so an operator can find
@@ -29,12 +30,31 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 pub fn router(app: AppState) -> Router {
     let schema = graphql::build_schema(app.clone());
-    Router::new()
+    let mut routes = Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
         .merge(intake::routes())
         .merge(export::routes())
-        .merge(graphql::routes(schema))
+        .merge(graphql::routes(schema));
+    if app.config.metrics.bind.is_none() {
+        routes = routes.merge(meters::routes());
+    }
+    wrap(routes, app)
+}
+
+/// The listener of its own that `FORMS_METRICS_BIND` asks for: `/metrics` and `/health`.
+pub fn metrics_router(app: AppState) -> Router {
+    wrap(
+        Router::new()
+            .route("/health", get(health))
+            .merge(meters::routes()),
+        app,
+    )
+}
+
+/// What every route of every listener is wrapped in.
+fn wrap(routes: Router<AppState>, app: AppState) -> Router {
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(

@@ -3,7 +3,8 @@
 //!
 //! | service | runs when | needs |
 //! | --- | --- | --- |
-//! | HTTP server (intake, GraphQL, export, health) | a listener is given (`FORMS_API_ENABLED`) | the app state |
+//! | HTTP server (intake, GraphQL, export, health, metrics) | a listener is given (`FORMS_API_ENABLED`) | the app state |
+//! | metrics server (`/metrics` alone) | a listener is given (`FORMS_METRICS_BIND`) | the app state |
 //! | delivery workers | a webhook client is given (`FORMS_WORKER_ENABLED`) | pool, clock, worker and webhook settings |
 //! | notification listener (the one `LISTEN` connection) | always | connection settings, the feed, the workers' wake-up |
 //! | event reader | with the API | pool, the feed |
@@ -33,6 +34,8 @@ use crate::http::server::Limits;
 pub struct Plan {
     /// Serve the API on this listener, within these limits.
     pub http: Option<(TcpListener, Limits)>,
+    /// Serve `/metrics` on a listener of its own (`FORMS_METRICS_BIND`).
+    pub metrics: Option<(TcpListener, Limits)>,
     /// Run the delivery workers with this client.
     pub workers: Option<WebhookClient>,
     /// Sweep expired rate-limit counters.
@@ -121,6 +124,14 @@ impl Services {
         }
         if let Some((listener, limits)) = plan.http {
             let router = crate::router::router(app.clone());
+            let stopped = stop.clone();
+            tasks.spawn(async move {
+                crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())
+                    .await;
+            });
+        }
+        if let Some((listener, limits)) = plan.metrics {
+            let router = crate::router::metrics_router(app.clone());
             let stopped = stop.clone();
             tasks.spawn(async move {
                 crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())

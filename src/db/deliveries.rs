@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Double, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql};
@@ -145,6 +145,29 @@ pub async fn count_by_state(
         .get_result(conn)
         .await?,
     )
+}
+
+/// The queue as `/metrics` reports it.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueFigures {
+    pub counts: DeliveryCounts,
+    /// How long the oldest due pending delivery has been due; 0 when none is.
+    pub oldest_due_seconds: f64,
+}
+
+static OLDEST_DUE: SqlText = sql!("oldest_due.sql");
+struct OldestDue;
+
+/// The counts of all deliveries and the age of the oldest due one (oldest_due.sql).
+pub async fn queue_figures(conn: &mut AsyncPgConnection) -> Result<QueueFigures, DbError> {
+    let counts = count_by_state(conn, None).await?;
+    let oldest_due_seconds = Statement::<OldestDue, Double, _>::new(&OLDEST_DUE, ())
+        .get_result(conn)
+        .await?;
+    Ok(QueueFigures {
+        counts,
+        oldest_due_seconds,
+    })
 }
 
 /// What a single replay did.

@@ -18,6 +18,9 @@ pub enum MigrationError {
     Database(#[from] DbError),
     #[error("migration failed: {0}")]
     Migration(String),
+    /// The database is not one to migrate (or adopt) as it is; nothing was changed.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<diesel::result::Error> for MigrationError {
@@ -53,15 +56,162 @@ async fn with_lock<T>(
         .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(&mut connection)
         .await?;
+    // Before anything is created: a database of the earlier service is taken over only
+    // by `migrate --adopt`.
+    if let Some(revision) = earlier_service_revision(&mut connection).await? {
+        unlock(&mut connection).await?;
+        return Err(MigrationError::Refused(format!(
+            "this database was left by the earlier Python service (hymical-forms 0.2, Alembic revision {revision}); nothing was changed. Stop that service, then run `hymical-forms migrate --adopt` to take the database over"
+        )));
+    }
     let mut harness = AsyncMigrationHarness::new(connection);
     let result = work(&mut harness);
     let mut connection = harness.into_inner();
-    // Closing the connection would release the lock too; unlocking says so explicitly.
+    unlock(&mut connection).await?;
+    result
+}
+
+/// Closing the connection would release the lock too; unlocking says so explicitly.
+async fn unlock(connection: &mut AsyncPgConnection) -> Result<(), MigrationError> {
     diesel::sql_query("SELECT pg_advisory_unlock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
+        .execute(connection)
+        .await?;
+    Ok(())
+}
+
+/// The tables the earlier Python service (0.2) creates, at its last revision.
+const EARLIER_SERVICE_TABLES: &[&str] = &[
+    "alembic_version",
+    "delivery_attempts",
+    "endpoints",
+    "management_api_keys",
+    "rate_limit_counters",
+    "submissions",
+    "webhook_deliveries",
+];
+
+/// The earlier service's last revision, the only one whose schema adoption knows.
+pub const ADOPTABLE_REVISION: &str = "0006";
+
+static ADOPT_PYTHON_0006: &str = include_str!("sql/adopt_python_0006.sql");
+
+#[derive(diesel::QueryableByName)]
+struct Name {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    name: String,
+}
+
+/// The Alembic revision(s) recorded in `alembic_version`, if the table exists.
+async fn earlier_service_revision(
+    connection: &mut AsyncPgConnection,
+) -> Result<Option<String>, MigrationError> {
+    let exists: Vec<Name> = diesel::sql_query(
+        "SELECT 'alembic_version' AS name WHERE to_regclass('public.alembic_version') IS NOT NULL",
+    )
+    .load(connection)
+    .await?;
+    if exists.is_empty() {
+        return Ok(None);
+    }
+    let revisions: Vec<Name> =
+        diesel::sql_query("SELECT version_num::text AS name FROM alembic_version ORDER BY 1")
+            .load(connection)
+            .await?;
+    let revisions: Vec<String> = revisions.into_iter().map(|r| r.name).collect();
+    Ok(Some(if revisions.is_empty() {
+        "none".to_string()
+    } else {
+        revisions.join(", ")
+    }))
+}
+
+/// Takes over a database the earlier Python service left at Alembic revision
+/// [`ADOPTABLE_REVISION`]: checks the revision and the tables (refusing, with nothing
+/// changed, any other revision or any table the earlier service does not make), converts
+/// the schema to this product's first migration and records it as applied, all in one
+/// transaction; then applies the later migrations. Returns the versions applied after the
+/// baseline.
+pub async fn adopt(url: &Secret) -> Result<Vec<String>, MigrationError> {
+    use diesel_async::{AsyncConnection, SimpleAsyncConnection};
+    let mut connection = connect_one(url).await?;
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
         .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
         .execute(&mut connection)
         .await?;
-    result
+    let adopted = async {
+        let Some(revision) = earlier_service_revision(&mut connection).await? else {
+            return Err(MigrationError::Refused(
+                "nothing to adopt: this database has no Alembic revision of the earlier Python service (a database of this product is migrated with `hymical-forms migrate`)".into(),
+            ));
+        };
+        if revision != ADOPTABLE_REVISION {
+            return Err(MigrationError::Refused(format!(
+                "the earlier service left this database at Alembic revision {revision}; only {ADOPTABLE_REVISION} (hymical-forms 0.2) can be adopted: upgrade the earlier service to 0.2 and run its migrations first. Nothing was changed"
+            )));
+        }
+        let tables: Vec<Name> = diesel::sql_query(
+            "SELECT tablename::text AS name FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+        )
+        .load(&mut connection)
+        .await?;
+        let tables: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+        let foreign: Vec<&str> = tables
+            .iter()
+            .copied()
+            .filter(|t| !EARLIER_SERVICE_TABLES.contains(t))
+            .collect();
+        let missing: Vec<&str> = EARLIER_SERVICE_TABLES
+            .iter()
+            .copied()
+            .filter(|t| !tables.contains(t))
+            .collect();
+        if !foreign.is_empty() || !missing.is_empty() {
+            return Err(MigrationError::Refused(format!(
+                "this database holds more or less than the earlier service's tables (not the earlier service's: {}; missing: {}); adoption takes over only a database the earlier service has to itself. Nothing was changed",
+                list(&foreign),
+                list(&missing)
+            )));
+        }
+        let baseline = first_migration_version()?;
+        connection
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                conn.batch_execute(ADOPT_PYTHON_0006).await?;
+                diesel::sql_query("INSERT INTO __diesel_schema_migrations (version) VALUES ($1)")
+                    .bind::<diesel::sql_types::Text, _>(&baseline)
+                    .execute(conn)
+                    .await?;
+                Ok(())
+            })
+            .await
+            .map_err(|error| {
+                MigrationError::Refused(format!(
+                    "the earlier service's data does not fit this product's schema ({error}); nothing was changed"
+                ))
+            })
+    }
+    .await;
+    unlock(&mut connection).await?;
+    adopted?;
+    run_pending(url).await
+}
+
+fn list(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The version Diesel records for this product's first migration.
+fn first_migration_version() -> Result<String, MigrationError> {
+    let mut all = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
+        .map_err(migration_failed)?;
+    all.sort_by(|a, b| a.name().version().cmp(&b.name().version()));
+    <[_]>::first(&all)
+        .map(|migration| migration.name().version().to_string())
+        .ok_or_else(|| MigrationError::Migration("no migrations are embedded".into()))
 }
 
 /// Every embedded migration, oldest first, with whether it is applied.

@@ -15,8 +15,9 @@ pub mod rate_limits;
 pub mod schema;
 pub mod statement;
 pub mod submissions;
+pub mod tls;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,18 +31,33 @@ pub type DbPool = bb8::Pool<Manager>;
 
 /// A failure to reach or use the database. Callers map every variant to
 /// `503 storage_unavailable`; the text is for logs and never reaches a client.
+///
+/// The wrapped errors are part of the message, not sources: a chain printer (`{:#}`)
+/// would print them twice.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
     #[error("database query failed: {0}")]
-    Query(#[from] diesel::result::Error),
+    Query(diesel::result::Error),
     #[error("no database connection available: {0}")]
     Pool(String),
     #[error("cannot connect to the database: {0}")]
-    Connect(#[from] diesel::ConnectionError),
+    Connect(diesel::ConnectionError),
     #[error("the database did not answer within {0:?}")]
     Deadline(Duration),
     #[error("the database refuses connections")]
     Unreachable,
+}
+
+impl From<diesel::result::Error> for DbError {
+    fn from(error: diesel::result::Error) -> Self {
+        DbError::Query(error)
+    }
+}
+
+impl From<diesel::ConnectionError> for DbError {
+    fn from(error: diesel::ConnectionError) -> Self {
+        DbError::Connect(error)
+    }
 }
 
 impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError {
@@ -67,6 +83,7 @@ pub const APPLICATION_NAME: &str = "hymical-forms";
 #[derive(Clone)]
 pub struct ConnectionSettings {
     config: tokio_postgres::Config,
+    tls: tls::Tls,
     setup: String,
     /// The whole opening (TCP, TLS, start-up, authentication, set-up) must fit in this:
     /// tokio-postgres's own connect timeout covers only the TCP connect, and a server that
@@ -99,11 +116,10 @@ impl ConnectionSettings {
         idle_in_transaction_timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<ConnectionSettings, DbError> {
-        let mut config: tokio_postgres::Config = url.expose().parse().map_err(|_| {
-            DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(
-                "the database URL is not valid".into(),
-            ))
+        let target = tls::parse(url.expose()).map_err(|problem| {
+            DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(problem))
         })?;
+        let mut config = target.config;
         config
             .application_name(APPLICATION_NAME)
             .connect_timeout(connect_timeout)
@@ -121,9 +137,28 @@ impl ConnectionSettings {
         );
         Ok(ConnectionSettings {
             config,
+            tls: target.tls,
             setup,
             connect_timeout,
         })
+    }
+
+    async fn open_with<T>(&self, tls: T) -> Result<AsyncPgConnection, DbError>
+    where
+        T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
+        T::Stream: Send + Unpin + 'static,
+    {
+        let (client, connection) = self.config.connect(tls).await.map_err(|error| {
+            // tokio-postgres names the cause (a refused certificate, say) only in the
+            // error's source.
+            let cause = std::error::Error::source(&error)
+                .map(|source| format!(": {source}"))
+                .unwrap_or_default();
+            DbError::Connect(diesel::ConnectionError::BadConnection(format!(
+                "{error}{cause}"
+            )))
+        })?;
+        Ok(AsyncPgConnection::try_from_client_and_connection(client, connection).await?)
     }
 
     /// Opens one connection, set up like every other (outside the pool: migrations,
@@ -135,15 +170,10 @@ impl ConnectionSettings {
     }
 
     async fn open(&self) -> Result<AsyncPgConnection, DbError> {
-        let (client, connection) =
-            self.config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|error| {
-                    DbError::Connect(diesel::ConnectionError::BadConnection(error.to_string()))
-                })?;
-        let mut connection =
-            AsyncPgConnection::try_from_client_and_connection(client, connection).await?;
+        let mut connection = match &self.tls {
+            tls::Tls::Off => self.open_with(tokio_postgres::NoTls).await?,
+            tls::Tls::Rustls(connector) => self.open_with(connector.clone()).await?,
+        };
         connection
             .batch_execute(&self.setup)
             .await
@@ -161,6 +191,32 @@ pub struct Db {
     /// A checkout while the database refuses connections waits at most this long.
     connect_timeout: Duration,
     reachability: Arc<Reachability>,
+    /// Calls waiting for a pooled connection (bb8 does not count them).
+    waiting: Arc<AtomicUsize>,
+}
+
+/// What the pool holds at a moment, for `/metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolUsage {
+    pub in_use: u32,
+    pub idle: u32,
+    pub waiting: usize,
+}
+
+/// Counts a call as waiting for a connection until it has one or gives up.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn start(counter: &'a AtomicUsize) -> Waiting<'a> {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Waiting(counter)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Whether the last attempt to open a connection failed, and when: while the database is
@@ -310,6 +366,7 @@ impl Db {
             call_timeout,
             connect_timeout,
             reachability,
+            waiting: Arc::default(),
         };
         // Fail at start-up, not on the first request, when the database cannot be reached.
         db.run(async |_| Ok(())).await?;
@@ -336,6 +393,7 @@ impl Db {
             self.call_timeout
         };
         let mut connection = {
+            let _waiting = Waiting::start(&self.waiting);
             let attempt_failed = self.reachability.attempt_failed.notified();
             tokio::pin!(attempt_failed);
             attempt_failed.as_mut().enable();
@@ -354,6 +412,16 @@ impl Db {
                 discard(&mut connection);
                 Err(DbError::Deadline(self.call_timeout))
             }
+        }
+    }
+
+    /// Connections in use, idle, and calls waiting for one.
+    pub fn usage(&self) -> PoolUsage {
+        let state = self.pool.state();
+        PoolUsage {
+            in_use: state.connections - state.idle_connections,
+            idle: state.idle_connections,
+            waiting: AtomicUsize::load(&self.waiting, Ordering::Relaxed),
         }
     }
 
@@ -378,7 +446,7 @@ pub type StatementCounter = Arc<StatementLog>;
 
 #[derive(Debug, Default)]
 pub struct StatementLog {
-    statements: std::sync::atomic::AtomicUsize,
+    statements: AtomicUsize,
     prepared: std::sync::Mutex<Vec<String>>,
 }
 
@@ -403,7 +471,7 @@ impl StatementLog {
     /// Statements run since the last [`StatementLog::reset`].
     pub fn statements(&self) -> usize {
         // Spelled out: `RunQueryDsl::load` is in scope here too.
-        std::sync::atomic::AtomicUsize::load(&self.statements, Ordering::SeqCst)
+        AtomicUsize::load(&self.statements, Ordering::SeqCst)
     }
 
     /// The text of each statement prepared into a connection's cache since the last reset,

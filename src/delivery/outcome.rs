@@ -19,6 +19,15 @@ pub const MAX_ERROR_LENGTH: usize = 500;
 
 impl AttemptResult {
     pub fn from_status(status: u16) -> AttemptResult {
+        // HTTP defines 100–599 (and the history's column holds only those); a peer that
+        // answers 600–999, which the parser lets through, did not speak HTTP properly:
+        // a broken answer, retried like one.
+        if !(100..600).contains(&status) {
+            return AttemptResult::failure(
+                Outcome::NetworkError,
+                format!("the destination answered status {status}, which HTTP does not define"),
+            );
+        }
         if (200..300).contains(&status) {
             AttemptResult {
                 outcome: Outcome::Succeeded,
@@ -90,6 +99,17 @@ pub fn backoff(cycle_attempts: u32, config: &WebhookConfig) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_http_does_not_define_are_broken_answers_that_fit_the_history() {
+        for status in [600, 799, 999] {
+            let result = AttemptResult::from_status(status);
+            assert_eq!(result.outcome, Outcome::NetworkError);
+            assert_eq!(result.response_status, None);
+            assert!(result.is_retryable());
+        }
+        assert_eq!(AttemptResult::from_status(599).response_status, Some(599));
+    }
 
     fn config() -> WebhookConfig {
         WebhookConfig {

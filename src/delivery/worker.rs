@@ -22,6 +22,7 @@ use crate::db::queue::{self, AttemptRecord, ClaimRequest, OwnerTransition, Recor
 use crate::db::{Db, DbError};
 use crate::model::ids::AttemptId;
 use crate::model::state::DeliveryState;
+use crate::telemetry::meters;
 
 pub struct Worker {
     db: Db,
@@ -93,7 +94,9 @@ impl Worker {
             let worker = self.clone();
             let stopping = stopping.clone();
             tasks.spawn(async move {
+                let in_flight = meters::InFlight::start();
                 worker.process(delivery, &stopping).await;
+                drop(in_flight);
                 drop(permit);
             });
         }
@@ -203,9 +206,8 @@ impl Worker {
             .client
             .send(&delivery.destination_url, body, &signature)
             .await;
-        let duration_ms = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
-        self.record(&delivery, &result, attempted_at, duration_ms)
-            .await;
+        let elapsed = started.elapsed();
+        self.record(&delivery, &result, attempted_at, elapsed).await;
     }
 
     /// Records the attempt, retrying briefly if the database is unavailable: the request
@@ -216,8 +218,9 @@ impl Worker {
         delivery: &ClaimedDelivery,
         result: &AttemptResult,
         attempted_at: chrono::DateTime<chrono::Utc>,
-        duration_ms: i32,
+        elapsed: Duration,
     ) {
+        let duration_ms = elapsed.as_millis().min(i32::MAX as u128) as i32;
         let attempt_id = AttemptId::generate();
         let record = AttemptRecord {
             attempt_id: &attempt_id,
@@ -249,14 +252,28 @@ impl Worker {
                     attempt_number,
                     state,
                 }) => {
-                    tracing::info!(
-                        delivery_id = %delivery.id,
-                        attempt = attempt_number,
-                        outcome = result.outcome.as_str(),
-                        status = result.response_status,
-                        state = %state,
-                        "delivery attempt"
-                    );
+                    meters::delivery_attempt(result.outcome, elapsed, Some(state));
+                    if state == DeliveryState::Failed {
+                        tracing::warn!(
+                            delivery_id = %delivery.id,
+                            submission_id = delivery.submission_id.as_ref().map(tracing::field::display),
+                            attempt = attempt_number,
+                            outcome = result.outcome.as_str(),
+                            status = result.response_status,
+                            state = %state,
+                            "delivery failed: no attempts left in this cycle"
+                        );
+                    } else {
+                        tracing::info!(
+                            delivery_id = %delivery.id,
+                            submission_id = delivery.submission_id.as_ref().map(tracing::field::display),
+                            attempt = attempt_number,
+                            outcome = result.outcome.as_str(),
+                            status = result.response_status,
+                            state = %state,
+                            "delivery attempt"
+                        );
+                    }
                     if state == DeliveryState::Pending {
                         // A retry is due later; make sure the loop looks again then.
                         self.wake.notify_one();
@@ -267,6 +284,8 @@ impl Worker {
                     attempt_number,
                     state,
                 }) => {
+                    meters::delivery_attempt(result.outcome, elapsed, None);
+                    meters::late_attempt();
                     tracing::warn!(
                         delivery_id = %delivery.id,
                         attempt = attempt_number,
@@ -296,9 +315,12 @@ impl Worker {
             })
             .await;
         match result {
-            Ok(_) => {
+            Ok(true) => {
+                meters::delivery_failed_without_attempt();
                 tracing::warn!(delivery_id = %delivery.id, "delivery failed without an attempt: its submission was erased")
             }
+            // The claim had been superseded: whoever holds it now decides.
+            Ok(false) => {}
             Err(error) => {
                 tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not fail an erased delivery")
             }

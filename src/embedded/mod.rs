@@ -123,6 +123,25 @@ impl RunAs {
         command
     }
 
+    /// Whether this user may traverse every existing directory down to `path` (the parts
+    /// that do not exist yet are created by us, reachable).
+    fn can_reach(&self, path: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        path.ancestors().all(|dir| {
+            let Ok(meta) = fs::metadata(dir) else {
+                return true;
+            };
+            let mode = meta.mode();
+            if meta.uid() == self.uid {
+                mode & 0o100 != 0
+            } else if meta.gid() == self.gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        })
+    }
+
     fn give(&self, path: &Path) -> Result<(), ClusterError> {
         if self.switch {
             std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid)).map_err(
@@ -140,9 +159,16 @@ impl RunAs {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     root: PathBuf,
+    /// The directory asked for, when the server's user cannot reach it and the cluster
+    /// lives under [`RELOCATION_BASE`] instead.
+    relocated_from: Option<PathBuf>,
     bin_dir: PathBuf,
     run_as: RunAs,
 }
+
+/// Where a root-run cluster lives when `postgres` cannot reach the directory asked for
+/// (a checkout under `/root`, mode 0700, say): one directory per requested path.
+const RELOCATION_BASE: &str = "/var/lib/hymical-forms";
 
 /// How to reach a running cluster.
 #[derive(Debug, Clone)]
@@ -200,15 +226,27 @@ impl Cluster {
             "cannot resolve {}",
             root.display()
         )))?;
+        let run_as = RunAs::detect()?;
+        let (root, relocated_from) = if run_as.switch && !run_as.can_reach(&root) {
+            (relocation_for(&root), Some(root))
+        } else {
+            (root, None)
+        };
         Ok(Cluster {
             root,
+            relocated_from,
             bin_dir: find_bin_dir()?,
-            run_as: RunAs::detect()?,
+            run_as,
         })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The directory asked for, if the cluster had to live elsewhere (see [`Cluster::new`]).
+    pub fn relocated_from(&self) -> Option<&Path> {
+        self.relocated_from.as_deref()
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -243,25 +281,57 @@ impl Cluster {
             "cannot create {}",
             self.root.display()
         )))?;
-        // The server's user must be able to reach pgdata through this directory.
+        // The server's user must be able to reach pgdata through this directory (and,
+        // relocated, through the base it lives in, whatever the umask made of it).
+        if self.relocated_from.is_some() {
+            fs::set_permissions(RELOCATION_BASE, fs::Permissions::from_mode(0o755)).map_err(
+                ClusterError::io(format!("cannot set permissions on {RELOCATION_BASE}")),
+            )?;
+        }
         fs::set_permissions(&self.root, fs::Permissions::from_mode(0o755)).map_err(
             ClusterError::io(format!("cannot set permissions on {}", self.root.display())),
         )?;
+        // initdb writes into a directory of its own that becomes `pgdata` only once it
+        // succeeded: a first start that fails or is killed leaves no half-made cluster, and
+        // the next start begins again from nothing.
         let pgdata = self.pgdata();
+        let partial = self.root.join("pgdata.partial");
+        if partial.exists() {
+            fs::remove_dir_all(&partial).map_err(ClusterError::io(format!(
+                "cannot remove {} (left by an interrupted first start)",
+                partial.display()
+            )))?;
+        }
         if pgdata.exists() {
             return Err(ClusterError::Failed(format!(
-                "{} exists but holds no initialised cluster (an interrupted first start?): remove it and start again",
+                "{} exists but holds no initialised cluster: move it away and start again",
                 pgdata.display()
             )));
         }
-        fs::create_dir(&pgdata).map_err(ClusterError::io(format!(
+        fs::create_dir(&partial).map_err(ClusterError::io(format!(
             "cannot create {}",
-            pgdata.display()
+            partial.display()
         )))?;
-        fs::set_permissions(&pgdata, fs::Permissions::from_mode(0o700))
+        fs::set_permissions(&partial, fs::Permissions::from_mode(0o700))
             .map_err(ClusterError::io("cannot restrict pgdata"))?;
-        self.run_as.give(&pgdata)?;
+        let initialized = self.run_initdb(&partial);
+        let renamed = initialized.and_then(|()| {
+            fs::rename(&partial, &pgdata).map_err(ClusterError::io(format!(
+                "cannot move the new cluster to {}",
+                pgdata.display()
+            )))
+        });
+        if let Err(error) = renamed {
+            let _ = fs::remove_dir_all(&partial);
+            let _ = fs::remove_file(self.password_file());
+            return Err(error);
+        }
+        Ok(true)
+    }
 
+    /// initdb into `target` (an empty directory), as the server's user.
+    fn run_initdb(&self, target: &Path) -> Result<(), ClusterError> {
+        self.run_as.give(target)?;
         let password = generate_password();
         write_private(&self.password_file(), password.expose())?;
         // initdb reads the password from a file the server's user can read; it lives only
@@ -273,7 +343,7 @@ impl Cluster {
             .run_as
             .command(self.bin_dir.join("initdb"))
             .arg("--pgdata")
-            .arg(&pgdata)
+            .arg(target)
             .args([
                 "--username",
                 ROLE,
@@ -290,15 +360,13 @@ impl Cluster {
         let _ = fs::remove_file(&pwfile);
         let output = output.map_err(ClusterError::io("cannot run initdb"))?;
         if !output.status.success() {
-            // Leave no half-made cluster behind, so the next start tries again cleanly.
-            let _ = fs::remove_dir_all(&pgdata);
             return Err(ClusterError::Failed(format!(
                 "initdb failed ({}): {}",
                 output.status,
                 last_lines(&String::from_utf8_lossy(&output.stderr), 5)
             )));
         }
-        Ok(true)
+        Ok(())
     }
 
     fn password(&self) -> Result<Secret, ClusterError> {
@@ -417,6 +485,21 @@ if [ -n "$HYMICAL_REMOVE_AFTER_STOP" ]; then rm -rf -- "$HYMICAL_REMOVE_AFTER_ST
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+/// The directory under [`RELOCATION_BASE`] for a requested data directory: its last part
+/// (for a reader) and a digest of the whole path (so two checkouts never share a cluster).
+fn relocation_for(requested: &Path) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(requested.as_os_str().as_encoded_bytes());
+    let name: String = requested
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .collect();
+    Path::new(RELOCATION_BASE).join(format!("{name}-{}", &hex::encode(digest)[..16]))
 }
 
 /// Finds a directory holding both `initdb` and `postgres`.

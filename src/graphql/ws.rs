@@ -35,6 +35,7 @@ use super::FormsSchema;
 use crate::app::AppState;
 use crate::auth::{self, AuthenticatedKey};
 use crate::error::ApiError;
+use crate::telemetry::meters;
 
 /// A connection that has not sent `connection_init` by then is closed with 4408.
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -402,10 +403,17 @@ impl Connection {
         };
         let operation_id = id.clone();
         let complete = complete_frame(id);
+        let open = meters::OpenSubscription::start();
         let frames = rendered
-            .map(move |item| match item {
-                Rendered::Result { payload, .. } => result_frame(protocol, &operation_id, &payload),
-                Rendered::RequestError(errors) => error_frame(&operation_id, &errors),
+            .map(move |item| {
+                // Counted open for as long as the operation's stream lives.
+                let _open = &open;
+                match item {
+                    Rendered::Result { payload, .. } => {
+                        result_frame(protocol, &operation_id, &payload)
+                    }
+                    Rendered::RequestError(errors) => error_frame(&operation_id, &errors),
+                }
             })
             .map(Some)
             .chain(stream::once(async move { Some(complete) }))

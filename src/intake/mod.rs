@@ -13,8 +13,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -36,7 +37,20 @@ use fields::{Honeypot, NormalisedFields};
 use rate_limit::Limit;
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/f/{endpoint_id}", post(submit).options(preflight))
+    Router::new()
+        .route("/f/{endpoint_id}", post(submit).options(preflight))
+        .route_layer(middleware::from_fn(count_submissions))
+}
+
+/// Counts every answered submission (not preflights) by status, with its duration.
+async fn count_submissions(request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    crate::telemetry::meters::intake_request(response.status().as_u16(), started.elapsed());
+    response
 }
 
 /// What a successful (or honeypot-faked) submission answers.

@@ -117,9 +117,13 @@ pub fn new_secret() -> String {
     format!("whsec_{}", hex::encode(bytes))
 }
 
-/// The honeypot field: a field name like any other.
+/// The column `endpoints.honeypot_field` holds at most this many characters.
+const HONEYPOT_FIELD_MAX_LENGTH: usize = 128;
+
+/// The honeypot field: a field name like any other (within `max_length`, the field-name
+/// limit), and no longer than its column, whatever that limit is raised to.
 pub fn honeypot_field(name: &str, max_length: usize) -> Result<String, SettingError> {
-    match fields::name_problem(name, max_length) {
+    match fields::name_problem(name, max_length.min(HONEYPOT_FIELD_MAX_LENGTH)) {
         None => Ok(name.to_string()),
         Some(NameProblem::Empty | NameProblem::TooLong { .. } | NameProblem::ControlCharacter) => {
             Err(invalid(
@@ -169,5 +173,8 @@ mod tests {
         assert!(honeypot_field("website", 128).is_ok());
         assert!(honeypot_field("web\u{85}site", 128).is_err());
         assert!(honeypot_field("", 128).is_err());
+        // A raised field-name limit does not let a name past the column's 128 characters.
+        assert!(honeypot_field(&"h".repeat(128), 1024).is_ok());
+        assert!(honeypot_field(&"h".repeat(129), 1024).is_err());
     }
 }

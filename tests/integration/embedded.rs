@@ -37,7 +37,7 @@ fn start(dir: &Path, user: Option<&nix::unistd::User>) -> Serve {
         .env("FORMS_BIND", format!("127.0.0.1:{port}"))
         .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null());
+        .stderr(std::fs::File::create(dir.join("serve.stderr")).expect("stderr file"));
     if let Some(user) = user {
         command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
     }
@@ -152,4 +152,66 @@ async fn embedded_cluster_as_an_ordinary_user() {
         .flatten()
         .expect("a `nobody` user");
     two_starts(Some(nobody)).await;
+}
+
+/// As root from a directory the `postgres` user cannot reach (a checkout under a 0700
+/// home), the first command still works: the cluster lives under /var/lib/hymical-forms,
+/// the log says where, the requested directory is left untouched, and a second start
+/// finds the same cluster.
+#[tokio::test(flavor = "multi_thread")]
+async fn embedded_cluster_as_root_from_a_private_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: the cluster runs as this user, who can reach its own directory");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let checkout = home.path().join("checkout");
+    std::fs::create_dir(&checkout).unwrap();
+
+    let first = start(&checkout, None);
+    wait_for_status(&first.url("/ready"), 200).await;
+    let key = first
+        .printed()
+        .iter()
+        .find_map(|l| l.trim().strip_prefix("key: ").map(str::to_string))
+        .expect("a key printed");
+    assert_eq!(graphql_status(&first, &key).await, 200);
+    first.stop();
+    let log = std::fs::read_to_string(checkout.join("serve.stderr")).unwrap();
+    let relocated = log
+        .lines()
+        .find(|line| line.contains("the postgres user cannot reach"))
+        .and_then(|line| line.split("data_dir=").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("the log does not say where the cluster lives: {log}"));
+    assert!(
+        relocated.starts_with("/var/lib/hymical-forms"),
+        "{relocated:?}"
+    );
+    assert_eq!(
+        log.lines()
+            .filter(|line| line.contains("cannot reach"))
+            .count(),
+        1,
+        "announced once: {log}"
+    );
+    assert!(
+        !checkout.join(".hymical").exists(),
+        "the unreachable directory was used"
+    );
+    wait_until_stopped(&relocated);
+
+    let second = start(&checkout, None);
+    wait_for_status(&second.url("/ready"), 200).await;
+    assert_eq!(
+        graphql_status(&second, &key).await,
+        200,
+        "the same cluster again"
+    );
+    second.stop();
+    wait_until_stopped(&relocated);
+    std::fs::remove_dir_all(&relocated).unwrap();
 }

@@ -344,6 +344,7 @@ impl TestApp {
             &app,
             Plan {
                 http: Some((listener, limits)),
+                metrics: None,
                 workers: None,
                 sweeper: false,
                 retention: false,
@@ -775,6 +776,16 @@ impl ServeProcess {
     pub fn kill(mut self) {
         self.signal(nix::sys::signal::Signal::SIGKILL);
         let _ = self.child.wait();
+    }
+}
+
+/// A process a test did not stop (it failed, or forgot) must not outlive it.
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

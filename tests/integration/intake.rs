@@ -403,3 +403,46 @@ async fn storage_failure_is_503() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "storage_unavailable");
 }
+
+/// Every statement a submission makes (endpoint, rate limits, idempotency, the outbox
+/// insert) is prepared once per connection and reused: none is re-planned per request.
+#[tokio::test(flavor = "multi_thread")]
+async fn submissions_reuse_prepared_statements() {
+    use hymical_forms::testing::db::StatementLog;
+    let db = crate::harness::TestDb::new().await;
+    let counter = Arc::new(StatementLog::default());
+    let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
+    app.webhook_endpoint("contact", "https://example.com/hook")
+        .await;
+    app.submit("contact", "a=0").await;
+    counter.reset();
+    let submissions = 50;
+    for n in 0..submissions {
+        let response = app
+            .post_form(
+                "contact",
+                Some("application/x-www-form-urlencoded"),
+                format!("a={n}"),
+                &[("idempotency-key", &format!("prepared-statement-key-{n}"))],
+            )
+            .await;
+        let status = response.status();
+        assert_eq!(status, 202, "{}", response.text().await.unwrap_or_default());
+    }
+    let prepared = counter.prepared();
+    let mut per_statement = std::collections::HashMap::<&str, usize>::new();
+    for sql in &prepared {
+        *per_statement.entry(sql.as_str()).or_default() += 1;
+    }
+    for (sql, times) in &per_statement {
+        assert!(
+            *times <= 4,
+            "prepared {times} times for {submissions} submissions: {sql}"
+        );
+    }
+    assert!(
+        prepared.len() <= 4 * 6,
+        "{} prepares for {submissions} submissions: {per_statement:#?}",
+        prepared.len()
+    );
+}

@@ -6,9 +6,11 @@
 
 mod harness;
 
+mod adoption;
 mod cli;
 mod clock_skew;
 mod database_faults;
+mod database_tls;
 mod delivery;
 mod delivery_fence;
 mod delivery_processes;
@@ -27,9 +29,13 @@ mod intake_browser;
 mod intake_idempotency;
 mod intake_rate_limits;
 mod keys;
+mod metrics;
 mod migrations;
+mod operations;
+mod pgbouncer;
 mod proxy;
 mod receiver;
+mod receiver_examples;
 mod schema_files;
 mod self_contained;
 mod subscriptions;

@@ -680,6 +680,7 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
         &app,
         hymical_forms::testing::services::Plan {
             http: Some((listener, limits)),
+            metrics: None,
             workers: None,
             sweeper: false,
             retention: false,

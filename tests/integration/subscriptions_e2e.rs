@@ -127,7 +127,7 @@ async fn the_graphql_ws_client_sees_deliveries_succeed_fail_and_replay() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_subscriber_of_one_process_sees_changes_made_by_two_others() {
+async fn two_api_and_two_worker_processes_share_a_full_cycle_with_replay() {
     let receiver = Receiver::start().await;
     let app = TestApp::start().await;
     let (_, key) = app.create_key("dashboard").await;
@@ -138,10 +138,12 @@ async fn a_subscriber_of_one_process_sees_changes_made_by_two_others() {
     let after = app.db.newest_event_id().await;
     let private = ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true");
     let no_limits = ("FORMS_RATE_LIMIT_ENABLED", "false");
-    // A serves the subscriber, B only delivers, C takes forms and the replay.
+    // Two API-only processes: A serves the subscriber, C takes forms and the replay. Two
+    // worker-only processes, B and D, deliver (whichever claims first).
     let a = ServeProcess::start(&app.db, &[("FORMS_WORKER_ENABLED", "false"), no_limits]);
     let b = ServeProcess::start(&app.db, &[("FORMS_API_ENABLED", "false"), private]);
     let c = ServeProcess::start(&app.db, &[("FORMS_WORKER_ENABLED", "false"), no_limits]);
+    let d = ServeProcess::start(&app.db, &[("FORMS_API_ENABLED", "false"), private]);
     wait_for_status(&a.url("/ready"), 200).await;
     wait_for_status(&c.url("/ready"), 200).await;
     let mut subscriber = NodeSubscriber::start(
@@ -201,7 +203,9 @@ async fn a_subscriber_of_one_process_sees_changes_made_by_two_others() {
             t("FAILED", "PROCESSING", "ATTEMPT_RECORDED"),
         ]
     );
-    for process in [a, b, c] {
+    // Every request went out once: each delivery was claimed by one of the two workers.
+    assert_eq!(receiver.received().len(), 3);
+    for process in [a, b, c, d] {
         let (status, log) = process.stop();
         assert!(status.success(), "{log}");
     }

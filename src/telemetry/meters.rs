@@ -1,0 +1,222 @@
+//! What the process counts, and `/metrics`, in the Prometheus text format.
+//!
+//! Every metric name is written here and nowhere else; the rest of the code calls the
+//! functions below. Labels are closed vocabularies (an HTTP status, an attempt outcome, a
+//! delivery state): never an endpoint id, an address, a field or anything a client chose,
+//! so a scrape's size is bounded and nothing submitted reaches the monitoring system.
+//!
+//! Counters and histograms are kept in memory by the process that does the work (an
+//! API-only process has no delivery figures, a worker-only one no intake figures). The
+//! queue's figures are the database's, read at each scrape, so every process reports the
+//! same queue. See docs/operations.md for the list and what each means.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::app::AppState;
+use crate::auth;
+use crate::db;
+use crate::error::ApiError;
+use crate::model::state::{AttemptOutcome, DeliveryState};
+
+/// Seconds; from a fast loopback answer to the slowest request timeout.
+const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The process's one recorder. Installed before anything is counted: [`install`] is called
+/// when the application state is built, and a value recorded before that would be lost.
+static RECORDER: LazyLock<PrometheusHandle> = LazyLock::new(|| {
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), DURATION_BUCKETS)
+        .expect("the bucket list is not empty")
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)
+        .expect("this module installs the only metrics recorder, once");
+    describe();
+    handle
+});
+
+static PROCESS: LazyLock<metrics_process::Collector> = LazyLock::new(|| {
+    let collector = metrics_process::Collector::default();
+    collector.describe();
+    collector
+});
+
+/// Installs the recorder (once per process; later calls do nothing).
+pub fn install() {
+    LazyLock::force(&RECORDER);
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(
+        "hymical_intake_requests_total",
+        "Form submissions answered, by HTTP status."
+    );
+    describe_histogram!(
+        "hymical_intake_request_duration_seconds",
+        Unit::Seconds,
+        "Time to answer a form submission, from its head to the answer."
+    );
+    describe_counter!(
+        "hymical_delivery_attempts_total",
+        "Webhook requests recorded by this process, by outcome."
+    );
+    describe_histogram!(
+        "hymical_delivery_attempt_duration_seconds",
+        Unit::Seconds,
+        "Duration of a webhook request, from sending to the answer or the failure."
+    );
+    describe_counter!(
+        "hymical_deliveries_finished_total",
+        "Deliveries this process moved to a terminal state: delivered, or failed after the last attempt."
+    );
+    describe_counter!(
+        "hymical_delivery_late_attempts_total",
+        "Attempts recorded after their claim had been superseded (the lease ran out first)."
+    );
+    describe_gauge!(
+        "hymical_delivery_queue",
+        "Deliveries in each state, for all endpoints (the database's figure at the scrape)."
+    );
+    describe_gauge!(
+        "hymical_delivery_oldest_due_seconds",
+        Unit::Seconds,
+        "How long the oldest due pending delivery has been due (0 when none is)."
+    );
+    describe_gauge!(
+        "hymical_workers_in_flight",
+        "Webhook requests this process has in flight."
+    );
+    describe_gauge!(
+        "hymical_event_feed_lag_seconds",
+        Unit::Seconds,
+        "Age of the newest delivery event when the event reader broadcast it."
+    );
+    describe_gauge!(
+        "hymical_subscriptions_open",
+        "GraphQL subscription operations running on this process."
+    );
+    describe_gauge!(
+        "hymical_db_pool_connections",
+        "Connections of this process's database pool, in use or idle."
+    );
+    describe_gauge!(
+        "hymical_db_pool_waiting",
+        "Database calls of this process waiting for a pooled connection."
+    );
+}
+
+/// One answered form submission.
+pub fn intake_request(status: u16, duration: Duration) {
+    metrics::counter!("hymical_intake_requests_total", "status" => status.to_string()).increment(1);
+    metrics::histogram!("hymical_intake_request_duration_seconds").record(duration);
+}
+
+/// One recorded webhook request; `finished` when it moved the delivery to a terminal state.
+pub fn delivery_attempt(
+    outcome: AttemptOutcome,
+    duration: Duration,
+    finished: Option<DeliveryState>,
+) {
+    metrics::counter!("hymical_delivery_attempts_total", "outcome" => outcome.as_str())
+        .increment(1);
+    metrics::histogram!("hymical_delivery_attempt_duration_seconds").record(duration);
+    if let Some(state) = finished.filter(|state| state.is_terminal()) {
+        metrics::counter!("hymical_deliveries_finished_total", "state" => state.as_str())
+            .increment(1);
+    }
+}
+
+/// A delivery failed without a request (its submission was erased).
+pub fn delivery_failed_without_attempt() {
+    metrics::counter!("hymical_deliveries_finished_total", "state" => DeliveryState::Failed.as_str())
+        .increment(1);
+}
+
+pub fn late_attempt() {
+    metrics::counter!("hymical_delivery_late_attempts_total").increment(1);
+}
+
+/// Counts a webhook request in flight for as long as it lives.
+pub struct InFlight(());
+
+impl InFlight {
+    pub fn start() -> InFlight {
+        metrics::gauge!("hymical_workers_in_flight").increment(1.0);
+        InFlight(())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::gauge!("hymical_workers_in_flight").decrement(1.0);
+    }
+}
+
+/// Counts a subscription operation for as long as it lives.
+pub struct OpenSubscription(());
+
+impl OpenSubscription {
+    pub fn start() -> OpenSubscription {
+        metrics::gauge!("hymical_subscriptions_open").increment(1.0);
+        OpenSubscription(())
+    }
+}
+
+impl Drop for OpenSubscription {
+    fn drop(&mut self) {
+        metrics::gauge!("hymical_subscriptions_open").decrement(1.0);
+    }
+}
+
+/// The event reader broadcast an event this old (by this process's clock).
+pub fn event_feed_lag(lag: Duration) {
+    metrics::gauge!("hymical_event_feed_lag_seconds").set(lag.as_secs_f64());
+}
+
+/// `/metrics`, on whichever listener serves it.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+/// The Prometheus text format, version 0.0.4.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if app.config.metrics.require_key {
+        auth::authenticate_headers(&app.db, &headers, app.clock.now()).await?;
+    }
+    let queue = app
+        .db
+        .run(async |conn| db::deliveries::queue_figures(conn).await)
+        .await?;
+    for (state, count) in [
+        (DeliveryState::Pending, queue.counts.pending),
+        (DeliveryState::Processing, queue.counts.processing),
+        (DeliveryState::Delivered, queue.counts.delivered),
+        (DeliveryState::Failed, queue.counts.failed),
+    ] {
+        metrics::gauge!("hymical_delivery_queue", "state" => state.as_str()).set(count as f64);
+    }
+    metrics::gauge!("hymical_delivery_oldest_due_seconds").set(queue.oldest_due_seconds);
+    let pool = app.db.usage();
+    metrics::gauge!("hymical_db_pool_connections", "state" => "in_use").set(f64::from(pool.in_use));
+    metrics::gauge!("hymical_db_pool_connections", "state" => "idle").set(f64::from(pool.idle));
+    metrics::gauge!("hymical_db_pool_waiting").set(pool.waiting as f64);
+    PROCESS.collect();
+    let mut response = RECORDER.render().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    Ok(response)
+}
