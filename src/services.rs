@@ -124,19 +124,17 @@ impl Services {
         }
         if let Some((listener, limits)) = plan.http {
             let router = crate::router::router(app.clone());
-            let stopped = stop.clone();
-            tasks.spawn(async move {
-                crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())
-                    .await;
-            });
+            let stopped = stop.clone().cancelled_owned();
+            tasks.spawn(crate::http::server::serve(
+                listener, router, limits, stopped,
+            ));
         }
         if let Some((listener, limits)) = plan.metrics {
             let router = crate::router::metrics_router(app.clone());
-            let stopped = stop.clone();
-            tasks.spawn(async move {
-                crate::http::server::serve(listener, router, limits, stopped.cancelled_owned())
-                    .await;
-            });
+            let stopped = stop.clone().cancelled_owned();
+            tasks.spawn(crate::http::server::serve(
+                listener, router, limits, stopped,
+            ));
         }
         Services { stop, tasks }
     }

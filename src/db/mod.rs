@@ -468,12 +468,14 @@ impl StatementLog {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// Statements run since the last [`StatementLog::reset`].
     pub fn statements(&self) -> usize {
         // Spelled out: `RunQueryDsl::load` is in scope here too.
         AtomicUsize::load(&self.statements, Ordering::SeqCst)
     }
 
+    #[cfg(any(test, feature = "testing"))]
     /// The text of each statement prepared into a connection's cache since the last reset,
     /// once per prepare.
     pub fn prepared(&self) -> Vec<String> {
@@ -483,6 +485,7 @@ impl StatementLog {
             .clone()
     }
 
+    #[cfg(any(test, feature = "testing"))]
     pub fn reset(&self) {
         self.statements.store(0, Ordering::SeqCst);
         self.prepared

@@ -94,7 +94,7 @@ impl Worker {
             let worker = self.clone();
             let stopping = stopping.clone();
             tasks.spawn(async move {
-                let in_flight = meters::InFlight::start();
+                let in_flight = meters::in_flight();
                 worker.process(delivery, &stopping).await;
                 drop(in_flight);
                 drop(permit);
@@ -253,26 +253,25 @@ impl Worker {
                     state,
                 }) => {
                     meters::delivery_attempt(result.outcome, elapsed, Some(state));
+                    // One line per attempt, with its ids; a delivery that ends failed is
+                    // a warning (tracing's level is fixed per call site, hence two).
+                    macro_rules! attempt_line {
+                        ($level:ident, $message:literal) => {
+                            tracing::$level!(
+                                delivery_id = %delivery.id,
+                                submission_id = delivery.submission_id.as_ref().map(tracing::field::display),
+                                attempt = attempt_number,
+                                outcome = result.outcome.as_str(),
+                                status = result.response_status,
+                                state = %state,
+                                $message
+                            )
+                        };
+                    }
                     if state == DeliveryState::Failed {
-                        tracing::warn!(
-                            delivery_id = %delivery.id,
-                            submission_id = delivery.submission_id.as_ref().map(tracing::field::display),
-                            attempt = attempt_number,
-                            outcome = result.outcome.as_str(),
-                            status = result.response_status,
-                            state = %state,
-                            "delivery failed: no attempts left in this cycle"
-                        );
+                        attempt_line!(warn, "delivery failed: no attempts left in this cycle");
                     } else {
-                        tracing::info!(
-                            delivery_id = %delivery.id,
-                            submission_id = delivery.submission_id.as_ref().map(tracing::field::display),
-                            attempt = attempt_number,
-                            outcome = result.outcome.as_str(),
-                            status = result.response_status,
-                            state = %state,
-                            "delivery attempt"
-                        );
+                        attempt_line!(info, "delivery attempt");
                     }
                     if state == DeliveryState::Pending {
                         // A retry is due later; make sure the loop looks again then.

@@ -14,14 +14,13 @@
 //! its `GraphQLResponse`.
 
 use crate::http::BodyError;
-use async_graphql::http::GraphiQLSource;
 use async_graphql::parser::types::OperationType;
 use async_graphql::Variables;
 use async_graphql_axum::GraphQLResponse;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::{json, Map, Value};
@@ -42,6 +41,7 @@ pub fn routes(schema: FormsSchema) -> Router<AppState> {
             "/graphql/ws",
             get(super::ws::upgrade).layer(Extension(super::ws::Subscriptions::new(schema))),
         )
+        .route("/graphql/assets/{name}", get(super::graphiql::asset))
 }
 
 const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -160,7 +160,7 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let answer = Answer::from_accept(&parts.headers);
     if wants_graphiql(&parts.method, &parts.headers, parts.uri.query()) {
-        return Html(GraphiQLSource::build().endpoint("/graphql").finish()).into_response();
+        return super::graphiql::page();
     }
     // Nothing is read or executed before the key is checked.
     let key = match auth::authenticate_headers(&app.db, &parts.headers, app.clock.now()).await {

@@ -3,6 +3,7 @@
 
 pub mod cost;
 pub mod fanout;
+mod graphiql;
 pub mod handler;
 pub mod loaders;
 pub mod mutation;

@@ -403,7 +403,7 @@ impl Connection {
         };
         let operation_id = id.clone();
         let complete = complete_frame(id);
-        let open = meters::OpenSubscription::start();
+        let open = meters::open_subscription();
         let frames = rendered
             .map(move |item| {
                 // Counted open for as long as the operation's stream lives.

@@ -31,6 +31,10 @@ const DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
+/// How often histogram samples are folded into their buckets. Until then each is kept
+/// apart, so without this a process nobody scrapes would keep every sample it recorded.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The process's one recorder. Installed before anything is counted: [`install`] is called
 /// when the application state is built, and a value recorded before that would be lost.
 static RECORDER: LazyLock<PrometheusHandle> = LazyLock::new(|| {
@@ -42,6 +46,14 @@ static RECORDER: LazyLock<PrometheusHandle> = LazyLock::new(|| {
     metrics::set_global_recorder(recorder)
         .expect("this module installs the only metrics recorder, once");
     describe();
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_INTERVAL);
+            upkeep.run_upkeep();
+        })
+        .expect("a thread can be started at start-up");
     handle
 });
 
@@ -147,36 +159,30 @@ pub fn late_attempt() {
     metrics::counter!("hymical_delivery_late_attempts_total").increment(1);
 }
 
-/// Counts a webhook request in flight for as long as it lives.
-pub struct InFlight(());
+/// Adds one to a gauge for as long as it lives.
+pub struct Held(&'static str);
 
-impl InFlight {
-    pub fn start() -> InFlight {
-        metrics::gauge!("hymical_workers_in_flight").increment(1.0);
-        InFlight(())
+impl Held {
+    fn start(gauge: &'static str) -> Held {
+        metrics::gauge!(gauge).increment(1.0);
+        Held(gauge)
     }
 }
 
-impl Drop for InFlight {
+impl Drop for Held {
     fn drop(&mut self) {
-        metrics::gauge!("hymical_workers_in_flight").decrement(1.0);
+        metrics::gauge!(self.0).decrement(1.0);
     }
 }
 
-/// Counts a subscription operation for as long as it lives.
-pub struct OpenSubscription(());
-
-impl OpenSubscription {
-    pub fn start() -> OpenSubscription {
-        metrics::gauge!("hymical_subscriptions_open").increment(1.0);
-        OpenSubscription(())
-    }
+/// A webhook request in flight, counted while the value lives.
+pub fn in_flight() -> Held {
+    Held::start("hymical_workers_in_flight")
 }
 
-impl Drop for OpenSubscription {
-    fn drop(&mut self) {
-        metrics::gauge!("hymical_subscriptions_open").decrement(1.0);
-    }
+/// A subscription operation, counted while the value lives.
+pub fn open_subscription() -> Held {
+    Held::start("hymical_subscriptions_open")
 }
 
 /// The event reader broadcast an event this old (by this process's clock).

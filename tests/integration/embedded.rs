@@ -215,3 +215,19 @@ async fn embedded_cluster_as_root_from_a_private_directory() {
     wait_until_stopped(&relocated);
     std::fs::remove_dir_all(&relocated).unwrap();
 }
+
+/// What an interrupted first start leaves (initdb's half-written directory) is cleared by
+/// the next start, which then works: nothing has to be removed by hand.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_start_that_was_interrupted_is_begun_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let partial = dir.path().join(".hymical").join("pgdata.partial");
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(partial.join("PG_VERSION"), "15\n").unwrap();
+    std::fs::write(partial.join("half-written"), "").unwrap();
+    let serve = start(dir.path(), None);
+    wait_for_status(&serve.url("/ready"), 200).await;
+    assert!(!partial.exists(), "the leftover is still there");
+    serve.stop();
+    wait_until_stopped(&dir.path().join(".hymical"));
+}

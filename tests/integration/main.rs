@@ -7,6 +7,7 @@
 mod harness;
 
 mod adoption;
+mod browser;
 mod cli;
 mod clock_skew;
 mod database_faults;
