@@ -122,19 +122,22 @@ impl Services {
             );
             tasks.spawn(worker.run(stop.clone()));
         }
-        if let Some((listener, limits)) = plan.http {
-            let router = crate::router::router(app.clone());
-            let stopped = stop.clone().cancelled_owned();
-            tasks.spawn(crate::http::server::serve(
-                listener, router, limits, stopped,
-            ));
-        }
-        if let Some((listener, limits)) = plan.metrics {
-            let router = crate::router::metrics_router(app.clone());
-            let stopped = stop.clone().cancelled_owned();
-            tasks.spawn(crate::http::server::serve(
-                listener, router, limits, stopped,
-            ));
+        // The API's listener and, when asked for, the metrics' own: one server each.
+        let servers = [
+            (
+                plan.http,
+                crate::router::router as fn(AppState) -> axum::Router,
+            ),
+            (plan.metrics, crate::router::metrics_router),
+        ];
+        for (listener, make_router) in servers {
+            if let Some((listener, limits)) = listener {
+                let stopped = stop.clone().cancelled_owned();
+                let router = make_router(app.clone());
+                tasks.spawn(crate::http::server::serve(
+                    listener, router, limits, stopped,
+                ));
+            }
         }
         Services { stop, tasks }
     }

@@ -119,20 +119,22 @@ fn client_config(
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|error| format!("cannot set up TLS: {error}"))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match mode {
-        SslMode::Disable | SslMode::Prefer | SslMode::Require => Arc::new(EncryptOnly { provider }),
+    let chain = match mode {
+        SslMode::Disable | SslMode::Prefer | SslMode::Require => None,
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let roots = Arc::new(root_store(root_cert)?);
-            let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
-                .build()
-                .map_err(|error| format!("cannot use the certificate authorities: {error}"))?;
-            if mode == SslMode::VerifyFull {
-                webpki
-            } else {
-                Arc::new(AnyHostName { inner: webpki })
-            }
+            Some(
+                WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+                    .build()
+                    .map_err(|error| format!("cannot use the certificate authorities: {error}"))?,
+            )
         }
     };
+    let verifier = Arc::new(Verifier {
+        provider,
+        chain,
+        check_name: mode == SslMode::VerifyFull,
+    });
     Ok(builder
         .dangerous()
         .with_custom_certificate_verifier(verifier)
@@ -164,24 +166,36 @@ fn root_store(root_cert: Option<PathBuf>) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// `prefer` and `require` without a root certificate: encrypted, the certificate not
-/// checked (libpq's meaning). The handshake's signatures are still verified, so the
-/// session is bound to the certificate the server presented.
+/// What each mode checks of the server's certificate. Without a chain to check (`prefer`,
+/// `require`: libpq's meaning) the session is encrypted and bound to the certificate the
+/// server presented, whoever signed it; with one (`verify-ca`) the certificate must chain to
+/// a trusted authority; `verify-full` also wants the URL's host in it. The handshake's
+/// signatures are verified in every mode.
 #[derive(Debug)]
-struct EncryptOnly {
+struct Verifier {
     provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    check_name: bool,
 }
 
-impl ServerCertVerifier for EncryptOnly {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.check_name => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -216,58 +230,6 @@ impl ServerCertVerifier for EncryptOnly {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to a trusted authority; the name in it may be any.
-#[derive(Debug)]
-struct AnyHostName {
-    inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ServerCertVerifier for AnyHostName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        ) {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 

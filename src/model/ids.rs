@@ -7,12 +7,6 @@
 //! ids are chosen by operators: 3–64 characters of `a-z`, `0-9`, `-`, `_`, starting and
 //! ending with a letter or digit.
 
-use diesel::deserialize::{self, FromSql};
-use diesel::pg::{Pg, PgValue};
-use diesel::serialize::{self, IsNull, Output, ToSql};
-use diesel::sql_types::Text;
-use std::io::Write;
-
 /// Defines an identifier type stored as text, checked by `$valid` whenever it is made from
 /// text (a client's argument or a database value; a stored value that fails is a read
 /// error, not a default).
@@ -23,7 +17,7 @@ macro_rules! identifier {
             Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord,
             diesel::expression::AsExpression, diesel::deserialize::FromSqlRow, serde::Serialize,
         )]
-        #[diesel(sql_type = Text)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
         #[serde(transparent)]
         pub struct $name(String);
 
@@ -74,20 +68,7 @@ macro_rules! identifier {
             }
         }
 
-        impl ToSql<Text, Pg> for $name {
-            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
-                out.write_all(self.0.as_bytes())?;
-                Ok(IsNull::No)
-            }
-        }
-
-        impl FromSql<Text, Pg> for $name {
-            fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
-                let text = std::str::from_utf8(value.as_bytes())?;
-                $name::parse(text)
-                    .ok_or_else(|| crate::model::UnknownStoredValue::error($what, text))
-            }
-        }
+        text_column!($name, $what);
     };
 }
 

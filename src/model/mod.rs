@@ -4,6 +4,31 @@
 //! the worker, the GraphQL API and the event feed; the database reads and writes these
 //! types directly (each maps to its column once, and an unknown stored value is an error).
 
+/// Maps a type with `as_str` and `parse` to a text column, once for every vocabulary and
+/// identifier: written as its text, read back through `parse`, and a value `parse` refuses
+/// is a read error naming `$what`, never a default.
+macro_rules! text_column {
+    ($name:ident, $what:literal) => {
+        impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg> for $name {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, diesel::pg::Pg>,
+            ) -> diesel::serialize::Result {
+                std::io::Write::write_all(out, self.as_str().as_bytes())?;
+                Ok(diesel::serialize::IsNull::No)
+            }
+        }
+
+        impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for $name {
+            fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
+                let text = std::str::from_utf8(value.as_bytes())?;
+                $name::parse(text)
+                    .ok_or_else(|| crate::model::UnknownStoredValue::error($what, text))
+            }
+        }
+    };
+}
+
 pub mod destination;
 pub mod endpoint;
 pub mod fields;

@@ -5,12 +5,6 @@
 //! vocabulary, never a default (a row written by another program, or a newer build, is not
 //! silently taken for something it is not). The same enums are the GraphQL enums.
 
-use diesel::deserialize::{self, FromSql};
-use diesel::pg::{Pg, PgValue};
-use diesel::serialize::{self, IsNull, Output, ToSql};
-use diesel::sql_types::Text;
-use std::io::Write;
-
 /// Defines a stored vocabulary: the enum, its database spelling, and its mapping.
 macro_rules! db_vocabulary {
     (
@@ -23,7 +17,7 @@ macro_rules! db_vocabulary {
             Debug, Clone, Copy, PartialEq, Eq, Hash,
             diesel::expression::AsExpression, diesel::deserialize::FromSqlRow, async_graphql::Enum, serde::Serialize,
         )]
-        #[diesel(sql_type = Text)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
         #[serde(rename_all = "snake_case")]
         $(#[$meta])*
         pub enum $name {
@@ -57,20 +51,7 @@ macro_rules! db_vocabulary {
             }
         }
 
-        impl ToSql<Text, Pg> for $name {
-            fn to_sql<'b>(&'b self, out: &mut Output<'b, '_, Pg>) -> serialize::Result {
-                out.write_all(self.as_str().as_bytes())?;
-                Ok(IsNull::No)
-            }
-        }
-
-        impl FromSql<Text, Pg> for $name {
-            fn from_sql(value: PgValue<'_>) -> deserialize::Result<Self> {
-                let text = std::str::from_utf8(value.as_bytes())?;
-                $name::parse(text)
-                    .ok_or_else(|| crate::model::UnknownStoredValue::error($what, text))
-            }
-        }
+        text_column!($name, $what);
     };
 }
 

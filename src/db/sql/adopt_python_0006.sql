@@ -104,18 +104,17 @@ ALTER TABLE management_api_keys
         CHECK (display_prefix ~ '^hym_live_.{8}$'),
     ADD CONSTRAINT management_api_keys_key_digest_format CHECK (key_digest ~ '^[0-9a-f]{64}$');
 
--- Counters are made afresh (unlogged, as this product keeps them): at worst the windows
--- running at the moment of adoption start again.
-DROP TABLE rate_limit_counters;
-CREATE UNLOGGED TABLE rate_limit_counters (
-    limiter      varchar(32)  NOT NULL,
-    subject      varchar(128) NOT NULL,
-    window_start timestamptz  NOT NULL,
-    attempts     integer      NOT NULL,
-    CONSTRAINT rate_limit_counters_pkey PRIMARY KEY (limiter, subject, window_start),
-    CONSTRAINT rate_limit_counters_attempts_positive CHECK (attempts >= 1)
-);
-CREATE INDEX rate_limit_counters_window_start_idx ON rate_limit_counters (window_start);
+-- Counters become unlogged, as this product keeps them (a crash may reset a window; no
+-- counter costs a durable write). The earlier service's rows stay until their windows end
+-- and the sweeper removes them.
+ALTER TABLE rate_limit_counters SET UNLOGGED;
+ALTER TABLE rate_limit_counters RENAME CONSTRAINT pk_rate_limit_counters
+    TO rate_limit_counters_pkey;
+ALTER TABLE rate_limit_counters
+    ALTER COLUMN limiter TYPE varchar(32),
+    ALTER COLUMN subject TYPE varchar(128),
+    ADD CONSTRAINT rate_limit_counters_attempts_positive CHECK (attempts >= 1);
+ALTER INDEX ix_rate_limit_counters_window_start RENAME TO rate_limit_counters_window_start_idx;
 
 DROP TABLE alembic_version;
 
