@@ -8,7 +8,7 @@ use async_graphql::{
 };
 use chrono::{DateTime, Utc};
 
-use super::loaders::{prime_deliveries, prime_submissions, Loaders};
+use super::loaders::{prime_deliveries, prime_submissions, FirstPage, LoadError, Loaders};
 use super::pagination::PageRequest;
 use super::{app, ResultExt};
 use crate::clock::format_timestamp;
@@ -17,6 +17,7 @@ use crate::db::deliveries::DeliveryFilter;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
 use crate::db::submissions::SubmissionFilter;
 pub use crate::model::state::{AttemptOutcome, DeliveryState};
+use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,14 +87,8 @@ impl Endpoint {
             };
             return submissions_page(ctx, &filter, page).await;
         }
-        // First pages of many endpoints are loaded together.
-        let loaders = ctx.data_unchecked::<Loaders>();
-        let rows = loaders
-            .endpoint_submissions
-            .load_one((self.0.id.clone(), page.fetch_limit()))
-            .await
-            .gql()?
-            .unwrap_or_default();
+        let loader = &ctx.data_unchecked::<Loaders>().endpoint_submissions;
+        let rows = first_page(loader, &self.0.id, &page).await?;
         Ok(page.connection(
             rows,
             |row| (row.received_at, row.id.to_string()),
@@ -116,14 +111,8 @@ impl Endpoint {
             };
             return deliveries_page(ctx, &filter, page).await;
         }
-        // First pages of many endpoints are loaded together.
-        let loaders = ctx.data_unchecked::<Loaders>();
-        let rows = loaders
-            .endpoint_deliveries
-            .load_one((self.0.id.clone(), page.fetch_limit()))
-            .await
-            .gql()?
-            .unwrap_or_default();
+        let loader = &ctx.data_unchecked::<Loaders>().endpoint_deliveries;
+        let rows = first_page(loader, &self.0.id, &page).await?;
         Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Delivery))
     }
 }
@@ -339,6 +328,24 @@ pub struct ReplayDeliveriesPayload {
 #[derive(SimpleObject)]
 pub struct DeleteSubmissionPayload {
     pub deleted_submission_id: ID,
+}
+
+/// One endpoint's first page, through a loader that loads the first pages of every
+/// endpoint a response lists together, in one statement.
+async fn first_page<L, Row>(
+    loader: &DataLoader<L, HashMapCache>,
+    endpoint: &crate::model::ids::EndpointId,
+    page: &PageRequest,
+) -> Result<Vec<Row>>
+where
+    L: Loader<FirstPage, Value = Vec<Row>, Error = LoadError>,
+    Row: Clone + Send + Sync + 'static,
+{
+    Ok(loader
+        .load_one((endpoint.clone(), page.fetch_limit()))
+        .await
+        .gql()?
+        .unwrap_or_default())
 }
 
 pub async fn submissions_page(
