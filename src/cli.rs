@@ -290,14 +290,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     let app = App::new(config, settings, pool, clock);
     let config = &app.config;
     let http = if config.api_enabled {
-        let bind = config.http.bind;
-        let listener = tokio::net::TcpListener::bind(bind)
-            .await
-            .with_context(|| format!("cannot listen on FORMS_BIND={bind}"))?;
-        let local = listener
-            .local_addr()
-            .context("cannot read the listening address")?;
-        tracing::info!(address = %local, "listening");
+        let listener = listen("FORMS_BIND", config.http.bind, "listening").await?;
         let mut limits = http::server::Limits::from_config(config);
         limits.max_connections = http::server::fit_connections(
             limits.max_connections,
@@ -309,13 +302,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     };
     let metrics = match config.metrics.bind {
         Some(bind) => {
-            let listener = tokio::net::TcpListener::bind(bind)
-                .await
-                .with_context(|| format!("cannot listen on FORMS_METRICS_BIND={bind}"))?;
-            let local = listener
-                .local_addr()
-                .context("cannot read the metrics listening address")?;
-            tracing::info!(address = %local, "serving /metrics");
+            let listener = listen("FORMS_METRICS_BIND", bind, "serving /metrics").await?;
             Some((listener, http::server::Limits::from_config(config)))
         }
         None => {
@@ -355,6 +342,22 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     services.wait().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds the address `variable` names and logs where it listens (the port, if it was 0).
+async fn listen(
+    variable: &str,
+    bind: std::net::SocketAddr,
+    what: &'static str,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .with_context(|| format!("cannot listen on {variable}={bind}"))?;
+    let local = listener
+        .local_addr()
+        .with_context(|| format!("cannot read the address bound for {variable}"))?;
+    tracing::info!(address = %local, "{what}");
+    Ok(listener)
 }
 
 /// On an embedded cluster that has never had a key, makes one and prints it once, so a

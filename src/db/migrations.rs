@@ -52,10 +52,7 @@ async fn with_lock<T>(
     work: impl FnOnce(&mut AsyncMigrationHarness<AsyncPgConnection>) -> Result<T, MigrationError>,
 ) -> Result<T, MigrationError> {
     let mut connection = connect_one(url).await?;
-    diesel::sql_query("SELECT pg_advisory_lock($1)")
-        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
-        .execute(&mut connection)
-        .await?;
+    lock(&mut connection).await?;
     // Before anything is created: a database of the earlier service is taken over only
     // by `migrate --adopt`.
     if let Some(revision) = earlier_service_revision(&mut connection).await? {
@@ -69,6 +66,15 @@ async fn with_lock<T>(
     let mut connection = harness.into_inner();
     unlock(&mut connection).await?;
     result
+}
+
+/// Waits for the migration lock (see [`MIGRATION_LOCK_KEY`]).
+async fn lock(connection: &mut AsyncPgConnection) -> Result<(), MigrationError> {
+    diesel::sql_query("SELECT pg_advisory_lock($1)")
+        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
+        .execute(connection)
+        .await?;
+    Ok(())
 }
 
 /// Closing the connection would release the lock too; unlocking says so explicitly.
@@ -135,10 +141,7 @@ async fn earlier_service_revision(
 pub async fn adopt(url: &Secret) -> Result<Vec<String>, MigrationError> {
     use diesel_async::{AsyncConnection, SimpleAsyncConnection};
     let mut connection = connect_one(url).await?;
-    diesel::sql_query("SELECT pg_advisory_lock($1)")
-        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
-        .execute(&mut connection)
-        .await?;
+    lock(&mut connection).await?;
     let adopted = async {
         let Some(revision) = earlier_service_revision(&mut connection).await? else {
             return Err(MigrationError::Refused(
@@ -204,12 +207,18 @@ fn list(names: &[&str]) -> String {
     }
 }
 
-/// The version Diesel records for this product's first migration.
-fn first_migration_version() -> Result<String, MigrationError> {
+/// Every embedded migration, oldest first.
+fn embedded_migrations(
+) -> Result<Vec<Box<dyn diesel::migration::Migration<diesel::pg::Pg>>>, MigrationError> {
     let mut all = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
         .map_err(migration_failed)?;
     all.sort_by(|a, b| a.name().version().cmp(&b.name().version()));
-    <[_]>::first(&all)
+    Ok(all)
+}
+
+/// The version Diesel records for this product's first migration.
+fn first_migration_version() -> Result<String, MigrationError> {
+    <[_]>::first(&embedded_migrations()?)
         .map(|migration| migration.name().version().to_string())
         .ok_or_else(|| MigrationError::Migration("no migrations are embedded".into()))
 }
@@ -220,10 +229,7 @@ pub async fn status(url: &Secret) -> Result<Vec<MigrationStatus>, MigrationError
         harness.applied_migrations().map_err(migration_failed)
     })
     .await?;
-    let mut all = diesel::migration::MigrationSource::<diesel::pg::Pg>::migrations(&MIGRATIONS)
-        .map_err(migration_failed)?;
-    all.sort_by(|a, b| a.name().version().cmp(&b.name().version()));
-    Ok(all
+    Ok(embedded_migrations()?
         .iter()
         .map(|migration| MigrationStatus {
             name: migration.name().to_string(),

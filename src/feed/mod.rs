@@ -481,19 +481,19 @@ fn publish(feed: &EventFeed, generation: u64, through: i64, events: Vec<EventRow
         return;
     }
     shared.frontier = Some(through);
-    if let Some(newest) = events.last() {
-        // An event stamped ahead of this process's clock (the database's runs fast) is no lag.
-        let age = (chrono::Utc::now() - newest.occurred_at)
-            .to_std()
-            .unwrap_or_default();
-        crate::telemetry::meters::event_feed_lag(age);
-    }
+    let newest = events.last().map(|event| event.occurred_at);
     if !events.is_empty() {
         // No receiver is not an error: subscribers come and go.
         let _ = feed.sender.send(events.into());
     }
     drop(shared);
     feed.ready.notify_waiters();
+    // Outside the lock registrations wait on.
+    if let Some(newest) = newest {
+        // An event stamped ahead of this process's clock (the database's runs fast) is no lag.
+        let age = (chrono::Utc::now() - newest).to_std().unwrap_or_default();
+        crate::telemetry::meters::event_feed_lag(age);
+    }
 }
 
 /// Deletes events older than `retention`, at start and hourly, until `shutdown`.

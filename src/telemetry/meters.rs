@@ -159,19 +159,20 @@ pub fn late_attempt() {
     metrics::counter!("hymical_delivery_late_attempts_total").increment(1);
 }
 
-/// Adds one to a gauge for as long as it lives.
-pub struct Held(&'static str);
+/// Adds one to a gauge for as long as it lives (the handle kept, so it is looked up once).
+pub struct Held(metrics::Gauge);
 
 impl Held {
-    fn start(gauge: &'static str) -> Held {
-        metrics::gauge!(gauge).increment(1.0);
+    fn start(name: &'static str) -> Held {
+        let gauge = metrics::gauge!(name);
+        gauge.increment(1.0);
         Held(gauge)
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        metrics::gauge!(self.0).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 

@@ -307,35 +307,26 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn other_revisions_and_foreign_tables_are_refused_with_nothing_changed() {
-    let older = earlier_service_database().await;
-    let mut conn = older.connect().await;
-    diesel::sql_query("UPDATE alembic_version SET version_num = '0005'")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let before = schema(&older).await;
-    let (code, said) = run(&older, &["migrate", "--adopt"]);
-    assert_eq!(code, Some(1), "{said}");
-    assert!(
-        said.contains("revision 0005") && said.contains("Nothing was changed"),
-        "{said}"
-    );
-    assert_eq!(schema(&older).await, before);
-
-    let crowded = earlier_service_database().await;
-    let mut conn = crowded.connect().await;
-    diesel::sql_query("CREATE TABLE invoices (id integer PRIMARY KEY)")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let before = schema(&crowded).await;
-    let (code, said) = run(&crowded, &["migrate", "--adopt"]);
-    assert_eq!(code, Some(1), "{said}");
-    assert!(
-        said.contains("invoices") && said.contains("Nothing was changed"),
-        "{said}"
-    );
-    assert_eq!(schema(&crowded).await, before);
+    // (what is changed in the earlier service's database, what the refusal must name)
+    for (change, named) in [
+        (
+            "UPDATE alembic_version SET version_num = '0005'",
+            "revision 0005",
+        ),
+        ("CREATE TABLE invoices (id integer PRIMARY KEY)", "invoices"),
+    ] {
+        let db = earlier_service_database().await;
+        let mut conn = db.connect().await;
+        diesel::sql_query(change).execute(&mut conn).await.unwrap();
+        let before = schema(&db).await;
+        let (code, said) = run(&db, &["migrate", "--adopt"]);
+        assert_eq!(code, Some(1), "{said}");
+        assert!(
+            said.contains(named) && said.contains("Nothing was changed"),
+            "{said}"
+        );
+        assert_eq!(schema(&db).await, before, "{change}");
+    }
 
     // A database of this product has nothing to adopt.
     let ours = TestDb::new().await;

@@ -100,6 +100,18 @@ async fn wait_for_text(client: &Client, css: &str, wanted: &str) -> String {
     panic!("{css} never showed {wanted:?}; last: {last:?}");
 }
 
+/// Presses GraphiQL's run button once it has rendered.
+async fn run_document(client: &Client) {
+    client
+        .wait()
+        .for_element(Locator::Css(".graphiql-execute-button"))
+        .await
+        .expect("GraphiQL rendered")
+        .click()
+        .await
+        .unwrap();
+}
+
 /// Every resource the page loaded, by URL.
 async fn loaded_resources(client: &Client) -> Vec<String> {
     let value = client
@@ -152,14 +164,7 @@ async fn graphiql_answers_a_query_and_a_subscription_offline() {
         .click()
         .await
         .unwrap();
-    client
-        .wait()
-        .for_element(Locator::Css(".graphiql-execute-button"))
-        .await
-        .expect("GraphiQL rendered")
-        .click()
-        .await
-        .unwrap();
+    run_document(&client).await;
     wait_for_text(&client, ".result-window", "\"pending\": 0").await;
 
     // A subscription, in the same tab (the key is remembered for it).
@@ -171,14 +176,8 @@ async fn graphiql_answers_a_query_and_a_subscription_offline() {
         ))
         .await
         .unwrap();
-    client
-        .wait()
-        .for_element(Locator::Css(".graphiql-execute-button"))
-        .await
-        .expect("GraphiQL rendered without asking again")
-        .click()
-        .await
-        .unwrap();
+    // The key is remembered: GraphiQL renders without asking again.
+    run_document(&client).await;
     // Give the subscription a moment to be registered, then submit a form.
     tokio::time::sleep(Duration::from_secs(1)).await;
     app.submit("browser", "email=a%40example.com").await;
