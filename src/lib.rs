@@ -18,6 +18,7 @@ mod graphql;
 mod http;
 mod intake;
 mod model;
+mod pages;
 mod retention;
 mod router;
 mod services;

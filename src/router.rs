@@ -22,7 +22,7 @@ use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
 use crate::telemetry::meters;
-use crate::{export, graphql, intake};
+use crate::{export, graphql, intake, pages};
 
 /// Every request carries one, in its log line and in the answer, so an operator can find
 /// the line a client's report is about.
@@ -35,7 +35,8 @@ pub fn router(app: AppState) -> Router {
         .route("/ready", get(ready))
         .merge(intake::routes())
         .merge(export::routes())
-        .merge(graphql::routes(schema));
+        .merge(graphql::routes(schema))
+        .merge(pages::console::routes());
     if app.config.metrics.bind.is_none() {
         routes = routes.merge(meters::routes());
     }

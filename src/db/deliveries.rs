@@ -147,6 +147,29 @@ pub async fn count_by_state(
     )
 }
 
+static DELIVERY_ACTIVITY: SqlText = sql!("delivery_activity.sql");
+struct DeliveryActivity;
+
+/// How many deliveries were delivered and failed in each minute since `since` that had
+/// any, oldest first (delivery_activity.sql).
+pub async fn activity_by_minute(
+    conn: &mut AsyncPgConnection,
+    endpoint_id: Option<&EndpointId>,
+    since: DateTime<Utc>,
+) -> Result<Vec<(DateTime<Utc>, i64, i64)>, DbError> {
+    Ok(
+        Statement::<DeliveryActivity, (Timestamptz, BigInt, BigInt), _>::new(
+            &DELIVERY_ACTIVITY,
+            (
+                bind::<Nullable<Text>, _>(endpoint_id),
+                bind::<Timestamptz, _>(since),
+            ),
+        )
+        .load(conn)
+        .await?,
+    )
+}
+
 /// The queue as `/metrics` reports it.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueFigures {
@@ -216,12 +239,38 @@ pub async fn replay(
     })
 }
 
-/// Which failed deliveries a bulk replay takes: exclusive bounds on `completed_at`.
+/// Which failed deliveries a bulk replay takes: exclusive bounds on `completed_at` and on
+/// `created_at`.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayFilter {
     pub endpoint_id: Option<EndpointId>,
     pub failed_after: Option<DateTime<Utc>>,
     pub failed_before: Option<DateTime<Utc>>,
+    pub created_after: Option<DateTime<Utc>>,
+    pub created_before: Option<DateTime<Utc>>,
+}
+
+static REPLAYABLE_COUNT: SqlText = sql!("replayable_count.sql");
+struct ReplayableCount;
+
+/// How many deliveries [`replay_matching`] would take now (replayable_count.sql).
+pub async fn count_replayable(
+    conn: &mut AsyncPgConnection,
+    filter: &ReplayFilter,
+) -> Result<usize, DbError> {
+    let count: i64 = Statement::<ReplayableCount, BigInt, _>::new(
+        &REPLAYABLE_COUNT,
+        (
+            bind::<Nullable<Text>, _>(filter.endpoint_id.as_ref()),
+            bind::<Nullable<Timestamptz>, _>(filter.failed_after),
+            bind::<Nullable<Timestamptz>, _>(filter.failed_before),
+            bind::<Nullable<Timestamptz>, _>(filter.created_after),
+            bind::<Nullable<Timestamptz>, _>(filter.created_before),
+        ),
+    )
+    .get_result(conn)
+    .await?;
+    Ok(usize::try_from(count).unwrap_or(0))
 }
 
 static REPLAY_MATCHING: SqlText = sql!("replay_matching.sql", with_events);
@@ -241,6 +290,8 @@ pub async fn replay_matching(
             bind::<Nullable<Timestamptz>, _>(filter.failed_after),
             bind::<Nullable<Timestamptz>, _>(filter.failed_before),
             bind::<Nullable<Timestamptz>, _>(now),
+            bind::<Nullable<Timestamptz>, _>(filter.created_after),
+            bind::<Nullable<Timestamptz>, _>(filter.created_before),
         ),
     )
     .get_result(conn)

@@ -41,7 +41,7 @@ pub fn routes(schema: FormsSchema) -> Router<AppState> {
             "/graphql/ws",
             get(super::ws::upgrade).layer(Extension(super::ws::Subscriptions::new(schema))),
         )
-        .route("/graphql/assets/{name}", get(super::graphiql::asset))
+        .route("/graphql/assets/{name}", get(crate::pages::graphiql::asset))
 }
 
 const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
@@ -145,11 +145,9 @@ fn unauthorized(error: ApiError, answer: Answer) -> Response {
 }
 
 fn wants_graphiql(method: &Method, headers: &HeaderMap, query: Option<&str>) -> bool {
-    let accepts_html = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|accept| accept.contains("text/html"));
-    method == Method::GET && accepts_html && query.is_none_or(|q| !q.contains("query="))
+    method == Method::GET
+        && crate::pages::accepts_html(headers)
+        && query.is_none_or(|q| !q.contains("query="))
 }
 
 async fn handle(
@@ -160,7 +158,7 @@ async fn handle(
     let (parts, body) = request.into_parts();
     let answer = Answer::from_accept(&parts.headers);
     if wants_graphiql(&parts.method, &parts.headers, parts.uri.query()) {
-        return super::graphiql::page();
+        return crate::pages::graphiql::page();
     }
     // Nothing is read or executed before the key is checked.
     let key = match auth::authenticate_headers(&app.db, &parts.headers, app.clock.now()).await {

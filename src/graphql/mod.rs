@@ -3,7 +3,6 @@
 
 pub mod cost;
 pub mod fanout;
-mod graphiql;
 pub mod handler;
 pub mod loaders;
 pub mod mutation;

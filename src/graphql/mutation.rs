@@ -42,12 +42,15 @@ pub struct UpdateEndpointInput {
     pub honeypot_field: MaybeUndefined<String>,
 }
 
-/// Which failed deliveries to replay: exclusive bounds on when they failed.
+/// Which failed deliveries to replay: exclusive bounds on when they failed and on when
+/// they were created.
 #[derive(InputObject)]
 pub struct ReplayFilter {
     pub endpoint_id: Option<ID>,
     pub failed_after: Option<Timestamp>,
     pub failed_before: Option<Timestamp>,
+    pub created_after: Option<Timestamp>,
+    pub created_before: Option<Timestamp>,
 }
 
 /// The API's error for a setting that breaks its rule, naming the input field.
@@ -339,14 +342,19 @@ impl MutationRoot {
         }
     }
 
-    /// Replays every failed delivery matching the filter, in one statement.
+    /// Replays every failed delivery matching the filter, in one statement. With `dryRun`
+    /// (`true`; left out or `null`: `false`) nothing changes and `count` says how many it
+    /// would replay now, to confirm first.
     async fn replay_deliveries(
         &self,
         ctx: &Context<'_>,
         filter: ReplayFilter,
+        dry_run: Option<bool>,
     ) -> Result<ReplayDeliveriesPayload> {
         let app = app(ctx);
         let (failed_after, failed_before) = time_range(filter.failed_after, filter.failed_before)?;
+        let (created_after, created_before) =
+            time_range(filter.created_after, filter.created_before)?;
         let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(ReplayDeliveriesPayload { count: 0 });
         };
@@ -354,11 +362,19 @@ impl MutationRoot {
             endpoint_id,
             failed_after,
             failed_before,
+            created_after,
+            created_before,
         };
         let now = app.clock.pinned();
         let count = app
             .db
-            .run(async |conn| db::deliveries::replay_matching(conn, &query, now).await)
+            .run(async |conn| {
+                if dry_run == Some(true) {
+                    db::deliveries::count_replayable(conn, &query).await
+                } else {
+                    db::deliveries::replay_matching(conn, &query, now).await
+                }
+            })
             .await
             .gql()?;
         Ok(ReplayDeliveriesPayload {

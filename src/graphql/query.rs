@@ -6,14 +6,16 @@ use async_graphql::{Context, InputObject, Object, Result, ID};
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
 use super::types::{
-    deliveries_page, submissions_page, Delivery, DeliveryCounts, DeliveryState, Endpoint,
-    Submission, Timestamp,
+    deliveries_page, submissions_page, Delivery, DeliveryActivityMinute, DeliveryCounts,
+    DeliveryState, Endpoint, Submission, Timestamp,
 };
 use super::{app, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
+use crate::error::ApiError;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use chrono::{DurationRound, TimeDelta};
 
 /// Exclusive bounds on `receivedAt`.
 #[derive(InputObject, Default)]
@@ -159,4 +161,57 @@ impl QueryRoot {
             .gql()?;
         Ok(DeliveryCounts(counts))
     }
+
+    /// Deliveries that ended in each of the last `minutes` minutes (1–60; left out or
+    /// `null`: 60), one entry per minute, oldest first and the current minute last: how
+    /// many were delivered and how many failed. Counted from the delivery events, so it reaches back as far as their
+    /// retention (at least an hour).
+    async fn delivery_activity(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Option<ID>,
+        minutes: Option<i32>,
+    ) -> Result<Vec<DeliveryActivityMinute>> {
+        let minutes = minutes.unwrap_or(MAX_ACTIVITY_MINUTES);
+        if !(1..=MAX_ACTIVITY_MINUTES).contains(&minutes) {
+            return Err(ApiError::InvalidInput {
+                field: "minutes".into(),
+                reason: format!("must be between 1 and {MAX_ACTIVITY_MINUTES}"),
+            })
+            .gql();
+        }
+        let now = app(ctx).clock.now();
+        let current = now
+            .duration_trunc(TimeDelta::minutes(1))
+            .map_err(|_| ApiError::Internal("the clock is out of range".into()))
+            .gql()?;
+        let first = current - TimeDelta::minutes(i64::from(minutes - 1));
+        let ended = match scope(endpoint_id.as_ref(), EndpointId::parse) {
+            None => Vec::new(),
+            Some(endpoint_id) => app(ctx)
+                .db
+                .run(async |conn| {
+                    db::deliveries::activity_by_minute(conn, endpoint_id.as_ref(), first).await
+                })
+                .await
+                .gql()?,
+        };
+        Ok((0..minutes)
+            .map(|offset| {
+                let minute = first + TimeDelta::minutes(i64::from(offset));
+                let (delivered, failed) = ended
+                    .iter()
+                    .find(|(at, _, _)| *at == minute)
+                    .map_or((0, 0), |(_, delivered, failed)| (*delivered, *failed));
+                DeliveryActivityMinute {
+                    minute: Timestamp(minute),
+                    delivered,
+                    failed,
+                }
+            })
+            .collect())
+    }
 }
+
+/// An hour: what the console's chart shows, and what the event retention always covers.
+const MAX_ACTIVITY_MINUTES: i32 = 60;

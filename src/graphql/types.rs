@@ -96,6 +96,17 @@ impl Endpoint {
         ))
     }
 
+    /// How many of this endpoint's deliveries are in each state.
+    async fn delivery_counts(&self, ctx: &Context<'_>) -> Result<DeliveryCounts> {
+        let id = &self.0.id;
+        let counts = app(ctx)
+            .db
+            .run(async |conn| db::deliveries::count_by_state(conn, Some(id)).await)
+            .await
+            .gql()?;
+        Ok(DeliveryCounts(counts))
+    }
+
     /// This endpoint's deliveries, newest first.
     async fn deliveries(
         &self,
@@ -307,6 +318,17 @@ impl DeliveryCounts {
     }
 }
 
+/// One minute of deliveries ending.
+#[derive(SimpleObject)]
+pub struct DeliveryActivityMinute {
+    /// The minute's start.
+    pub minute: Timestamp,
+    /// Deliveries that reached `DELIVERED` in it.
+    pub delivered: i64,
+    /// Deliveries that reached `FAILED` in it.
+    pub failed: i64,
+}
+
 #[derive(SimpleObject)]
 pub struct EndpointSecretPayload {
     pub endpoint: Endpoint,
@@ -321,7 +343,7 @@ pub struct ReplayDeliveryPayload {
 
 #[derive(SimpleObject)]
 pub struct ReplayDeliveriesPayload {
-    /// How many failed deliveries were put back in the queue.
+    /// How many failed deliveries were put back in the queue (with `dryRun`: would be).
     pub count: i32,
 }
 

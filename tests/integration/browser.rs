@@ -20,7 +20,7 @@ fn find(candidates: &[&str]) -> Option<std::path::PathBuf> {
 }
 
 /// chromedriver on a free loopback port, killed when dropped.
-struct Driver {
+pub struct Driver {
     child: Child,
     port: u16,
 }
@@ -32,7 +32,7 @@ impl Drop for Driver {
     }
 }
 
-async fn start_driver() -> Driver {
+pub async fn start_driver() -> Driver {
     let binary = find(&["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]).expect(
         "chromedriver is not installed: apt-get install chromium chromium-driver (.ci/run does)",
     );
@@ -56,7 +56,7 @@ async fn start_driver() -> Driver {
     panic!("chromedriver did not listen");
 }
 
-async fn browser(driver: &Driver) -> Client {
+pub async fn browser(driver: &Driver) -> Client {
     let chromium = find(&["/usr/bin/chromium", "/usr/bin/chromium-browser"])
         .expect("chromium is not installed: apt-get install chromium (.ci/run does)");
     let mut capabilities = serde_json::Map::new();
@@ -83,7 +83,7 @@ async fn browser(driver: &Driver) -> Client {
 }
 
 /// Waits up to 30 s for the text of `css` to contain `wanted`; returns the text.
-async fn wait_for_text(client: &Client, css: &str, wanted: &str) -> String {
+pub async fn wait_for_text(client: &Client, css: &str, wanted: &str) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let mut last = String::new();
     while std::time::Instant::now() < deadline {
@@ -112,8 +112,8 @@ async fn run_document(client: &Client) {
         .unwrap();
 }
 
-/// Every resource the page loaded, by URL.
-async fn loaded_resources(client: &Client) -> Vec<String> {
+/// Every resource the page loaded, by URL (the page itself first).
+pub async fn loaded_resources(client: &Client) -> Vec<String> {
     let value = client
         .execute(
             "return [location.href].concat(performance.getEntriesByType('resource').map(e => e.name));",

@@ -684,3 +684,186 @@ async fn submissions_show_fields_in_stored_order() {
     assert_eq!(submission["endpoint"]["id"], "contact");
     assert_eq!(submission["delivery"], Value::Null);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bulk_replay_dry_run_and_creation_bounds() {
+    let (app, key) = app_with_key(&[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
+    app.webhook_endpoint("one", "https://a.example/hook").await;
+    for _ in 0..3 {
+        app.submit("one", "a=1").await;
+    }
+    let ids: Vec<String> = app
+        .db
+        .deliveries()
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    for (id, created) in ids.iter().zip(["2026-01-01", "2026-02-01", "2026-03-01"]) {
+        set_state(
+            &app.db,
+            id,
+            &format!("state = 'failed', completed_at = now(), created_at = '{created}T00:00:00Z'"),
+        )
+        .await;
+    }
+    let bulk = "mutation($filter: ReplayFilter!, $dryRun: Boolean) { replayDeliveries(filter: $filter, dryRun: $dryRun) { count } }";
+    let since_february = json!({"endpointId": "one", "createdAfter": "2026-01-15T00:00:00Z"});
+    let body = app
+        .gql(
+            &key,
+            bulk,
+            json!({"filter": since_february, "dryRun": true}),
+        )
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 2, "{body}");
+    let states = |rows: Vec<crate::harness::DeliveryRow>| -> Vec<String> {
+        rows.into_iter().map(|d| d.state).collect()
+    };
+    assert_eq!(
+        states(app.db.deliveries().await),
+        ["failed", "failed", "failed"],
+        "a dry run changes nothing"
+    );
+    let body = app
+        .gql(&key, bulk, json!({"filter": {"createdAfter": "2026-03-01T00:00:00Z", "createdBefore": "2026-02-01T00:00:00Z"}, "dryRun": true}))
+        .await;
+    assert_eq!(code(&body), "INVALID_TIME_RANGE");
+    let body = app
+        .gql(
+            &key,
+            bulk,
+            json!({"filter": {"endpointId": "one", "createdBefore": "2026-02-15T00:00:00Z"}}),
+        )
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 2, "{body}");
+    assert_eq!(
+        states(app.db.deliveries().await),
+        ["pending", "pending", "failed"]
+    );
+    let body = app
+        .gql(
+            &key,
+            bulk,
+            json!({"filter": since_february, "dryRun": true}),
+        )
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 1, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn delivery_activity_counts_deliveries_ending_per_minute() {
+    let now = chrono::DateTime::parse_from_rfc3339("2026-06-01T12:30:30Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let clock = Arc::new(hymical_forms::testing::clock::ManualClock::new(now));
+    let app = TestApp::start_with(&[], clock).await;
+    let (_, key) = app.create_key("tests").await;
+    let mut conn = app.db.connect().await;
+    // (endpoint, kind, state, previous state, when)
+    let events = [
+        (
+            "one",
+            "attempt_recorded",
+            "delivered",
+            "processing",
+            "12:30:05",
+        ),
+        (
+            "one",
+            "attempt_recorded",
+            "delivered",
+            "processing",
+            "12:30:10",
+        ),
+        (
+            "two",
+            "attempt_recorded",
+            "failed",
+            "processing",
+            "12:30:20",
+        ),
+        (
+            "one",
+            "failed_without_attempt",
+            "failed",
+            "pending",
+            "12:25:00",
+        ),
+        // Not an ending: a retry, a late attempt on a delivered delivery, a claim.
+        (
+            "one",
+            "attempt_recorded",
+            "pending",
+            "processing",
+            "12:30:01",
+        ),
+        (
+            "one",
+            "late_attempt_recorded",
+            "delivered",
+            "delivered",
+            "12:30:02",
+        ),
+        ("one", "claimed", "processing", "pending", "12:30:03"),
+        // Outside the hour.
+        (
+            "one",
+            "attempt_recorded",
+            "delivered",
+            "processing",
+            "11:30:59",
+        ),
+    ];
+    for (endpoint, kind, state, previous, at) in events {
+        diesel::sql_query(format!(
+            "INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, occurred_at) \
+             VALUES ('whd_x', '{endpoint}', '{kind}', '{state}', '{previous}', 1, 1, '2026-06-01T{at}Z')"
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let query = "query($endpointId: ID, $minutes: Int) { deliveryActivity(endpointId: $endpointId, minutes: $minutes) { minute delivered failed } }";
+    let body = app.gql(&key, query, json!({})).await;
+    let minutes = body["data"]["deliveryActivity"].as_array().expect("a list");
+    assert_eq!(minutes.len(), 60);
+    assert_eq!(minutes[0]["minute"], "2026-06-01T11:31:00.000000Z");
+    assert_eq!(
+        minutes[59],
+        json!({"minute": "2026-06-01T12:30:00.000000Z", "delivered": 2, "failed": 1})
+    );
+    assert_eq!(
+        minutes[54],
+        json!({"minute": "2026-06-01T12:25:00.000000Z", "delivered": 0, "failed": 1})
+    );
+    assert_eq!(minutes[0]["delivered"], 0, "11:30:59 is outside the hour");
+    let total: i64 = minutes
+        .iter()
+        .map(|m| m["delivered"].as_i64().unwrap() + m["failed"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 4);
+
+    let body = app
+        .gql(&key, query, json!({"endpointId": "two", "minutes": 1}))
+        .await;
+    assert_eq!(
+        body["data"]["deliveryActivity"],
+        json!([{"minute": "2026-06-01T12:30:00.000000Z", "delivered": 0, "failed": 1}])
+    );
+    for minutes in [0, 61] {
+        let body = app.gql(&key, query, json!({"minutes": minutes})).await;
+        assert_eq!(code(&body), "INVALID_INPUT", "{body}");
+    }
+    // Per endpoint counts on the endpoint itself.
+    app.webhook_endpoint("three", "https://a.example/hook")
+        .await;
+    app.submit("three", "a=1").await;
+    let body = app
+        .gql(&key, "{ endpoint(id: \"three\") { deliveryCounts { pending processing delivered failed } } }", json!({}))
+        .await;
+    assert_eq!(
+        body["data"]["endpoint"]["deliveryCounts"],
+        json!({"pending": 1, "processing": 0, "delivered": 0, "failed": 0})
+    );
+}

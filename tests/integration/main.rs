@@ -10,6 +10,7 @@ mod adoption;
 mod browser;
 mod cli;
 mod clock_skew;
+mod console;
 mod database_faults;
 mod database_tls;
 mod delivery;

@@ -1,8 +1,9 @@
 -- Replays every failed delivery the filter matches (see replay_one.sql), in one durable
 -- statement; answers how many.
 --
--- $1 endpoint id (NULL: every endpoint), $2 failed after, $3 failed before (exclusive,
--- NULL: unbounded), $4 now (NULL: the database's clock)
+-- $1 endpoint id (NULL: every endpoint), $2 failed after, $3 failed before, $5 created
+-- after, $6 created before (exclusive, NULL: unbounded), $4 now (NULL: the database's
+-- clock). replayable_count.sql counts what the same filter would take.
 WITH replayed AS (
     UPDATE webhook_deliveries
     SET state = 'pending', next_attempt_at = coalesce($4, statement_timestamp()),
@@ -11,6 +12,8 @@ WITH replayed AS (
       AND ($1::varchar IS NULL OR endpoint_id = $1)
       AND ($2::timestamptz IS NULL OR completed_at > $2)
       AND ($3::timestamptz IS NULL OR completed_at < $3)
+      AND ($5::timestamptz IS NULL OR created_at > $5)
+      AND ($6::timestamptz IS NULL OR created_at < $6)
     RETURNING id, endpoint_id, state, attempts, cycle_attempts
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'replayed'::varchar AS kind, state,

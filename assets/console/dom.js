@@ -1,0 +1,101 @@
+// Building the page without HTML strings: every text from the API (names, field values,
+// URLs) becomes a text node, so nothing submitted can turn into markup or script.
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function append(node, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+function assign(node, attributes) {
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") {
+      node.addEventListener(name.slice(2), value);
+    } else if (name === "value" || name === "checked" || name === "disabled") {
+      node[name] = value;
+    } else {
+      node.setAttribute(name, value === true ? "" : String(value));
+    }
+  }
+}
+
+// h("a", { href: "#/x", class: "link" }, "text", child, [more])
+export function h(tag, attributes, ...children) {
+  const node = document.createElement(tag);
+  assign(node, attributes);
+  append(node, children);
+  return node;
+}
+
+export function svg(tag, attributes, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  assign(node, attributes);
+  append(node, children);
+  return node;
+}
+
+export function replace(node, ...children) {
+  node.replaceChildren();
+  append(node, children);
+  return node;
+}
+
+// A button that copies `text()` to the clipboard and says so. Falls back to selecting a
+// hidden text area where the Clipboard API is unavailable (plain http on another host).
+export function copyButton(label, text) {
+  const button = h("button", { type: "button", class: "secondary" }, label);
+  button.addEventListener("click", async () => {
+    const value = text();
+    try {
+      await navigator.clipboard.writeText(value);
+    } catch {
+      const area = h("textarea", { class: "offscreen", readonly: true });
+      area.value = value;
+      document.body.append(area);
+      area.select();
+      document.execCommand("copy");
+      area.remove();
+    }
+    button.textContent = "Copied";
+    setTimeout(() => (button.textContent = label), 1500);
+  });
+  return button;
+}
+
+// "2026-12-01T13:25:17.123Z" → "2026-12-01 13:25:17" in the browser's time zone.
+export function time(iso) {
+  if (!iso) return "—";
+  const date = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ` +
+    `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+export function stateBadge(state) {
+  return h("span", { class: `state state-${state.toLowerCase()}`, "data-state": state }, state);
+}
+
+// Runs `task` at most once per `ms`, however often it is asked for, and once more after
+// the last ask: views refresh on events without refetching per event.
+export function throttle(ms, task) {
+  let timer = null;
+  let again = false;
+  const run = () => {
+    timer = setTimeout(() => {
+      timer = null;
+      if (again) {
+        again = false;
+        run();
+      }
+    }, ms);
+    Promise.resolve().then(task);
+  };
+  return () => {
+    if (timer) again = true;
+    else run();
+  };
+}

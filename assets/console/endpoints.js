@@ -1,0 +1,300 @@
+// Endpoints: the list, creating one (its signing secret shown once), and an endpoint's
+// page: its settings to edit, rotating the secret, deactivating and activating, and the
+// form snippet for a static site.
+
+import { graphql } from "./api.js";
+import { copyButton, h, replace, time } from "./dom.js";
+import { explain } from "./words.js";
+
+const FIELDS = "id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField";
+const PAGE_SIZE = 25;
+
+const LIST = `query Endpoints($first: Int, $after: String) {
+  endpoints(first: $first, after: $after) {
+    nodes { ${FIELDS} }
+    pageInfo { hasNextPage endCursor }
+  }
+}`;
+const ONE = `query Endpoint($id: ID!) { endpoint(id: $id) { ${FIELDS} deliveryCounts { pending processing delivered failed } } }`;
+const CREATE = `mutation Create($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } webhookSecret } }`;
+const UPDATE = `mutation Update($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { ${FIELDS} } webhookSecret } }`;
+const ROTATE = `mutation Rotate($id: ID!) { rotateWebhookSecret(endpointId: $id) { endpoint { id } webhookSecret } }`;
+
+function errorLine(id) {
+  return h("p", { class: "error", role: "alert", id });
+}
+
+// The snippet an operator pastes into a static site.
+export function formSnippet(endpoint) {
+  const lines = [
+    `<form action="${location.origin}/f/${endpoint.id}" method="post">`,
+    `  <label>Email <input name="email" type="email" required></label>`,
+    `  <label>Message <textarea name="message"></textarea></label>`,
+  ];
+  if (endpoint.honeypotField) {
+    lines.push(`  <input name="${endpoint.honeypotField}" type="text" tabindex="-1" autocomplete="off" hidden>`);
+  }
+  lines.push(`  <button type="submit">Send</button>`, `</form>`);
+  return lines.join("\n");
+}
+
+function snippetBlock(endpoint) {
+  const text = formSnippet(endpoint);
+  return h(
+    "section",
+    { class: "snippet" },
+    h("h2", {}, "Form snippet"),
+    h("p", { class: "hint" }, "Paste into any page; rename or add fields as you like. Every field is delivered."),
+    h("pre", { id: "form-snippet" }, h("code", {}, text)),
+    copyButton("Copy snippet", () => text),
+  );
+}
+
+function secretBlock(secret, what) {
+  return h(
+    "div",
+    { class: "secret card", id: "new-secret", role: "status" },
+    h("h2", {}, "Signing secret"),
+    h("p", {}, `${what} Copy it now: it is shown once and never again. Receivers verify the Hymical-Signature header with it.`),
+    h("pre", {}, h("code", { id: "secret-value" }, secret)),
+    copyButton("Copy secret", () => secret),
+  );
+}
+
+const lines = (text) =>
+  text
+    .split(/[\s,]+/)
+    .map((s) => s.trim())
+    .filter(Boolean);
+const orNull = (text) => (text.trim() === "" ? null : text.trim());
+
+// The settings inputs shared by the create and edit forms.
+function settingsInputs(endpoint = {}) {
+  const input = (name, label, value, attributes = {}, hint = null) => {
+    const id = `field-${name}`;
+    return h(
+      "div",
+      { class: "field" },
+      h("label", { for: id }, label),
+      h("input", { id, name, value: value || "", ...attributes }),
+      hint ? h("p", { class: "hint" }, hint) : null,
+    );
+  };
+  const origins = h("textarea", { id: "field-allowedOrigins", name: "allowedOrigins", rows: 2 });
+  origins.value = (endpoint.allowedOrigins || []).join("\n");
+  const active = h("input", { id: "field-isActive", name: "isActive", type: "checkbox", checked: endpoint.isActive !== false });
+  return [
+    input("name", "Name", endpoint.name, { required: true, maxlength: 200 }),
+    input("webhookUrl", "Webhook URL", endpoint.webhookUrl, { type: "url", placeholder: "https://example.com/hooks/forms" },
+      "Where submissions are delivered. Empty: submissions are only stored (removing a URL also removes its secret)."),
+    input("redirectUrl", "Redirect URL", endpoint.redirectUrl, { type: "url" }, "Where a browser goes after submitting. Empty: a plain thank-you answer."),
+    h("div", { class: "field" }, h("label", { for: "field-allowedOrigins" }, "Allowed origins"), origins,
+      h("p", { class: "hint" }, "One per line, such as https://example.com. Empty: any origin.")),
+    input("honeypotField", "Honeypot field", endpoint.honeypotField, { maxlength: 200 }, "A hidden field only bots fill in; such submissions are dropped quietly."),
+    h("div", { class: "field checkbox" }, active, h("label", { for: "field-isActive" }, "Accepting submissions")),
+  ];
+}
+
+function readSettings(form) {
+  const value = (name) => form.elements[name].value;
+  return {
+    name: value("name").trim(),
+    webhookUrl: orNull(value("webhookUrl")),
+    redirectUrl: orNull(value("redirectUrl")),
+    allowedOrigins: lines(value("allowedOrigins")),
+    honeypotField: orNull(value("honeypotField")),
+    isActive: form.elements.isActive.checked,
+  };
+}
+
+export function list(view, route) {
+  const after = route.params.get("after");
+  const body = h("div", { class: "loading" }, "Loading…");
+  replace(
+    view,
+    h("div", { class: "title-row" }, h("h1", {}, "Endpoints"), h("a", { class: "button", href: "#/endpoints/new", id: "new-endpoint" }, "New endpoint")),
+    body,
+  );
+  graphql(LIST, { first: PAGE_SIZE, after })
+    .then(({ endpoints }) => {
+      if (!endpoints.nodes.length && !after) {
+        replace(body, h("p", { class: "empty" }, "No endpoints yet. Create one to get a form address."));
+        return;
+      }
+      replace(
+        body,
+        h(
+          "div",
+          { class: "table-wrap" },
+          h(
+            "table",
+            { id: "endpoints" },
+            h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Id"), h("th", {}, "Webhook"), h("th", {}, "Status"), h("th", {}, "Created"))),
+            h(
+              "tbody",
+              {},
+              endpoints.nodes.map((e) =>
+                h(
+                  "tr",
+                  { "data-endpoint": e.id },
+                  h("td", {}, h("a", { href: `#/endpoints/${encodeURIComponent(e.id)}` }, e.name)),
+                  h("td", { class: "mono" }, e.id),
+                  h("td", { class: "mono wrap" }, e.webhookUrl || "—"),
+                  h("td", {}, e.isActive ? "active" : h("span", { class: "tag" }, "inactive")),
+                  h("td", {}, time(e.createdAt)),
+                ),
+              ),
+            ),
+          ),
+        ),
+        h(
+          "nav",
+          { class: "pager", "aria-label": "Pages" },
+          after ? h("a", { href: "#/endpoints" }, "← First page") : null,
+          endpoints.pageInfo.hasNextPage
+            ? h("a", { href: `#/endpoints?after=${encodeURIComponent(endpoints.pageInfo.endCursor)}`, id: "next-page" }, "Older →")
+            : null,
+        ),
+      );
+    })
+    .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
+}
+
+export function create(view, _route, shell) {
+  const error = errorLine("form-error");
+  const form = h(
+    "form",
+    { id: "endpoint-form", class: "card form" },
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "field-id" }, "Id"),
+      h("input", { id: "field-id", name: "id", required: true, maxlength: 64, pattern: "[A-Za-z0-9_-]+", autocomplete: "off" }),
+      h("p", { class: "hint" }, "Part of the form address /f/{id}: letters, digits, - and _. It cannot change later."),
+    ),
+    settingsInputs(),
+    h("div", { class: "actions" }, h("button", { type: "submit" }, "Create endpoint"), h("a", { href: "#/endpoints" }, "Cancel")),
+    error,
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    error.textContent = "";
+    const input = { id: form.elements.id.value.trim(), ...readSettings(form) };
+    try {
+      const { createEndpoint } = await graphql(CREATE, { input });
+      const id = createEndpoint.endpoint.id;
+      const done = h("a", { class: "button", href: `#/endpoints/${encodeURIComponent(id)}`, id: "done" }, "I have copied it — go to the endpoint");
+      replace(
+        view,
+        h("h1", {}, `Endpoint ${id} created`),
+        createEndpoint.webhookSecret
+          ? secretBlock(createEndpoint.webhookSecret, "This endpoint signs its webhooks with this secret.")
+          : h("p", {}, "It has no webhook: submissions are stored and shown here."),
+        snippetBlock({ id, honeypotField: input.honeypotField }),
+        h("p", {}, done),
+      );
+      shell.flash("");
+    } catch (failure) {
+      error.textContent = explain(failure);
+    }
+  });
+  replace(view, h("h1", {}, "New endpoint"), form);
+  form.elements.id.focus();
+}
+
+export function detail(view, route, shell) {
+  const id = route.id;
+  const body = h("div", { class: "loading" }, "Loading…");
+  replace(view, h("h1", {}, `Endpoint ${id}`), body);
+
+  function show(endpoint, secret = null, what = "") {
+    const error = errorLine("form-error");
+    const form = h(
+      "form",
+      { id: "endpoint-form", class: "card form" },
+      h("h2", {}, "Settings"),
+      settingsInputs(endpoint),
+      h("div", { class: "actions" }, h("button", { type: "submit" }, "Save changes")),
+      error,
+    );
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      error.textContent = "";
+      try {
+        const { updateEndpoint } = await graphql(UPDATE, { input: { id, ...readSettings(form) } });
+        shell.flash("Saved.", "ok");
+        show(updateEndpoint.endpoint, updateEndpoint.webhookSecret, "The webhook URL changed, so it has a new secret.");
+      } catch (failure) {
+        error.textContent = explain(failure);
+      }
+    });
+
+    const actionError = errorLine("action-error");
+    const actions = h("div", { class: "actions" });
+    const toggle = h("button", { type: "button", class: "secondary", id: "toggle-active" }, endpoint.isActive ? "Deactivate" : "Activate");
+    toggle.addEventListener("click", async () => {
+      try {
+        const { updateEndpoint } = await graphql(UPDATE, { input: { id, isActive: !endpoint.isActive } });
+        shell.flash(updateEndpoint.endpoint.isActive ? "Activated: it accepts submissions again." : "Deactivated: new submissions are refused; queued deliveries still go out.", "ok");
+        show(updateEndpoint.endpoint);
+      } catch (failure) {
+        actionError.textContent = explain(failure);
+      }
+    });
+    actions.append(toggle);
+    if (endpoint.webhookUrl) {
+      const rotate = h("button", { type: "button", class: "secondary", id: "rotate" }, "Rotate secret…");
+      rotate.addEventListener("click", () => {
+        const confirm = h("button", { type: "button", class: "danger", id: "confirm-rotate" }, "Rotate now");
+        const cancel = h("button", { type: "button", class: "secondary" }, "Cancel");
+        const box = h("div", { class: "confirm", role: "alertdialog", "aria-label": "Rotate the secret" },
+          h("p", {}, "A new secret signs new submissions' webhooks at once; queued deliveries keep the old one. Receivers must accept both until the queue drains."),
+          confirm, " ", cancel);
+        cancel.addEventListener("click", () => box.remove());
+        confirm.addEventListener("click", async () => {
+          try {
+            const { rotateWebhookSecret } = await graphql(ROTATE, { id });
+            show(endpoint, rotateWebhookSecret.webhookSecret, "The secret was rotated.");
+          } catch (failure) {
+            actionError.textContent = explain(failure);
+            box.remove();
+          }
+        });
+        actions.after(box);
+        confirm.focus();
+      });
+      actions.append(rotate);
+    }
+    actions.append(
+      h("a", { class: "button secondary", href: `#/deliveries?endpoint=${encodeURIComponent(id)}` }, "Deliveries"),
+      h("a", { class: "button secondary", href: `#/submissions?endpoint=${encodeURIComponent(id)}` }, "Submissions"),
+    );
+
+    replace(
+      body,
+      secret ? secretBlock(secret, what) : null,
+      h(
+        "dl",
+        { class: "facts" },
+        h("dt", {}, "Form address"),
+        h("dd", { class: "mono" }, `${location.origin}/f/${endpoint.id}`),
+        h("dt", {}, "Status"),
+        h("dd", { id: "endpoint-status" }, endpoint.isActive ? "active, accepting submissions" : "inactive, refusing submissions"),
+        h("dt", {}, "Created"),
+        h("dd", {}, time(endpoint.createdAt)),
+      ),
+      actions,
+      actionError,
+      snippetBlock(endpoint),
+      form,
+    );
+    body.className = "";
+  }
+
+  graphql(ONE, { id })
+    .then(({ endpoint }) => {
+      if (!endpoint) replace(body, h("p", { class: "error" }, "No endpoint has this id."));
+      else show(endpoint);
+    })
+    .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
+}

@@ -1,0 +1,169 @@
+// The console's shell: sign-in, the navigation, the live-connection status, and the
+// router that renders one view at a time from the URL's fragment (`#/deliveries?state=FAILED`).
+// Views are modules with `render(container, route, shell)` returning their cleanup.
+
+import { graphql, session } from "./api.js";
+import { h, replace } from "./dom.js";
+import { endAll, onStatus, whenKeyRefused } from "./live.js";
+import { explain } from "./words.js";
+import * as overview from "./overview.js";
+import * as endpoints from "./endpoints.js";
+import * as deliveries from "./deliveries.js";
+import * as submissions from "./submissions.js";
+
+const root = document.getElementById("app");
+let cleanup = () => {};
+
+const ROUTES = [
+  [/^$|^overview$/, overview.render],
+  [/^endpoints$/, endpoints.list],
+  [/^endpoints\/new$/, endpoints.create],
+  [/^endpoints\/([^/]+)$/, endpoints.detail],
+  [/^deliveries$/, deliveries.list],
+  [/^deliveries\/([^/]+)$/, deliveries.detail],
+  [/^submissions$/, submissions.list],
+  [/^submissions\/([^/]+)$/, submissions.detail],
+];
+
+const NAV = [
+  ["overview", "Overview"],
+  ["endpoints", "Endpoints"],
+  ["deliveries", "Deliveries"],
+  ["submissions", "Submissions"],
+];
+
+function parseRoute() {
+  const hash = location.hash.replace(/^#\/?/, "");
+  const [path, query = ""] = hash.split("?");
+  return { path: decodeURI(path), params: new URLSearchParams(query) };
+}
+
+// Messages that outlive a view change (a replay's result, say).
+function flash(message, kind = "info") {
+  const area = document.getElementById("flash");
+  if (!area) return;
+  replace(area, message ? h("p", { class: `flash flash-${kind}` }, message) : null);
+}
+
+const shell = {
+  go: (hash) => {
+    if (location.hash === hash) render();
+    else location.hash = hash;
+  },
+  flash,
+};
+
+function signInPage(message) {
+  cleanup();
+  cleanup = () => {};
+  const error = h("p", { id: "sign-in-error", class: "error", role: "alert" }, message || "");
+  const input = h("input", {
+    id: "key",
+    name: "key",
+    type: "password",
+    autocomplete: "off",
+    spellcheck: "false",
+    placeholder: "hym_live_…",
+    required: true,
+    "aria-describedby": "key-hint sign-in-error",
+  });
+  const button = h("button", { type: "submit" }, "Sign in");
+  const form = h(
+    "form",
+    { id: "sign-in", class: "sign-in card" },
+    h("h1", {}, "Hymical Forms"),
+    h("label", { for: "key" }, "Management key"),
+    input,
+    h(
+      "p",
+      { id: "key-hint", class: "hint" },
+      "The key `serve` printed when it first started, or one from `hymical-forms keys create`. ",
+      "It stays in this tab only and is forgotten when the tab closes.",
+    ),
+    button,
+    error,
+  );
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const key = input.value.trim();
+    button.disabled = true;
+    error.textContent = "";
+    try {
+      await graphql("{ version }", {}, key);
+      session.signIn(key);
+      render();
+    } catch (failure) {
+      error.textContent = explain(failure);
+      input.focus();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  replace(root, h("main", { class: "signed-out" }, form));
+  input.focus();
+}
+
+function signOut(message) {
+  session.signOut();
+  endAll();
+  signInPage(message);
+}
+
+function header(active) {
+  const status = h("span", { id: "live-status", class: "live-status", role: "status" }, "");
+  const unlisten = onStatus((value) => {
+    status.dataset.status = value;
+    status.textContent = { connecting: "Connecting…", live: "Live", reconnecting: "Reconnecting…", off: "" }[value] || "";
+  });
+  const nav = h(
+    "nav",
+    { "aria-label": "Sections" },
+    NAV.map(([path, label]) =>
+      h("a", { href: `#/${path}`, class: active === path ? "active" : null, "aria-current": active === path ? "page" : null }, label),
+    ),
+  );
+  const signOutButton = h("button", { type: "button", class: "secondary", id: "sign-out" }, "Sign out");
+  signOutButton.addEventListener("click", () => signOut(""));
+  return {
+    node: h("header", { class: "top" }, h("a", { href: "#/overview", class: "brand" }, "Hymical Forms"), nav, status, signOutButton),
+    unlisten,
+  };
+}
+
+function render() {
+  if (!session.key()) {
+    signInPage("");
+    return;
+  }
+  cleanup();
+  const route = parseRoute();
+  const section = route.path.split("/")[0] || "overview";
+  const top = header(section);
+  const view = h("main", { id: "view", tabindex: "-1" });
+  replace(root, top.node, h("div", { id: "flash", "aria-live": "polite" }), view);
+  let viewCleanup = () => {};
+  const match = ROUTES.map(([pattern, handler]) => [route.path.match(pattern), handler]).find(([m]) => m);
+  if (match) {
+    const [found, handler] = match;
+    try {
+      viewCleanup = handler(view, { ...route, id: found[1] && decodeURIComponent(found[1]) }, shell) || (() => {});
+    } catch (error) {
+      replace(view, h("p", { class: "error" }, explain(error)));
+    }
+  } else {
+    replace(view, h("h1", {}, "Not found"), h("p", {}, "No page has this address. "), h("a", { href: "#/overview" }, "Go to the overview"));
+  }
+  cleanup = () => {
+    viewCleanup();
+    top.unlisten();
+  };
+}
+
+// A key the server stops accepting (revoked while the console is open) signs it out,
+// whether an HTTP request or the live connection noticed first.
+const refused = () => signOut("Your key is no longer accepted (it may have been revoked). Sign in with another key.");
+session.whenRefused(refused);
+whenKeyRefused(refused);
+
+window.addEventListener("hashchange", render);
+render();

@@ -1,0 +1,145 @@
+// Submissions: the list per endpoint (no values: when and how many fields), one
+// submission's fields (the only view with submitted values, each a text node, so markup
+// in a value shows as text), and the export of the filtered list as CSV or JSON.
+
+import { downloadExport, graphql } from "./api.js";
+import { h, replace, stateBadge, time } from "./dom.js";
+import { explain } from "./words.js";
+
+const PAGE_SIZE = 25;
+
+const LIST = `query Submissions($filter: SubmissionFilter, $first: Int, $after: String) {
+  submissions(filter: $filter, first: $first, after: $after) {
+    edges { cursor node { id receivedAt fieldCount idempotent endpoint { id name } delivery { id state } } }
+    pageInfo { hasNextPage endCursor }
+  }
+  endpoints(first: 100) { nodes { id name } }
+}`;
+const ONE = `query Submission($id: ID!) {
+  submission(id: $id) {
+    id receivedAt fieldCount idempotent
+    endpoint { id name }
+    delivery { id state }
+    fields { name values }
+  }
+}`;
+
+export function list(view, route, shell) {
+  const endpointId = route.params.get("endpoint") || null;
+  const cursor = route.params.get("cursor");
+  const body = h("div", { class: "loading" }, "Loading…");
+  const controls = h("div", { class: "filters-row" });
+  replace(view, h("h1", {}, "Submissions"), controls, body);
+  const status = h("p", { id: "export-status", role: "status" });
+
+  function exportButton(format) {
+    const button = h("button", { type: "button", class: "secondary", id: `export-${format}` }, `Export ${format.toUpperCase()}`);
+    button.addEventListener("click", async () => {
+      status.textContent = "Exporting…";
+      const params = { format };
+      if (endpointId) params.endpoint_id = endpointId;
+      try {
+        const bytes = await downloadExport(params, `submissions-${endpointId || "all"}.${format}`);
+        status.textContent = `Exported ${format.toUpperCase()} (${bytes} bytes).`;
+      } catch (error) {
+        status.textContent = explain(error);
+      }
+    });
+    return button;
+  }
+
+  graphql(LIST, { filter: endpointId ? { endpointId } : null, first: PAGE_SIZE, after: cursor })
+    .then((data) => {
+      const select = h(
+        "select",
+        { id: "filter-endpoint" },
+        h("option", { value: "" }, "All endpoints"),
+        data.endpoints.nodes.map((e) => h("option", { value: e.id, selected: e.id === endpointId ? true : null }, `${e.name} (${e.id})`)),
+      );
+      select.addEventListener("change", () => shell.go(select.value ? `#/submissions?endpoint=${encodeURIComponent(select.value)}` : "#/submissions"));
+      replace(
+        controls,
+        h("div", { class: "field" }, h("label", { for: "filter-endpoint" }, "Endpoint"), select),
+        h("div", { class: "field actions" }, exportButton("csv"), exportButton("json")),
+        status,
+      );
+      const edges = data.submissions.edges;
+      const base = endpointId ? `#/submissions?endpoint=${encodeURIComponent(endpointId)}&` : "#/submissions?";
+      replace(
+        body,
+        edges.length
+          ? h(
+              "div",
+              { class: "table-wrap" },
+              h(
+                "table",
+                { id: "submissions" },
+                h("thead", {}, h("tr", {}, ["Submission", "Endpoint", "Received", "Values", "Delivery"].map((t) => h("th", {}, t)))),
+                h(
+                  "tbody",
+                  {},
+                  edges.map(({ node }) =>
+                    h(
+                      "tr",
+                      { "data-submission": node.id },
+                      h("td", { class: "mono" }, h("a", { href: `#/submissions/${encodeURIComponent(node.id)}` }, node.id)),
+                      h("td", {}, node.endpoint ? node.endpoint.name : "—"),
+                      h("td", {}, time(node.receivedAt)),
+                      h("td", { class: "num" }, String(node.fieldCount)),
+                      h("td", {}, node.delivery ? h("a", { href: `#/deliveries/${encodeURIComponent(node.delivery.id)}` }, stateBadge(node.delivery.state)) : "none"),
+                    ),
+                  ),
+                ),
+              ),
+            )
+          : h("p", { class: "empty" }, "No submissions yet."),
+        h(
+          "nav",
+          { class: "pager", "aria-label": "Pages" },
+          cursor ? h("a", { href: base.slice(0, -1) }, "← First page") : null,
+          data.submissions.pageInfo.hasNextPage ? h("a", { href: `${base}cursor=${encodeURIComponent(data.submissions.pageInfo.endCursor)}`, id: "older-page" }, "Older →") : null,
+        ),
+      );
+      body.className = "";
+    })
+    .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
+}
+
+export function detail(view, route) {
+  const id = route.id;
+  const body = h("div", { class: "loading" }, "Loading…");
+  replace(view, h("p", {}, h("a", { href: "#/submissions" }, "← Submissions")), h("h1", { class: "mono" }, id), body);
+  graphql(ONE, { id })
+    .then(({ submission }) => {
+      if (!submission) {
+        replace(body, h("p", { class: "error" }, "No submission has this id (it may have been erased)."));
+        return;
+      }
+      replace(
+        body,
+        h(
+          "dl",
+          { class: "facts" },
+          h("dt", {}, "Endpoint"),
+          h("dd", {}, submission.endpoint ? h("a", { href: `#/endpoints/${encodeURIComponent(submission.endpoint.id)}` }, submission.endpoint.name) : "—"),
+          h("dt", {}, "Received"),
+          h("dd", {}, time(submission.receivedAt)),
+          h("dt", {}, "Idempotency key"),
+          h("dd", {}, submission.idempotent ? "sent (not shown)" : "none"),
+          h("dt", {}, "Delivery"),
+          h("dd", {}, submission.delivery ? h("a", { href: `#/deliveries/${encodeURIComponent(submission.delivery.id)}` }, stateBadge(submission.delivery.state)) : "none"),
+        ),
+        h("h2", {}, `Fields (${submission.fieldCount} values)`),
+        h(
+          "dl",
+          { class: "fields", id: "fields" },
+          submission.fields.map((field) => [
+            h("dt", { class: "mono" }, field.name),
+            h("dd", {}, field.values.map((value) => h("div", { class: "value" }, value))),
+          ]),
+        ),
+      );
+      body.className = "";
+    })
+    .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
+}

@@ -1,0 +1,447 @@
+//! The operator's console in a real browser (headless Chromium over WebDriver, every host
+//! but 127.0.0.1 unresolvable), against a real `serve` process and a real receiver: sign
+//! in with a key the CLI printed, create an endpoint from the keyboard, watch a delivery
+//! go PENDING → PROCESSING → DELIVERED without a reload, fail one, replay it and a bulk
+//! of them from the page, read a submission whose values are markup, export, the overview
+//! at desktop and phone width, and a revoked key signing the console out.
+//!
+//! Screenshots of the main views are written to a temporary directory, or to
+//! `docs/console/` with `FORMS_UPDATE_SCREENSHOTS=1` (how the ones there were made).
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use fantoccini::key::Key;
+use fantoccini::{Client, Locator};
+
+use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
+use crate::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
+use crate::receiver::Receiver;
+
+fn cli(db: &TestDb, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let output = forms_command(dir.path())
+        .env("FORMS_DATABASE_URL", db.url.expose())
+        .args(args)
+        .output()
+        .expect("run hymical-forms");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn printed(stdout: &str, label: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in {stdout}"))
+        .trim()
+        .to_string()
+}
+
+struct Screenshots {
+    dir: std::path::PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Screenshots {
+    fn new() -> Screenshots {
+        if std::env::var_os("FORMS_UPDATE_SCREENSHOTS").is_some() {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/console");
+            std::fs::create_dir_all(&dir).unwrap();
+            Screenshots { dir, _temp: None }
+        } else {
+            let temp = tempfile::tempdir().unwrap();
+            Screenshots {
+                dir: temp.path().to_path_buf(),
+                _temp: Some(temp),
+            }
+        }
+    }
+
+    async fn take(&self, client: &Client, name: &str) {
+        let png = client.screenshot().await.expect("screenshot");
+        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+        std::fs::write(self.dir.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+async fn click(client: &Client, css: &str) {
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
+
+async fn type_into(client: &Client, css: &str, text: &str) {
+    let element = client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    element.clear().await.unwrap();
+    element.send_keys(text).await.unwrap();
+}
+
+/// Waits up to 60 s for `attribute` of `css` to be `wanted`.
+async fn wait_for_attribute(client: &Client, css: &str, attribute: &str, wanted: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Ok(element) = client.find(Locator::Css(css)).await {
+            if let Ok(value) = element.attr(attribute).await {
+                if value.as_deref() == Some(wanted) {
+                    return;
+                }
+                last = value;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css} [{attribute}] never became {wanted:?}; last: {last:?}");
+}
+
+/// Waits for a delivery id the database had not got before.
+async fn new_delivery(db: &TestDb, seen: &mut HashSet<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(row) = db
+            .deliveries()
+            .await
+            .into_iter()
+            .find(|d| !seen.contains(&d.id))
+        {
+            seen.insert(row.id.clone());
+            return row.id;
+        }
+        assert!(Instant::now() < deadline, "no new delivery");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn post_form(serve: &ServeProcess, endpoint: &str, body: &str) {
+    let response = reqwest::Client::new()
+        .post(serve.url(&format!("/f/{endpoint}")))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+}
+
+/// Waits until the live indicator says the subscription socket is acknowledged, then a
+/// moment for the subscription the view sent right after to be registered.
+async fn wait_until_live(client: &Client) {
+    wait_for_attribute(client, "#live-status", "data-status", "live").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
+    let db = TestDb::new().await;
+    let receiver = Receiver::start().await;
+    let serve = ServeProcess::start(
+        &db,
+        &[
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_WEBHOOK_MAX_ATTEMPTS", "2"),
+            ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.5"),
+            ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "0.5"),
+        ],
+    );
+    wait_for_status(&serve.url("/health"), 200).await;
+    let created = cli(&db, &["keys", "create", "--name", "console"]);
+    let key_id = printed(&created, "id:");
+    let key = printed(&created, "key:");
+    let shots = Screenshots::new();
+
+    // The page's own headers: only this origin, no inline anything.
+    // An API client asking for `/` gets the JSON 404; a browser is sent to the console.
+    let root = reqwest::get(serve.url("/")).await.unwrap();
+    assert_eq!(root.status(), 404);
+    let page = reqwest::get(serve.url("/console")).await.unwrap();
+    assert_eq!(page.status(), 200);
+    let policy = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(policy.starts_with("default-src 'self'"), "{policy}");
+    assert!(!policy.contains("unsafe"), "{policy}");
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+
+    // A browser opening the server's address lands on the console's sign-in.
+    client.goto(&serve.url("/")).await.unwrap();
+    client
+        .wait()
+        .for_element(Locator::Css("#sign-in"))
+        .await
+        .expect("the sign-in form");
+    assert_eq!(client.current_url().await.unwrap().path(), "/console");
+
+    // A wrong key is refused in words and signs nobody in.
+    type_into(&client, "#key", "hym_live_not-a-key-anybody-was-given").await;
+    click(&client, "#sign-in button").await;
+    wait_for_text(&client, "#sign-in-error", "That key was refused").await;
+    shots.take(&client, "sign-in-refused").await;
+
+    // The printed key signs in; it is kept in this tab's session storage only.
+    type_into(&client, "#key", &key).await;
+    click(&client, "#sign-in button").await;
+    wait_for_text(&client, "#view h1", "Overview").await;
+    let storage = client
+        .execute(
+            "return [sessionStorage.length, localStorage.length, location.href];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(storage[0], 1);
+    assert_eq!(storage[1], 0);
+    assert!(!storage[2].as_str().unwrap().contains(&key));
+
+    // Create an endpoint with the keyboard only: type, Tab to the next field, Enter.
+    click(&client, "nav a[href='#/endpoints']").await;
+    click(&client, "#new-endpoint").await;
+    let id_field = client
+        .wait()
+        .for_element(Locator::Css("#field-id"))
+        .await
+        .unwrap();
+    let active = client.active_element().await.unwrap();
+    assert_eq!(
+        active.attr("id").await.unwrap().as_deref(),
+        Some("field-id"),
+        "the form opens with its first field focused"
+    );
+    id_field
+        .send_keys(&format!(
+            "contact{}Contact form{}{}{}",
+            Key::Tab,
+            Key::Tab,
+            receiver.url("/hang"),
+            Key::Enter
+        ))
+        .await
+        .unwrap();
+    let secret = wait_for_text(&client, "#secret-value", "whsec_").await;
+    assert_eq!(secret.len(), 70, "{secret}");
+    let snippet = wait_for_text(&client, "#form-snippet", "/f/contact").await;
+    assert!(snippet.contains(&serve.url("/f/contact")), "{snippet}");
+    assert!(snippet.contains("method=\"post\""), "{snippet}");
+    shots.take(&client, "endpoint-created").await;
+    click(&client, "#done").await;
+    wait_for_text(&client, "#endpoint-status", "active").await;
+
+    // An error from the API is said in words, on the form, and nothing is created.
+    client
+        .goto(&serve.url("/console#/endpoints/new"))
+        .await
+        .unwrap();
+    type_into(&client, "#field-id", "contact").await;
+    type_into(&client, "#field-name", &format!("Again{}", Key::Enter)).await;
+    wait_for_text(
+        &client,
+        "#form-error",
+        "An endpoint with this id exists already",
+    )
+    .await;
+
+    // A delivery appears and moves PENDING → PROCESSING → DELIVERED on the page: the
+    // receiver holds the request, so PROCESSING lasts until the test lets it answer.
+    let mut seen = HashSet::new();
+    client
+        .goto(&serve.url("/console#/deliveries?endpoint=contact"))
+        .await
+        .unwrap();
+    wait_for_text(&client, "#no-deliveries", "No delivery").await;
+    wait_until_live(&client).await;
+    post_form(&serve, "contact", "email=ada%40example.com&message=hello").await;
+    let first = new_delivery(&db, &mut seen).await;
+    let row = format!("tr[data-delivery='{first}']");
+    wait_for_attribute(&client, &row, "data-state", "PROCESSING").await;
+    wait_for_text(&client, &format!("{row} .trail"), "PENDING → PROCESSING").await;
+    shots.take(&client, "deliveries-live").await;
+    receiver.stop_hanging();
+    wait_for_attribute(&client, &row, "data-state", "DELIVERED").await;
+    wait_for_text(
+        &client,
+        &format!("{row} .trail"),
+        "PENDING → PROCESSING → DELIVERED",
+    )
+    .await;
+    let reloads = client
+        .execute(
+            "return performance.getEntriesByType('navigation').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(reloads, 1, "no reload happened");
+
+    // Point the endpoint at a failing receiver from its page (a new URL gets a new secret).
+    client
+        .goto(&serve.url("/console#/endpoints/contact"))
+        .await
+        .unwrap();
+    type_into(&client, "#field-webhookUrl", &receiver.url("/failing")).await;
+    click(&client, "#endpoint-form button[type='submit']").await;
+    wait_for_text(&client, "#secret-value", "whsec_").await;
+    assert!(receiver.failing.load(Ordering::SeqCst));
+
+    // It fails until FAILED; the delivery's page shows the attempts; replay from there.
+    client
+        .goto(&serve.url("/console#/deliveries?endpoint=contact"))
+        .await
+        .unwrap();
+    wait_until_live(&client).await;
+    post_form(
+        &serve,
+        "contact",
+        "email=bob%40example.com&message=%3Cb%3Ehi%3C%2Fb%3E",
+    )
+    .await;
+    let failing = new_delivery(&db, &mut seen).await;
+    let row = format!("tr[data-delivery='{failing}']");
+    wait_for_attribute(&client, &row, "data-state", "FAILED").await;
+    click(&client, &format!("{row} a")).await;
+    wait_for_attribute(&client, "#delivery-state", "data-state", "FAILED").await;
+    wait_for_text(&client, "#attempts li[data-number='2']", "HTTP 500").await;
+    let first_attempt = wait_for_text(&client, "#attempts li[data-number='1']", "#1").await;
+    assert!(first_attempt.contains("http error"), "{first_attempt}");
+    assert!(first_attempt.contains(" ms"), "{first_attempt}");
+    shots.take(&client, "delivery-failed").await;
+    receiver.failing.store(false, Ordering::SeqCst);
+    wait_until_live(&client).await;
+    click(&client, "#replay").await;
+    wait_for_text(&client, "#events", "replayed").await;
+    wait_for_attribute(&client, "#delivery-state", "data-state", "DELIVERED").await;
+    let third = wait_for_text(&client, "#attempts li[data-number='3']", "succeeded").await;
+    assert!(third.contains("HTTP 200"), "{third}");
+    wait_for_text(&client, "#events", "→ DELIVERED (succeeded)").await;
+    shots.take(&client, "delivery-replayed").await;
+
+    // Bulk replay: two more fail; the page says how many match before replaying them.
+    receiver.failing.store(true, Ordering::SeqCst);
+    post_form(&serve, "contact", "email=c%40example.com").await;
+    post_form(&serve, "contact", "email=d%40example.com").await;
+    db.wait_for_deliveries(60, |rows| {
+        rows.iter().filter(|d| d.state == "failed").count() == 2
+    })
+    .await;
+    receiver.failing.store(false, Ordering::SeqCst);
+    client
+        .goto(&serve.url("/console#/deliveries?endpoint=contact&state=FAILED"))
+        .await
+        .unwrap();
+    wait_until_live(&client).await;
+    click(&client, "#bulk-replay-start").await;
+    wait_for_text(&client, "#bulk-replay-count", "2 failed deliveries match").await;
+    shots.take(&client, "bulk-replay-confirm").await;
+    click(&client, "#bulk-replay-confirm").await;
+    wait_for_text(&client, "#flash", "2 deliveries replayed").await;
+    db.wait_for_deliveries(60, |rows| {
+        rows.len() == 4 && rows.iter().all(|d| d.state == "delivered")
+    })
+    .await;
+
+    // The submission's values are shown as text, markup included, never as markup.
+    client
+        .goto(&serve.url("/console#/submissions?endpoint=contact"))
+        .await
+        .unwrap();
+    let submission = db.delivery(&failing).await.submission_id.unwrap();
+    click(&client, &format!("tr[data-submission='{submission}'] a")).await;
+    let fields = wait_for_text(&client, "#fields", "<b>hi</b>").await;
+    assert!(fields.contains("bob@example.com"), "{fields}");
+    let markup = client
+        .execute(
+            "return document.querySelectorAll('#fields b').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(markup, 0, "a submitted value became markup");
+    shots.take(&client, "submission").await;
+
+    // Export, with the key as a header (never in the URL).
+    client
+        .goto(&serve.url("/console#/submissions?endpoint=contact"))
+        .await
+        .unwrap();
+    click(&client, "#export-csv").await;
+    wait_for_text(&client, "#export-status", "Exported CSV").await;
+    click(&client, "#export-json").await;
+    wait_for_text(&client, "#export-status", "Exported JSON").await;
+
+    // The overview's figures are the server's: four delivered, none failed.
+    client.goto(&serve.url("/console#/overview")).await.unwrap();
+    wait_for_text(&client, "#count-delivered", "4").await;
+    wait_for_text(&client, "#count-failed", "0").await;
+    wait_for_text(&client, "#endpoint-counts tr[data-endpoint='contact']", "4").await;
+    // Four deliveries ended delivered and three failed (the two, and the first before
+    // its replay) within the hour.
+    wait_for_text(&client, "#activity figcaption", "4 delivered").await;
+    wait_for_text(&client, "#activity figcaption", "3 failed").await;
+    wait_until_live(&client).await;
+    // Live: a new delivery moves the counts without a reload.
+    post_form(&serve, "contact", "email=e%40example.com").await;
+    wait_for_text(&client, "#count-delivered", "5").await;
+    shots.take(&client, "overview").await;
+
+    // Phone width: nothing wider than the screen.
+    client.set_window_size(390, 844).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let overflow = client
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(overflow.as_i64().unwrap() <= 0, "{overflow} px too wide");
+    shots.take(&client, "overview-phone").await;
+    client
+        .goto(&serve.url("/console#/deliveries"))
+        .await
+        .unwrap();
+    wait_for_text(&client, "#deliveries", "DELIVERED").await;
+    let overflow = client
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(overflow.as_i64().unwrap() <= 0, "{overflow} px too wide");
+    client.set_window_size(1280, 900).await.unwrap();
+
+    // Nothing the console loaded came from anywhere but this server.
+    let origin = serve.url("");
+    for url in loaded_resources(&client).await {
+        assert!(url.starts_with(&origin), "{url} is not from {origin}");
+    }
+
+    // Revoking the key signs the open console out.
+    wait_until_live(&client).await;
+    cli(&db, &["keys", "revoke", &key_id]);
+    wait_for_text(&client, "#sign-in-error", "no longer accepted").await;
+    let left = client
+        .execute("return sessionStorage.length;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the key was forgotten");
+
+    client.close().await.unwrap();
+    drop(serve);
+}
