@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::intake::endpoint_cache::EndpointCache;
 
 pub struct App {
     pub config: Config,
@@ -21,6 +22,8 @@ pub struct App {
     pub revocations: Arc<KeyRevocations>,
     /// One permit per export that may stream at once (`FORMS_EXPORT_MAX_CONCURRENT`).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// The endpoints intake has read, kept current by the LISTEN connection.
+    pub endpoints: Arc<EndpointCache>,
 }
 
 pub type AppState = Arc<App>;
@@ -52,6 +55,7 @@ impl App {
             events: Arc::new(events),
             revocations: Arc::new(KeyRevocations::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
+            endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
             config,
         })
     }

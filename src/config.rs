@@ -40,6 +40,7 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_MAX_FIELDS",
     "FORMS_MAX_FIELD_NAME_LENGTH",
     "FORMS_MAX_FIELD_VALUE_LENGTH",
+    "FORMS_ENDPOINT_CACHE_SECONDS",
     "FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS",
     "FORMS_WEBHOOK_READ_TIMEOUT_SECONDS",
     "FORMS_WEBHOOK_MAX_ATTEMPTS",
@@ -184,6 +185,8 @@ pub struct IntakeConfig {
     pub max_fields: usize,
     pub max_field_name_length: usize,
     pub max_field_value_length: usize,
+    /// How long intake trusts an endpoint it read without reading it again.
+    pub endpoint_cache_max_age: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -347,6 +350,7 @@ impl Config {
         let max_fields = r.integer("FORMS_MAX_FIELDS", 100, 1, 1_000_000);
         let max_field_name_length = r.integer("FORMS_MAX_FIELD_NAME_LENGTH", 128, 1, 1 << 20);
         let max_field_value_length = r.integer("FORMS_MAX_FIELD_VALUE_LENGTH", 16_384, 1, 1 << 30);
+        let endpoint_cache_max_age = r.seconds("FORMS_ENDPOINT_CACHE_SECONDS", 2.0);
 
         let connect_timeout = r.seconds("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 5.0);
         let read_timeout = r.seconds("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", 10.0);
@@ -512,6 +516,7 @@ impl Config {
                 max_fields: max_fields as usize,
                 max_field_name_length: max_field_name_length as usize,
                 max_field_value_length: max_field_value_length as usize,
+                endpoint_cache_max_age,
             },
             webhook: WebhookConfig {
                 connect_timeout,

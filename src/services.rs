@@ -25,7 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::AppState;
-use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT};
+use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED};
 use crate::delivery::client::WebhookClient;
 use crate::delivery::Worker;
 use crate::http::server::Limits;
@@ -59,16 +59,25 @@ impl Services {
         let api = plan.http.is_some();
         let worker_wake = plan.workers.as_ref().map(|_| Arc::new(Notify::new()));
 
-        // The one LISTEN connection: wakes the workers and the event reader.
+        // The one LISTEN connection: wakes the workers and the event reader, and keeps
+        // intake's endpoint cache current.
         let feed = app.events.clone();
         let wake = worker_wake.clone();
+        let endpoints = app.endpoints.clone();
         tasks.spawn(listen::run(
             app.connection.clone(),
-            &[DELIVERY_DUE, DELIVERY_EVENT],
+            &[DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED],
             move |notification| {
                 let due = match notification {
                     // (Re)connected: anything sent meanwhile was missed.
-                    None => true,
+                    None => {
+                        endpoints.clear();
+                        true
+                    }
+                    Some((ENDPOINT_CHANGED, id)) => {
+                        endpoints.invalidate(id);
+                        return;
+                    }
                     Some((channel, _)) => channel == DELIVERY_DUE,
                 };
                 // A new delivery's `created` event rides on the workers' wake-up.

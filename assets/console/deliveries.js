@@ -16,7 +16,7 @@ const LIST = `query Deliveries($filter: DeliveryFilter, $first: Int, $after: Str
     edges { cursor node { id state attempts createdAt nextAttemptAt completedAt endpoint { id name } } }
     pageInfo { hasNextPage endCursor }
   }
-  endpoints(first: 100) { nodes { id name } }
+  endpoints(first: 50) { nodes { id name } }
 }`;
 const ONE = `query Delivery($id: ID!) {
   delivery(id: $id) {
@@ -30,9 +30,6 @@ const REPLAY_ONE = `mutation Replay($id: ID!) { replayDelivery(id: $id) { delive
 const REPLAY_MATCHING = `mutation ReplayMatching($filter: ReplayFilter!, $dryRun: Boolean!) {
   replayDeliveries(filter: $filter, dryRun: $dryRun) { count }
 }`;
-
-// Cursors of the pages before the current one, per filter, for "← Newer".
-const earlierPages = new Map();
 
 // `datetime-local` works in local time without a zone; the API wants RFC 3339.
 function toIso(local) {
@@ -55,13 +52,16 @@ function filterFrom(params) {
   };
 }
 
-function hashFor(filter, cursor) {
+// `prev`: the cursors of the pages before this one ("" for the first), so "← Newer" and
+// the browser's Back agree.
+function hashFor(filter, cursor, prev = []) {
   const params = new URLSearchParams();
   if (filter.endpointId) params.set("endpoint", filter.endpointId);
   if (filter.state) params.set("state", filter.state);
   if (filter.createdAfter) params.set("after", filter.createdAfter);
   if (filter.createdBefore) params.set("before", filter.createdBefore);
   if (cursor) params.set("cursor", cursor);
+  for (const earlier of prev) params.append("prev", earlier);
   const query = params.toString();
   return `#/deliveries${query ? `?${query}` : ""}`;
 }
@@ -113,6 +113,7 @@ function bulkReplay(filter, shell, reload) {
   const message = h("p", { class: "error", role: "alert" });
   start.addEventListener("click", async () => {
     message.textContent = "";
+    start.disabled = true;
     try {
       const { replayDeliveries } = await graphql(REPLAY_MATCHING, { filter: replayFilter, dryRun: true });
       const count = replayDeliveries.count;
@@ -130,8 +131,15 @@ function bulkReplay(filter, shell, reload) {
         " ",
         cancel,
       );
-      cancel.addEventListener("click", () => replace(area, start, message));
+      const close = () => {
+        replace(area, start, message);
+        start.focus();
+      };
+      cancel.addEventListener("click", close);
+      box.addEventListener("keydown", (event) => event.key === "Escape" && close());
       confirm.addEventListener("click", async () => {
+        confirm.disabled = true;
+        cancel.disabled = true;
         try {
           const result = await graphql(REPLAY_MATCHING, { filter: replayFilter, dryRun: false });
           const n = result.replayDeliveries.count;
@@ -147,6 +155,8 @@ function bulkReplay(filter, shell, reload) {
       confirm.focus();
     } catch (failure) {
       message.textContent = explain(failure);
+    } finally {
+      start.disabled = false;
     }
   });
   area.append(start, message);
@@ -156,7 +166,7 @@ function bulkReplay(filter, shell, reload) {
 export function list(view, route, shell) {
   const filter = filterFrom(route.params);
   const cursor = route.params.get("cursor");
-  const filterKey = hashFor(filter);
+  const prev = route.params.getAll("prev");
   const body = h("div", { class: "loading" }, "Loading…");
   const controls = h("div");
   replace(view, h("h1", {}, "Deliveries"), controls, body);
@@ -202,7 +212,6 @@ export function list(view, route, shell) {
       rows.clear();
       const edges = data.deliveries.edges;
       tbody = h("tbody", {}, edges.map((edge) => row(edge.node)));
-      const earlier = earlierPages.get(filterKey) || [];
       replace(
         body,
         h(
@@ -220,18 +229,10 @@ export function list(view, route, shell) {
           "nav",
           { class: "pager", "aria-label": "Pages" },
           cursor
-            ? h("a", {
-                href: hashFor(filter, earlier.length ? earlier[earlier.length - 1] : null),
-                id: "newer-page",
-                onclick: () => earlierPages.set(filterKey, earlier.slice(0, -1)),
-              }, "← Newer")
+            ? h("a", { href: hashFor(filter, prev[prev.length - 1] || null, prev.slice(0, -1)), id: "newer-page" }, "← Newer")
             : null,
           data.deliveries.pageInfo.hasNextPage
-            ? h("a", {
-                href: hashFor(filter, data.deliveries.pageInfo.endCursor),
-                id: "older-page",
-                onclick: () => earlierPages.set(filterKey, [...earlier, cursor]),
-              }, "Older →")
+            ? h("a", { href: hashFor(filter, data.deliveries.pageInfo.endCursor, [...prev, cursor || ""]), id: "older-page" }, "Older →")
             : null,
         ),
       );
@@ -241,6 +242,7 @@ export function list(view, route, shell) {
     }
   }
   const reload = throttle(500, load);
+  reload();
 
   function onEvent(event) {
     const existing = rows.get(event.delivery.id);
@@ -257,7 +259,6 @@ export function list(view, route, shell) {
     }
   }
 
-  load();
   const unsubscribe = subscribe(filter.endpointId ? { endpointId: filter.endpointId } : {}, { onEvent, onReset: reload });
   return () => {
     stopped = true;
@@ -297,6 +298,8 @@ export function detail(view, route, shell) {
     try {
       const { delivery } = await graphql(ONE, { id });
       if (stopped) return;
+      // The page is rebuilt; the control that had the focus gets it back.
+      const focused = document.activeElement && document.activeElement.id;
       if (!delivery) {
         replace(body, h("p", { class: "error" }, "No delivery has this id."));
         return;
@@ -310,7 +313,7 @@ export function detail(view, route, shell) {
           try {
             await graphql(REPLAY_ONE, { id });
             shell.flash("Replayed: a new retry cycle has started.", "ok");
-            load();
+            reload();
           } catch (failure) {
             error.textContent = explain(failure);
             replay.disabled = false;
@@ -346,12 +349,14 @@ export function detail(view, route, shell) {
         events,
       );
       body.className = "";
+      const again = focused && document.getElementById(focused);
+      if (again) again.focus();
     } catch (error) {
       if (!stopped) replace(body, h("p", { class: "error", role: "alert" }, explain(error)));
     }
   }
   const reload = throttle(300, load);
-  load();
+  reload();
   const unsubscribe = subscribe(
     { deliveryId: id },
     {

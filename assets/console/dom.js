@@ -79,23 +79,28 @@ export function stateBadge(state) {
   return h("span", { class: `state state-${state.toLowerCase()}`, "data-state": state }, state);
 }
 
-// Runs `task` at most once per `ms`, however often it is asked for, and once more after
-// the last ask: views refresh on events without refetching per event.
+// Runs the async `task` at most once per `ms` however often it is asked for, once more
+// after the last ask, and never two at once: views reload on events without a query per
+// event, and an older answer can never overwrite a newer one.
 export function throttle(ms, task) {
-  let timer = null;
+  let busy = false;
   let again = false;
-  const run = () => {
-    timer = setTimeout(() => {
-      timer = null;
-      if (again) {
-        again = false;
-        run();
-      }
-    }, ms);
-    Promise.resolve().then(task);
+  const run = async () => {
+    busy = true;
+    try {
+      await task();
+    } finally {
+      setTimeout(() => {
+        busy = false;
+        if (again) {
+          again = false;
+          run();
+        }
+      }, ms);
+    }
   };
   return () => {
-    if (timer) again = true;
+    if (busy) again = true;
     else run();
   };
 }

@@ -169,8 +169,8 @@ export function create(view, _route, shell) {
       "div",
       { class: "field" },
       h("label", { for: "field-id" }, "Id"),
-      h("input", { id: "field-id", name: "id", required: true, maxlength: 64, pattern: "[A-Za-z0-9_-]+", autocomplete: "off" }),
-      h("p", { class: "hint" }, "Part of the form address /f/{id}: letters, digits, - and _. It cannot change later."),
+      h("input", { id: "field-id", name: "id", required: true, minlength: 3, maxlength: 64, pattern: "[a-z0-9]([a-z0-9_\\-]*[a-z0-9])?", autocomplete: "off", spellcheck: "false" }),
+      h("p", { class: "hint" }, "Part of the form address /f/{id}: 3 to 64 lowercase letters, digits, - and _, starting and ending with a letter or digit. It cannot change later."),
     ),
     settingsInputs(),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Create endpoint"), h("a", { href: "#/endpoints" }, "Cancel")),
@@ -245,19 +245,28 @@ export function detail(view, route, shell) {
     if (endpoint.webhookUrl) {
       const rotate = h("button", { type: "button", class: "secondary", id: "rotate" }, "Rotate secret…");
       rotate.addEventListener("click", () => {
+        rotate.disabled = true;
         const confirm = h("button", { type: "button", class: "danger", id: "confirm-rotate" }, "Rotate now");
         const cancel = h("button", { type: "button", class: "secondary" }, "Cancel");
         const box = h("div", { class: "confirm", role: "alertdialog", "aria-label": "Rotate the secret" },
           h("p", {}, "A new secret signs new submissions' webhooks at once; queued deliveries keep the old one. Receivers must accept both until the queue drains."),
           confirm, " ", cancel);
-        cancel.addEventListener("click", () => box.remove());
+        const close = () => {
+          box.remove();
+          rotate.disabled = false;
+          rotate.focus();
+        };
+        cancel.addEventListener("click", close);
+        box.addEventListener("keydown", (event) => event.key === "Escape" && close());
         confirm.addEventListener("click", async () => {
+          confirm.disabled = true;
+          cancel.disabled = true;
           try {
             const { rotateWebhookSecret } = await graphql(ROTATE, { id });
             show(endpoint, rotateWebhookSecret.webhookSecret, "The secret was rotated.");
           } catch (failure) {
             actionError.textContent = explain(failure);
-            box.remove();
+            close();
           }
         });
         actions.after(box);

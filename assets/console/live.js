@@ -1,8 +1,11 @@
 // Live delivery state over `/graphql/ws` (the graphql-transport-ws protocol), one socket
 // for every subscription of the page. The key goes in `connection_init`, never in the URL.
-// After a dropped connection each subscription resumes with `afterEventId` (the id of the
-// last event it received), so nothing is missed and nothing arrives twice; when the
-// server no longer has those events (EVENT_HISTORY_EXPIRED) the view is told to reload.
+//
+// After a dropped connection, a subscription that had received events resumes with
+// `afterEventId` (the id of the last one), so nothing is missed and nothing arrives twice.
+// One that had received none, or whose events the server no longer has
+// (EVENT_HISTORY_EXPIRED), starts again from now and tells its view to reload (`onReset`),
+// which covers whatever happened meanwhile.
 
 import { session } from "./api.js";
 import { ApiError, fromGraphqlErrors } from "./words.js";
@@ -14,27 +17,26 @@ const DOCUMENT = `subscription Live($endpointId: ID, $deliveryId: ID, $states: [
   }
 }`;
 
-// Close codes after which reconnecting cannot help.
+// The server closes with this when the key is refused or revoked; reconnecting cannot help.
 const KEY_REFUSED = 4403;
-const UNAUTHORIZED = 4401;
 
 let socket = null;
 let acknowledged = false;
+let connections = 0;
 let nextId = 1;
 let retryDelay = 500;
 let retryTimer = null;
 let lingerTimer = null;
-const subscriptions = new Map();
+const subscriptions = new Map(); // operation id → subscription
 const statusListeners = new Set();
+let currentStatus = "off";
 let onKeyRefused = () => {};
 
 export function whenKeyRefused(handler) {
   onKeyRefused = handler;
 }
 
-// `listener(status)` with "connecting", "live" or "reconnecting".
-let currentStatus = "off";
-
+// `listener(status)` with "off", "connecting", "live" or "reconnecting", now and on change.
 export function onStatus(listener) {
   statusListeners.add(listener);
   listener(currentStatus);
@@ -56,10 +58,21 @@ function start(subscription) {
   send({ id: subscription.id, type: "subscribe", payload: { query: DOCUMENT, variables } });
 }
 
+// Starts a subscription again from now under a new operation id (the server refuses an
+// id it has seen on this socket) and has its view reload.
+function restart(subscription) {
+  subscriptions.delete(subscription.id);
+  subscription.id = String(nextId++);
+  subscription.afterEventId = null;
+  subscriptions.set(subscription.id, subscription);
+  if (acknowledged) start(subscription);
+  subscription.onReset();
+}
+
 function connect() {
   clearTimeout(retryTimer);
   if (socket || !session.key()) return;
-  status("connecting");
+  status(connections === 0 ? "connecting" : "reconnecting");
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
   const ws = new WebSocket(`${scheme}//${location.host}/graphql/ws`, "graphql-transport-ws");
   socket = ws;
@@ -82,24 +95,38 @@ function connect() {
     if (socket !== ws) return;
     socket = null;
     acknowledged = false;
-    if (event.code === KEY_REFUSED || event.code === UNAUTHORIZED) {
+    if (event.code === KEY_REFUSED) {
+      status("off");
       onKeyRefused(new ApiError("INVALID_API_KEY", event.reason || "The key was refused."));
       return;
     }
-    if (subscriptions.size === 0) return;
+    if (subscriptions.size === 0) {
+      status("off");
+      return;
+    }
     status("reconnecting");
     retryTimer = setTimeout(connect, retryDelay);
     retryDelay = Math.min(retryDelay * 2, 15000);
   });
 }
 
+function expired(errors) {
+  return errors.some((e) => e && e.extensions && e.extensions.code === "EVENT_HISTORY_EXPIRED");
+}
+
 function receive(message) {
   switch (message.type) {
     case "connection_ack":
       acknowledged = true;
+      connections += 1;
       retryDelay = 500;
       status("live");
-      for (const subscription of subscriptions.values()) start(subscription);
+      for (const subscription of [...subscriptions.values()]) {
+        start(subscription);
+        // It has nothing to resume from: whatever happened before now is the view's to
+        // reload (on a first connection this closes the gap since the view's first load).
+        if (!subscription.afterEventId) subscription.onReset();
+      }
       break;
     case "ping":
       send({ type: "pong" });
@@ -109,7 +136,11 @@ function receive(message) {
       if (!subscription) break;
       const payload = message.payload || {};
       if (payload.errors && payload.errors.length) {
-        subscription.onError(fromGraphqlErrors(payload.errors));
+        if (expired(payload.errors)) {
+          subscription.expired = true;
+        } else {
+          subscription.onError(fromGraphqlErrors(payload.errors));
+        }
         break;
       }
       const event = payload.data && payload.data.deliveryStateChanged;
@@ -121,14 +152,20 @@ function receive(message) {
     case "error": {
       const subscription = subscriptions.get(message.id);
       if (!subscription) break;
-      const error = fromGraphqlErrors(Array.isArray(message.payload) ? message.payload : []);
-      if (error.code === "EVENT_HISTORY_EXPIRED") {
-        // Start again from now; the view reloads what it shows.
-        subscription.afterEventId = null;
-        subscription.onReset();
-        start(subscription);
+      const errors = Array.isArray(message.payload) ? message.payload : [];
+      if (expired(errors)) restart(subscription);
+      else subscription.onError(fromGraphqlErrors(errors));
+      break;
+    }
+    case "complete": {
+      // The server ended a subscription the view still wants: start it again.
+      const subscription = subscriptions.get(message.id);
+      if (!subscription) break;
+      if (subscription.expired) {
+        subscription.expired = false;
+        restart(subscription);
       } else {
-        subscription.onError(error);
+        setTimeout(() => subscriptions.has(subscription.id) && restart(subscription), 1000);
       }
       break;
     }
@@ -140,23 +177,22 @@ function receive(message) {
 // Follows `filter` (endpointId, deliveryId, states: the subscription's arguments).
 // Returns the function that ends it.
 export function subscribe(filter, { onEvent, onReset = () => {}, onError = () => {} }) {
-  const id = String(nextId++);
-  const subscription = { id, filter, onEvent, onReset, onError, afterEventId: null };
-  subscriptions.set(id, subscription);
+  const subscription = { id: String(nextId++), filter, onEvent, onReset, onError, afterEventId: null, expired: false };
+  subscriptions.set(subscription.id, subscription);
   clearTimeout(lingerTimer);
   if (!socket) connect();
   else if (acknowledged) start(subscription);
   return () => {
-    if (!subscriptions.delete(id)) return;
-    send({ id, type: "complete" });
+    if (!subscriptions.delete(subscription.id)) return;
+    send({ id: subscription.id, type: "complete" });
     if (subscriptions.size === 0) {
       // A view change subscribes again at once; keep the socket for that.
-      lingerTimer = setTimeout(disconnect, 5000);
+      lingerTimer = setTimeout(closeSocket, 5000);
     }
   };
 }
 
-function disconnect() {
+function closeSocket() {
   clearTimeout(retryTimer);
   clearTimeout(lingerTimer);
   if (socket) {
@@ -170,5 +206,6 @@ function disconnect() {
 // Forgets every subscription and closes the socket (sign-out).
 export function endAll() {
   subscriptions.clear();
-  disconnect();
+  connections = 0;
+  closeSocket();
 }

@@ -32,13 +32,23 @@ const NAV = [
   ["submissions", "Submissions"],
 ];
 
+// The path stays encoded: an id is decoded once, where it is matched.
 function parseRoute() {
   const hash = location.hash.replace(/^#\/?/, "");
   const [path, query = ""] = hash.split("?");
-  return { path: decodeURI(path), params: new URLSearchParams(query) };
+  return { path, params: new URLSearchParams(query) };
 }
 
-// Messages that outlive a view change (a replay's result, say).
+function decodeId(text) {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return text;
+  }
+}
+
+// What an action did ("Saved.", "3 deliveries replayed."), above the view until the next
+// navigation.
 function flash(message, kind = "info") {
   const area = document.getElementById("flash");
   if (!area) return;
@@ -146,7 +156,7 @@ function render() {
   if (match) {
     const [found, handler] = match;
     try {
-      viewCleanup = handler(view, { ...route, id: found[1] && decodeURIComponent(found[1]) }, shell) || (() => {});
+      viewCleanup = handler(view, { ...route, id: found[1] && decodeId(found[1]) }, shell) || (() => {});
     } catch (error) {
       replace(view, h("p", { class: "error" }, explain(error)));
     }
@@ -165,5 +175,10 @@ const refused = () => signOut("Your key is no longer accepted (it may have been 
 session.whenRefused(refused);
 whenKeyRefused(refused);
 
-window.addEventListener("hashchange", render);
+// After a navigation the focus goes to the new view, not back to the top of the page.
+window.addEventListener("hashchange", () => {
+  render();
+  const view = document.getElementById("view");
+  if (view && !view.contains(document.activeElement)) view.focus();
+});
 render();

@@ -10,7 +10,7 @@ import { explain } from "./words.js";
 
 const QUERY = `query Overview {
   deliveryCounts { pending processing delivered failed }
-  endpoints(first: 100) {
+  endpoints(first: 50) {
     nodes { id name isActive deliveryCounts { pending processing delivered failed } }
     pageInfo { hasNextPage }
   }
@@ -65,7 +65,7 @@ function endpointTable(endpoints) {
         ),
       ),
     ),
-    endpoints.pageInfo.hasNextPage ? h("p", { class: "muted" }, "The 100 newest endpoints are shown.") : null,
+    endpoints.pageInfo.hasNextPage ? h("p", { class: "muted" }, "The 50 newest endpoints are shown.") : null,
   );
 }
 
@@ -132,7 +132,7 @@ export function render(view) {
   }
 
   const reload = throttle(1000, load);
-  load();
+  reload();
   const unsubscribe = subscribe({}, { onEvent: reload, onReset: reload });
   // The chart moves on with the clock even when nothing happens.
   const tick = setInterval(reload, 30000);

@@ -13,7 +13,7 @@ const LIST = `query Submissions($filter: SubmissionFilter, $first: Int, $after: 
     edges { cursor node { id receivedAt fieldCount idempotent endpoint { id name } delivery { id state } } }
     pageInfo { hasNextPage endCursor }
   }
-  endpoints(first: 100) { nodes { id name } }
+  endpoints(first: 50) { nodes { id name } }
 }`;
 const ONE = `query Submission($id: ID!) {
   submission(id: $id) {
@@ -56,10 +56,21 @@ export function list(view, route, shell) {
         h("option", { value: "" }, "All endpoints"),
         data.endpoints.nodes.map((e) => h("option", { value: e.id, selected: e.id === endpointId ? true : null }, `${e.name} (${e.id})`)),
       );
-      select.addEventListener("change", () => shell.go(select.value ? `#/submissions?endpoint=${encodeURIComponent(select.value)}` : "#/submissions"));
+      // A form with a button, not navigation on `change`: arrowing through the options
+      // with the keyboard must not load a page per option.
+      const form = h(
+        "form",
+        { id: "submission-filter", class: "filters-row", role: "search" },
+        h("div", { class: "field" }, h("label", { for: "filter-endpoint" }, "Endpoint"), select),
+        h("div", { class: "field actions" }, h("button", { type: "submit" }, "Show")),
+      );
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        shell.go(select.value ? `#/submissions?endpoint=${encodeURIComponent(select.value)}` : "#/submissions");
+      });
       replace(
         controls,
-        h("div", { class: "field" }, h("label", { for: "filter-endpoint" }, "Endpoint"), select),
+        form,
         h("div", { class: "field actions" }, exportButton("csv"), exportButton("json")),
         status,
       );

@@ -21,6 +21,17 @@ pub async fn find(
         .optional()?)
 }
 
+/// Tells every process's intake that the endpoint changed (listen.rs); inside a
+/// transaction it is sent at commit.
+async fn notify_changed(conn: &mut AsyncPgConnection, id: &EndpointId) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_notify($1, $2)")
+        .bind::<diesel::sql_types::Text, _>(super::listen::ENDPOINT_CHANGED)
+        .bind::<diesel::sql_types::Text, _>(id.as_str())
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
 /// Inserts a new endpoint; `Ok(false)` when its id is taken.
 pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Result<bool, DbError> {
     match diesel::insert_into(endpoints::table)
@@ -28,7 +39,11 @@ pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Res
         .execute(conn)
         .await
     {
-        Ok(_) => Ok(true),
+        // A process may hold "no such endpoint" for this id.
+        Ok(_) => notify_changed(conn, &endpoint.id)
+            .await
+            .map(|()| true)
+            .map_err(DbError::from),
         Err(diesel::result::Error::DatabaseError(
             diesel::result::DatabaseErrorKind::UniqueViolation,
             info,
@@ -110,6 +125,7 @@ where
             .returning(EndpointRow::as_returning())
             .get_result(conn)
             .await?;
+        notify_changed(conn, &id).await?;
         Ok(Some(row))
     })
     .await

@@ -15,6 +15,8 @@ use super::ConnectionSettings;
 pub const DELIVERY_DUE: &str = "hymical_delivery_due";
 /// Notified by every event write: wakes the event readers.
 pub const DELIVERY_EVENT: &str = "hymical_delivery_event";
+/// Notified with an endpoint's id by every change of it: drops intake's cached copy.
+pub const ENDPOINT_CHANGED: &str = "hymical_endpoint_changed";
 
 /// Listens on `channels` until `shutdown`, reconnecting after failures. `on_notification`
 /// gets each notification's channel and payload; after every (re)connection it is also

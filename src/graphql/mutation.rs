@@ -141,6 +141,8 @@ impl MutationRoot {
             })
             .await
             .gql()?;
+        // This process's intake sees the new endpoint at once; others on notification.
+        app.endpoints.invalidate(&input.id);
         let row = match inserted {
             Some(row) => row
                 .ok_or_else(|| ApiError::Internal("a created endpoint vanished".into()))
@@ -256,6 +258,7 @@ impl MutationRoot {
             .await
             .gql()?
             .gql()?;
+        app.endpoints.invalidate(&input.id);
         let row = updated
             .ok_or(ApiError::EndpointNotFound {
                 endpoint_id: input.id.0,
@@ -302,6 +305,7 @@ impl MutationRoot {
             .await
             .gql()?
             .gql()?;
+        app.endpoints.invalidate(&endpoint_id);
         let row = updated
             .ok_or(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,

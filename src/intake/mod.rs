@@ -5,11 +5,13 @@
 //! one statement (the transactional outbox), which also wakes the workers.
 
 pub mod browser;
+pub mod endpoint_cache;
 pub mod fields;
 pub mod parse;
 pub mod rate_limit;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
@@ -74,12 +76,12 @@ async fn submit(
     let mut endpoint = None;
     let result = accept(&app, peer.ip(), endpoint_id, &headers, body, &mut endpoint).await;
     let mut response = match result {
-        Ok(accepted) => success_response(accepted, endpoint.as_ref(), &headers),
+        Ok(accepted) => success_response(accepted, endpoint.as_deref(), &headers),
         Err(error) => error.into_response(),
     };
     browser::add_cors_headers(
         response.headers_mut(),
-        endpoint.as_ref(),
+        endpoint.as_deref(),
         header_text(&headers, header::ORIGIN),
     );
     response
@@ -93,7 +95,7 @@ async fn accept(
     endpoint_id: Option<String>,
     headers: &HeaderMap,
     body: Body,
-    endpoint: &mut Option<EndpointRow>,
+    endpoint: &mut Option<Arc<EndpointRow>>,
 ) -> Result<Accepted, ApiError> {
     // 1. Body size: a declared length is judged before any byte is read.
     let limit_bytes = app.config.intake.max_body_bytes;
@@ -121,7 +123,7 @@ async fn checks_and_store(
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
-    endpoint: &mut Option<EndpointRow>,
+    endpoint: &mut Option<Arc<EndpointRow>>,
 ) -> Result<Accepted, ApiError> {
     let limits = &app.config.rate_limit;
 
@@ -141,12 +143,14 @@ async fn checks_and_store(
         .as_deref()
         .and_then(EndpointId::parse)
         .ok_or(ApiError::InvalidEndpointId)?;
-    let found = db::endpoints::find(conn, &endpoint_id)
+    let found = app
+        .endpoints
+        .find(conn, &endpoint_id)
         .await?
         .ok_or_else(|| ApiError::EndpointNotFound {
             endpoint_id: endpoint_id.to_string(),
         })?;
-    let endpoint = &*endpoint.insert(found);
+    let endpoint = &**endpoint.insert(found);
 
     // 5. Per-endpoint limit.
     if limits.enabled {
@@ -350,7 +354,7 @@ async fn preflight(
             .ok_or(ApiError::InvalidEndpointId)?;
         let endpoint = app
             .db
-            .run(async |conn| db::endpoints::find(conn, &endpoint_id).await)
+            .run(async |conn| app.endpoints.find(conn, &endpoint_id).await)
             .await?
             .ok_or_else(|| ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.to_string(),
@@ -370,17 +374,17 @@ async fn preflight(
         }
         Err((endpoint, error)) => (endpoint, error.into_response()),
     };
-    browser::add_cors_headers(response.headers_mut(), endpoint.as_ref(), origin);
+    browser::add_cors_headers(response.headers_mut(), endpoint.as_deref(), origin);
     response
 }
 
-impl From<ApiError> for (Option<EndpointRow>, ApiError) {
+impl From<ApiError> for (Option<Arc<EndpointRow>>, ApiError) {
     fn from(error: ApiError) -> Self {
         (None, error)
     }
 }
 
-impl From<DbError> for (Option<EndpointRow>, ApiError) {
+impl From<DbError> for (Option<Arc<EndpointRow>>, ApiError) {
     fn from(error: DbError) -> Self {
         (None, ApiError::from(error))
     }

@@ -20,6 +20,7 @@ fn intake_limits() -> IntakeConfig {
         max_fields: 100,
         max_field_name_length: 128,
         max_field_value_length: 16_384,
+        endpoint_cache_max_age: std::time::Duration::from_secs(2),
     }
 }
 

@@ -17,6 +17,7 @@ mod delivery;
 mod delivery_fence;
 mod delivery_processes;
 mod embedded;
+mod endpoint_cache;
 mod export_retention;
 mod fairness;
 mod foundation_http;

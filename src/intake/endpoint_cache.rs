@@ -1,0 +1,105 @@
+//! The endpoints public intake reads, kept in the process so a submission does not look
+//! its endpoint up in the database every time.
+//!
+//! An entry (a row, or the fact that no endpoint has the id) is trusted for at most
+//! `FORMS_ENDPOINT_CACHE_SECONDS`. Every change of an endpoint is also notified on
+//! `hymical_endpoint_changed` in the transaction that makes it (db/endpoints.rs); each
+//! process's LISTEN connection drops the entry when the notification arrives, and the
+//! whole cache when that connection was lost and came back (what was sent meanwhile was
+//! missed). The process that made the change drops its entry at once. So a change takes
+//! effect everywhere within milliseconds, and within the maximum age if notifications are
+//! not getting through.
+//!
+//! The rows are used for the checks (active, origin, honeypot, redirect) only: the
+//! delivery's URL and secret are copied from the endpoints table by the outbox statement
+//! itself, so a stale entry can never send a submission to an old URL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use diesel_async::AsyncPgConnection;
+
+use crate::db::models::EndpointRow;
+use crate::db::{self, DbError};
+use crate::model::ids::EndpointId;
+
+/// More ids than this (a scan of random ids, say) and the cache starts over rather than
+/// grow: memory stays bounded whatever clients send.
+const MAX_ENTRIES: usize = 10_000;
+
+pub struct EndpointCache {
+    max_age: Duration,
+    entries: Mutex<HashMap<EndpointId, Entry>>,
+    /// Bumped by every invalidation: a lookup that started before one does not store what
+    /// it read, which may be the old row.
+    generation: AtomicU64,
+}
+
+struct Entry {
+    row: Option<Arc<EndpointRow>>,
+    read_at: Instant,
+}
+
+impl EndpointCache {
+    pub fn new(max_age: Duration) -> EndpointCache {
+        EndpointCache {
+            max_age,
+            entries: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, Entry>> {
+        // The map holds plain data and every critical section leaves it consistent.
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The endpoint with this id, `None` when there is none: from the cache while the
+    /// entry is young enough, else from the database through `conn`.
+    pub async fn find(
+        &self,
+        conn: &mut AsyncPgConnection,
+        id: &EndpointId,
+    ) -> Result<Option<Arc<EndpointRow>>, DbError> {
+        if let Some(entry) = self.entries().get(id) {
+            if entry.read_at.elapsed() < self.max_age {
+                return Ok(entry.row.clone());
+            }
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let read_at = Instant::now();
+        let row = db::endpoints::find(conn, id).await?.map(Arc::new);
+        let mut entries = self.entries();
+        if self.generation.load(Ordering::Acquire) == generation {
+            if entries.len() >= MAX_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(
+                id.clone(),
+                Entry {
+                    row: row.clone(),
+                    read_at,
+                },
+            );
+        }
+        Ok(row)
+    }
+
+    /// Forgets one endpoint (it changed).
+    pub fn invalidate(&self, id: &str) {
+        let mut entries = self.entries();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if let Some(id) = EndpointId::parse(id) {
+            entries.remove(&id);
+        }
+    }
+
+    /// Forgets every endpoint (notifications may have been missed).
+    pub fn clear(&self) {
+        let mut entries = self.entries();
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        entries.clear();
+    }
+}
