@@ -127,6 +127,7 @@ mod tests {
             max_fields: 3,
             max_field_name_length: 5,
             max_field_value_length: 4,
+            endpoint_cache_max_age: std::time::Duration::from_secs(2),
         }
     }
 
