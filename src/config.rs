@@ -850,6 +850,7 @@ mod tests {
             ("FORMS_WORKER_CONCURRENCY", "0", "from 1"),
             ("FORMS_WORKER_BATCH_SIZE", "0", "from 1"),
             ("FORMS_WORKER_POLL_SECONDS", "0", "greater than 0"),
+            ("FORMS_ENDPOINT_CACHE_SECONDS", "0", "greater than 0"),
             ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "0", "from 1"),
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "please", "true or false"),
             ("FORMS_RATE_LIMIT_ENABLED", "nah", "true or false"),
