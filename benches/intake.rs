@@ -1,14 +1,27 @@
-//! Intake throughput against the PostgreSQL ceiling, measured in one run.
+//! Intake throughput against the PostgreSQL ceiling, with the product's defaults.
 //!
-//! `cargo bench --bench intake` starts a throwaway PostgreSQL cluster, serves the intake
-//! route on loopback, and offers load from many concurrent keep-alive connections
-//! (urlencoded, 5 fields, webhook configured so every submission also writes a delivery).
-//! In the same run `pgbench` executes the product's own outbox statement
-//! (`src/db/sql/outbox_insert.sql`, binds as pgbench expressions) at the same concurrency
-//! against the same cluster: the ceiling on this machine. It also runs the obvious design
-//! (three inserts in a transaction) for comparison. Rounds alternate so that drift in the shared machine affects all equally.
+//! `cargo bench --bench intake` starts a throwaway PostgreSQL cluster with PostgreSQL's
+//! durable defaults (`fsync = on`, `synchronous_commit = on`), creates 100 endpoints and
+//! one hot one (all with a webhook, so every submission also writes its delivery and
+//! event), and serves intake on loopback. The load: `BENCH_CONCURRENCY` keep-alive
+//! connections (32), urlencoded 5-field forms, from 1,000 client addresses in turn
+//! (`X-Forwarded-For`, one trusted proxy hop), half to the hot endpoint and half spread
+//! over the other 100.
 //!
-//! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
+//! The baseline, in the same rounds against the same cluster: pgbench running the obvious
+//! design at the same concurrency, one transaction per submission with the same three
+//! inserts (submission, delivery, event) to the same endpoints. Arms per round:
+//!
+//! - durable commits: pgbench; intake with rate limiting on (the default; limits raised
+//!   to 10⁹ so every request is counted in both scopes and none refused); intake with
+//!   rate limiting off;
+//! - `synchronous_commit = off` (the relaxed column): pgbench; intake, limits off.
+//!
+//! Each intake arm reports accepted/s, CPU per accepted submission (this process, which
+//! includes the load generator, and the whole machine) and request latency p50/p99.
+//!
+//! Settings: `BENCH_CONCURRENCY` (32), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS`
+//! (3).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -20,7 +33,14 @@ use hymical_forms::testing::config::{Config, Secret};
 use hymical_forms::testing::db;
 
 mod common;
-use common::{env_number, offer_load, BenchCluster};
+use common::{env_number, offer_spread_load, BenchCluster, LoadResult};
+
+const CLIENTS: usize = 1000;
+const ENDPOINTS: usize = 100;
+
+fn endpoint_name(n: usize) -> String {
+    format!("bench-{n:03}")
+}
 
 fn main() {
     let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
@@ -31,94 +51,87 @@ fn main() {
         .build()
         .expect("runtime");
 
-    let cluster = BenchCluster::start(&runtime);
+    let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();
+    let names: Vec<String> = std::iter::once("hot".to_string())
+        .chain((0..ENDPOINTS).map(endpoint_name))
+        .collect();
     runtime.block_on(async {
         let mut conn = db::connect_one(&url).await.expect("connect");
-        db::endpoints::insert(
-            &mut conn,
-            &db::models::EndpointRow {
-                id: hymical_forms::testing::model::ids::EndpointId::parse("bench")
-                    .expect("endpoint id"),
-                name: "Benchmark".into(),
-                is_active: true,
-                created_at: chrono::Utc::now(),
-                webhook_url: Some("https://receiver.example/hook".into()),
-                webhook_secret: Some(format!("whsec_{}", "ab".repeat(32))),
-                redirect_url: None,
-                allowed_origins: Vec::new(),
-                honeypot_field: None,
-            },
-        )
-        .await
-        .expect("endpoint");
+        for name in &names {
+            db::endpoints::insert(
+                &mut conn,
+                &db::models::EndpointRow {
+                    id: hymical_forms::testing::model::ids::EndpointId::parse(name)
+                        .expect("endpoint id"),
+                    name: name.clone(),
+                    is_active: true,
+                    created_at: chrono::Utc::now(),
+                    webhook_url: Some("https://receiver.example/hook".into()),
+                    webhook_secret: Some(format!("whsec_{}", "ab".repeat(32))),
+                    redirect_url: None,
+                    allowed_origins: Vec::new(),
+                    honeypot_field: None,
+                },
+            )
+            .await
+            .expect("endpoint");
+        }
     });
+    // Half the requests to the hot endpoint, half over the other hundred.
+    let paths: Vec<String> = (0..2 * ENDPOINTS)
+        .map(|i| {
+            if i % 2 == 0 {
+                "/f/hot".to_string()
+            } else {
+                format!("/f/{}", endpoint_name(i / 2))
+            }
+        })
+        .collect();
 
-    // The ceiling: the product's own outbox statement (src/db/sql/outbox_insert.sql with
-    // the event tail), its binds supplied as pgbench expressions; one round trip, as
-    // intake sends it.
-    let id = |prefix: &str| format!("'{prefix}' || lpad(to_hex(:n::bigint), 32, '0')");
+    // The baseline: one transaction per submission, the same three rows.
     let fields = r#"'{"name":["Ada Lovelace"],"email":["ada@example.com"],"topic":["billing"],"message":["Hello there, world"],"consent":["yes"]}'::json"#;
+    let id = |prefix: &str| format!("'{prefix}' || lpad(to_hex(:n::bigint), 32, '0')");
     let (submission, delivery) = (id("sub_"), id("whd_"));
-    let binds = [
-        submission.as_str(),
-        "'bench'",
-        "now()",
-        fields,
-        "NULL::varchar",
-        "NULL::varchar",
-        delivery.as_str(),
-        "NULL::timestamptz",
-    ];
-    let random_n = "\\set n random(1, 9223372036854775807)\n";
-    let script = cluster.script(
-        "outbox.sql",
+    let endpoint =
+        "(CASE WHEN :e % 2 = 0 THEN 'hot' ELSE 'bench-' || lpad((:e / 2)::text, 3, '0') END)";
+    let baseline = cluster.script(
+        "one_transaction_per_submission.sql",
         &format!(
-            "{random_n}{};\n",
-            db::submissions::OUTBOX_INSERT.render(&binds)
-        ),
-    );
-    // The same statement without the event tail, to show what writing the change feed
-    // costs the database.
-    let script_without_events = cluster.script(
-        "outbox_without_events.sql",
-        &format!(
-            "{random_n}{};\n",
-            db::statement::SqlText::new(concat!(
-                include_str!("../src/db/sql/outbox_insert.sql"),
-                "SELECT * FROM result"
-            ))
-            .render(&binds)
-        ),
-    );
-    // The obvious design, for comparison: the same rows written by three statements in a
-    // transaction (five round trips).
-    let script_obvious = cluster.script(
-        "outbox_obvious.sql",
-        &format!(
-            r#"{random_n}BEGIN;
-INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ({submission}, 'bench', now(), {fields});
-INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES ({delivery}, {submission}, 'bench', 'https://receiver.example/hook', 'whsec_abababababababababababababababababababababababababababababababab', 'pending', 0, 0, now(), now());
-INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, attempts, cycle_attempts, occurred_at) VALUES ({delivery}, 'bench', 'created', 'pending', 0, 0, statement_timestamp());
+            r#"\set n random(1, 9223372036854775807)
+\set e random(0, {last})
+BEGIN;
+INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ({submission}, {endpoint}, now(), {fields});
+INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) VALUES ({delivery}, {submission}, {endpoint}, 'https://receiver.example/hook', 'whsec_abababababababababababababababababababababababababababababababab', 'pending', 0, 0, now(), now());
+INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, attempts, cycle_attempts, occurred_at) VALUES ({delivery}, {endpoint}, 'created', 'pending', 0, 0, statement_timestamp());
 COMMIT;
-"#
+"#,
+            last = 2 * ENDPOINTS - 1
         ),
     );
 
-    let unlimited = [
+    let limits_on = [
         ("FORMS_RATE_LIMIT_IP_REQUESTS", "1000000000"),
         ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "1000000000"),
+        ("FORMS_TRUSTED_PROXY_HOPS", "1"),
     ];
-    let servers = runtime.block_on(async {
-        let off = start_server(&url, concurrency, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
-        let on = start_server(&url, concurrency, &unlimited).await;
-        (off, on)
+    let limits_off = [
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ("FORMS_TRUSTED_PROXY_HOPS", "1"),
+    ];
+    let (on, off) = runtime.block_on(async {
+        (
+            start_server(&url, concurrency, &limits_on).await,
+            start_server(&url, concurrency, &limits_off).await,
+        )
     });
 
-    println!("concurrency {concurrency}, {seconds} s per measurement, {rounds} rounds");
-    let pgbench = |script: &std::path::Path| {
+    println!(
+        "concurrency {concurrency}, {CLIENTS} client addresses, {ENDPOINTS} endpoints + 1 hot (half the load), {seconds} s per measurement, {rounds} rounds"
+    );
+    let pgbench = || {
         cluster.pgbench(
-            script,
+            &baseline,
             &[
                 "-c".into(),
                 concurrency.to_string(),
@@ -127,60 +140,75 @@ COMMIT;
             ],
         )
     };
-    let mut ceiling = Vec::new();
-    let mut obvious = Vec::new();
-    let mut limits_off = Vec::new();
-    let mut limits_on = Vec::new();
-    let mut ceiling_without_events = Vec::new();
-    // Warm-up: fills caches and prepared statements on every connection.
-    runtime.block_on(offer_load(servers.0, concurrency, Duration::from_secs(2)));
+    let load = |addr: SocketAddr, seconds: u64| {
+        runtime.block_on(offer_spread_load(
+            addr,
+            concurrency,
+            Duration::from_secs(seconds),
+            CLIENTS,
+            &paths,
+        ))
+    };
+    let show = |name: &str, result: &LoadResult, baseline: f64| {
+        println!(
+            "    {name}: {:.0}/s = {:.2}× pgbench | CPU per submission: whole machine {:.0} µs, this process {:.0} µs | latency p50 {:.1} ms, p99 {:.1} ms",
+            result.rate,
+            result.rate / baseline,
+            result.cpu_machine_us,
+            result.cpu_process_us,
+            result.p50_ms,
+            result.p99_ms,
+        );
+    };
+    // Warm-up: caches, prepared statements, counters.
+    load(on, 2);
+    load(off, 2);
+    let mut durable: Vec<(f64, LoadResult, LoadResult)> = Vec::new();
+    let mut relaxed: Vec<(f64, LoadResult)> = Vec::new();
     for round in 1..=rounds {
-        let pg = pgbench(&script);
-        let off = runtime.block_on(offer_load(
-            servers.0,
-            concurrency,
-            Duration::from_secs(seconds),
-        ));
-        let on = runtime.block_on(offer_load(
-            servers.1,
-            concurrency,
-            Duration::from_secs(seconds),
-        ));
-        let pg_obvious = pgbench(&script_obvious);
+        runtime.block_on(cluster.set_synchronous_commit(true));
+        let pg = pgbench();
+        let with_limits = load(on, seconds);
+        let without_limits = load(off, seconds);
         println!(
-            "round {round}: pgbench outbox statement {pg:.0} tps, three inserts in a transaction {pg_obvious:.0} tps | intake, limits off {off:.0}/s ({:.0}% of the statement, {:.0}% of the transaction) | limits on {on:.0}/s ({:.0}%, {:.0}%)",
-            100.0 * off / pg,
-            100.0 * off / pg_obvious,
-            100.0 * on / pg,
-            100.0 * on / pg_obvious,
+            "round {round}, durable commits: pgbench one transaction per submission {pg:.0} tps"
         );
-        let pg_bare = pgbench(&script_without_events);
+        show("intake, limits on (defaults)", &with_limits, pg);
+        show("intake, limits off", &without_limits, pg);
         println!(
-            "         pgbench outbox statement without the event tail {pg_bare:.0} tps: events cost the database {:.0}%",
-            100.0 * (1.0 - pg / pg_bare),
+            "    limits on / limits off: {:.0}%",
+            100.0 * with_limits.rate / without_limits.rate
         );
-        ceiling.push(pg);
-        obvious.push(pg_obvious);
-        limits_off.push(off);
-        limits_on.push(on);
-        ceiling_without_events.push(pg_bare);
+        runtime.block_on(cluster.set_synchronous_commit(false));
+        let pg_relaxed = pgbench();
+        let relaxed_load = load(off, seconds);
+        println!("round {round}, synchronous_commit off: pgbench {pg_relaxed:.0} tps");
+        show("intake, limits off", &relaxed_load, pg_relaxed);
+        durable.push((pg, with_limits, without_limits));
+        relaxed.push((pg_relaxed, relaxed_load));
     }
-    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let mean = |values: &mut dyn Iterator<Item = f64>| {
+        let values: Vec<f64> = values.collect();
+        values.iter().sum::<f64>() / values.len() as f64
+    };
+    let pg = mean(&mut durable.iter().map(|r| r.0));
+    let on_rate = mean(&mut durable.iter().map(|r| r.1.rate));
+    let off_rate = mean(&mut durable.iter().map(|r| r.2.rate));
+    let pg_relaxed = mean(&mut relaxed.iter().map(|r| r.0));
+    let relaxed_rate = mean(&mut relaxed.iter().map(|r| r.1.rate));
     println!(
-        "mean: pgbench outbox statement {:.0} tps, transaction {:.0} tps | limits off {:.0}/s = {:.0}% of the statement, {:.0}% of the transaction | limits on {:.0}/s = {:.0}%, {:.0}%",
-        mean(&ceiling),
-        mean(&obvious),
-        mean(&limits_off),
-        100.0 * mean(&limits_off) / mean(&ceiling),
-        100.0 * mean(&limits_off) / mean(&obvious),
-        mean(&limits_on),
-        100.0 * mean(&limits_on) / mean(&ceiling),
-        100.0 * mean(&limits_on) / mean(&obvious),
+        "mean, durable: pgbench {pg:.0} tps | limits on {on_rate:.0}/s = {:.2}× | limits off {off_rate:.0}/s = {:.2}× | on/off {:.0}% | CPU/submission (machine) on {:.0} µs, off {:.0} µs | p99 on {:.1} ms",
+        on_rate / pg,
+        off_rate / pg,
+        100.0 * on_rate / off_rate,
+        mean(&mut durable.iter().map(|r| r.1.cpu_machine_us)),
+        mean(&mut durable.iter().map(|r| r.2.cpu_machine_us)),
+        mean(&mut durable.iter().map(|r| r.1.p99_ms)),
     );
     println!(
-        "mean pgbench without the event tail: {:.0} tps; writing events costs the database {:.0}%",
-        mean(&ceiling_without_events),
-        100.0 * (1.0 - mean(&ceiling) / mean(&ceiling_without_events)),
+        "mean, synchronous_commit off: pgbench {pg_relaxed:.0} tps | limits off {relaxed_rate:.0}/s = {:.2}× | CPU/submission (machine) {:.0} µs",
+        relaxed_rate / pg_relaxed,
+        mean(&mut relaxed.iter().map(|r| r.1.cpu_machine_us)),
     );
 }
 

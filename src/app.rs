@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
 
 pub struct App {
@@ -24,6 +25,8 @@ pub struct App {
     pub exports: Arc<tokio::sync::Semaphore>,
     /// The endpoints intake has read, kept current by the LISTEN connection.
     pub endpoints: Arc<EndpointCache>,
+    /// Intake's group commit: the queue its writers take batches from.
+    pub committer: Committer,
 }
 
 pub type AppState = Arc<App>;
@@ -56,6 +59,7 @@ impl App {
             revocations: Arc::new(KeyRevocations::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
             endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
+            committer: Committer::default(),
             config,
         })
     }

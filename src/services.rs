@@ -139,13 +139,29 @@ impl Services {
             ),
             (plan.metrics, crate::router::metrics_router),
         ];
-        for (listener, make_router) in servers {
+        // Intake's writers outlive the stop: they finish what the API's last requests
+        // queued, once its server has answered them.
+        let api_drained = CancellationToken::new();
+        if api {
+            for writer in
+                app.committer
+                    .writers(app.db.clone(), app.clock.pinned(), api_drained.clone())
+            {
+                tasks.spawn(writer);
+            }
+        }
+        for (index, (listener, make_router)) in servers.into_iter().enumerate() {
             if let Some((listener, limits)) = listener {
                 let stopped = stop.clone().cancelled_owned();
                 let router = make_router(app.clone());
-                tasks.spawn(crate::http::server::serve(
-                    listener, router, limits, stopped,
-                ));
+                let server = crate::http::server::serve(listener, router, limits, stopped);
+                let drained = (index == 0).then(|| api_drained.clone());
+                tasks.spawn(async move {
+                    server.await;
+                    if let Some(drained) = drained {
+                        drained.cancel();
+                    }
+                });
             }
         }
         Services { stop, tasks }

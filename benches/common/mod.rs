@@ -34,12 +34,20 @@ pub async fn app_state(
     )
 }
 
-/// Serves `app` on a loopback port with the service's own HTTP server.
+/// Serves `app` on a loopback port with the service's own HTTP server, and starts intake's
+/// writers (group commit) as `serve` does.
 pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
+    for writer in app.committer.writers(
+        app.db.clone(),
+        None,
+        tokio_util::sync::CancellationToken::new(),
+    ) {
+        tokio::spawn(writer);
+    }
     let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
     let router = hymical_forms::testing::router::router(app);
     tokio::spawn(hymical_forms::testing::http::server::serve(
@@ -67,17 +75,25 @@ pub struct BenchCluster {
 }
 
 impl BenchCluster {
+    /// A cluster with `synchronous_commit = off` (see [`BenchCluster::start_with`]).
     pub fn start(runtime: &tokio::runtime::Runtime) -> BenchCluster {
+        BenchCluster::start_with(runtime, false)
+    }
+
+    /// A cluster with PostgreSQL's defaults (`fsync = on`, `synchronous_commit = on`)
+    /// when `durable`, or with `synchronous_commit = off`.
+    pub fn start_with(runtime: &tokio::runtime::Runtime, durable: bool) -> BenchCluster {
         let root =
             std::env::temp_dir().join(format!("hymical-bench-{}", uuid::Uuid::new_v4().simple()));
         let cluster = embedded::Cluster::new(&root).expect("PostgreSQL server binaries");
         cluster.hand_root_to_server_user().expect("cluster dir");
         cluster.initialize().expect("initdb");
-        // Durable storage is not what is compared (both sides would wait on the same
-        // fsync); with synchronous_commit off the ratio shows the cost of our own code.
+        // Without `durable`, commits do not wait for their WAL flush, and the ratio shows
+        // the cost of our own code more than the disk's.
+        let synchronous_commit = if durable { "on" } else { "off" };
         let settings = embedded::ServerSettings {
             extra: vec![
-                ("synchronous_commit".into(), "off".into()),
+                ("synchronous_commit".into(), synchronous_commit.into()),
                 ("max_connections".into(), "300".into()),
             ],
             remove_after_stop: true,
@@ -101,6 +117,23 @@ impl BenchCluster {
             bin_dir: embedded::find_bin_dir().expect("bin dir"),
             _server: server,
         }
+    }
+
+    /// Sets `synchronous_commit` for every session, open ones included (a reload).
+    pub async fn set_synchronous_commit(&self, on: bool) {
+        use diesel_async::RunQueryDsl;
+        let mut conn = db::connect_one(&self.url).await.expect("connect");
+        let value = if on { "on" } else { "off" };
+        diesel::sql_query(format!("ALTER SYSTEM SET synchronous_commit = {value}"))
+            .execute(&mut conn)
+            .await
+            .expect("alter system");
+        diesel::sql_query("SELECT pg_reload_conf()")
+            .execute(&mut conn)
+            .await
+            .expect("reload");
+        // Backends read the file when they next go idle.
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
     /// Writes a pgbench script readable by the server's user.
@@ -247,5 +280,93 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
             buffer.extend_from_slice(&chunk[..read]);
         }
         return status;
+    }
+}
+
+/// What one measurement of [`offer_spread_load`] saw.
+pub struct LoadResult {
+    /// Accepted submissions per second.
+    pub rate: f64,
+    /// CPU per accepted submission, µs: this process (server and load generator), and the
+    /// whole machine.
+    pub cpu_process_us: f64,
+    pub cpu_machine_us: f64,
+    /// Request latency, ms.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// The address the `n`-th of `clients` client addresses posts from (198.18.0.0/15, the
+/// benchmarking range), sent as `X-Forwarded-For` to a server that trusts one proxy hop.
+pub fn client_address(n: usize) -> String {
+    format!("198.18.{}.{}", n / 250, 1 + n % 250)
+}
+
+/// Like [`offer_load`], but every request comes from one of `clients` addresses (in turn)
+/// and goes to `paths[i % paths.len()]`, and each request's latency is recorded.
+pub async fn offer_spread_load(
+    addr: SocketAddr,
+    concurrency: usize,
+    duration: Duration,
+    clients: usize,
+    paths: &[String],
+) -> LoadResult {
+    // Requests prepared up front, so the client does no formatting while measuring.
+    let requests: Arc<Vec<Vec<u8>>> = Arc::new(
+        (0..clients.max(paths.len()))
+            .map(|i| {
+                format!(
+                    "POST {} HTTP/1.1\r\nHost: {addr}\r\nX-Forwarded-For: {}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
+                    paths[i % paths.len()],
+                    client_address(i % clients),
+                    FORM_BODY.len()
+                )
+                .into_bytes()
+            })
+            .collect(),
+    );
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut tasks = Vec::new();
+    for connection in 0..concurrency {
+        let requests = requests.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+            stream.set_nodelay(true).expect("nodelay");
+            let mut buffer = Vec::with_capacity(4096);
+            let mut latencies: Vec<u32> = Vec::with_capacity(16_384);
+            let mut next = connection * 7919;
+            while Instant::now() < deadline {
+                let request = &requests[next % requests.len()];
+                next += 1;
+                let sent = Instant::now();
+                stream.write_all(request).await.expect("write");
+                let status = read_response(&mut stream, &mut buffer).await;
+                assert_eq!(status, 202, "unexpected status");
+                latencies.push(sent.elapsed().as_micros().min(u32::MAX as u128) as u32);
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in tasks {
+        latencies.extend(task.await.expect("load task"));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (process, machine) = cpu_seconds();
+    latencies.sort_unstable();
+    let count = latencies.len().max(1) as f64;
+    let percentile = |p: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * p) as usize)
+            .map_or(0.0, |us| f64::from(*us) / 1000.0)
+    };
+    LoadResult {
+        rate: latencies.len() as f64 / elapsed,
+        cpu_process_us: (process - cpu_before.0) / count * 1e6,
+        cpu_machine_us: (machine - cpu_before.1) / count * 1e6,
+        p50_ms: percentile(0.5),
+        p99_ms: percentile(0.99),
     }
 }

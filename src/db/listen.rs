@@ -87,7 +87,7 @@ mod tests {
     #[test]
     fn statements_notify_only_the_known_channels() {
         let statements = [
-            include_str!("sql/outbox_insert.sql"),
+            include_str!("sql/outbox_insert_batch.sql"),
             include_str!("sql/replay_one.sql"),
             include_str!("sql/replay_matching.sql"),
             include_str!("sql/write_events.sql"),

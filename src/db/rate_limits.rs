@@ -4,33 +4,59 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use std::collections::{BTreeMap, HashMap};
+
+use diesel::sql_types::{Array, Integer, Text, Timestamptz};
+
 use super::schema::rate_limit_counters;
+use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 
-/// Counts one attempt in the window and returns the count including it. One atomic
-/// upsert, so concurrent requests in any number of processes each see a distinct count.
-pub async fn count_attempt(
+/// One fixed-window counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CounterKey {
+    pub limiter: &'static str,
+    pub subject: String,
+    pub window_start: DateTime<Utc>,
+}
+
+static COUNT_ATTEMPTS: SqlText = sql!("count_attempts.sql");
+struct CountAttempts;
+
+/// Adds `n` attempts to each counter of `counts` in one statement (count_attempts.sql)
+/// and returns each counter's total including them. The keys must be distinct; they are
+/// written in sorted order. One atomic upsert per counter, so concurrent batches in any
+/// number of processes each see distinct totals.
+pub async fn count_attempts(
     conn: &mut AsyncPgConnection,
-    limiter: &str,
-    subject: &str,
-    window_start: DateTime<Utc>,
-) -> Result<i32, DbError> {
-    use rate_limit_counters::dsl;
-    // Built with the query builder (not `sql_query`) so the statement is prepared once
-    // per connection and reused: this runs on every public request.
-    Ok(diesel::insert_into(dsl::rate_limit_counters)
-        .values((
-            dsl::limiter.eq(limiter),
-            dsl::subject.eq(subject),
-            dsl::window_start.eq(window_start),
-            dsl::attempts.eq(1),
-        ))
-        .on_conflict((dsl::limiter, dsl::subject, dsl::window_start))
-        .do_update()
-        .set(dsl::attempts.eq(dsl::attempts + 1))
-        .returning(dsl::attempts)
-        .get_result(conn)
-        .await?)
+    counts: &BTreeMap<CounterKey, i32>,
+) -> Result<HashMap<CounterKey, i32>, DbError> {
+    let limiters: Vec<&str> = counts.keys().map(|k| k.limiter).collect();
+    let subjects: Vec<&str> = counts.keys().map(|k| k.subject.as_str()).collect();
+    let starts: Vec<DateTime<Utc>> = counts.keys().map(|k| k.window_start).collect();
+    let attempts: Vec<i32> = counts.values().copied().collect();
+    let totals: Vec<(String, String, DateTime<Utc>, i32)> =
+        Statement::<CountAttempts, (Text, Text, Timestamptz, Integer), _>::new(
+            &COUNT_ATTEMPTS,
+            (
+                bind::<Array<Text>, _>(limiters),
+                bind::<Array<Text>, _>(subjects),
+                bind::<Array<Timestamptz>, _>(starts),
+                bind::<Array<Integer>, _>(attempts),
+            ),
+        )
+        .load(conn)
+        .await?;
+    let mut by_key = HashMap::with_capacity(totals.len());
+    for (limiter, subject, window_start, total) in totals {
+        // The stored limiter is one of the keys' own names.
+        if let Some(key) = counts.keys().find(|k| {
+            k.limiter == limiter && k.subject == subject && k.window_start == window_start
+        }) {
+            by_key.insert(key.clone(), total);
+        }
+    }
+    Ok(by_key)
 }
 
 /// Deletes counters of windows that started before `before`; returns how many.

@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Json, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Json, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{KeyedSubmission, SubmissionRow};
@@ -11,65 +11,67 @@ use super::DbError;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 use crate::model::state::DeliveryState;
 
-pub struct NewSubmission<'a> {
-    pub id: &'a SubmissionId,
-    pub endpoint_id: &'a EndpointId,
+/// One submission of a batch for [`insert_batch`].
+#[derive(Debug, Clone)]
+pub struct NewSubmission {
+    pub id: SubmissionId,
+    pub endpoint_id: EndpointId,
     pub received_at: DateTime<Utc>,
     /// The ordered `{"name": ["value", …], …}` object.
-    pub fields: &'a serde_json::Value,
+    pub fields: serde_json::Value,
     /// The idempotency key and the payload fingerprint, together or not at all.
-    pub idempotency: Option<(&'a str, &'a str)>,
+    pub idempotency: Option<(String, String)>,
     /// Used when the endpoint has a webhook at the moment of the insert.
-    pub delivery_id: &'a DeliveryId,
-    /// The time the new delivery's due time is judged by (`None`: the database's clock).
-    pub now: Option<DateTime<Utc>>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InsertOutcome {
-    /// Stored; `delivery_queued` tells whether a delivery row was written with it.
-    Stored { delivery_queued: bool },
-    /// Another submission already holds this idempotency key (a concurrent first request
-    /// won the race); nothing was written.
-    KeyTaken,
+    pub delivery_id: DeliveryId,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
-pub static OUTBOX_INSERT: SqlText = sql!("outbox_insert.sql", with_events);
-struct OutboxInsert;
+pub static OUTBOX_INSERT_BATCH: SqlText = sql!("outbox_insert_batch.sql", with_events);
+struct OutboxInsertBatch;
 
-/// Writes the submission and, if the endpoint has a webhook, its delivery in one statement
-/// (outbox_insert.sql). `KeyTaken` when a concurrent first request with the same
-/// idempotency key won the race: nothing was written.
-pub async fn insert_with_delivery(
+/// Writes every submission of `batch` and, where the endpoint has a webhook, its
+/// delivery, in one statement (outbox_insert_batch.sql). Answers, for each submission
+/// written, its id and whether a delivery was queued; a submission missing from the
+/// answer lost an idempotency-key race and wrote nothing. `now`: the time the deliveries'
+/// due time is judged by (`None`: the database's clock).
+pub async fn insert_batch(
     conn: &mut AsyncPgConnection,
-    submission: &NewSubmission<'_>,
-) -> Result<InsertOutcome, DbError> {
-    let (key, fingerprint) = match submission.idempotency {
-        Some((key, fingerprint)) => (Some(key), Some(fingerprint)),
-        None => (None, None),
-    };
-    let query = Statement::<OutboxInsert, (BigInt, BigInt), _>::new(
-        &OUTBOX_INSERT,
-        (
-            bind::<Text, _>(submission.id),
-            bind::<Text, _>(submission.endpoint_id),
-            bind::<Timestamptz, _>(submission.received_at),
-            bind::<Json, _>(submission.fields),
-            bind::<Nullable<Text>, _>(key),
-            bind::<Nullable<Text>, _>(fingerprint),
-            bind::<Text, _>(submission.delivery_id),
-            bind::<Nullable<Timestamptz>, _>(submission.now),
-        ),
-    );
-    let (submissions, deliveries): (i64, i64) = query.get_result(conn).await?;
-    Ok(if submissions == 0 {
-        InsertOutcome::KeyTaken
-    } else {
-        InsertOutcome::Stored {
-            delivery_queued: deliveries > 0,
-        }
-    })
+    batch: &[NewSubmission],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<(SubmissionId, bool)>, DbError> {
+    let ids: Vec<&str> = batch.iter().map(|s| s.id.as_str()).collect();
+    let endpoints: Vec<&str> = batch.iter().map(|s| s.endpoint_id.as_str()).collect();
+    let received: Vec<DateTime<Utc>> = batch.iter().map(|s| s.received_at).collect();
+    let fields: Vec<&serde_json::Value> = batch.iter().map(|s| &s.fields).collect();
+    let keys: Vec<Option<&str>> = batch
+        .iter()
+        .map(|s| s.idempotency.as_ref().map(|(key, _)| key.as_str()))
+        .collect();
+    let fingerprints: Vec<Option<&str>> = batch
+        .iter()
+        .map(|s| s.idempotency.as_ref().map(|(_, print)| print.as_str()))
+        .collect();
+    let deliveries: Vec<&str> = batch.iter().map(|s| s.delivery_id.as_str()).collect();
+    let written: Vec<(SubmissionId, bool, i64)> =
+        Statement::<OutboxInsertBatch, (Text, Bool, BigInt), _>::new(
+            &OUTBOX_INSERT_BATCH,
+            (
+                bind::<Array<Text>, _>(ids),
+                bind::<Array<Text>, _>(endpoints),
+                bind::<Array<Timestamptz>, _>(received),
+                bind::<Array<Json>, _>(fields),
+                bind::<Array<Nullable<Text>>, _>(keys),
+                bind::<Array<Nullable<Text>>, _>(fingerprints),
+                bind::<Array<Text>, _>(deliveries),
+                bind::<Nullable<Timestamptz>, _>(now),
+            ),
+        )
+        .load(conn)
+        .await?;
+    Ok(written
+        .into_iter()
+        .map(|(id, queued, _notified)| (id, queued))
+        .collect())
 }
 
 pub async fn find_by_idempotency_key(
@@ -168,7 +170,7 @@ pub async fn first_pages(
     >::new(
         &SUBMISSIONS_FIRST_PAGES,
         (
-            bind::<diesel::sql_types::Array<Text>, _>(endpoint_ids),
+            bind::<Array<Text>, _>(endpoint_ids),
             bind::<BigInt, _>(limit),
         ),
     )

@@ -19,10 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use diesel_async::AsyncPgConnection;
-
 use crate::db::models::EndpointRow;
-use crate::db::{self, DbError};
+use crate::db::{self, Db, DbError};
 use crate::model::ids::EndpointId;
 
 /// More ids than this (a scan of random ids, say) and the cache starts over rather than
@@ -57,10 +55,10 @@ impl EndpointCache {
     }
 
     /// The endpoint with this id, `None` when there is none: from the cache while the
-    /// entry is young enough, else from the database through `conn`.
+    /// entry is young enough, else from the database.
     pub async fn find(
         &self,
-        conn: &mut AsyncPgConnection,
+        pool: &Db,
         id: &EndpointId,
     ) -> Result<Option<Arc<EndpointRow>>, DbError> {
         if let Some(entry) = self.entries().get(id) {
@@ -70,7 +68,10 @@ impl EndpointCache {
         }
         let generation = self.generation.load(Ordering::Acquire);
         let read_at = Instant::now();
-        let row = db::endpoints::find(conn, id).await?.map(Arc::new);
+        let row = pool
+            .run(async |conn| db::endpoints::find(conn, id).await)
+            .await?
+            .map(Arc::new);
         let mut entries = self.entries();
         if self.generation.load(Ordering::Acquire) == generation {
             if entries.len() >= MAX_ENTRIES {

@@ -5,6 +5,7 @@
 //! one statement (the transactional outbox), which also wakes the workers.
 
 pub mod browser;
+pub mod committer;
 pub mod endpoint_cache;
 pub mod fields;
 pub mod parse;
@@ -23,18 +24,18 @@ use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncPgConnection;
 use serde_json::json;
 
 use crate::app::AppState;
 use crate::clock::format_timestamp;
 use crate::db::models::{EndpointRow, KeyedSubmission};
-use crate::db::submissions::{InsertOutcome, NewSubmission};
-use crate::db::{self, DbError};
+use crate::db::submissions::NewSubmission;
+use crate::db::DbError;
 use crate::error::{ApiError, RateLimitScope};
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
+use committer::{Attempt, Counted, EndpointStage, Work};
 use fields::{Honeypot, NormalisedFields};
 use rate_limit::Limit;
 
@@ -56,7 +57,7 @@ async fn count_submissions(request: Request, next: Next) -> Response {
 }
 
 /// What a successful (or honeypot-faked) submission answers.
-struct Accepted {
+pub struct Accepted {
     submission_id: SubmissionId,
     endpoint_id: EndpointId,
     received_at: DateTime<Utc>,
@@ -106,68 +107,78 @@ async fn accept(
     }
     let body = crate::http::read_body(body, limit_bytes, app.config.http.body_read_timeout).await?;
     let now = app.clock.now();
-    app.db
-        .run(async |conn| {
-            Ok(checks_and_store(app, conn, peer, endpoint_id, headers, body, now, endpoint).await)
-        })
-        .await?
+    let attempt = prepare(app, peer, endpoint_id, headers, body, now, endpoint).await;
+    app.committer.submit(attempt).await
 }
 
-/// Steps 2 to 13 on one connection.
+/// Steps 2 to 13 as far as they need no database: what the committer must count and
+/// store, and each check's verdict in order (committer.rs applies the limits between
+/// them). Only an endpoint the cache does not hold is read here.
 #[allow(clippy::too_many_arguments)]
-async fn checks_and_store(
+async fn prepare(
     app: &AppState,
-    conn: &mut AsyncPgConnection,
     peer: IpAddr,
     endpoint_id: Option<String>,
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
     endpoint: &mut Option<Arc<EndpointRow>>,
-) -> Result<Accepted, ApiError> {
+) -> Attempt {
     let limits = &app.config.rate_limit;
-
     // 2. Per-source limit.
-    if limits.enabled {
+    let source = limits.enabled.then(|| {
         let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
-        let subject = rate_limit::address_digest(&address, limits.ip_secret.as_ref());
-        let limit = Limit {
-            requests: limits.ip_requests,
-            window_seconds: limits.ip_window_seconds,
-        };
-        rate_limit::check(conn, RateLimitScope::Ip, &subject, limit, now).await?;
-    }
-
-    // 3. Id syntax; 4. lookup.
-    let endpoint_id = endpoint_id
-        .as_deref()
-        .and_then(EndpointId::parse)
-        .ok_or(ApiError::InvalidEndpointId)?;
-    let found = app
-        .endpoints
-        .find(conn, &endpoint_id)
-        .await?
-        .ok_or_else(|| ApiError::EndpointNotFound {
-            endpoint_id: endpoint_id.to_string(),
-        })?;
-    let endpoint = &**endpoint.insert(found);
-
-    // 5. Per-endpoint limit.
-    if limits.enabled {
-        let limit = Limit {
-            requests: limits.endpoint_requests,
-            window_seconds: limits.endpoint_window_seconds,
-        };
-        rate_limit::check(
-            conn,
-            RateLimitScope::Endpoint,
-            endpoint.id.as_str(),
-            limit,
+        Counted {
+            scope: RateLimitScope::Ip,
+            subject: rate_limit::address_digest(&address, limits.ip_secret.as_ref()),
+            limit: Limit {
+                requests: limits.ip_requests,
+                window_seconds: limits.ip_window_seconds,
+            },
             now,
-        )
-        .await?;
+        }
+    });
+    let stage = async {
+        // 3. Id syntax; 4. lookup.
+        let endpoint_id = endpoint_id
+            .as_deref()
+            .and_then(EndpointId::parse)
+            .ok_or(ApiError::InvalidEndpointId)?;
+        let found = app
+            .endpoints
+            .find(&app.db, &endpoint_id)
+            .await?
+            .ok_or_else(|| ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.to_string(),
+            })?;
+        let found = &**endpoint.insert(found);
+        // 5. Per-endpoint limit.
+        let counted = limits.enabled.then(|| Counted {
+            scope: RateLimitScope::Endpoint,
+            subject: found.id.to_string(),
+            limit: Limit {
+                requests: limits.endpoint_requests,
+                window_seconds: limits.endpoint_window_seconds,
+            },
+            now,
+        });
+        let outcome = after_limits(app, found, headers, body, now).await;
+        Ok::<_, ApiError>(EndpointStage { counted, outcome })
+    };
+    Attempt {
+        source,
+        endpoint: stage.await,
     }
+}
 
+/// Steps 6 to 13.
+async fn after_limits(
+    app: &AppState,
+    endpoint: &EndpointRow,
+    headers: &HeaderMap,
+    body: Bytes,
+    now: DateTime<Utc>,
+) -> Result<Work, ApiError> {
     // 6. Active; 7. origin.
     if !endpoint.is_active {
         return Err(ApiError::EndpointInactive {
@@ -193,31 +204,34 @@ async fn checks_and_store(
     fields::check_rules(&pairs, &app.config.intake)?;
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
         // Answer exactly as a success would, so the bot learns nothing; store nothing.
-        return Ok(Accepted {
+        return Ok(Work::Answer(Accepted {
             submission_id: SubmissionId::generate(),
             endpoint_id: endpoint.id.clone(),
             received_at: now,
             field_count: pairs.len(),
             idempotent_replay: false,
             delivery_queued: endpoint.has_webhook(),
-        });
+        }));
     }
     if pairs.is_empty() {
         // Only empty honeypot fields were sent.
         return Err(ApiError::EmptySubmission);
     }
 
-    // 13. Normalise and store.
+    // 13. Normalise; the committer stores it.
     let fields = NormalisedFields::from_pairs(pairs);
-    store(
-        conn,
-        endpoint,
-        &fields,
-        idempotency_key.as_deref(),
-        now,
-        app.clock.pinned(),
-    )
-    .await
+    let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
+    Ok(Work::Store {
+        field_count: fields.value_count(),
+        submission: NewSubmission {
+            id: SubmissionId::generate(),
+            endpoint_id: endpoint.id.clone(),
+            received_at: now,
+            fields: fields.to_json(),
+            idempotency,
+            delivery_id: DeliveryId::generate(),
+        },
+    })
 }
 
 /// 16–255 characters, each in ASCII 0x21–0x7E.
@@ -232,80 +246,23 @@ fn valid_idempotency_key(value: &HeaderValue) -> Result<String, ApiError> {
     Ok(String::from_utf8_lossy(bytes).into_owned())
 }
 
-async fn store(
-    conn: &mut AsyncPgConnection,
-    endpoint: &EndpointRow,
-    fields: &NormalisedFields,
-    idempotency_key: Option<&str>,
-    now: DateTime<Utc>,
-    pinned: Option<DateTime<Utc>>,
-) -> Result<Accepted, ApiError> {
-    let fingerprint = idempotency_key.map(|_| fields.fingerprint());
-    let idempotency = idempotency_key.zip(fingerprint.as_deref());
-    if let Some((key, fingerprint)) = idempotency {
-        if let Some(existing) =
-            db::submissions::find_by_idempotency_key(conn, &endpoint.id, key).await?
-        {
-            return replay(existing, endpoint, key, fingerprint);
-        }
-    }
-    let submission_id = SubmissionId::generate();
-    let delivery_id = DeliveryId::generate();
-    let fields_json = fields.to_json();
-    let outcome = db::submissions::insert_with_delivery(
-        conn,
-        &NewSubmission {
-            id: &submission_id,
-            endpoint_id: &endpoint.id,
-            received_at: now,
-            fields: &fields_json,
-            idempotency,
-            delivery_id: &delivery_id,
-            now: pinned,
-        },
-    )
-    .await?;
-    match (outcome, idempotency) {
-        (InsertOutcome::Stored { delivery_queued }, _) => Ok(Accepted {
-            submission_id,
-            endpoint_id: endpoint.id.clone(),
-            received_at: now,
-            field_count: fields.value_count(),
-            idempotent_replay: false,
-            delivery_queued,
-        }),
-        // A concurrent first request with the same key won; answer as its replay.
-        (InsertOutcome::KeyTaken, Some((key, fingerprint))) => {
-            let existing = db::submissions::find_by_idempotency_key(conn, &endpoint.id, key)
-                .await?
-                .ok_or_else(|| {
-                    ApiError::Internal("an idempotency key's submission vanished".into())
-                })?;
-            replay(existing, endpoint, key, fingerprint)
-        }
-        (InsertOutcome::KeyTaken, None) => Err(ApiError::Internal(
-            "a submission without an idempotency key conflicted".into(),
-        )),
-    }
-}
-
 /// Same key and same fields: the original answer again. Same key, other fields: 409.
 fn replay(
     existing: KeyedSubmission,
-    endpoint: &EndpointRow,
+    endpoint_id: &EndpointId,
     key: &str,
     fingerprint: &str,
 ) -> Result<Accepted, ApiError> {
     if existing.payload_fingerprint.as_deref() != Some(fingerprint) {
         return Err(ApiError::IdempotencyConflict {
-            endpoint_id: endpoint.id.to_string(),
+            endpoint_id: endpoint_id.to_string(),
             idempotency_key: key.to_string(),
         });
     }
     Ok(Accepted {
         field_count: count_stored_values(&existing.fields),
         submission_id: existing.id,
-        endpoint_id: endpoint.id.clone(),
+        endpoint_id: endpoint_id.clone(),
         received_at: existing.received_at,
         idempotent_replay: true,
         delivery_queued: existing.delivery_queued,
@@ -353,8 +310,8 @@ async fn preflight(
             .and_then(|Path(id)| EndpointId::parse(&id))
             .ok_or(ApiError::InvalidEndpointId)?;
         let endpoint = app
-            .db
-            .run(async |conn| app.endpoints.find(conn, &endpoint_id).await)
+            .endpoints
+            .find(&app.db, &endpoint_id)
             .await?
             .ok_or_else(|| ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.to_string(),

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use axum::http::HeaderMap;
 use chrono::{DateTime, TimeZone, Utc};
-use diesel_async::AsyncPgConnection;
 
 use std::sync::Arc;
 
@@ -15,7 +14,6 @@ use crate::clock::Clock;
 use crate::config::{RateLimitConfig, Secret};
 use crate::db::{self, Db};
 use crate::digest::{hmac_sha256_hex, sha256_hex};
-use crate::error::{ApiError, RateLimitScope};
 
 #[derive(Debug, Clone, Copy)]
 pub struct Limit {
@@ -35,28 +33,6 @@ pub fn window(now: DateTime<Utc>, window_seconds: u32) -> (DateTime<Utc>, DateTi
 pub fn retry_after_seconds(now: DateTime<Utc>, window_end: DateTime<Utc>) -> u64 {
     let remaining_micros = (window_end - now).num_microseconds().unwrap_or(0).max(0) as u64;
     remaining_micros.div_ceil(1_000_000).max(1)
-}
-
-/// Counts this request against `subject` and refuses it when the count, its own attempt
-/// included, exceeds the limit. Refused attempts count too.
-pub async fn check(
-    conn: &mut AsyncPgConnection,
-    scope: RateLimitScope,
-    subject: &str,
-    limit: Limit,
-    now: DateTime<Utc>,
-) -> Result<(), ApiError> {
-    let (start, end) = window(now, limit.window_seconds);
-    let count = db::rate_limits::count_attempt(conn, scope.as_str(), subject, start).await?;
-    if count as i64 <= i64::from(limit.requests) {
-        return Ok(());
-    }
-    Err(ApiError::RateLimitExceeded {
-        scope,
-        limit: limit.requests,
-        window_seconds: limit.window_seconds,
-        retry_after_seconds: retry_after_seconds(now, end),
-    })
 }
 
 /// The client's address: the socket peer, or with `trusted_hops = n > 0` the n-th entry

@@ -80,6 +80,14 @@ fn describe() {
         "Time to answer a form submission, from its head to the answer."
     );
     describe_counter!(
+        "hymical_intake_batches_total",
+        "Batches intake's writers sent to the database (group commit)."
+    );
+    describe_counter!(
+        "hymical_intake_batched_requests_total",
+        "Requests in those batches; divided by the batches, the mean batch size."
+    );
+    describe_counter!(
         "hymical_delivery_attempts_total",
         "Webhook requests recorded by this process, by outcome."
     );
@@ -132,6 +140,12 @@ fn describe() {
 pub fn intake_request(status: u16, duration: Duration) {
     metrics::counter!("hymical_intake_requests_total", "status" => status.to_string()).increment(1);
     metrics::histogram!("hymical_intake_request_duration_seconds").record(duration);
+}
+
+/// One batch of `size` requests taken by an intake writer.
+pub fn intake_batch(size: usize) {
+    metrics::counter!("hymical_intake_batches_total").increment(1);
+    metrics::counter!("hymical_intake_batched_requests_total").increment(size as u64);
 }
 
 /// One recorded webhook request; `finished` when it moved the delivery to a terminal state.

@@ -26,6 +26,7 @@ mod graphql_api;
 mod graphql_audit;
 mod graphql_limits;
 mod graphql_paging;
+mod group_commit;
 mod http_limits;
 mod intake;
 mod intake_browser;

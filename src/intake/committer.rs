@@ -1,0 +1,435 @@
+//! Group commit for public intake: what the database must do for a submission (count it
+//! against its rate limits, store it) is queued here, and a few writer tasks take
+//! whatever has queued up as one batch: the batch's counters in one statement per scope,
+//! its submissions, deliveries and events in one statement, so in one transaction and one
+//! WAL flush for all of them.
+//!
+//! There is no added wait: a writer takes what is queued the moment it is free, so an idle
+//! server writes each submission at once, and under load batches grow by themselves to
+//! whatever arrived while the previous ones were committing (at most [`MAX_BATCH`]). Each
+//! request still gets its own answer, and only after the commit that wrote it: a refusal
+//! of one (a rate limit, an idempotency conflict) is that one's answer alone, and if the
+//! batch statement fails for any reason but the database being unreachable, its
+//! submissions are written again one by one, so one bad row cannot fail the others.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::rate_limit::{retry_after_seconds, window, Limit};
+use super::{replay, Accepted};
+use crate::db::rate_limits::CounterKey;
+use crate::db::submissions::NewSubmission;
+use crate::db::{self, Db, DbError};
+use crate::error::{ApiError, RateLimitScope};
+
+/// The most submissions one batch writes. Past this a batch's statement grows for little
+/// gain (the flush is shared already), and its answers wait longer.
+pub const MAX_BATCH: usize = 64;
+
+/// How many batches may be committing at once, each on its own pooled connection.
+pub const WRITERS: usize = 2;
+
+/// Requests waiting for a writer at most; more wait to be queued (backpressure).
+const QUEUE: usize = 4096;
+
+/// A request counted against one rate limit.
+pub struct Counted {
+    pub scope: RateLimitScope,
+    pub subject: String,
+    pub limit: Limit,
+    pub now: DateTime<Utc>,
+}
+
+impl Counted {
+    fn key(&self) -> CounterKey {
+        CounterKey {
+            limiter: self.scope.as_str(),
+            subject: self.subject.clone(),
+            window_start: window(self.now, self.limit.window_seconds).0,
+        }
+    }
+
+    /// The refusal when the count including this request is over the limit.
+    fn judge(&self, count: i64) -> Result<(), ApiError> {
+        if count <= i64::from(self.limit.requests) {
+            return Ok(());
+        }
+        let (_, end) = window(self.now, self.limit.window_seconds);
+        Err(ApiError::RateLimitExceeded {
+            scope: self.scope,
+            limit: self.limit.requests,
+            window_seconds: self.limit.window_seconds,
+            retry_after_seconds: retry_after_seconds(self.now, end),
+        })
+    }
+}
+
+/// What a request turned into after the checks that need no database, in the order the
+/// checks run (docs/intake.md): the per-source limit, then the endpoint (id and lookup),
+/// then the per-endpoint limit, then everything else.
+pub struct Attempt {
+    /// Counted against the per-source limit (rate limiting on).
+    pub source: Option<Counted>,
+    /// Steps 3–4: the endpoint was found, or why not.
+    pub endpoint: Result<EndpointStage, ApiError>,
+}
+
+pub struct EndpointStage {
+    /// Counted against the per-endpoint limit (rate limiting on).
+    pub counted: Option<Counted>,
+    /// Steps 6 on: what to do with it, or why it is refused.
+    pub outcome: Result<Work, ApiError>,
+}
+
+pub enum Work {
+    /// Store it.
+    Store {
+        submission: NewSubmission,
+        field_count: usize,
+    },
+    /// Answer without storing (a tripped honeypot).
+    Answer(Accepted),
+}
+
+impl Attempt {
+    /// Whether the database has anything to do for it.
+    fn needs_database(&self) -> bool {
+        self.source.is_some()
+            || match &self.endpoint {
+                Err(_) => false,
+                Ok(stage) => {
+                    stage.counted.is_some() || matches!(stage.outcome, Ok(Work::Store { .. }))
+                }
+            }
+    }
+}
+
+struct Job {
+    attempt: Attempt,
+    reply: oneshot::Sender<Result<Accepted, ApiError>>,
+}
+
+/// The queue requests put their work on; writers are started by `Services`.
+pub struct Committer {
+    sender: mpsc::Sender<Job>,
+    receiver: Mutex<Option<mpsc::Receiver<Job>>>,
+}
+
+impl Default for Committer {
+    fn default() -> Self {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        Committer {
+            sender,
+            receiver: Mutex::new(Some(receiver)),
+        }
+    }
+}
+
+impl Committer {
+    /// Counts and stores what `attempt` needs, with others that arrive meanwhile, and
+    /// answers once that is committed.
+    pub async fn submit(&self, attempt: Attempt) -> Result<Accepted, ApiError> {
+        if !attempt.needs_database() {
+            return settle_without_database(attempt);
+        }
+        let (reply, answer) = oneshot::channel();
+        self.sender
+            .send(Job { attempt, reply })
+            .await
+            .map_err(|_| closing())?;
+        answer.await.map_err(|_| closing())?
+    }
+
+    /// The writer tasks, which run until `drained` (the HTTP server has answered its last
+    /// request) and then finish what is queued. Only the first call gets them.
+    pub fn writers(
+        &self,
+        db: Db,
+        pinned: Option<DateTime<Utc>>,
+        drained: CancellationToken,
+    ) -> Vec<impl std::future::Future<Output = ()> + Send + 'static> {
+        let receiver = self
+            .receiver
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(receiver) = receiver else {
+            return Vec::new();
+        };
+        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
+        (0..WRITERS)
+            .map(|_| write_batches(db.clone(), receiver.clone(), pinned, drained.clone()))
+            .collect()
+    }
+}
+
+/// The answer of an attempt that counts nothing and stores nothing.
+fn settle_without_database(attempt: Attempt) -> Result<Accepted, ApiError> {
+    match attempt.endpoint?.outcome? {
+        Work::Answer(accepted) => Ok(accepted),
+        Work::Store { .. } => Err(ApiError::Internal(
+            "a submission to store skipped the database".into(),
+        )),
+    }
+}
+
+fn closing() -> ApiError {
+    ApiError::Internal("intake is shutting down".into())
+}
+
+async fn write_batches(
+    db: Db,
+    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    pinned: Option<DateTime<Utc>>,
+    drained: CancellationToken,
+) {
+    loop {
+        let batch = {
+            let mut receiver = receiver.lock().await;
+            let first = tokio::select! {
+                job = receiver.recv() => job,
+                // Nothing more will be queued; take what is left, then stop.
+                _ = drained.cancelled() => receiver.try_recv().ok(),
+            };
+            let Some(first) = first else { return };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            batch
+        };
+        crate::telemetry::meters::intake_batch(batch.len());
+        write_batch(&db, batch, pinned).await;
+    }
+}
+
+async fn write_batch(db: &Db, batch: Vec<Job>, pinned: Option<DateTime<Utc>>) {
+    let (attempts, replies): (Vec<Attempt>, Vec<_>) = batch
+        .into_iter()
+        .map(|job| (job.attempt, job.reply))
+        .unzip();
+    let answers = match db
+        .run(async |conn| Ok(count_and_store(conn, attempts, pinned).await))
+        .await
+    {
+        Ok(answers) => answers,
+        Err(error) => {
+            let error = Arc::new(error);
+            replies
+                .into_iter()
+                .for_each(|reply| drop(reply.send(Err(ApiError::from(error.clone())))));
+            return;
+        }
+    };
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        // A client that went away is no reason to stop.
+        let _ = reply.send(answer);
+    }
+}
+
+/// Adds each attempt's counts up per counter, counts them in one statement, and returns
+/// each attempt's own count (its position among the batch's attempts on that counter).
+async fn count(
+    conn: &mut diesel_async::AsyncPgConnection,
+    counted: &[Option<&Counted>],
+) -> Result<Vec<Option<i64>>, DbError> {
+    let keys: Vec<Option<CounterKey>> = counted.iter().map(|c| c.map(Counted::key)).collect();
+    let mut totals: BTreeMap<CounterKey, i32> = BTreeMap::new();
+    for key in keys.iter().flatten() {
+        *totals.entry(key.clone()).or_default() += 1;
+    }
+    if totals.is_empty() {
+        return Ok(vec![None; counted.len()]);
+    }
+    let after = db::rate_limits::count_attempts(conn, &totals).await?;
+    // The batch's attempts on one counter took the last `n` counts, in batch order.
+    let mut next: HashMap<&CounterKey, i64> = totals
+        .iter()
+        .map(|(key, n)| {
+            let total = after.get(key).copied().unwrap_or(*n);
+            (key, i64::from(total) - i64::from(*n) + 1)
+        })
+        .collect();
+    Ok(keys
+        .iter()
+        .map(|key| {
+            let key = key.as_ref()?;
+            let position = next.get_mut(key)?;
+            let count = *position;
+            *position += 1;
+            Some(count)
+        })
+        .collect())
+}
+
+async fn count_and_store(
+    conn: &mut diesel_async::AsyncPgConnection,
+    attempts: Vec<Attempt>,
+    pinned: Option<DateTime<Utc>>,
+) -> Vec<Result<Accepted, ApiError>> {
+    // 2. The per-source limit.
+    let sources: Vec<Option<&Counted>> = attempts.iter().map(|a| a.source.as_ref()).collect();
+    let source_counts = match count(conn, &sources).await {
+        Ok(counts) => counts,
+        Err(error) => return fail_all(attempts.len(), error),
+    };
+    let source_verdicts: Vec<Result<(), ApiError>> = attempts
+        .iter()
+        .zip(&source_counts)
+        .map(|(attempt, count)| match (&attempt.source, count) {
+            (Some(counted), Some(count)) => counted.judge(*count),
+            _ => Ok(()),
+        })
+        .collect();
+    // 5. The per-endpoint limit, for those past the source limit with an endpoint.
+    let endpoints: Vec<Option<&Counted>> = attempts
+        .iter()
+        .zip(&source_verdicts)
+        .map(|(attempt, verdict)| match (&attempt.endpoint, verdict) {
+            (Ok(stage), Ok(())) => stage.counted.as_ref(),
+            _ => None,
+        })
+        .collect();
+    let endpoint_counts = match count(conn, &endpoints).await {
+        Ok(counts) => counts,
+        Err(error) => return fail_all(attempts.len(), error),
+    };
+    let mut answers: Vec<Option<Result<Accepted, ApiError>>> = Vec::with_capacity(attempts.len());
+    let mut stores: Vec<(usize, NewSubmission, usize)> = Vec::new();
+    for (index, ((attempt, verdict), endpoint_count)) in attempts
+        .into_iter()
+        .zip(source_verdicts)
+        .zip(endpoint_counts)
+        .enumerate()
+    {
+        let answer = verdict.and(attempt.endpoint).and_then(|stage| {
+            if let (Some(counted), Some(count)) = (&stage.counted, endpoint_count) {
+                counted.judge(count)?;
+            }
+            stage.outcome
+        });
+        match answer {
+            Ok(Work::Store {
+                submission,
+                field_count,
+            }) => {
+                stores.push((index, submission, field_count));
+                answers.push(None);
+            }
+            Ok(Work::Answer(accepted)) => answers.push(Some(Ok(accepted))),
+            Err(error) => answers.push(Some(Err(error))),
+        }
+    }
+    for (index, answer) in store(conn, stores, pinned).await {
+        answers[index] = Some(answer);
+    }
+    answers
+        .into_iter()
+        .map(|answer| {
+            answer.unwrap_or_else(|| Err(ApiError::Internal("an intake answer was lost".into())))
+        })
+        .collect()
+}
+
+fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
+    let error = Arc::new(error);
+    (0..n).map(|_| Err(ApiError::from(error.clone()))).collect()
+}
+
+/// Writes the batch's submissions in one statement, or one by one when that statement
+/// fails for a reason other than the database's reach; then answers each: accepted, or,
+/// when its idempotency key was taken meanwhile, as a replay of the submission that holds
+/// it (or 409).
+async fn store(
+    conn: &mut diesel_async::AsyncPgConnection,
+    stores: Vec<(usize, NewSubmission, usize)>,
+    pinned: Option<DateTime<Utc>>,
+) -> Vec<(usize, Result<Accepted, ApiError>)> {
+    if stores.is_empty() {
+        return Vec::new();
+    }
+    let (indices, rest): (Vec<usize>, Vec<(NewSubmission, usize)>) = stores
+        .into_iter()
+        .map(|(index, submission, fields)| (index, (submission, fields)))
+        .unzip();
+    let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = rest.into_iter().unzip();
+    // Per submission: written (and with a delivery or not), not written, or failed.
+    let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
+    match db::submissions::insert_batch(conn, &submissions, pinned).await {
+        Ok(rows) => {
+            let rows: HashMap<_, _> = rows.into_iter().collect();
+            written.extend(submissions.iter().map(|s| Ok(rows.get(&s.id).copied())));
+        }
+        Err(DbError::Query(error)) if submissions.len() > 1 => {
+            tracing::warn!(error = %error, size = submissions.len(), "a batch of submissions failed; writing them one by one");
+            for submission in &submissions {
+                let one =
+                    db::submissions::insert_batch(conn, std::slice::from_ref(submission), pinned)
+                        .await;
+                written.push(match one {
+                    Ok(rows) => Ok(rows.first().map(|(_, queued)| *queued)),
+                    Err(error) => Err(ApiError::from(error)),
+                });
+            }
+        }
+        Err(error) => {
+            let error = Arc::new(error);
+            written.extend(
+                submissions
+                    .iter()
+                    .map(|_| Err(ApiError::from(error.clone()))),
+            );
+        }
+    }
+    let mut answers = Vec::with_capacity(submissions.len());
+    for (((index, submission), field_count), written) in indices
+        .into_iter()
+        .zip(submissions)
+        .zip(field_counts)
+        .zip(written)
+    {
+        let answer = match written {
+            Ok(Some(delivery_queued)) => Ok(Accepted {
+                submission_id: submission.id,
+                endpoint_id: submission.endpoint_id,
+                received_at: submission.received_at,
+                field_count,
+                idempotent_replay: false,
+                delivery_queued,
+            }),
+            // A concurrent first request with the same key won; answer as its replay.
+            Ok(None) => match &submission.idempotency {
+                Some((key, fingerprint)) => {
+                    match db::submissions::find_by_idempotency_key(
+                        conn,
+                        &submission.endpoint_id,
+                        key,
+                    )
+                    .await
+                    {
+                        Ok(Some(existing)) => {
+                            replay(existing, &submission.endpoint_id, key, fingerprint)
+                        }
+                        Ok(None) => Err(ApiError::Internal(
+                            "an idempotency key's submission vanished".into(),
+                        )),
+                        Err(error) => Err(ApiError::from(error)),
+                    }
+                }
+                None => Err(ApiError::Internal(
+                    "a submission without an idempotency key conflicted".into(),
+                )),
+            },
+            Err(error) => Err(error),
+        };
+        answers.push((index, answer));
+    }
+    answers
+}
