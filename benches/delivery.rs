@@ -2,7 +2,7 @@
 //!
 //! `cargo bench --bench delivery`:
 //! 1. **Ceiling.** `pgbench` runs the worker's own statements for one delivery, claim
-//!    (`src/db/sql/claim.sql`, one row) and record (`record_attempt.sql`: lock the row,
+//!    (`src/db/sql/claim.sql`, one row) and record (`record_attempts.sql`, one attempt: lock the row,
 //!    insert the attempt, update the delivery), each with its event tail, over a queue of
 //!    pending deliveries. The worker claims in batches; pgbench claims one row at a time.
 //! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
@@ -110,24 +110,25 @@ fn main() {
     });
 
     // The product's claim and record statements (src/db/sql/claim.sql and
-    // record_attempt.sql with the event tail), their binds as pgbench expressions: one
+    // record_attempts.sql with the event tail), their binds as pgbench expressions: one
     // delivery claimed and recorded as delivered, per transaction. `\gset` carries the
     // claim's id and token into the record. The fair claim may find nothing for a client
     // (another holds the endpoint it was handed), so its answer is folded into one row,
     // empty then, and the record of nothing changes nothing; only deliveries recorded count.
     let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
+    // The record statement takes a batch; pgbench records one delivery per transaction.
     let record_binds = [
-        ":claim_token",
-        ":id",
-        "'att_' || md5(random()::text)",
-        "'http://receiver/hook'",
-        "now()",
-        "'succeeded'",
-        "200",
-        "NULL::varchar",
-        "1",
-        "'delivered'",
-        "NULL::interval",
+        "ARRAY[:claim_token]",
+        "ARRAY[:id]",
+        "ARRAY['att_' || md5(random()::text)]",
+        "ARRAY['http://receiver/hook']",
+        "ARRAY[now()]",
+        "ARRAY['succeeded']",
+        "ARRAY[200]",
+        "ARRAY[NULL::varchar]",
+        "ARRAY[1]",
+        "ARRAY['delivered']",
+        "ARRAY[NULL::interval]",
         "NULL::timestamptz",
     ];
     let one_row = |claim: String| {
@@ -143,7 +144,7 @@ fn main() {
         &format!(
             "{}\n\\gset\n{};\n",
             one_row(db::queue::CLAIM.render(&claim_binds)),
-            db::queue::RECORD_ATTEMPT.render(&record_binds),
+            db::queue::RECORD_ATTEMPTS.render(&record_binds),
         ),
     );
     // The same statements without the event tail, to show what writing events costs the
@@ -153,7 +154,7 @@ fn main() {
         "SELECT * FROM result"
     ));
     let record_without_events = db::statement::SqlText::new(concat!(
-        include_str!("../src/db/sql/record_attempt.sql"),
+        include_str!("../src/db/sql/record_attempts.sql"),
         "SELECT * FROM result"
     ));
     let claim_and_record_without_events = cluster.script(

@@ -4,7 +4,9 @@
 
 use chrono::{DateTime, Utc};
 use diesel::pg::data_types::PgInterval;
-use diesel::sql_types::{BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz};
+use diesel::sql_types::{
+    Array, BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz,
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::ClaimedDelivery;
@@ -112,52 +114,121 @@ pub enum Recorded {
 }
 
 /// Public for the benchmarks, which run it through pgbench.
-pub static RECORD_ATTEMPT: SqlText = sql!("record_attempt.sql", with_events);
-struct RecordAttempt;
+pub static RECORD_ATTEMPTS: SqlText = sql!("record_attempts.sql", with_events);
+struct RecordAttempts;
 
-/// Records one attempt and, for the owner, the transition (record_attempt.sql).
+/// Records one attempt and, for the owner, the transition (a batch of one).
 pub async fn record_attempt(
     conn: &mut AsyncPgConnection,
     record: &AttemptRecord<'_>,
     transition: OwnerTransition,
     now: Option<DateTime<Utc>>,
 ) -> Result<Recorded, DbError> {
-    let (state, retry_after) = match transition {
-        OwnerTransition::Delivered => (DeliveryState::Delivered, None),
-        OwnerTransition::Retry { after } => (DeliveryState::Pending, Some(interval(after))),
-        OwnerTransition::Failed => (DeliveryState::Failed, None),
-    };
-    let query =
-        Statement::<RecordAttempt, (Nullable<Integer>, Nullable<Bool>, Nullable<Text>), _>::new(
-            &RECORD_ATTEMPT,
+    record_attempts(conn, &[(record.clone(), transition)], now)
+        .await?
+        .pop()
+        .flatten()
+        .ok_or(DbError::Query(diesel::result::Error::NotFound))
+}
+
+/// Records a batch of attempts, at most one per delivery, each with its owner's
+/// transition, in one statement (record_attempts.sql). One answer per attempt, in order:
+/// `None` when no delivery has its id.
+pub async fn record_attempts(
+    conn: &mut AsyncPgConnection,
+    batch: &[(AttemptRecord<'_>, OwnerTransition)],
+    now: Option<DateTime<Utc>>,
+) -> Result<Vec<Option<Recorded>>, DbError> {
+    let (states, waits): (Vec<&str>, Vec<Option<PgInterval>>) = batch
+        .iter()
+        .map(|(_, transition)| match transition {
+            OwnerTransition::Delivered => (DeliveryState::Delivered.as_str(), None),
+            OwnerTransition::Retry { after } => {
+                (DeliveryState::Pending.as_str(), Some(interval(*after)))
+            }
+            OwnerTransition::Failed => (DeliveryState::Failed.as_str(), None),
+        })
+        .unzip();
+    let rows: Vec<(DeliveryId, i32, bool, DeliveryState)> =
+        Statement::<RecordAttempts, (Text, Integer, Bool, Text), _>::new(
+            &RECORD_ATTEMPTS,
             (
-                bind::<Text, _>(record.claim_token),
-                bind::<Text, _>(record.delivery_id),
-                bind::<Text, _>(record.attempt_id),
-                bind::<Text, _>(record.destination_url),
-                bind::<Timestamptz, _>(record.attempted_at),
-                bind::<Text, _>(record.outcome),
-                bind::<Nullable<Integer>, _>(record.response_status),
-                bind::<Nullable<Text>, _>(record.error),
-                bind::<Integer, _>(record.duration_ms),
-                bind::<Text, _>(state),
-                bind::<Nullable<Interval>, _>(retry_after),
+                bind::<Array<Text>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.claim_token.as_str())
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Text>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.delivery_id.as_str())
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Text>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.attempt_id.as_str())
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Text>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.destination_url)
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Timestamptz>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.attempted_at)
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Text>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.outcome.as_str())
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Nullable<Integer>>, _>(
+                    batch
+                        .iter()
+                        .map(|(r, _)| r.response_status)
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Nullable<Text>>, _>(
+                    batch.iter().map(|(r, _)| r.error).collect::<Vec<_>>(),
+                ),
+                bind::<Array<Integer>, _>(
+                    batch.iter().map(|(r, _)| r.duration_ms).collect::<Vec<_>>(),
+                ),
+                bind::<Array<Text>, _>(states),
+                bind::<Array<Nullable<Interval>>, _>(waits),
                 bind::<Nullable<Timestamptz>, _>(now),
             ),
-        );
-    let (number, owner, state): (Option<i32>, Option<bool>, Option<DeliveryState>) =
-        query.get_result(conn).await?;
-    match (number, owner, state) {
-        (Some(attempt_number), Some(true), Some(state)) => Ok(Recorded::Owner {
-            attempt_number,
-            state,
-        }),
-        (Some(attempt_number), Some(false), Some(state)) => Ok(Recorded::Late {
-            attempt_number,
-            state,
-        }),
-        _ => Err(DbError::Query(diesel::result::Error::NotFound)),
-    }
+        )
+        .load(conn)
+        .await?;
+    Ok(batch
+        .iter()
+        .map(|(record, _)| {
+            rows.iter()
+                .find(|(id, _, _, _)| id == record.delivery_id)
+                .map(|(_, attempt_number, owner, state)| {
+                    let (attempt_number, state) = (*attempt_number, *state);
+                    if *owner {
+                        Recorded::Owner {
+                            attempt_number,
+                            state,
+                        }
+                    } else {
+                        Recorded::Late {
+                            attempt_number,
+                            state,
+                        }
+                    }
+                })
+        })
+        .collect())
 }
 
 static FAIL_WITHOUT_ATTEMPT: SqlText = sql!("fail_without_attempt.sql", with_events);

@@ -1,10 +1,12 @@
 //! Webhook delivery: the worker pool (`worker.rs`), the webhook HTTP client and its
 //! resolver (`client.rs`, the only outbound HTTP), outcome classification and backoff
-//! (`outcome.rs`), the payload and its signature (`payload.rs`).
+//! (`outcome.rs`), the payload and its signature (`payload.rs`), and the batched
+//! recording of attempts (`recorder.rs`).
 
 pub mod client;
 pub mod outcome;
 pub mod payload;
+pub mod recorder;
 pub mod worker;
 
 pub use worker::Worker;

@@ -15,10 +15,11 @@ use tokio_util::sync::CancellationToken;
 use super::client::WebhookClient;
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
+use super::recorder::{self, Recorder};
 use crate::clock::Clock;
 use crate::config::{WebhookConfig, WorkerConfig};
 use crate::db::models::ClaimedDelivery;
-use crate::db::queue::{self, AttemptRecord, ClaimRequest, OwnerTransition, Recorded};
+use crate::db::queue::{self, ClaimRequest, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
 use crate::model::ids::AttemptId;
 use crate::model::state::DeliveryState;
@@ -34,6 +35,8 @@ pub struct Worker {
     wake: Arc<Notify>,
     /// One permit per request in flight (`FORMS_WORKER_CONCURRENCY`).
     slots: Arc<Semaphore>,
+    /// Records the requests' results, several to a statement.
+    recorder: Recorder,
 }
 
 impl Worker {
@@ -46,7 +49,9 @@ impl Worker {
         wake: Arc<Notify>,
     ) -> Arc<Worker> {
         let slots = Arc::new(Semaphore::new(config.concurrency));
+        let recorder = Recorder::start(db.clone(), clock.clone());
         Arc::new(Worker {
+            recorder,
             db,
             config,
             webhook,
@@ -220,19 +225,6 @@ impl Worker {
         attempted_at: chrono::DateTime<chrono::Utc>,
         elapsed: Duration,
     ) {
-        let duration_ms = elapsed.as_millis().min(i32::MAX as u128) as i32;
-        let attempt_id = AttemptId::generate();
-        let record = AttemptRecord {
-            attempt_id: &attempt_id,
-            delivery_id: &delivery.id,
-            claim_token: &delivery.claim_token,
-            destination_url: &delivery.destination_url,
-            attempted_at,
-            duration_ms,
-            outcome: result.outcome,
-            response_status: result.response_status.map(i32::from),
-            error: result.error.as_deref(),
-        };
         // The owner's transition, decided from the cycle count it claimed with.
         let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
         let transition = match outcome::next_step(result, cycle_attempts, &self.webhook) {
@@ -240,13 +232,21 @@ impl Worker {
             NextStep::Failed => OwnerTransition::Failed,
             NextStep::RetryAfter(wait) => OwnerTransition::Retry { after: wait },
         };
+        let record = recorder::Attempt {
+            attempt_id: AttemptId::generate(),
+            delivery_id: delivery.id.clone(),
+            claim_token: delivery.claim_token.clone(),
+            destination_url: delivery.destination_url.clone(),
+            attempted_at,
+            duration_ms: elapsed.as_millis().min(i32::MAX as u128) as i32,
+            outcome: result.outcome,
+            response_status: result.response_status.map(i32::from),
+            error: result.error.clone(),
+            transition,
+        };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {
-            let now = self.clock.pinned();
-            let outcome = self
-                .db
-                .run(async |conn| queue::record_attempt(conn, &record, transition, now).await)
-                .await;
+            let outcome = self.recorder.record(record.clone()).await;
             match outcome {
                 Ok(Recorded::Owner {
                     attempt_number,

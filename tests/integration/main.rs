@@ -40,6 +40,7 @@ mod pgbouncer;
 mod proxy;
 mod receiver;
 mod receiver_examples;
+mod recording_batches;
 mod schema_files;
 mod self_contained;
 mod subscriptions;
