@@ -14,7 +14,9 @@
 //!    the time from the POST to their receiver (target: p99 under 1 s, where the dead
 //!    backlog would take about 300 / 8 × 3 s to drain).
 //!
-//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_LATENCY_SAMPLES` (300),
+//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_WORKER_PROCESSES` (2),
+//! `BENCH_RELAXED` (0; 1 runs the cluster with `synchronous_commit = off`),
+//! `BENCH_LATENCY_SAMPLES` (300),
 //! `BENCH_NEIGHBOUR_SAMPLES` (200).
 
 // Tests stop at the first surprise; a panic is how they report it.
@@ -73,13 +75,20 @@ const ENDPOINTS: usize = 50;
 
 fn main() {
     let deliveries = env_number("BENCH_DELIVERIES", 20_000);
+    let processes = env_number("BENCH_WORKER_PROCESSES", 2) as usize;
     let rounds = env_number("BENCH_ROUNDS", 2);
     let samples = env_number("BENCH_LATENCY_SAMPLES", 300) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let cluster = BenchCluster::start(&runtime);
+    // PostgreSQL's durable defaults, unless BENCH_RELAXED=1 (synchronous_commit off).
+    let relaxed = env_number("BENCH_RELAXED", 0) == 1;
+    let cluster = BenchCluster::start_with(&runtime, !relaxed);
+    println!(
+        "synchronous_commit {}, {processes} worker process(es)",
+        if relaxed { "off" } else { "on" }
+    );
     let receiver = Receiver::default();
     let receiver_addr: SocketAddr = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -202,7 +211,7 @@ fn main() {
             100.0 * (1.0 - pg / pg_bare)
         );
 
-        let workers = [spawn_worker(&cluster.url), spawn_worker(&cluster.url)];
+        let workers: Vec<Child> = (0..processes).map(|_| spawn_worker(&cluster.url)).collect();
         std::thread::sleep(Duration::from_secs(2));
         let before = receiver.count.load(Ordering::Relaxed);
         let started = Instant::now();
@@ -216,7 +225,7 @@ fn main() {
         }
         runtime.block_on(clear(&cluster.url));
         println!(
-            "round {round}: pgbench claim+record {pg:.0} tps | two worker processes {rate:.0} deliveries/s ({:.0}%), {sent} requests received",
+            "round {round}: pgbench claim+record {pg:.0} tps | {processes} worker process(es) {rate:.0} deliveries/s ({:.0}%), {sent} requests received",
             100.0 * rate / pg
         );
         ceiling.push(pg);
