@@ -76,7 +76,13 @@ fn main() {
     let claim_script = claim_and_record_script(&cluster);
 
     let measure = |label: &str| -> Figures {
-        runtime.block_on(offer_spread_load(addr, 32, Duration::from_secs(2), CLIENTS, &paths));
+        runtime.block_on(offer_spread_load(
+            addr,
+            32,
+            Duration::from_secs(2),
+            CLIENTS,
+            &paths,
+        ));
         let intake = runtime
             .block_on(offer_spread_load(
                 addr,
@@ -110,12 +116,36 @@ fn main() {
         let started = Instant::now();
         cluster.pgbench(
             &claim_script,
-            &["-c".into(), "16".into(), "-t".into(), (QUEUED / 16).to_string()],
+            &[
+                "-c".into(),
+                "16".into(),
+                "-t".into(),
+                (QUEUED / 16).to_string(),
+            ],
         );
         let elapsed = started.elapsed().as_secs_f64();
         let recorded = runtime.block_on(count(&url, recent)) - recorded_before;
         let claim = recorded as f64 / elapsed;
         let (page_p50, page_p99) = runtime.block_on(failed_page(addr, &key));
+        if std::env::var_os("BENCH_EXPLAIN").is_some() {
+            runtime.block_on(async {
+                use diesel_async::RunQueryDsl;
+                #[derive(diesel::QueryableByName)]
+                struct Line {
+                    #[diesel(sql_type = diesel::sql_types::Text, column_name = "QUERY PLAN")]
+                    line: String,
+                }
+                let lines: Vec<Line> = diesel::sql_query(
+                    "EXPLAIN (ANALYZE, BUFFERS) SELECT * FROM webhook_deliveries WHERE state = 'failed' ORDER BY created_at DESC, id DESC LIMIT 51",
+                )
+                .load(&mut connect(&url).await)
+                .await
+                .expect("explain");
+                for line in lines {
+                    println!("    {}", line.line);
+                }
+            });
+        }
         println!(
             "{label}: intake {intake:.0}/s | claim+record {claim:.0}/s | failed page p50 {page_p50:.2} ms, p99 {page_p99:.2} ms"
         );
@@ -217,11 +247,12 @@ async fn seed(url: &Secret, total: u64) {
              SELECT endpoint_id, state, 0, count(*) FROM webhook_deliveries
              WHERE id LIKE 'whd_00000000000000000000%' AND state IN ('delivered', 'failed')
              GROUP BY endpoint_id, state
-         ON CONFLICT (endpoint_id, state, shard) DO UPDATE SET deliveries = c.deliveries + excluded.deliveries;
-         VACUUM ANALYZE;",
+         ON CONFLICT (endpoint_id, state, shard) DO UPDATE SET deliveries = c.deliveries + excluded.deliveries;",
     )
     .await
-    .expect("counts and vacuum");
+    .expect("counts");
+    // On its own: VACUUM cannot run in the implicit transaction of a multi-statement batch.
+    conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
 }
 
 async fn start_server(url: &Secret) -> (SocketAddr, String) {

@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_failed_endpoint_created_at_id_idx;
+DROP INDEX webhook_deliveries_failed_created_at_id_idx;
