@@ -145,7 +145,7 @@ impl Services {
         if api {
             for writer in
                 app.committer
-                    .writers(app.db.clone(), app.clock.pinned(), api_drained.clone())
+                    .writers(app.db.clone(), app.clock.clone(), api_drained.clone())
             {
                 tasks.spawn(writer);
             }

@@ -43,7 +43,7 @@ pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
     let addr = listener.local_addr().expect("addr");
     for writer in app.committer.writers(
         app.db.clone(),
-        None,
+        app.clock.clone(),
         tokio_util::sync::CancellationToken::new(),
     ) {
         tokio::spawn(writer);

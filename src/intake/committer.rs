@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::rate_limit::{retry_after_seconds, window, Limit};
 use super::{replay, Accepted};
+use crate::clock::Clock;
 use crate::db::rate_limits::CounterKey;
 use crate::db::submissions::NewSubmission;
 use crate::db::{self, Db, DbError};
@@ -149,7 +150,7 @@ impl Committer {
     pub fn writers(
         &self,
         db: Db,
-        pinned: Option<DateTime<Utc>>,
+        clock: Arc<dyn Clock>,
         drained: CancellationToken,
     ) -> Vec<impl std::future::Future<Output = ()> + Send + 'static> {
         let receiver = self
@@ -162,7 +163,7 @@ impl Committer {
         };
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         (0..WRITERS)
-            .map(|_| write_batches(db.clone(), receiver.clone(), pinned, drained.clone()))
+            .map(|_| write_batches(db.clone(), receiver.clone(), clock.clone(), drained.clone()))
             .collect()
     }
 }
@@ -184,7 +185,7 @@ fn closing() -> ApiError {
 async fn write_batches(
     db: Db,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
-    pinned: Option<DateTime<Utc>>,
+    clock: Arc<dyn Clock>,
     drained: CancellationToken,
 ) {
     loop {
@@ -206,7 +207,8 @@ async fn write_batches(
             batch
         };
         crate::telemetry::meters::intake_batch(batch.len());
-        write_batch(&db, batch, pinned).await;
+        // The time new deliveries are due by, when a test pins the clock.
+        write_batch(&db, batch, clock.pinned()).await;
     }
 }
 

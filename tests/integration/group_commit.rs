@@ -208,3 +208,18 @@ async fn a_pile_from_one_address_is_limited_exactly() {
         4
     );
 }
+
+/// The writers judge "due" by the clock when they write a batch, not when they started.
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_are_due_by_the_clock_of_their_batch() {
+    use chrono::TimeZone;
+    let start = chrono::Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap();
+    let clock = Arc::new(hymical_forms::testing::clock::ManualClock::new(start));
+    let app = TestApp::start_with(&[("FORMS_RATE_LIMIT_ENABLED", "false")], clock.clone()).await;
+    app.webhook_endpoint("later", "https://example.com/hook")
+        .await;
+    clock.advance(chrono::Duration::hours(3));
+    app.submit("later", "a=1").await;
+    let delivery = app.db.deliveries().await.remove(0);
+    assert_eq!(delivery.next_attempt_at, start + chrono::Duration::hours(3));
+}
