@@ -118,43 +118,9 @@ fn main() {
         .expect("endpoints");
     });
 
-    // The product's claim and record statements (src/db/sql/claim.sql and
-    // record_attempts.sql with the event tail), their binds as pgbench expressions: one
-    // delivery claimed and recorded as delivered, per transaction. `\gset` carries the
-    // claim's id and token into the record. The fair claim may find nothing for a client
-    // (another holds the endpoint it was handed), so its answer is folded into one row,
-    // empty then, and the record of nothing changes nothing; only deliveries recorded count.
-    let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
-    // The record statement takes a batch; pgbench records one delivery per transaction.
-    let record_binds = [
-        "ARRAY[:claim_token]",
-        "ARRAY[:id]",
-        "ARRAY['att_' || md5(random()::text)]",
-        "ARRAY['http://receiver/hook']",
-        "ARRAY[now()]",
-        "ARRAY['succeeded']",
-        "ARRAY[200]",
-        "ARRAY[NULL::varchar]",
-        "ARRAY[1]",
-        "ARRAY['delivered']",
-        "ARRAY[NULL::interval]",
-        "NULL::timestamptz",
-    ];
-    let one_row = |claim: String| {
-        let body = claim
-            .trim_end()
-            .strip_suffix("SELECT * FROM result")
-            .expect("the claim answers with its result")
-            .to_string();
-        body + "SELECT coalesce((SELECT id FROM result), '') AS id, coalesce((SELECT claim_token FROM result), '') AS claim_token"
-    };
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
-        &format!(
-            "{}\n\\gset\n{};\n",
-            one_row(db::queue::CLAIM.render(&claim_binds)),
-            db::queue::RECORD_ATTEMPTS.render(&record_binds),
-        ),
+        &common::claim_and_record(&db::queue::CLAIM, &db::queue::RECORD_ATTEMPTS),
     );
     // The same statements without the event tail, to show what writing events costs the
     // database on the worker's path.
@@ -168,11 +134,7 @@ fn main() {
     ));
     let claim_and_record_without_events = cluster.script(
         "claim_and_record_without_events.sql",
-        &format!(
-            "{}\n\\gset\n{};\n",
-            one_row(claim_without_events.render(&claim_binds)),
-            record_without_events.render(&record_binds),
-        ),
+        &common::claim_and_record(&claim_without_events, &record_without_events),
     );
 
     println!("{deliveries} deliveries per measurement, {ENDPOINTS} endpoints, {rounds} rounds");

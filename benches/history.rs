@@ -276,37 +276,11 @@ async fn start_server(url: &Secret) -> (SocketAddr, String) {
     (common::serve(app).await, new_key.key.expose().to_string())
 }
 
-/// The worker's claim and record statements, one delivery per transaction (as in
-/// `cargo bench --bench delivery`).
+/// The worker's claim and record statements, one delivery per transaction.
 fn claim_and_record_script(cluster: &BenchCluster) -> std::path::PathBuf {
-    let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
-    let record_binds = [
-        "ARRAY[:claim_token]",
-        "ARRAY[:id]",
-        "ARRAY['att_' || md5(random()::text)]",
-        "ARRAY['http://receiver/hook']",
-        "ARRAY[now()]",
-        "ARRAY['succeeded']",
-        "ARRAY[200]",
-        "ARRAY[NULL::varchar]",
-        "ARRAY[1]",
-        "ARRAY['delivered']",
-        "ARRAY[NULL::interval]",
-        "NULL::timestamptz",
-    ];
-    let claim = db::queue::CLAIM.render(&claim_binds);
-    let claim = claim
-        .trim_end()
-        .strip_suffix("SELECT * FROM result")
-        .expect("the claim answers with its result")
-        .to_string()
-        + "SELECT coalesce((SELECT id FROM result), '') AS id, coalesce((SELECT claim_token FROM result), '') AS claim_token";
     cluster.script(
         "history_claim_and_record.sql",
-        &format!(
-            "{claim}\n\\gset\n{};\n",
-            db::queue::RECORD_ATTEMPTS.render(&record_binds)
-        ),
+        &common::claim_and_record(&db::queue::CLAIM, &db::queue::RECORD_ATTEMPTS),
     )
 }
 

@@ -370,3 +370,36 @@ pub async fn offer_spread_load(
         p99_ms: percentile(0.99),
     }
 }
+
+/// A pgbench script of the worker's claim and record statements (`claim`, `record`: the
+/// product's own, with or without the event tail), their binds as pgbench expressions:
+/// one delivery claimed and recorded as delivered per transaction. `\gset` carries the
+/// claim's id and token into the record. The fair claim may find nothing for a client
+/// (another holds the endpoint it was handed), so its answer is folded into one row, empty
+/// then, and the record of nothing changes nothing; only deliveries recorded count.
+pub fn claim_and_record(claim: &db::statement::SqlText, record: &db::statement::SqlText) -> String {
+    let claim_binds = ["NULL::timestamptz", "interval '60 seconds'", "1", "8"];
+    // The record statement takes a batch; pgbench records one delivery per transaction.
+    let record_binds = [
+        "ARRAY[:claim_token]",
+        "ARRAY[:id]",
+        "ARRAY['att_' || md5(random()::text)]",
+        "ARRAY['http://receiver/hook']",
+        "ARRAY[now()]",
+        "ARRAY['succeeded']",
+        "ARRAY[200]",
+        "ARRAY[NULL::varchar]",
+        "ARRAY[1]",
+        "ARRAY['delivered']",
+        "ARRAY[NULL::interval]",
+        "NULL::timestamptz",
+    ];
+    let claim = claim.render(&claim_binds);
+    let claim = claim
+        .trim_end()
+        .strip_suffix("SELECT * FROM result")
+        .expect("the claim answers with its result")
+        .to_string()
+        + "SELECT coalesce((SELECT id FROM result), '') AS id, coalesce((SELECT claim_token FROM result), '') AS claim_token";
+    format!("{claim}\n\\gset\n{};\n", record.render(&record_binds))
+}

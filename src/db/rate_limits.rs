@@ -24,13 +24,13 @@ static COUNT_ATTEMPTS: SqlText = sql!("count_attempts.sql");
 struct CountAttempts;
 
 /// Adds `n` attempts to each counter of `counts` in one statement (count_attempts.sql)
-/// and returns each counter's total including them. The keys must be distinct; they are
+/// and returns each counter's total including them, in the keys' order. The keys are
 /// written in sorted order. One atomic upsert per counter, so concurrent batches in any
 /// number of processes each see distinct totals.
 pub async fn count_attempts(
     conn: &mut AsyncPgConnection,
     counts: &BTreeMap<CounterKey, i32>,
-) -> Result<HashMap<CounterKey, i32>, DbError> {
+) -> Result<Vec<i32>, DbError> {
     let limiters: Vec<&str> = counts.keys().map(|k| k.limiter).collect();
     let subjects: Vec<&str> = counts.keys().map(|k| k.subject.as_str()).collect();
     let starts: Vec<DateTime<Utc>> = counts.keys().map(|k| k.window_start).collect();
@@ -47,16 +47,25 @@ pub async fn count_attempts(
         )
         .load(conn)
         .await?;
-    let mut by_key = HashMap::with_capacity(totals.len());
-    for (limiter, subject, window_start, total) in totals {
-        // The stored limiter is one of the keys' own names.
-        if let Some(key) = counts.keys().find(|k| {
-            k.limiter == limiter && k.subject == subject && k.window_start == window_start
-        }) {
-            by_key.insert(key.clone(), total);
-        }
-    }
-    Ok(by_key)
+    let by_key: HashMap<(String, String, DateTime<Utc>), i32> = totals
+        .into_iter()
+        .map(|(limiter, subject, window_start, total)| ((limiter, subject, window_start), total))
+        .collect();
+    // Every counter was upserted, so every key has its row; one missing is a broken
+    // statement, not a count to guess.
+    counts
+        .keys()
+        .map(|key| {
+            by_key
+                .get(&(
+                    key.limiter.to_string(),
+                    key.subject.clone(),
+                    key.window_start,
+                ))
+                .copied()
+                .ok_or(DbError::Query(diesel::result::Error::NotFound))
+        })
+        .collect()
 }
 
 /// Deletes counters of windows that started before `before`; returns how many.

@@ -254,10 +254,8 @@ async fn count(
     // The batch's attempts on one counter took the last `n` counts, in batch order.
     let mut next: HashMap<&CounterKey, i64> = totals
         .iter()
-        .map(|(key, n)| {
-            let total = after.get(key).copied().unwrap_or(*n);
-            (key, i64::from(total) - i64::from(*n) + 1)
-        })
+        .zip(after)
+        .map(|((key, n), total)| (key, i64::from(total) - i64::from(*n) + 1))
         .collect();
     Ok(keys
         .iter()

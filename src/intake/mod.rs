@@ -30,7 +30,6 @@ use crate::app::AppState;
 use crate::clock::format_timestamp;
 use crate::db::models::{EndpointRow, KeyedSubmission};
 use crate::db::submissions::NewSubmission;
-use crate::db::DbError;
 use crate::error::{ApiError, RateLimitScope};
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
@@ -140,17 +139,7 @@ async fn prepare(
     });
     let stage = async {
         // 3. Id syntax; 4. lookup.
-        let endpoint_id = endpoint_id
-            .as_deref()
-            .and_then(EndpointId::parse)
-            .ok_or(ApiError::InvalidEndpointId)?;
-        let found = app
-            .endpoints
-            .find(&app.db, &endpoint_id)
-            .await?
-            .ok_or_else(|| ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.to_string(),
-            })?;
+        let found = find_endpoint(app, endpoint_id.as_deref()).await?;
         let found = &**endpoint.insert(found);
         // 5. Per-endpoint limit.
         let counted = limits.enabled.then(|| Counted {
@@ -234,6 +223,20 @@ async fn after_limits(
     })
 }
 
+/// Steps 3 and 4: the path's endpoint id, well-formed and naming an endpoint (read
+/// through the cache).
+async fn find_endpoint(app: &AppState, raw_id: Option<&str>) -> Result<Arc<EndpointRow>, ApiError> {
+    let endpoint_id = raw_id
+        .and_then(EndpointId::parse)
+        .ok_or(ApiError::InvalidEndpointId)?;
+    app.endpoints
+        .find(&app.db, &endpoint_id)
+        .await?
+        .ok_or_else(|| ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.to_string(),
+        })
+}
+
 /// 16–255 characters, each in ASCII 0x21–0x7E.
 fn valid_idempotency_key(value: &HeaderValue) -> Result<String, ApiError> {
     let bytes = value.as_bytes();
@@ -305,17 +308,8 @@ async fn preflight(
 ) -> Response {
     let origin = header_text(&headers, header::ORIGIN);
     let result = async {
-        let endpoint_id = endpoint_id
-            .ok()
-            .and_then(|Path(id)| EndpointId::parse(&id))
-            .ok_or(ApiError::InvalidEndpointId)?;
-        let endpoint = app
-            .endpoints
-            .find(&app.db, &endpoint_id)
-            .await?
-            .ok_or_else(|| ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.to_string(),
-            })?;
+        let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
+        let endpoint = find_endpoint(&app, endpoint_id.as_deref()).await?;
         if !browser::origin_allowed(&endpoint, origin) {
             let endpoint_id = endpoint.id.to_string();
             return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));
@@ -338,12 +332,6 @@ async fn preflight(
 impl From<ApiError> for (Option<Arc<EndpointRow>>, ApiError) {
     fn from(error: ApiError) -> Self {
         (None, error)
-    }
-}
-
-impl From<DbError> for (Option<Arc<EndpointRow>>, ApiError) {
-    fn from(error: DbError) -> Self {
-        (None, ApiError::from(error))
     }
 }
 

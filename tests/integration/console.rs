@@ -111,6 +111,18 @@ async fn wait_for_attribute(client: &Client, css: &str, attribute: &str, wanted:
     panic!("{css} [{attribute}] never became {wanted:?}; last: {last:?}");
 }
 
+/// Nothing on the page is wider than the window (no sideways scrolling).
+async fn assert_fits_the_window(client: &Client) {
+    let overflow = client
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(overflow.as_i64().unwrap() <= 0, "{overflow} px too wide");
+}
+
 /// Waits for a delivery id the database had not got before.
 async fn new_delivery(db: &TestDb, seen: &mut HashSet<String>) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -402,28 +414,14 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
     // Phone width: nothing wider than the screen.
     client.set_window_size(390, 844).await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let overflow = client
-        .execute(
-            "return document.documentElement.scrollWidth - window.innerWidth;",
-            vec![],
-        )
-        .await
-        .unwrap();
-    assert!(overflow.as_i64().unwrap() <= 0, "{overflow} px too wide");
+    assert_fits_the_window(&client).await;
     shots.take(&client, "overview-phone").await;
     client
         .goto(&serve.url("/console#/deliveries"))
         .await
         .unwrap();
     wait_for_text(&client, "#deliveries", "DELIVERED").await;
-    let overflow = client
-        .execute(
-            "return document.documentElement.scrollWidth - window.innerWidth;",
-            vec![],
-        )
-        .await
-        .unwrap();
-    assert!(overflow.as_i64().unwrap() <= 0, "{overflow} px too wide");
+    assert_fits_the_window(&client).await;
     client.set_window_size(1280, 900).await.unwrap();
 
     // Nothing the console loaded came from anywhere but this server.

@@ -650,6 +650,37 @@ impl TestDb {
             .unwrap_or(0)
     }
 
+    /// The one bigint a `SELECT count(*) AS n …` (or any `… AS n`) answers.
+    pub async fn count(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        let mut conn = self.connect().await;
+        diesel::sql_query(sql)
+            .get_result::<Count>(&mut conn)
+            .await
+            .expect("count")
+            .n
+    }
+
+    /// Waits (at most 30 s) until `n` backends wait for a lock.
+    pub async fn until_waiting_for_locks(&self, n: i64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self
+            .count("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            .await
+            < n
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "fewer than {n} backends ever waited for a lock"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn deliveries(&self) -> Vec<DeliveryRow> {
         let mut conn = self.connect().await;
         diesel::sql_query(

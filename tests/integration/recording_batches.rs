@@ -3,29 +3,13 @@
 //! while twelve held requests are let go, so their results pile up behind the writers.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use diesel::sql_types::BigInt;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{TestApp, TestDb};
+use crate::harness::TestApp;
 use crate::receiver::Receiver;
-
-#[derive(diesel::QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    n: i64,
-}
-
-async fn scalar(db: &TestDb, sql: &str) -> i64 {
-    let mut conn = db.connect().await;
-    diesel::sql_query(sql)
-        .get_result::<Count>(&mut conn)
-        .await
-        .unwrap()
-        .n
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn attempts_finishing_together_are_recorded_together_each_fenced() {
@@ -67,30 +51,21 @@ async fn attempts_finishing_together_are_recorded_together_each_fenced() {
         .await
         .unwrap();
     receiver.stop_hanging();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while scalar(
-        &app.db,
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
-    )
-    .await
-        < 2
-    {
-        assert!(Instant::now() < deadline, "the recorders never waited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    app.db.until_waiting_for_locks(2).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     drop(lock);
     assert_eq!(run.await.unwrap(), 12);
 
     assert_eq!(
-        scalar(&app.db, "SELECT count(*) AS n FROM delivery_attempts").await,
+        app.db
+            .count("SELECT count(*) AS n FROM delivery_attempts")
+            .await,
         12
     );
-    let transactions = scalar(
-        &app.db,
-        "SELECT count(DISTINCT xmin::text) AS n FROM delivery_attempts",
-    )
-    .await;
+    let transactions = app
+        .db
+        .count("SELECT count(DISTINCT xmin::text) AS n FROM delivery_attempts")
+        .await;
     assert!(
         transactions <= 4,
         "12 attempts in {transactions} transactions"
