@@ -62,16 +62,14 @@ fn main() {
             db::endpoints::insert(
                 &mut conn,
                 &db::models::EndpointRow {
-                    id: hymical_forms::testing::model::ids::EndpointId::parse(name)
-                        .expect("endpoint id"),
-                    name: name.clone(),
-                    is_active: true,
-                    created_at: chrono::Utc::now(),
                     webhook_url: Some("https://receiver.example/hook".into()),
                     webhook_secret: Some(format!("whsec_{}", "ab".repeat(32))),
-                    redirect_url: None,
-                    allowed_origins: Vec::new(),
-                    honeypot_field: None,
+                    ..db::models::EndpointRow::new(
+                        hymical_forms::testing::model::ids::EndpointId::parse(name)
+                            .expect("endpoint id"),
+                        name.clone(),
+                        chrono::Utc::now(),
+                    )
                 },
             )
             .await

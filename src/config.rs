@@ -46,6 +46,8 @@ pub const KNOWN_VARIABLES: &[&str] = &[
     "FORMS_WEBHOOK_MAX_ATTEMPTS",
     "FORMS_WEBHOOK_RETRY_INITIAL_SECONDS",
     "FORMS_WEBHOOK_RETRY_MAX_SECONDS",
+    "FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS",
+    "FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES",
     "FORMS_WORKER_LEASE_SECONDS",
     "FORMS_WORKER_CONCURRENCY",
     "FORMS_WORKER_BATCH_SIZE",
@@ -197,6 +199,11 @@ pub struct WebhookConfig {
     pub retry_initial: Duration,
     pub retry_max: Duration,
     pub allow_private_targets: bool,
+    /// How long a rotated-out secret stays live beside the new one.
+    pub secret_overlap: Duration,
+    /// An endpoint whose deliveries end `failed` this many times in a row is paused;
+    /// 0 never pauses for failures (a `410 Gone` still pauses).
+    pub pause_after_failed_deliveries: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -358,6 +365,18 @@ impl Config {
         let retry_initial = r.seconds("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", 10.0);
         let retry_max = r.seconds("FORMS_WEBHOOK_RETRY_MAX_SECONDS", 3600.0);
         let allow_private_targets = r.boolean("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", false);
+        let secret_overlap = r.integer(
+            "FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS",
+            86_400,
+            0,
+            30 * 86_400,
+        );
+        let pause_after_failed_deliveries = r.integer(
+            "FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES",
+            20,
+            0,
+            1_000_000,
+        );
 
         let lease = r.seconds("FORMS_WORKER_LEASE_SECONDS", 60.0);
         let concurrency = r.integer("FORMS_WORKER_CONCURRENCY", 32, 1, 100_000);
@@ -525,6 +544,8 @@ impl Config {
                 retry_initial,
                 retry_max,
                 allow_private_targets,
+                secret_overlap: Duration::from_secs(secret_overlap),
+                pause_after_failed_deliveries: pause_after_failed_deliveries as u32,
             },
             worker: WorkerConfig {
                 enabled: worker_enabled,
@@ -845,6 +866,9 @@ mod tests {
             ("FORMS_WEBHOOK_MAX_ATTEMPTS", "0", "from 1"),
             ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0", "greater than 0"),
             ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "NaN", "greater than 0"),
+            ("FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS", "-5", "from 0"),
+            ("FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS", "9999999999", "from 0"),
+            ("FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES", "many", "from 0"),
             ("FORMS_WORKER_LEASE_SECONDS", "0", "greater than 0"),
             ("FORMS_WORKER_LEASE_SECONDS", "15", "must exceed FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS + FORMS_WEBHOOK_READ_TIMEOUT_SECONDS"),
             ("FORMS_WORKER_CONCURRENCY", "0", "from 1"),

@@ -1,4 +1,4 @@
-//! The two digests the service computes: SHA-256 and HMAC-SHA256, as lowercase hex.
+//! The two digests the service computes: SHA-256 and HMAC-SHA256 (as lowercase hex, or raw).
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
@@ -8,11 +8,18 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 pub fn hmac_sha256_hex(key: &[u8], data: &[u8]) -> String {
+    hex::encode(hmac_sha256(key, &[data]))
+}
+
+/// HMAC-SHA256 of the concatenation of `parts`.
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     // HMAC takes keys of every length (a long one is hashed first): `new_from_slice` is
     // fallible only for MACs with fixed key sizes. No substitute MAC is ever computed.
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    mac.update(data);
-    hex::encode(mac.finalize().into_bytes())
+    for part in parts {
+        mac.update(part);
+    }
+    mac.finalize().into_bytes().into()
 }
 
 #[cfg(test)]

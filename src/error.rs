@@ -100,11 +100,19 @@ pub enum ApiError {
     InvalidInput { field: String, reason: String },
     #[error("The endpoint has no webhook.")]
     EndpointHasNoWebhook { endpoint_id: String },
+    #[error("The endpoint was deleted with its history kept; its id stays taken until that history is erased (deleteEndpoint with history: ERASE).")]
+    EndpointDeleted { endpoint_id: String },
+    #[error("The endpoint still has deliveries pending or in flight; delete it with cancelDeliveries: true to cancel them.")]
+    EndpointHasDeliveriesInProgress {
+        endpoint_id: String,
+        pending: i64,
+        processing: i64,
+    },
     #[error("No delivery has this id.")]
     DeliveryNotFound { delivery_id: String },
     #[error("No submission has this id.")]
     SubmissionNotFound { submission_id: String },
-    #[error("Only a failed delivery whose submission still exists can be replayed.")]
+    #[error("Only a failed delivery whose submission and endpoint still exist can be replayed.")]
     DeliveryNotReplayable {
         delivery_id: String,
         state: DeliveryState,
@@ -151,6 +159,7 @@ pub enum ApiError {
 #[serde(rename_all = "snake_case")]
 pub enum NotReplayable {
     SubmissionErased,
+    EndpointDeleted,
 }
 
 /// Which limit refused a request.
@@ -253,6 +262,10 @@ impl ApiError {
             ApiError::InvalidWebhookUrl { .. } => "invalid_webhook_url",
             ApiError::InvalidInput { .. } => "invalid_input",
             ApiError::EndpointHasNoWebhook { .. } => "endpoint_has_no_webhook",
+            ApiError::EndpointDeleted { .. } => "endpoint_deleted",
+            ApiError::EndpointHasDeliveriesInProgress { .. } => {
+                "endpoint_has_deliveries_in_progress"
+            }
             ApiError::DeliveryNotFound { .. } => "delivery_not_found",
             ApiError::SubmissionNotFound { .. } => "submission_not_found",
             ApiError::DeliveryNotReplayable { .. } => "delivery_not_replayable",
@@ -287,6 +300,8 @@ impl ApiError {
             | ApiError::IdempotencyConflict { .. }
             | ApiError::EndpointAlreadyExists { .. }
             | ApiError::EndpointHasNoWebhook { .. }
+            | ApiError::EndpointDeleted { .. }
+            | ApiError::EndpointHasDeliveriesInProgress { .. }
             | ApiError::DeliveryNotReplayable { .. }
             | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
             ApiError::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
@@ -413,6 +428,17 @@ impl DbError {
         )
     }
 
+    /// A foreign key, named `constraint`, refused the statement.
+    pub fn violates_foreign_key(&self, constraint: &str) -> bool {
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::ForeignKeyViolation,
+                info,
+            )) if info.constraint_name() == Some(constraint)
+        )
+    }
+
     /// What went wrong, without the driver's message (which may quote values).
     pub fn summary(&self) -> String {
         use diesel::result::Error as Q;
@@ -513,10 +539,12 @@ mod tests {
             ApiError::UnsupportedExportFormat { .. } => 37,
             ApiError::EventHistoryExpired { .. } => 38,
             ApiError::Internal(_) => 39,
+            ApiError::EndpointDeleted { .. } => 40,
+            ApiError::EndpointHasDeliveriesInProgress { .. } => 41,
         }
     }
 
-    const VARIANTS: usize = 40;
+    const VARIANTS: usize = 42;
 
     fn s(text: &str) -> String {
         text.to_string()
@@ -721,6 +749,24 @@ mod tests {
                 S::CONFLICT,
                 "endpoint_has_no_webhook",
                 json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::EndpointDeleted {
+                    endpoint_id: s("x"),
+                },
+                S::CONFLICT,
+                "endpoint_deleted",
+                json!({ "endpoint_id": "x" }),
+            ),
+            (
+                ApiError::EndpointHasDeliveriesInProgress {
+                    endpoint_id: s("x"),
+                    pending: 2,
+                    processing: 1,
+                },
+                S::CONFLICT,
+                "endpoint_has_deliveries_in_progress",
+                json!({ "endpoint_id": "x", "pending": 2, "processing": 1 }),
             ),
             (
                 ApiError::DeliveryNotFound {

@@ -59,8 +59,8 @@ impl Services {
         let api = plan.http.is_some();
         let worker_wake = plan.workers.as_ref().map(|_| Arc::new(Notify::new()));
 
-        // The one LISTEN connection: wakes the workers and the event reader, and keeps
-        // intake's endpoint cache current.
+        // The one LISTEN connection: wakes the workers, the event reader and the endpoint
+        // subscriptions, and keeps intake's endpoint cache current.
         let feed = app.events.clone();
         let wake = worker_wake.clone();
         let endpoints = app.endpoints.clone();
@@ -72,10 +72,12 @@ impl Services {
                     // (Re)connected: anything sent meanwhile was missed.
                     None => {
                         endpoints.clear();
+                        feed.notify_endpoint_changed();
                         true
                     }
                     Some((ENDPOINT_CHANGED, id)) => {
                         endpoints.invalidate(id);
+                        feed.notify_endpoint_changed();
                         return;
                     }
                     Some((channel, _)) => channel == DELIVERY_DUE,

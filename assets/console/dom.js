@@ -104,3 +104,34 @@ export function throttle(ms, task) {
     else run();
   };
 }
+
+// A confirmation box placed after `anchor` for the button `trigger`: a sentence, optional
+// inputs, and a confirm and a cancel button. It takes focus, gives it back to `trigger`
+// on cancel or Escape, and runs `confirmed` (which may throw: the box closes and the
+// error is handed to `failed`). Returns the confirm button.
+export function confirmation({ anchor, trigger, label, text, extra = [], confirmLabel, confirmId, confirmed, failed }) {
+  trigger.disabled = true;
+  const confirm = h("button", { type: "button", class: "danger", id: confirmId }, confirmLabel);
+  const cancel = h("button", { type: "button", class: "secondary" }, "Cancel");
+  const box = h("div", { class: "confirm", role: "alertdialog", "aria-label": label }, h("p", {}, text), ...extra, confirm, " ", cancel);
+  const close = () => {
+    box.remove();
+    trigger.disabled = false;
+    trigger.focus();
+  };
+  cancel.addEventListener("click", close);
+  box.addEventListener("keydown", (event) => event.key === "Escape" && close());
+  confirm.addEventListener("click", async () => {
+    confirm.disabled = true;
+    cancel.disabled = true;
+    try {
+      await confirmed();
+    } catch (failure) {
+      close();
+      failed(failure);
+    }
+  });
+  anchor.after(box);
+  confirm.focus();
+  return confirm;
+}

@@ -1,12 +1,15 @@
 // Endpoints: the list, creating one (its signing secret shown once), and an endpoint's
-// page: its settings to edit, rotating the secret, deactivating and activating, and the
-// form snippet for a static site.
+// page: its settings to edit, rotating the secret (and ending the overlap), deactivating
+// and activating, pausing and resuming its deliveries, deleting it (history kept or
+// erased), and the form snippet for a static site.
 
 import { graphql } from "./api.js";
-import { copyButton, h, replace, time } from "./dom.js";
+import { confirmation, copyButton, h, replace, time } from "./dom.js";
 import { explain } from "./words.js";
 
-const FIELDS = "id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField";
+const FIELDS = `id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField
+  deliveryState pauseReason pausedAt consecutiveFailedDeliveries deletedAt
+  webhookSecrets { role fingerprint liveUntil }`;
 const PAGE_SIZE = 25;
 
 const LIST = `query Endpoints($first: Int, $after: String) {
@@ -18,7 +21,43 @@ const LIST = `query Endpoints($first: Int, $after: String) {
 const ONE = `query Endpoint($id: ID!) { endpoint(id: $id) { ${FIELDS} deliveryCounts { pending processing delivered failed } } }`;
 const CREATE = `mutation Create($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } webhookSecret } }`;
 const UPDATE = `mutation Update($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { ${FIELDS} } webhookSecret } }`;
-const ROTATE = `mutation Rotate($id: ID!) { rotateWebhookSecret(endpointId: $id) { endpoint { id } webhookSecret } }`;
+const ROTATE = `mutation Rotate($id: ID!) { rotateWebhookSecret(endpointId: $id) { endpoint { ${FIELDS} } webhookSecret } }`;
+const END_OVERLAP = `mutation EndOverlap($id: ID!) { endWebhookSecretOverlap(endpointId: $id) { endpoint { ${FIELDS} } } }`;
+const PAUSE = `mutation Pause($id: ID!) { pauseEndpoint(endpointId: $id) { endpoint { ${FIELDS} } } }`;
+const RESUME = `mutation Resume($id: ID!) { resumeEndpoint(endpointId: $id) { heldDeliveries endpoint { ${FIELDS} } } }`;
+const DELETE = `mutation Delete($input: DeleteEndpointInput!) { deleteEndpoint(input: $input) { deletedEndpointId history cancelledDeliveries } }`;
+
+// Why an endpoint's deliveries are paused, in words.
+const PAUSE_REASONS = {
+  GONE: "its receiver answered 410 Gone",
+  FAILURE_THRESHOLD: "its deliveries failed too many times in a row",
+  OPERATOR: "an operator paused it",
+};
+
+function deliveryStatus(endpoint) {
+  if (endpoint.deliveryState === "DELETED") return `deleted ${time(endpoint.deletedAt)}; its history is kept`;
+  if (endpoint.deliveryState === "PAUSED") {
+    return `paused since ${time(endpoint.pausedAt)}: ${PAUSE_REASONS[endpoint.pauseReason] || endpoint.pauseReason}. Submissions are still accepted and held; nothing is sent until it is resumed.`;
+  }
+  const run = endpoint.consecutiveFailedDeliveries;
+  return run > 0 ? `running; the last ${run} finished deliveries failed` : "running";
+}
+
+function secretsList(endpoint) {
+  if (!endpoint.webhookSecrets.length) return "none (no webhook)";
+  return h(
+    "ul",
+    { class: "plain", id: "webhook-secrets" },
+    endpoint.webhookSecrets.map((secret) =>
+      h(
+        "li",
+        { "data-role": secret.role },
+        h("span", { class: "mono" }, secret.fingerprint),
+        secret.role === "CURRENT" ? " current" : ` previous, still signing until ${time(secret.liveUntil)}`,
+      ),
+    ),
+  );
+}
 
 function errorLine(id) {
   return h("p", { class: "error", role: "alert", id });
@@ -140,7 +179,12 @@ export function list(view, route) {
                   h("td", {}, h("a", { href: `#/endpoints/${encodeURIComponent(e.id)}` }, e.name)),
                   h("td", { class: "mono" }, e.id),
                   h("td", { class: "mono wrap" }, e.webhookUrl || "—"),
-                  h("td", {}, e.isActive ? "active" : h("span", { class: "tag" }, "inactive")),
+                  h(
+                    "td",
+                    {},
+                    e.isActive ? "active" : h("span", { class: "tag" }, "inactive"),
+                    e.deliveryState === "PAUSED" ? h("span", { class: "tag paused" }, "deliveries paused") : null,
+                  ),
                   h("td", {}, time(e.createdAt)),
                 ),
               ),
@@ -230,55 +274,133 @@ export function detail(view, route, shell) {
     });
 
     const actionError = errorLine("action-error");
+    const failed = (failure) => {
+      actionError.textContent = explain(failure);
+    };
     const actions = h("div", { class: "actions" });
-    const toggle = h("button", { type: "button", class: "secondary", id: "toggle-active" }, endpoint.isActive ? "Deactivate" : "Activate");
-    toggle.addEventListener("click", async () => {
-      try {
-        const { updateEndpoint } = await graphql(UPDATE, { input: { id, isActive: !endpoint.isActive } });
-        shell.flash(updateEndpoint.endpoint.isActive ? "Activated: it accepts submissions again." : "Deactivated: new submissions are refused; queued deliveries still go out.", "ok");
-        show(updateEndpoint.endpoint);
-      } catch (failure) {
-        actionError.textContent = explain(failure);
-      }
-    });
-    actions.append(toggle);
-    if (endpoint.webhookUrl) {
-      const rotate = h("button", { type: "button", class: "secondary", id: "rotate" }, "Rotate secret…");
-      rotate.addEventListener("click", () => {
-        rotate.disabled = true;
-        const confirm = h("button", { type: "button", class: "danger", id: "confirm-rotate" }, "Rotate now");
-        const cancel = h("button", { type: "button", class: "secondary" }, "Cancel");
-        const box = h("div", { class: "confirm", role: "alertdialog", "aria-label": "Rotate the secret" },
-          h("p", {}, "A new secret signs new submissions' webhooks at once; queued deliveries keep the old one. Receivers must accept both until the queue drains."),
-          confirm, " ", cancel);
-        const close = () => {
-          box.remove();
-          rotate.disabled = false;
-          rotate.focus();
-        };
-        cancel.addEventListener("click", close);
-        box.addEventListener("keydown", (event) => event.key === "Escape" && close());
-        confirm.addEventListener("click", async () => {
-          confirm.disabled = true;
-          cancel.disabled = true;
-          try {
-            const { rotateWebhookSecret } = await graphql(ROTATE, { id });
-            show(endpoint, rotateWebhookSecret.webhookSecret, "The secret was rotated.");
-          } catch (failure) {
-            actionError.textContent = explain(failure);
-            close();
-          }
-        });
-        actions.after(box);
-        confirm.focus();
+    const button = (id, label) => h("button", { type: "button", class: "secondary", id }, label);
+    const deleteButton = button("delete-endpoint", endpoint.deliveryState === "DELETED" ? "Erase history…" : "Delete…");
+    deleteButton.addEventListener("click", () => confirmDelete(endpoint, deleteButton));
+
+    if (endpoint.deliveryState !== "DELETED") {
+      const toggle = button("toggle-active", endpoint.isActive ? "Deactivate" : "Activate");
+      toggle.addEventListener("click", async () => {
+        try {
+          const { updateEndpoint } = await graphql(UPDATE, { input: { id, isActive: !endpoint.isActive } });
+          shell.flash(updateEndpoint.endpoint.isActive ? "Activated: it accepts submissions again." : "Deactivated: new submissions are refused; queued deliveries still go out.", "ok");
+          show(updateEndpoint.endpoint);
+        } catch (failure) {
+          failed(failure);
+        }
       });
+      const paused = endpoint.deliveryState === "PAUSED";
+      const pause = button("toggle-paused", paused ? "Resume deliveries" : "Pause deliveries");
+      pause.addEventListener("click", async () => {
+        try {
+          if (paused) {
+            const { resumeEndpoint } = await graphql(RESUME, { id });
+            const n = resumeEndpoint.heldDeliveries;
+            shell.flash(`Resumed: ${n} held ${n === 1 ? "delivery is" : "deliveries are"} due now.`, "ok");
+            show(resumeEndpoint.endpoint);
+          } else {
+            const { pauseEndpoint } = await graphql(PAUSE, { id });
+            shell.flash("Paused: submissions are still accepted; their deliveries wait until you resume.", "ok");
+            show(pauseEndpoint.endpoint);
+          }
+        } catch (failure) {
+          failed(failure);
+        }
+      });
+      actions.append(toggle, pause);
+    }
+    if (endpoint.webhookUrl) {
+      const rotate = button("rotate", "Rotate secret…");
+      rotate.addEventListener("click", () =>
+        confirmation({
+          anchor: actions,
+          trigger: rotate,
+          label: "Rotate the secret",
+          text: "A new secret signs every webhook from now on. The old one keeps signing webhook-signature beside it for 24 hours, so receivers can switch meanwhile; queued deliveries keep it in Hymical-Signature.",
+          confirmLabel: "Rotate now",
+          confirmId: "confirm-rotate",
+          confirmed: async () => {
+            const { rotateWebhookSecret } = await graphql(ROTATE, { id });
+            show(rotateWebhookSecret.endpoint, rotateWebhookSecret.webhookSecret, "The secret was rotated.");
+          },
+          failed,
+        }),
+      );
       actions.append(rotate);
+    }
+    if (endpoint.webhookSecrets.some((secret) => secret.role === "PREVIOUS")) {
+      const end = button("end-overlap", "Stop the old secret now");
+      end.addEventListener("click", async () => {
+        try {
+          const { endWebhookSecretOverlap } = await graphql(END_OVERLAP, { id });
+          shell.flash("The old secret no longer signs anything.", "ok");
+          show(endWebhookSecretOverlap.endpoint);
+        } catch (failure) {
+          failed(failure);
+        }
+      });
+      actions.append(end);
     }
     actions.append(
       h("a", { class: "button secondary", href: `#/deliveries?endpoint=${encodeURIComponent(id)}` }, "Deliveries"),
       h("a", { class: "button secondary", href: `#/submissions?endpoint=${encodeURIComponent(id)}` }, "Submissions"),
+      deleteButton,
     );
 
+    // Deleting: keeping the history or erasing it is the operator's explicit choice;
+    // deliveries still owed are cancelled only when asked.
+    function confirmDelete(endpoint, trigger) {
+      const tombstone = endpoint.deliveryState === "DELETED";
+      const choice = (value, text) =>
+        h("label", { class: "choice" }, h("input", { type: "radio", name: "history", value, id: `history-${value.toLowerCase()}` }), ` ${text}`);
+      const history = tombstone
+        ? []
+        : [
+            choice("KEEP", "Keep its submissions, deliveries and attempts readable (the id stays taken)"),
+            choice("ERASE", "Erase all of them with it (the id becomes free)"),
+          ];
+      const cancelOwed = h("input", { type: "checkbox", id: "cancel-deliveries" });
+      const confirm = confirmation({
+        anchor: actions,
+        trigger,
+        label: "Delete the endpoint",
+        text: tombstone
+          ? `Erase everything kept of ${endpoint.id}: its submissions, deliveries, attempts and events. This cannot be undone.`
+          : `Delete ${endpoint.id}: its form address stops accepting submissions.`,
+        extra: [
+          ...history,
+          tombstone ? null : h("label", { class: "choice" }, cancelOwed, " Cancel its deliveries still waiting or in flight"),
+        ],
+        confirmLabel: tombstone ? "Erase" : "Delete",
+        confirmId: "confirm-delete",
+        confirmed: async () => {
+          const picked = tombstone ? "ERASE" : document.querySelector('input[name="history"]:checked').value;
+          const input = { id: endpoint.id, history: picked, cancelDeliveries: cancelOwed.checked };
+          const { deleteEndpoint } = await graphql(DELETE, { input });
+          const n = deleteEndpoint.cancelledDeliveries;
+          const cancelled = n ? ` ${n} owed ${n === 1 ? "delivery was" : "deliveries were"} cancelled.` : "";
+          shell.go("#/endpoints", `Endpoint ${endpoint.id} deleted; its history was ${picked === "KEEP" ? "kept" : "erased"}.${cancelled}`);
+        },
+        failed,
+      });
+      // No default: nothing is deleted until keep or erase is chosen.
+      if (!tombstone) {
+        confirm.disabled = true;
+        const radios = document.querySelectorAll('input[name="history"]');
+        for (const radio of radios) {
+          radio.addEventListener("change", () => {
+            confirm.disabled = false;
+          });
+        }
+        radios[0].focus();
+      }
+    }
+
+    const tombstone = endpoint.deliveryState === "DELETED";
     replace(
       body,
       secret ? secretBlock(secret, what) : null,
@@ -288,14 +410,18 @@ export function detail(view, route, shell) {
         h("dt", {}, "Form address"),
         h("dd", { class: "mono" }, `${location.origin}/f/${endpoint.id}`),
         h("dt", {}, "Status"),
-        h("dd", { id: "endpoint-status" }, endpoint.isActive ? "active, accepting submissions" : "inactive, refusing submissions"),
+        h("dd", { id: "endpoint-status" }, tombstone ? "deleted, refusing submissions" : endpoint.isActive ? "active, accepting submissions" : "inactive, refusing submissions"),
+        h("dt", {}, "Deliveries"),
+        h("dd", { id: "endpoint-delivery-state" }, deliveryStatus(endpoint)),
+        h("dt", {}, "Signing secrets"),
+        h("dd", {}, secretsList(endpoint)),
         h("dt", {}, "Created"),
         h("dd", {}, time(endpoint.createdAt)),
       ),
       actions,
       actionError,
-      snippetBlock(endpoint),
-      form,
+      tombstone ? null : snippetBlock(endpoint),
+      tombstone ? null : form,
     );
     body.className = "";
   }

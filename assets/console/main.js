@@ -55,8 +55,12 @@ function flash(message, kind = "info") {
   replace(area, message ? h("p", { class: `flash flash-${kind}` }, message) : null);
 }
 
+// A flash to show on the page a navigation leads to (the next render replaces the area).
+let carried = null;
+
 const shell = {
-  go: (hash) => {
+  go: (hash, message = null, kind = "ok") => {
+    carried = message ? [message, kind] : null;
     if (location.hash === hash) render();
     else location.hash = hash;
   },
@@ -151,6 +155,10 @@ function render() {
   const top = header(section);
   const view = h("main", { id: "view", tabindex: "-1" });
   replace(root, top.node, h("div", { id: "flash", "aria-live": "polite" }), view);
+  if (carried) {
+    flash(...carried);
+    carried = null;
+  }
   let viewCleanup = () => {};
   const match = ROUTES.map(([pattern, handler]) => [route.path.match(pattern), handler]).find(([m]) => m);
   if (match) {

@@ -6,6 +6,10 @@ const PHRASES = {
   INVALID_API_KEY:
     "That key was refused: it is unknown, mistyped or revoked. Keys are made with `hymical-forms keys create`.",
   ENDPOINT_ALREADY_EXISTS: "An endpoint with this id exists already; choose another id.",
+  ENDPOINT_DELETED:
+    "This endpoint was deleted and its history is kept, so its id stays taken; erase that history to reuse the id.",
+  ENDPOINT_HAS_DELIVERIES_IN_PROGRESS:
+    "It still has deliveries waiting or in flight: tick “Cancel its deliveries still waiting or in flight” to delete it anyway, or wait until they are done.",
   RATE_LIMIT_EXCEEDED: "Too many requests just now; wait a moment and try again.",
   STORAGE_UNAVAILABLE: "The server cannot reach its database right now; try again shortly.",
   INTERNAL_ERROR: "The server failed to answer this; its log has the details.",

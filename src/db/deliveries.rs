@@ -174,8 +174,11 @@ pub async fn activity_by_minute(
 #[derive(Debug, Clone, Copy)]
 pub struct QueueFigures {
     pub counts: DeliveryCounts,
-    /// How long the oldest due pending delivery has been due; 0 when none is.
+    /// How long the oldest due pending delivery has been due (a paused endpoint's too:
+    /// they are owed); 0 when none is.
     pub oldest_due_seconds: f64,
+    /// Endpoints whose deliveries are paused.
+    pub paused_endpoints: i64,
 }
 
 static OLDEST_DUE: SqlText = sql!("oldest_due.sql");
@@ -187,9 +190,15 @@ pub async fn queue_figures(conn: &mut AsyncPgConnection) -> Result<QueueFigures,
     let oldest_due_seconds = Statement::<OldestDue, Double, _>::new(&OLDEST_DUE, ())
         .get_result(conn)
         .await?;
+    let paused_endpoints = super::schema::endpoints::table
+        .filter(super::schema::endpoints::paused_at.is_not_null())
+        .count()
+        .get_result(conn)
+        .await?;
     Ok(QueueFigures {
         counts,
         oldest_due_seconds,
+        paused_endpoints,
     })
 }
 
@@ -198,10 +207,12 @@ pub async fn queue_figures(conn: &mut AsyncPgConnection) -> Result<QueueFigures,
 pub enum ReplayOutcome {
     Replayed(DeliveryRow),
     NotFound,
-    /// Not `failed`, or its submission was erased (`submission_erased`).
+    /// Not `failed`, or its submission was erased (`submission_erased`), or its endpoint
+    /// deleted (`endpoint_deleted`).
     NotReplayable {
         state: DeliveryState,
         submission_erased: bool,
+        endpoint_deleted: bool,
     },
 }
 
@@ -224,17 +235,24 @@ pub async fn replay(
     if let Some(row) = replayed {
         return Ok(ReplayOutcome::Replayed(row));
     }
-    let current: Option<(DeliveryState, Option<SubmissionId>)> = webhook_deliveries::table
-        .find(id)
-        .select((webhook_deliveries::state, webhook_deliveries::submission_id))
-        .first(conn)
-        .await
-        .optional()?;
+    let current: Option<(DeliveryState, Option<SubmissionId>, Option<DateTime<Utc>>)> =
+        webhook_deliveries::table
+            .inner_join(super::schema::endpoints::table)
+            .filter(webhook_deliveries::id.eq(id))
+            .select((
+                webhook_deliveries::state,
+                webhook_deliveries::submission_id,
+                super::schema::endpoints::deleted_at,
+            ))
+            .first(conn)
+            .await
+            .optional()?;
     Ok(match current {
         None => ReplayOutcome::NotFound,
-        Some((state, submission_id)) => ReplayOutcome::NotReplayable {
+        Some((state, submission_id, deleted_at)) => ReplayOutcome::NotReplayable {
             state,
             submission_erased: submission_id.is_none(),
+            endpoint_deleted: deleted_at.is_some(),
         },
     })
 }

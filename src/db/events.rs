@@ -14,7 +14,8 @@ use super::DbError;
 use crate::model::ids::{DeliveryId, EndpointId};
 use crate::model::state::DeliveryState;
 
-/// Events joined with their deliveries (deliveries are never deleted, so none is lost).
+/// Events joined with their deliveries (a delivery is deleted only with its events, when its
+/// endpoint is erased, so none is lost).
 macro_rules! events_with_deliveries {
     () => {
         delivery_events::table.inner_join(

@@ -5,11 +5,13 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::schema::{
-    delivery_attempts, delivery_events, endpoints, management_api_keys, submissions,
-    webhook_deliveries,
+    delivery_attempts, delivery_events, endpoint_events, endpoints, management_api_keys,
+    submissions, webhook_deliveries,
 };
 use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, KeyId, SubmissionId};
-use crate::model::state::{AttemptOutcome, DeliveryState, EventKind};
+use crate::model::state::{
+    AttemptOutcome, DeliveryState, EndpointEventKind, EventKind, PauseReason,
+};
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = endpoints)]
@@ -26,9 +28,52 @@ pub struct EndpointRow {
     /// still admits them, so they are skipped on read.
     pub allowed_origins: Vec<Option<String>>,
     pub honeypot_field: Option<String>,
+    /// The secret a rotation replaced; live (signing beside the current one) until
+    /// `previous_secret_expires_at`.
+    pub previous_webhook_secret: Option<String>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// Set while its deliveries are paused, with why.
+    pub paused_at: Option<DateTime<Utc>>,
+    pub pause_reason: Option<PauseReason>,
+    /// Its deliveries that ended `failed` since the last one delivered.
+    pub consecutive_failed_deliveries: i32,
+    /// Set when it was deleted with its history kept: the row is a tombstone.
+    pub deleted_at: Option<DateTime<Utc>>,
 }
 
 impl EndpointRow {
+    /// A new, active endpoint with no webhook and no browser options.
+    pub fn new(id: EndpointId, name: String, created_at: DateTime<Utc>) -> EndpointRow {
+        EndpointRow {
+            id,
+            name,
+            is_active: true,
+            created_at,
+            webhook_url: None,
+            webhook_secret: None,
+            redirect_url: None,
+            allowed_origins: Vec::new(),
+            honeypot_field: None,
+            previous_webhook_secret: None,
+            previous_secret_expires_at: None,
+            paused_at: None,
+            pause_reason: None,
+            consecutive_failed_deliveries: 0,
+            deleted_at: None,
+        }
+    }
+
+    /// The previous secret while it is still live at `now`.
+    pub fn live_previous_secret(&self, now: DateTime<Utc>) -> Option<&str> {
+        match (
+            &self.previous_webhook_secret,
+            self.previous_secret_expires_at,
+        ) {
+            (Some(secret), Some(until)) if until > now => Some(secret),
+            _ => None,
+        }
+    }
+
     pub fn allowed_origins(&self) -> impl Iterator<Item = &str> {
         self.allowed_origins.iter().flatten().map(String::as_str)
     }
@@ -122,6 +167,14 @@ pub struct ClaimedDelivery {
     /// The submission's time and fields; `None` when the submission was erased.
     pub received_at: Option<DateTime<Utc>>,
     pub fields: Option<serde_json::Value>,
+    /// The endpoint's own secrets now, when the delivery goes to the endpoint's current
+    /// URL: the current one and a rotated-out one still in its overlap window. They sign
+    /// `webhook-signature` beside the delivery's snapshot.
+    pub endpoint_secret: Option<String>,
+    pub endpoint_previous_secret: Option<String>,
+    /// The endpoint's run of failed deliveries when this was claimed (a delivery resets a
+    /// nonzero one).
+    pub endpoint_failed_deliveries: i32,
 }
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -155,4 +208,16 @@ pub struct EventRow {
     pub occurred_at: DateTime<Utc>,
     #[diesel(embed)]
     pub delivery: DeliveryRow,
+}
+
+/// One change of an endpoint's state, as subscribers get it.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = endpoint_events)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct EndpointEventRow {
+    pub id: i64,
+    pub endpoint_id: EndpointId,
+    pub kind: EndpointEventKind,
+    pub reason: Option<PauseReason>,
+    pub occurred_at: DateTime<Utc>,
 }

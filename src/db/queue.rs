@@ -47,6 +47,9 @@ pub async fn claim(
             Integer,
             Nullable<Timestamptz>,
             Nullable<Json>,
+            Nullable<Text>,
+            Nullable<Text>,
+            Integer,
         ),
         _,
     >::new(

@@ -62,6 +62,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    endpoint_events (id) {
+        id -> Int8,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 16]
+        kind -> Varchar,
+        #[max_length = 32]
+        reason -> Nullable<Varchar>,
+        occurred_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     endpoints (id) {
         #[max_length = 64]
         id -> Varchar,
@@ -78,6 +91,14 @@ diesel::table! {
         allowed_origins -> Array<Nullable<Text>>,
         #[max_length = 128]
         honeypot_field -> Nullable<Varchar>,
+        #[max_length = 70]
+        previous_webhook_secret -> Nullable<Varchar>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        paused_at -> Nullable<Timestamptz>,
+        #[max_length = 32]
+        pause_reason -> Nullable<Varchar>,
+        consecutive_failed_deliveries -> Int4,
+        deleted_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -160,6 +181,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     delivery_event_retention,
     delivery_events,
     delivery_state_counts,
+    endpoint_events,
     endpoints,
     management_api_keys,
     rate_limit_counters,

@@ -17,6 +17,7 @@ use futures_util::future::BoxFuture;
 use url::{Host, Url};
 
 use super::outcome::{AttemptResult, Outcome};
+use super::payload::SignatureHeaders;
 use crate::config::WebhookConfig;
 use crate::model::destination::{host_is_internal, is_internal_address};
 
@@ -132,7 +133,12 @@ impl WebhookClient {
 
     /// Sends one signed delivery and classifies what happened. Never panics, never
     /// returns the response body.
-    pub async fn send(&self, destination: &str, body: Vec<u8>, signature: &str) -> AttemptResult {
+    pub async fn send(
+        &self,
+        destination: &str,
+        body: Vec<u8>,
+        signatures: &SignatureHeaders,
+    ) -> AttemptResult {
         let url = match Url::parse(destination) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => url,
             _ => {
@@ -154,12 +160,20 @@ impl WebhookClient {
                 "the destination is an internal address",
             );
         }
-        let request = self
+        let mut request = self
             .http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("Hymical-Signature", signature)
-            .body(body);
+            .header("Hymical-Signature", &signatures.hymical)
+            .header("webhook-id", &signatures.webhook_id)
+            .header(
+                "webhook-timestamp",
+                signatures.webhook_timestamp.to_string(),
+            );
+        if !signatures.webhook_signature.is_empty() {
+            request = request.header("webhook-signature", &signatures.webhook_signature);
+        }
+        let request = request.body(body);
         match request.send().await {
             Ok(mut response) => {
                 let status = response.status().as_u16();

@@ -1,10 +1,11 @@
 //! Webhook delivery: the worker pool (`worker.rs`), the webhook HTTP client and its
 //! resolver (`client.rs`, the only outbound HTTP), outcome classification and backoff
-//! (`outcome.rs`), the payload and its signature (`payload.rs`), and the batched
-//! recording of attempts (`recorder.rs`).
+//! (`outcome.rs`), the payload and its signatures (`payload.rs`), the batched recording
+//! of attempts (`recorder.rs`), and pausing and resuming endpoints (`pausing.rs`).
 
 pub mod client;
 pub mod outcome;
+pub mod pausing;
 pub mod payload;
 pub mod recorder;
 pub mod worker;

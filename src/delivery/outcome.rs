@@ -119,6 +119,8 @@ mod tests {
             retry_initial: Duration::from_secs(10),
             retry_max: Duration::from_secs(3600),
             allow_private_targets: false,
+            secret_overlap: Duration::from_secs(86_400),
+            pause_after_failed_deliveries: 20,
         }
     }
 

@@ -1,10 +1,14 @@
-//! The webhook request body and its signature.
+//! The webhook request body and its signatures: `Hymical-Signature` (the body, keyed with
+//! the delivery's snapshot secret) and Standard Webhooks (`webhook-id`,
+//! `webhook-timestamp`, `webhook-signature`: id, time and body, keyed with every live
+//! secret).
 
+use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 use crate::clock::format_timestamp;
-use crate::digest::hmac_sha256_hex;
+use crate::digest::{hmac_sha256, hmac_sha256_hex};
 use crate::model::ids::{EndpointId, SubmissionId};
 
 #[derive(Serialize)]
@@ -49,6 +53,105 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     format!("v1={}", hmac_sha256_hex(secret.as_bytes(), body))
 }
 
+/// The headers that sign one request.
+#[derive(Debug, Clone)]
+pub struct SignatureHeaders {
+    /// `Hymical-Signature`.
+    pub hymical: String,
+    /// `webhook-id`: the delivery's id, the same on every attempt and replay.
+    pub webhook_id: String,
+    /// `webhook-timestamp`: when the attempt started, in whole seconds.
+    pub webhook_timestamp: i64,
+    /// `webhook-signature`; empty if no secret could sign (then the header is left out).
+    pub webhook_signature: String,
+}
+
+/// Every header that signs one attempt of a delivery: `Hymical-Signature` with the
+/// snapshot secret the delivery was accepted under; `webhook-signature` with that secret
+/// and the endpoint's live ones (`live`: its current secret and a rotated-out one still in
+/// its overlap window), so a receiver holding any of them verifies. Answers how many
+/// secrets could not sign as well (none, for secrets in the stored format).
+pub fn sign<'a>(
+    delivery_id: &str,
+    snapshot_secret: &'a str,
+    live: impl IntoIterator<Item = &'a str>,
+    attempted_at: DateTime<Utc>,
+    body: &[u8],
+) -> (SignatureHeaders, usize) {
+    let webhook_timestamp = attempted_at.timestamp();
+    let (webhook_signature, refused) = standard_signatures(
+        delivery_id,
+        webhook_timestamp,
+        body,
+        std::iter::once(snapshot_secret).chain(live),
+    );
+    (
+        SignatureHeaders {
+            hymical: signature(snapshot_secret, body),
+            webhook_id: delivery_id.to_string(),
+            webhook_timestamp,
+            webhook_signature,
+        },
+        refused,
+    )
+}
+
+/// The prefix of every signing secret.
+const SECRET_PREFIX: &str = "whsec_";
+
+/// The key a Standard Webhooks verifier takes from a `whsec_` secret: the base64 decoding
+/// of what follows the prefix. Our secrets' 64 hex digits are base64 characters, so every
+/// secret this service made (or adopted: the same format, held by a CHECK) decodes, to 48
+/// bytes; `None` for a string that does not.
+fn standard_key(secret: &str) -> Option<Vec<u8>> {
+    let encoded = secret.strip_prefix(SECRET_PREFIX)?;
+    base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()
+        .filter(|key| !key.is_empty())
+}
+
+/// The value of `webhook-signature`: `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`
+/// for each of `secrets` (duplicates once), space-separated, as the Standard Webhooks
+/// specification lists several signatures. A secret that is not a `whsec_` base64 key is
+/// left out and named in the error list, so the caller can say so.
+pub fn standard_signatures<'a>(
+    message_id: &str,
+    timestamp: i64,
+    body: &[u8],
+    secrets: impl IntoIterator<Item = &'a str>,
+) -> (String, usize) {
+    let timestamp = timestamp.to_string();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut signatures: Vec<String> = Vec::new();
+    let mut refused = 0;
+    for secret in secrets {
+        if seen.contains(&secret) {
+            continue;
+        }
+        seen.push(secret);
+        let Some(key) = standard_key(secret) else {
+            refused += 1;
+            continue;
+        };
+        let mac = hmac_sha256(
+            &key,
+            &[
+                message_id.as_bytes(),
+                b".",
+                timestamp.as_bytes(),
+                b".",
+                body,
+            ],
+        );
+        signatures.push(format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(mac)
+        ));
+    }
+    (signatures.join(" "), refused)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +189,35 @@ mod tests {
             sig,
             format!("v1={}", hmac_sha256_hex("0".repeat(64).as_bytes(), b"{}"))
         );
+    }
+
+    /// The example of the Standard Webhooks specification (its secret, id, time, body and
+    /// signature), so the key derivation and the signed string are the specification's.
+    #[test]
+    fn standard_signature_matches_the_specification_example() {
+        let (header, refused) = standard_signatures(
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            br#"{"test": 2432232314}"#,
+            ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+        );
+        assert_eq!(refused, 0);
+        assert_eq!(header, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn every_live_secret_signs_once_and_ours_decode() {
+        let a = format!("whsec_{}", "ab".repeat(32));
+        let b = format!("whsec_{}", "cd".repeat(32));
+        assert_eq!(standard_key(&a).map(|key| key.len()), Some(48));
+        let (header, refused) =
+            standard_signatures("whd_1", 1, b"{}", [a.as_str(), b.as_str(), a.as_str()]);
+        assert_eq!(refused, 0);
+        let parts: Vec<&str> = header.split(' ').collect();
+        assert_eq!(parts.len(), 2);
+        assert!(parts.iter().all(|part| part.starts_with("v1,")));
+        assert_ne!(parts[0], parts[1]);
+        let (none, refused) = standard_signatures("whd_1", 1, b"{}", ["not-a-secret"]);
+        assert_eq!((none.as_str(), refused), ("", 1));
     }
 }

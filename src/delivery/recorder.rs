@@ -8,6 +8,15 @@
 //! from the row as the first left it). If a batch's statement fails for a reason other than
 //! the database's reach, its attempts are recorded again one by one, so one bad row cannot
 //! fail the others. The writers end when the worker that owns this recorder is gone.
+//!
+//! After a batch is committed and answered, its writer keeps each endpoint's run of
+//! failed deliveries (db/endpoints.rs `count_failed_deliveries`: a delivery ending
+//! `failed` adds one, a delivered one starts the run again) and pauses an endpoint whose
+//! receiver answered `410 Gone` or whose run reached `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`
+//! (pausing.rs). That is a transaction of its own, only for batches with a failure, a 410
+//! or a delivery to an endpoint whose run was nonzero when it was claimed: the common
+//! batch (all delivered, no run) costs nothing more. A crash between the two loses that
+//! batch's share of the count, no more.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -15,11 +24,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
+use super::pausing;
 use crate::clock::Clock;
+use crate::db::endpoints::FailureRun;
 use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
-use crate::model::ids::{AttemptId, ClaimToken, DeliveryId};
-use crate::model::state::AttemptOutcome;
+use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, EndpointId};
+use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
 
 /// The most attempts one statement records.
 pub const MAX_BATCH: usize = 32;
@@ -38,6 +49,9 @@ pub struct Attempt {
     pub response_status: Option<i32>,
     pub error: Option<String>,
     pub transition: OwnerTransition,
+    pub endpoint_id: EndpointId,
+    /// The endpoint's run of failed deliveries was nonzero when this was claimed.
+    pub endpoint_had_failures: bool,
 }
 
 impl Attempt {
@@ -68,12 +82,18 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the writers (on the current runtime).
-    pub fn start(db: Db, clock: Arc<dyn Clock>) -> Recorder {
+    /// Starts the writers (on the current runtime). `pause_after`: the run of failed
+    /// deliveries that pauses an endpoint (0: never).
+    pub fn start(db: Db, clock: Arc<dyn Clock>, pause_after: u32) -> Recorder {
         let (sender, receiver) = mpsc::channel(1024);
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         for _ in 0..WRITERS {
-            tokio::spawn(write_batches(db.clone(), clock.clone(), receiver.clone()));
+            tokio::spawn(write_batches(
+                db.clone(),
+                clock.clone(),
+                receiver.clone(),
+                pause_after,
+            ));
         }
         Recorder { sender }
     }
@@ -94,6 +114,7 @@ async fn write_batches(
     db: Db,
     clock: Arc<dyn Clock>,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    pause_after: u32,
 ) {
     // Attempts for a delivery already in the batch, kept for this writer's next one.
     let mut deferred: Vec<Job> = Vec::new();
@@ -126,11 +147,17 @@ async fn write_batches(
                 }
             }
         }
-        write_batch(&db, clock.pinned(), batch).await;
+        let (attempts, answers) = write_batch(&db, clock.pinned(), batch).await;
+        follow_endpoints(&db, clock.as_ref(), pause_after, &attempts, &answers).await;
     }
 }
 
-async fn write_batch(db: &Db, now: Option<DateTime<Utc>>, batch: Vec<Job>) {
+/// Writes one batch and answers each request task; hands back what was recorded.
+async fn write_batch(
+    db: &Db,
+    now: Option<DateTime<Utc>>,
+    batch: Vec<Job>,
+) -> (Vec<Attempt>, Vec<Option<Recorded>>) {
     let (attempts, replies): (Vec<Attempt>, Vec<_>) = batch
         .into_iter()
         .map(|job| (job.attempt, job.reply))
@@ -165,13 +192,172 @@ async fn write_batch(db: &Db, now: Option<DateTime<Utc>>, batch: Vec<Job>) {
             rows.iter().map(|_| Err(error.clone())).collect()
         }
     };
+    let recorded = answers.iter().map(|a| a.as_ref().ok().cloned()).collect();
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
     }
+    (attempts, recorded)
 }
 
-/// A missing row: the delivery is gone (it cannot be: deliveries are never deleted while
-/// claimed), reported as the single statement reported it.
+/// What a recorded batch means for its endpoints: each one's run of failed deliveries,
+/// in batch order (a delivered one restarts it, when it may be nonzero), and the
+/// endpoints whose receiver answered 410 (an owner's or a late worker's answer alike).
+fn endpoint_effects(
+    attempts: &[Attempt],
+    recorded: &[Option<Recorded>],
+) -> (Vec<FailureRun>, Vec<EndpointId>) {
+    let mut runs: Vec<FailureRun> = Vec::new();
+    let mut gone: Vec<EndpointId> = Vec::new();
+    for (attempt, recorded) in attempts.iter().zip(recorded) {
+        let Some(recorded) = recorded else { continue };
+        if attempt.response_status == Some(410) && !gone.contains(&attempt.endpoint_id) {
+            gone.push(attempt.endpoint_id.clone());
+        }
+        let Recorded::Owner { state, .. } = recorded else {
+            continue;
+        };
+        let at = match runs
+            .iter()
+            .position(|r| r.endpoint_id == attempt.endpoint_id)
+        {
+            Some(at) => at,
+            None => {
+                runs.push(FailureRun {
+                    endpoint_id: attempt.endpoint_id.clone(),
+                    restarted: false,
+                    failed: 0,
+                });
+                runs.len() - 1
+            }
+        };
+        let run = &mut runs[at];
+        match state {
+            DeliveryState::Failed => run.failed += 1,
+            DeliveryState::Delivered => {
+                run.failed = 0;
+                run.restarted |= attempt.endpoint_had_failures;
+            }
+            DeliveryState::Pending | DeliveryState::Processing => {}
+        }
+    }
+    runs.retain(|run| run.failed > 0 || run.restarted);
+    (runs, gone)
+}
+
+/// Keeps the runs of failed deliveries and pauses the endpoints the batch says to.
+async fn follow_endpoints(
+    db: &Db,
+    clock: &dyn Clock,
+    pause_after: u32,
+    attempts: &[Attempt],
+    recorded: &[Option<Recorded>],
+) {
+    let (runs, gone) = endpoint_effects(attempts, recorded);
+    let mut pauses: Vec<(EndpointId, PauseReason)> = gone
+        .into_iter()
+        .map(|endpoint| (endpoint, PauseReason::Gone))
+        .collect();
+    if !runs.is_empty() {
+        match db
+            .run(async |conn| {
+                crate::db::endpoints::count_failed_deliveries(conn, &runs, pause_after).await
+            })
+            .await
+        {
+            Ok(reached) => pauses.extend(
+                reached
+                    .into_iter()
+                    .filter(|endpoint| !pauses.iter().any(|(p, _)| p == endpoint))
+                    .map(|endpoint| (endpoint, PauseReason::FailureThreshold))
+                    .collect::<Vec<_>>(),
+            ),
+            Err(error) => {
+                tracing::warn!(error = %error.summary(), "could not count failed deliveries for their endpoints")
+            }
+        }
+    }
+    for (endpoint, reason) in pauses {
+        if let Err(error) = pausing::pause(db, &endpoint, reason, clock.now()).await {
+            tracing::warn!(endpoint_id = %endpoint, reason = reason.as_str(), error = %error.summary(), "could not pause an endpoint");
+        }
+    }
+}
+
+/// A missing row: the delivery is gone (its endpoint was erased, cancelling what it owed,
+/// while the request was in flight), reported as the single statement reported it.
 fn found(recorded: Option<Recorded>) -> Answer {
     recorded.ok_or_else(|| Arc::new(DbError::Query(diesel::result::Error::NotFound)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attempt(endpoint: &str, status: Option<i32>, had_failures: bool) -> Attempt {
+        Attempt {
+            attempt_id: AttemptId::generate(),
+            delivery_id: DeliveryId::generate(),
+            claim_token: ClaimToken::generate(),
+            destination_url: "https://receiver.example/".into(),
+            attempted_at: Utc::now(),
+            duration_ms: 1,
+            outcome: AttemptOutcome::HttpError,
+            response_status: status,
+            error: None,
+            transition: OwnerTransition::Failed,
+            endpoint_id: EndpointId::parse(endpoint).unwrap(),
+            endpoint_had_failures: had_failures,
+        }
+    }
+
+    fn owner(state: DeliveryState) -> Option<Recorded> {
+        Some(Recorded::Owner {
+            attempt_number: 1,
+            state,
+        })
+    }
+
+    #[test]
+    fn runs_count_failures_after_the_last_delivery_and_gone_is_any_410() {
+        let attempts = [
+            attempt("aaa", Some(500), false),
+            attempt("aaa", Some(200), true),
+            attempt("aaa", Some(400), false),
+            attempt("bbb", Some(200), false),
+            attempt("ccc", Some(410), false),
+            attempt("ddd", Some(410), false),
+            attempt("eee", Some(500), false),
+        ];
+        let recorded = [
+            owner(DeliveryState::Failed),
+            owner(DeliveryState::Delivered),
+            owner(DeliveryState::Failed),
+            owner(DeliveryState::Delivered),
+            owner(DeliveryState::Failed),
+            Some(Recorded::Late {
+                attempt_number: 3,
+                state: DeliveryState::Pending,
+            }),
+            // Not recorded: it counts for nothing.
+            None,
+        ];
+        let (runs, gone) = endpoint_effects(&attempts, &recorded);
+        let id = |s: &str| EndpointId::parse(s).unwrap();
+        assert_eq!(
+            runs,
+            vec![
+                FailureRun {
+                    endpoint_id: id("aaa"),
+                    restarted: true,
+                    failed: 1
+                },
+                FailureRun {
+                    endpoint_id: id("ccc"),
+                    restarted: false,
+                    failed: 1
+                },
+            ]
+        );
+        assert_eq!(gone, vec![id("ccc"), id("ddd")]);
+    }
 }

@@ -49,7 +49,11 @@ impl Worker {
         wake: Arc<Notify>,
     ) -> Arc<Worker> {
         let slots = Arc::new(Semaphore::new(config.concurrency));
-        let recorder = Recorder::start(db.clone(), clock.clone());
+        let recorder = Recorder::start(
+            db.clone(),
+            clock.clone(),
+            webhook.pause_after_failed_deliveries,
+        );
         Arc::new(Worker {
             recorder,
             db,
@@ -204,12 +208,27 @@ impl Worker {
             return;
         };
         let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
-        let signature = payload::signature(&delivery.signing_secret, &body);
         let attempted_at = self.clock.now();
+        let (signatures, unsigned) = payload::sign(
+            delivery.id.as_str(),
+            &delivery.signing_secret,
+            [
+                delivery.endpoint_secret.as_deref(),
+                delivery.endpoint_previous_secret.as_deref(),
+            ]
+            .into_iter()
+            .flatten(),
+            attempted_at,
+            &body,
+        );
+        if unsigned > 0 {
+            // The stored format (a CHECK) makes this impossible; say so if it happens.
+            tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
+        }
         let started = Instant::now();
         let result = self
             .client
-            .send(&delivery.destination_url, body, &signature)
+            .send(&delivery.destination_url, body, &signatures)
             .await;
         let elapsed = started.elapsed();
         self.record(&delivery, &result, attempted_at, elapsed).await;
@@ -243,6 +262,8 @@ impl Worker {
             response_status: result.response_status.map(i32::from),
             error: result.error.clone(),
             transition,
+            endpoint_id: delivery.endpoint_id.clone(),
+            endpoint_had_failures: delivery.endpoint_failed_deliveries > 0,
         };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {
@@ -293,6 +314,11 @@ impl Worker {
                         state = %state,
                         "late delivery attempt: the claim had been superseded"
                     );
+                    return;
+                }
+                Err(error) if matches!(*error, DbError::Query(diesel::result::Error::NotFound)) => {
+                    // Nothing to record it on, and nothing will send it again.
+                    tracing::warn!(delivery_id = %delivery.id, "delivery attempt not recorded: the delivery was erased with its endpoint meanwhile");
                     return;
                 }
                 Err(error) => {

@@ -19,6 +19,14 @@
 //! published ids therefore only grow, and "everything up to the frontier" is final: the
 //! frontier is the resume point that makes replay-then-live gap-free and duplicate-free.
 //!
+//! ## Endpoint events
+//!
+//! Endpoint state changes (paused, resumed, deleted: `endpoint_events`) are rare, and
+//! their writers commit in id order (they hold one advisory lock, db/endpoints.rs), so
+//! they need none of the above: every notification on the endpoint channel (and every
+//! reconnection of the listener) bumps a counter, and each endpoint subscription reads
+//! the events after the last one it sent. One indexed read per subscription per change.
+//!
 //! ## Slow subscribers
 //!
 //! The broadcast channel never waits for a receiver. A subscriber that falls more than
@@ -36,9 +44,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::db::endpoints;
 use crate::db::events::{self, EventFilter, HistoryExpired};
-use crate::db::models::EventRow;
+use crate::db::models::{EndpointEventRow, EventRow};
 use crate::db::{Db, DbError};
+use crate::model::ids::EndpointId;
 
 /// Events read per round; a full round is followed by another at once.
 const ROUND_LIMIT: i64 = 1_000;
@@ -70,6 +80,8 @@ pub struct EventFeed {
     ready: Notify,
     /// Turns true when the process stops; open subscriptions end.
     closing: watch::Sender<bool>,
+    /// Bumped when an endpoint may have changed (see "Endpoint events").
+    endpoint_changes: watch::Sender<u64>,
 }
 
 struct Shared {
@@ -140,6 +152,58 @@ impl EventFeed {
             wake: Notify::new(),
             ready: Notify::new(),
             closing: watch::channel(false).0,
+            endpoint_changes: watch::channel(0).0,
+        }
+    }
+
+    /// An endpoint changed (or the listener reconnected and may have missed it).
+    pub fn notify_endpoint_changed(&self) {
+        self.endpoint_changes
+            .send_modify(|seen| *seen = seen.wrapping_add(1));
+    }
+
+    /// The endpoint events (only `endpoint`'s, when given) after `after`, or from now
+    /// without it: those committed already, then each new one as it commits, in id order,
+    /// each once. Ends when the process stops.
+    pub fn subscribe_endpoint_events(
+        &self,
+        db: Db,
+        endpoint: Option<EndpointId>,
+        after: Option<i64>,
+    ) -> impl Stream<Item = Result<EndpointEventRow, FeedError>> + Send + 'static {
+        // Subscribed before the first read, so no change after it goes unnoticed.
+        let mut changes = self.endpoint_changes.subscribe();
+        let mut closing = self.closing();
+        async_stream::try_stream! {
+            let mut cursor = match after {
+                Some(after) => after,
+                None => db.run(async |conn| endpoints::newest_event_id(conn).await).await?,
+            };
+            loop {
+                changes.mark_unchanged();
+                loop {
+                    let page = db
+                        .run(async |conn| {
+                            endpoints::events_after(conn, cursor, endpoint.as_ref(), CATCH_UP_PAGE).await
+                        })
+                        .await?;
+                    let full = page.len() as i64 == CATCH_UP_PAGE;
+                    for event in page {
+                        cursor = event.id;
+                        yield event;
+                    }
+                    if !full {
+                        break;
+                    }
+                }
+                if *closing.borrow() {
+                    break;
+                }
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    _ = closing.changed() => break,
+                }
+            }
         }
     }
 

@@ -4,17 +4,21 @@
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, ID};
 
 use super::types::{
-    DeleteSubmissionPayload, Delivery, Endpoint, EndpointSecretPayload, ReplayDeliveriesPayload,
-    ReplayDeliveryPayload, Timestamp,
+    DeleteEndpointPayload, DeleteSubmissionPayload, Delivery, Endpoint, EndpointHistory,
+    EndpointPayload, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload,
+    ResumeEndpointPayload, Timestamp,
 };
 use super::{app, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
+use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
 use crate::db::models::EndpointRow;
 use crate::db::submissions::EraseOutcome;
+use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
 use crate::model::endpoint::{self as rules, SettingError};
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::state::{DeliveryState, PauseReason};
 
 #[derive(InputObject)]
 pub struct CreateEndpointInput {
@@ -74,6 +78,39 @@ fn refused(error: SettingError) -> ApiError {
     }
 }
 
+/// The longest overlap a rotation may ask for: 30 days.
+const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
+
+/// A deleted endpoint (a tombstone kept for its history) takes no more changes.
+fn refuse_deleted(endpoint: &EndpointRow) -> Result<(), ApiError> {
+    match endpoint.deleted_at {
+        Some(_) => Err(ApiError::EndpointDeleted {
+            endpoint_id: endpoint.id.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// An id that cannot name an endpoint names none.
+fn endpoint_or_not_found(id: &ID) -> Result<EndpointId> {
+    EndpointId::parse(id)
+        .ok_or_else(|| ApiError::EndpointNotFound {
+            endpoint_id: id.0.clone(),
+        })
+        .gql()
+}
+
+#[derive(InputObject)]
+pub struct DeleteEndpointInput {
+    pub id: ID,
+    /// Keep or erase its submissions, deliveries and histories: no default, the choice
+    /// is the operator's.
+    pub history: EndpointHistory,
+    /// Cancel deliveries still pending or processing instead of refusing; `false` when
+    /// left out.
+    pub cancel_deliveries: Option<bool>,
+}
+
 /// Origins as the row stores them (a `text[]` column).
 fn stored_origins(origins: Vec<String>) -> Vec<Option<String>> {
     origins.into_iter().map(Some).collect()
@@ -104,10 +141,7 @@ impl MutationRoot {
             .gql()?;
         let webhook_secret = webhook_url.as_ref().map(|_| rules::new_secret());
         let endpoint = EndpointRow {
-            id,
-            name,
             is_active: input.is_active.unwrap_or(true),
-            created_at: app.clock.now(),
             webhook_url,
             webhook_secret: webhook_secret.clone(),
             redirect_url: input
@@ -129,25 +163,34 @@ impl MutationRoot {
                 .transpose()
                 .map_err(refused)
                 .gql()?,
+            ..EndpointRow::new(id, name, app.clock.now())
         };
         let inserted = app
             .db
             .run(async |conn| {
-                // A taken id is an answer, not a failure of the call.
-                if !db::endpoints::insert(conn, &endpoint).await? {
-                    return Ok(None);
-                }
-                db::endpoints::find(conn, &endpoint.id).await.map(Some)
+                // A taken id is an answer, not a failure of the call: taken by a live
+                // endpoint, or by a deleted one whose history is kept.
+                let inserted = db::endpoints::insert(conn, &endpoint).await?;
+                db::endpoints::find(conn, &endpoint.id)
+                    .await
+                    .map(|row| (inserted, row))
             })
             .await
             .gql()?;
         // This process's intake sees the new endpoint at once; others on notification.
         app.endpoints.invalidate(&input.id);
         let row = match inserted {
-            Some(row) => row
-                .ok_or_else(|| ApiError::Internal("a created endpoint vanished".into()))
-                .gql()?,
-            None => {
+            (true, Some(row)) => row,
+            (true, None) => {
+                return Err(ApiError::Internal("a created endpoint vanished".into())).gql()
+            }
+            (false, Some(taken)) if taken.deleted_at.is_some() => {
+                return Err(ApiError::EndpointDeleted {
+                    endpoint_id: input.id.0,
+                })
+                .gql()
+            }
+            (false, _) => {
                 return Err(ApiError::EndpointAlreadyExists {
                     endpoint_id: input.id.0,
                 })
@@ -216,6 +259,7 @@ impl MutationRoot {
             .run(async move |conn| {
                 Ok(
                     db::endpoints::update_with::<ApiError, _>(conn, &id, move |current| {
+                        refuse_deleted(&current)?;
                         let mut next = current;
                         if let Some(name) = name {
                             next.name = name;
@@ -225,9 +269,13 @@ impl MutationRoot {
                         }
                         match webhook_url {
                             MaybeUndefined::Undefined => {}
+                            // A new receiver (or none) has no use for a secret of the
+                            // old one: no overlap.
                             MaybeUndefined::Null => {
                                 next.webhook_url = None;
                                 next.webhook_secret = None;
+                                next.previous_webhook_secret = None;
+                                next.previous_secret_expires_at = None;
                             }
                             MaybeUndefined::Value(url)
                                 if Some(url.trim()) == next.webhook_url.as_deref() => {}
@@ -235,6 +283,8 @@ impl MutationRoot {
                                 next.webhook_url =
                                     Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
                                 next.webhook_secret = Some(secret_for_change);
+                                next.previous_webhook_secret = None;
+                                next.previous_secret_expires_at = None;
                             }
                         }
                         match redirect_url {
@@ -271,13 +321,31 @@ impl MutationRoot {
         })
     }
 
-    /// A new signing secret for the same URL; queued deliveries keep the old one.
+    /// A new signing secret for the same URL. Queued deliveries keep the old one in
+    /// `Hymical-Signature`; the old one also keeps signing `webhook-signature`, beside the
+    /// new one, for `overlapSeconds` (left out: `FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS`,
+    /// 24 hours by default; 0: no overlap), so receivers can switch at their own pace. A
+    /// secret replaced by an earlier rotation stops signing now.
     async fn rotate_webhook_secret(
         &self,
         ctx: &Context<'_>,
         endpoint_id: ID,
+        overlap_seconds: Option<i32>,
     ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
+        let overlap = match overlap_seconds {
+            None => app.config.webhook.secret_overlap,
+            Some(seconds) if (0..=MAX_OVERLAP_SECONDS).contains(&seconds) => {
+                std::time::Duration::from_secs(seconds as u64)
+            }
+            Some(_) => {
+                return Err(ApiError::InvalidInput {
+                    field: "overlapSeconds".into(),
+                    reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
+                })
+                .gql()
+            }
+        };
         let Some(target) = EndpointId::parse(&endpoint_id) else {
             return Err(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,
@@ -287,16 +355,30 @@ impl MutationRoot {
         let secret = rules::new_secret();
         let new_secret = secret.clone();
         let id = endpoint_id.0.clone();
+        let now = app.clock.now();
+        let until = chrono::Duration::from_std(overlap)
+            .ok()
+            .and_then(|overlap| now.checked_add_signed(overlap))
+            .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
+            .gql()?;
         let updated = app
             .db
             .run(async move |conn| {
                 Ok(
                     db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
+                        refuse_deleted(&current)?;
                         if current.webhook_url.is_none() {
                             return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
                         }
                         let mut next = current;
-                        next.webhook_secret = Some(new_secret);
+                        let replaced = next.webhook_secret.replace(new_secret);
+                        (
+                            next.previous_webhook_secret,
+                            next.previous_secret_expires_at,
+                        ) = match replaced {
+                            Some(old) if !overlap.is_zero() => (Some(old), Some(until)),
+                            _ => (None, None),
+                        };
                         Ok(next)
                     })
                     .await,
@@ -315,6 +397,143 @@ impl MutationRoot {
             endpoint: Endpoint(row),
             webhook_secret: Some(secret),
         })
+    }
+
+    /// Ends a rotation's overlap now: the replaced secret stops signing at once. Changes
+    /// nothing when there is none.
+    async fn end_webhook_secret_overlap(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: ID,
+    ) -> Result<EndpointPayload> {
+        let app = app(ctx);
+        let target = endpoint_or_not_found(&endpoint_id)?;
+        let row = app
+            .db
+            .run(async |conn| db::endpoints::end_secret_overlap(conn, &target).await)
+            .await
+            .gql()?
+            .ok_or(ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.0.clone(),
+            })
+            .gql()?;
+        refuse_deleted(&row).gql()?;
+        app.endpoints.invalidate(&endpoint_id);
+        Ok(EndpointPayload {
+            endpoint: Endpoint(row),
+        })
+    }
+
+    /// Pauses an endpoint's deliveries by hand (reason `OPERATOR`): submissions are still
+    /// accepted and queued, nothing is attempted until `resumeEndpoint`. An endpoint
+    /// paused already stays as it is (with its reason and time).
+    async fn pause_endpoint(&self, ctx: &Context<'_>, endpoint_id: ID) -> Result<EndpointPayload> {
+        let app = app(ctx);
+        let target = endpoint_or_not_found(&endpoint_id)?;
+        let outcome = pausing::pause(&app.db, &target, PauseReason::Operator, app.clock.now())
+            .await
+            .gql()?;
+        match outcome {
+            PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => Ok(EndpointPayload {
+                endpoint: Endpoint(row),
+            }),
+            PauseOutcome::NotFound => Err(ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.0,
+            })
+            .gql(),
+            PauseOutcome::Deleted => Err(ApiError::EndpointDeleted {
+                endpoint_id: endpoint_id.0,
+            })
+            .gql(),
+        }
+    }
+
+    /// Resumes a paused endpoint, whatever paused it: its held deliveries are due at once,
+    /// each with the attempts it had left, and its run of failed deliveries starts again.
+    /// An endpoint not paused stays as it is (`heldDeliveries: 0`).
+    async fn resume_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: ID,
+    ) -> Result<ResumeEndpointPayload> {
+        let app = app(ctx);
+        let target = endpoint_or_not_found(&endpoint_id)?;
+        let outcome = pausing::resume(&app.db, &target, app.clock.now())
+            .await
+            .gql()?;
+        match outcome {
+            ResumeOutcome::Resumed(row, held) => Ok(ResumeEndpointPayload {
+                endpoint: Endpoint(row),
+                held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
+            }),
+            ResumeOutcome::NotPaused(row) => Ok(ResumeEndpointPayload {
+                endpoint: Endpoint(row),
+                held_deliveries: 0,
+            }),
+            ResumeOutcome::NotFound => Err(ApiError::EndpointNotFound {
+                endpoint_id: endpoint_id.0,
+            })
+            .gql(),
+            ResumeOutcome::Deleted => Err(ApiError::EndpointDeleted {
+                endpoint_id: endpoint_id.0,
+            })
+            .gql(),
+        }
+    }
+
+    /// Deletes an endpoint: public intake answers 404 for it from then on (other
+    /// processes within `FORMS_ENDPOINT_CACHE_SECONDS`). Refused with
+    /// `ENDPOINT_HAS_DELIVERIES_IN_PROGRESS` while deliveries are pending or processing,
+    /// unless `cancelDeliveries: true`, which ends them `FAILED` (a `CANCELLED` event
+    /// each). `history` is the explicit choice of what happens to its submissions,
+    /// deliveries, attempts and events: `KEEP` (the endpoint stays as a tombstone and its
+    /// id stays taken; `ERASE` can follow later) or `ERASE`.
+    async fn delete_endpoint(
+        &self,
+        ctx: &Context<'_>,
+        input: DeleteEndpointInput,
+    ) -> Result<DeleteEndpointPayload> {
+        let app = app(ctx);
+        let target = endpoint_or_not_found(&input.id)?;
+        let history = match input.history {
+            EndpointHistory::Keep => db::endpoints::History::Keep,
+            EndpointHistory::Erase => db::endpoints::History::Erase,
+        };
+        let cancel = input.cancel_deliveries.unwrap_or(false);
+        let now = app.clock.now();
+        let outcome = app
+            .db
+            .run(async |conn| db::endpoints::delete(conn, &target, cancel, history, now).await)
+            .await
+            .gql()?;
+        app.endpoints.invalidate(&input.id);
+        match outcome {
+            DeleteOutcome::Deleted { cancelled } => {
+                tracing::warn!(endpoint_id = %target, history = ?history, cancelled, "endpoint deleted");
+                Ok(DeleteEndpointPayload {
+                    deleted_endpoint_id: input.id,
+                    history: input.history,
+                    cancelled_deliveries: i32::try_from(cancelled).unwrap_or(i32::MAX),
+                })
+            }
+            DeleteOutcome::NotFound => Err(ApiError::EndpointNotFound {
+                endpoint_id: input.id.0,
+            })
+            .gql(),
+            DeleteOutcome::AlreadyDeleted => Err(ApiError::EndpointDeleted {
+                endpoint_id: input.id.0,
+            })
+            .gql(),
+            DeleteOutcome::InProgress {
+                pending,
+                processing,
+            } => Err(ApiError::EndpointHasDeliveriesInProgress {
+                endpoint_id: input.id.0,
+                pending,
+                processing,
+            })
+            .gql(),
+        }
     }
 
     /// Puts a failed delivery back in the queue with a fresh retry cycle.
@@ -337,10 +556,15 @@ impl MutationRoot {
             ReplayOutcome::NotReplayable {
                 state,
                 submission_erased,
+                endpoint_deleted,
             } => Err(ApiError::DeliveryNotReplayable {
                 delivery_id: id.0,
                 state,
-                reason: submission_erased.then_some(NotReplayable::SubmissionErased),
+                reason: if endpoint_deleted && state == DeliveryState::Failed {
+                    Some(NotReplayable::EndpointDeleted)
+                } else {
+                    submission_erased.then_some(NotReplayable::SubmissionErased)
+                },
             })
             .gql(),
         }

@@ -53,19 +53,24 @@ impl QueryRoot {
         Ok(loaders.endpoints.load_one(id).await.gql()?.map(Endpoint))
     }
 
-    /// Every endpoint, newest first.
+    /// Every endpoint, newest first; those deleted with their history kept only with
+    /// `includeDeleted: true` (`endpoint(id)` finds them either way).
     async fn endpoints(
         &self,
         ctx: &Context<'_>,
         first: Option<i32>,
         after: Option<String>,
+        include_deleted: Option<bool>,
     ) -> Result<Connection<String, Endpoint>> {
+        let include_deleted = include_deleted.unwrap_or(false);
         let app = app(ctx);
         let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
         let after = page.after.clone();
         let rows = app
             .db
-            .run(async |conn| db::endpoints::page(conn, after, page.fetch_limit()).await)
+            .run(async |conn| {
+                db::endpoints::page(conn, after, page.fetch_limit(), include_deleted).await
+            })
             .await
             .gql()?;
         Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Endpoint))

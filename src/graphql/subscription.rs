@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 
-use super::types::{AttemptOutcome, Delivery, DeliveryState, Timestamp};
+use super::types::{AttemptOutcome, Delivery, DeliveryState, EndpointEvent, Timestamp};
 use super::{app, ResultExt};
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
@@ -69,6 +69,36 @@ impl SubscriptionRoot {
                 }
                 event.map(DeliveryEvent).map_err(ApiError::from).gql()
             }))
+    }
+
+    /// Every committed change of an endpoint's state: `PAUSED` (with its reason),
+    /// `RESUMED`, `DELETED`, in `id` order, each once (their ids are their own sequence,
+    /// not delivery events'). With `afterEventId` the changes committed since that one are
+    /// sent first. For one endpoint with `endpointId`.
+    async fn endpoint_state_changed(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: Option<ID>,
+        after_event_id: Option<ID>,
+    ) -> Result<impl Stream<Item = Result<EndpointEvent>>> {
+        let after = after_event_id
+            .map(|id| parse_event_id(&id))
+            .transpose()
+            .gql()?;
+        // An id no endpoint can have is refused, as by every endpoint mutation.
+        let endpoint = match endpoint_id {
+            None => None,
+            Some(id) => Some(EndpointId::parse(&id).ok_or(ApiError::EndpointNotFound {
+                endpoint_id: id.0.clone(),
+            }))
+            .transpose()
+            .gql()?,
+        };
+        let app = app(ctx);
+        Ok(app
+            .events
+            .subscribe_endpoint_events(app.db.clone(), endpoint, after)
+            .map(|event| event.map(EndpointEvent).map_err(ApiError::from).gql()))
     }
 }
 

@@ -16,7 +16,7 @@ use crate::db;
 use crate::db::deliveries::DeliveryFilter;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
 use crate::db::submissions::SubmissionFilter;
-pub use crate::model::state::{AttemptOutcome, DeliveryState};
+pub use crate::model::state::{AttemptOutcome, DeliveryState, EndpointEventKind, PauseReason};
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
@@ -70,6 +70,59 @@ impl Endpoint {
     }
     async fn honeypot_field(&self) -> Option<&str> {
         self.0.honeypot_field.as_deref()
+    }
+
+    /// Whether its deliveries go out (`RUNNING`), are held (`PAUSED`: see `pauseReason`
+    /// and `pausedAt`), or it was deleted with its history kept (`DELETED`).
+    async fn delivery_state(&self) -> EndpointDeliveryState {
+        if self.0.deleted_at.is_some() {
+            EndpointDeliveryState::Deleted
+        } else if self.0.paused_at.is_some() {
+            EndpointDeliveryState::Paused
+        } else {
+            EndpointDeliveryState::Running
+        }
+    }
+    /// Why its deliveries are paused; null unless they are.
+    async fn pause_reason(&self) -> Option<PauseReason> {
+        self.0.pause_reason
+    }
+    /// Since when its deliveries are paused; null unless they are.
+    async fn paused_at(&self) -> Option<Timestamp> {
+        self.0.paused_at.map(Timestamp)
+    }
+    /// Its deliveries that ended failed since the last one was delivered (the run that
+    /// pauses it at `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`).
+    async fn consecutive_failed_deliveries(&self) -> i32 {
+        self.0.consecutive_failed_deliveries
+    }
+    /// When it was deleted with its history kept; null otherwise.
+    async fn deleted_at(&self) -> Option<Timestamp> {
+        self.0.deleted_at.map(Timestamp)
+    }
+    /// The signing secrets live now, never the secrets themselves: the current one, and
+    /// the one a rotation replaced while its overlap lasts. Empty without a webhook.
+    async fn webhook_secrets(&self, ctx: &Context<'_>) -> Vec<WebhookSecret> {
+        let now = app(ctx).clock.now();
+        let mut live = Vec::new();
+        if let Some(current) = &self.0.webhook_secret {
+            live.push(WebhookSecret::new(
+                current,
+                WebhookSecretRole::Current,
+                None,
+            ));
+        }
+        if let (Some(previous), Some(until)) = (
+            self.0.live_previous_secret(now),
+            self.0.previous_secret_expires_at,
+        ) {
+            live.push(WebhookSecret::new(
+                previous,
+                WebhookSecretRole::Previous,
+                Some(until),
+            ));
+        }
+        live
     }
 
     /// This endpoint's submissions, newest first.
@@ -334,6 +387,110 @@ pub struct EndpointSecretPayload {
     pub endpoint: Endpoint,
     /// The signing secret, only when this mutation made a new one; never shown again.
     pub webhook_secret: Option<String>,
+}
+
+/// Where an endpoint's deliveries stand.
+#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointDeliveryState {
+    Running,
+    Paused,
+    Deleted,
+}
+
+#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookSecretRole {
+    /// Signs every request: `Hymical-Signature` of deliveries accepted since it was made,
+    /// and `webhook-signature` of all.
+    Current,
+    /// Replaced by a rotation; still signs `webhook-signature` beside the current one
+    /// until `liveUntil`.
+    Previous,
+}
+
+/// A live signing secret, described (the secret itself is shown once, when made).
+#[derive(SimpleObject)]
+pub struct WebhookSecret {
+    pub role: WebhookSecretRole,
+    /// The first 8 hex digits of the SHA-256 of the whole secret string (`whsec_…`), so
+    /// a receiver can tell which one it holds.
+    pub fingerprint: String,
+    /// When it stops signing; null for the current one.
+    pub live_until: Option<Timestamp>,
+}
+
+impl WebhookSecret {
+    fn new(secret: &str, role: WebhookSecretRole, until: Option<DateTime<Utc>>) -> Self {
+        WebhookSecret {
+            role,
+            fingerprint: crate::digest::sha256_hex(secret.as_bytes())[..8].to_string(),
+            live_until: until.map(Timestamp),
+        }
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct EndpointPayload {
+    pub endpoint: Endpoint,
+}
+
+#[derive(SimpleObject)]
+pub struct ResumeEndpointPayload {
+    pub endpoint: Endpoint,
+    /// Its deliveries that were held (pending or with a lapsed claim), now due.
+    pub held_deliveries: i32,
+}
+
+/// What becomes of a deleted endpoint's submissions, deliveries and their histories.
+#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointHistory {
+    /// All of it stays, readable through the API; the endpoint stays as a tombstone
+    /// (`deliveryState: DELETED`), so its id cannot be taken by a new endpoint.
+    Keep,
+    /// All of it is erased with the endpoint, and its id is free again.
+    Erase,
+}
+
+#[derive(SimpleObject)]
+pub struct DeleteEndpointPayload {
+    pub deleted_endpoint_id: ID,
+    pub history: EndpointHistory,
+    /// Deliveries still owed that were cancelled (ended `FAILED`, a `CANCELLED` event each).
+    pub cancelled_deliveries: i32,
+}
+
+/// One change of an endpoint's state.
+pub struct EndpointEvent(pub db::models::EndpointEventRow);
+
+#[Object]
+impl EndpointEvent {
+    /// Ordered: a later event has a larger id. Pass the last one received as
+    /// `afterEventId` to resume.
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn endpoint_id(&self) -> ID {
+        ID(self.0.endpoint_id.to_string())
+    }
+    async fn kind(&self) -> EndpointEventKind {
+        self.0.kind
+    }
+    /// Why, for `PAUSED`.
+    async fn reason(&self) -> Option<PauseReason> {
+        self.0.reason
+    }
+    async fn occurred_at(&self) -> Timestamp {
+        Timestamp(self.0.occurred_at)
+    }
+    /// The endpoint as it is when the event is sent; null once erased.
+    async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
+        let id = &self.0.endpoint_id;
+        Ok(app(ctx)
+            .db
+            .run(async |conn| db::endpoints::find(conn, id).await)
+            .await
+            .gql()?
+            .map(Endpoint))
+    }
 }
 
 #[derive(SimpleObject)]

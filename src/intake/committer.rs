@@ -375,17 +375,29 @@ async fn store(
                         .await;
                 written.push(match one {
                     Ok(rows) => Ok(rows.first().map(|(_, queued)| *queued)),
+                    // Its endpoint was erased after this request found it (in a cache).
+                    Err(error) if error.violates_foreign_key("submissions_endpoint_id_fkey") => {
+                        Err(ApiError::EndpointNotFound {
+                            endpoint_id: submission.endpoint_id.to_string(),
+                        })
+                    }
                     Err(error) => Err(ApiError::from(error)),
                 });
             }
         }
         Err(error) => {
+            let gone = error.violates_foreign_key("submissions_endpoint_id_fkey");
             let error = Arc::new(error);
-            written.extend(
-                submissions
-                    .iter()
-                    .map(|_| Err(ApiError::from(error.clone()))),
-            );
+            written.extend(submissions.iter().map(|submission| {
+                Err(if gone {
+                    // A batch of one whose endpoint was erased after it was found.
+                    ApiError::EndpointNotFound {
+                        endpoint_id: submission.endpoint_id.to_string(),
+                    }
+                } else {
+                    ApiError::from(error.clone())
+                })
+            }));
         }
     }
     let mut answers = Vec::with_capacity(submissions.len());

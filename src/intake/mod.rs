@@ -224,7 +224,7 @@ async fn after_limits(
 }
 
 /// Steps 3 and 4: the path's endpoint id, well-formed and naming an endpoint (read
-/// through the cache).
+/// through the cache). A deleted endpoint kept for its history is not found either.
 async fn find_endpoint(app: &AppState, raw_id: Option<&str>) -> Result<Arc<EndpointRow>, ApiError> {
     let endpoint_id = raw_id
         .and_then(EndpointId::parse)
@@ -232,6 +232,7 @@ async fn find_endpoint(app: &AppState, raw_id: Option<&str>) -> Result<Arc<Endpo
     app.endpoints
         .find(&app.db, &endpoint_id)
         .await?
+        .filter(|endpoint| endpoint.deleted_at.is_none())
         .ok_or_else(|| ApiError::EndpointNotFound {
             endpoint_id: endpoint_id.to_string(),
         })

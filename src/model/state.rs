@@ -1,4 +1,5 @@
-//! The stored vocabularies: a delivery's state, an attempt's outcome, an event's kind.
+//! The stored vocabularies: a delivery's state, an attempt's outcome, an event's kind, why
+//! an endpoint is paused and what happened to it.
 //!
 //! Each is a Rust enum mapped to its text column once (`db_vocabulary!`): written from the
 //! enum, read into it, and a value no variant spells is a read error naming the column's
@@ -110,6 +111,33 @@ db_vocabulary! {
         HandedBack => "handed_back",
         /// Its submission was erased before it could be sent.
         FailedWithoutAttempt => "failed_without_attempt",
+        /// Its endpoint was deleted while it was still owed, and the operator asked for
+        /// what it still owed to be cancelled.
+        Cancelled => "cancelled",
+    }
+}
+
+db_vocabulary! {
+    /// Why an endpoint's deliveries are paused.
+    pub enum PauseReason ("pause reason") {
+        /// The receiver answered `410 Gone`.
+        Gone => "gone",
+        /// Its deliveries failed one after another past the configured threshold.
+        FailureThreshold => "failure_threshold",
+        /// An operator paused it.
+        Operator => "operator",
+    }
+}
+
+db_vocabulary! {
+    /// What happened to an endpoint.
+    pub enum EndpointEventKind ("endpoint event kind") {
+        /// Its deliveries were paused; `reason` says why.
+        Paused => "paused",
+        /// Its deliveries were resumed.
+        Resumed => "resumed",
+        /// It was deleted (its history kept or erased).
+        Deleted => "deleted",
     }
 }
 
@@ -135,7 +163,14 @@ mod tests {
         assert_eq!(EventKind::parse("deleted"), None);
         assert_eq!(DeliveryState::ALL.len(), 4);
         assert_eq!(AttemptOutcome::ALL.len(), 5);
-        assert_eq!(EventKind::ALL.len(), 7);
+        assert_eq!(EventKind::ALL.len(), 8);
+        for reason in PauseReason::ALL {
+            assert_eq!(PauseReason::parse(reason.as_str()), Some(*reason));
+        }
+        for kind in EndpointEventKind::ALL {
+            assert_eq!(EndpointEventKind::parse(kind.as_str()), Some(*kind));
+        }
+        assert_eq!(PauseReason::parse("paused"), None);
     }
 
     #[test]

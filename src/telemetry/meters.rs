@@ -24,7 +24,7 @@ use crate::app::AppState;
 use crate::auth;
 use crate::db;
 use crate::error::ApiError;
-use crate::model::state::{AttemptOutcome, DeliveryState};
+use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
 
 /// Seconds; from a fast loopback answer to the slowest request timeout.
 const DURATION_BUCKETS: &[f64] = &[
@@ -104,6 +104,18 @@ fn describe() {
         "hymical_delivery_late_attempts_total",
         "Attempts recorded after their claim had been superseded (the lease ran out first)."
     );
+    describe_counter!(
+        "hymical_endpoint_pauses_total",
+        "Endpoints this process paused, by reason: gone (a 410), failure_threshold, operator."
+    );
+    describe_counter!(
+        "hymical_endpoint_resumes_total",
+        "Paused endpoints this process resumed."
+    );
+    describe_gauge!(
+        "hymical_endpoints_paused",
+        "Endpoints whose deliveries are paused (the database's figure at the scrape)."
+    );
     describe_gauge!(
         "hymical_delivery_queue",
         "Deliveries in each state, for all endpoints (the database's figure at the scrape)."
@@ -169,6 +181,16 @@ pub fn delivery_failed_without_attempt() {
         .increment(1);
 }
 
+/// An endpoint's deliveries were paused.
+pub fn endpoint_paused(reason: PauseReason) {
+    metrics::counter!("hymical_endpoint_pauses_total", "reason" => reason.as_str()).increment(1);
+}
+
+/// A paused endpoint was resumed.
+pub fn endpoint_resumed() {
+    metrics::counter!("hymical_endpoint_resumes_total").increment(1);
+}
+
 pub fn late_attempt() {
     metrics::counter!("hymical_delivery_late_attempts_total").increment(1);
 }
@@ -230,6 +252,7 @@ async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Respo
         metrics::gauge!("hymical_delivery_queue", "state" => state.as_str()).set(count as f64);
     }
     metrics::gauge!("hymical_delivery_oldest_due_seconds").set(queue.oldest_due_seconds);
+    metrics::gauge!("hymical_endpoints_paused").set(queue.paused_endpoints as f64);
     let pool = app.db.usage();
     metrics::gauge!("hymical_db_pool_connections", "state" => "in_use").set(f64::from(pool.in_use));
     metrics::gauge!("hymical_db_pool_connections", "state" => "idle").set(f64::from(pool.idle));

@@ -86,6 +86,10 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
             ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.2"),
             ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "0.5"),
             ("FORMS_WEBHOOK_MAX_ATTEMPTS", "2"),
+            // Every hostile delivery is to run its allowance out and be recorded, round
+            // after round: no pausing after a run of failures here (endpoint_lifecycle
+            // tests that).
+            ("FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES", "0"),
             // Seven hostile endpoints at two each leave most of the 32 workers free.
             ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "2"),
         ],

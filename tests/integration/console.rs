@@ -3,7 +3,9 @@
 //! in with a key the CLI printed, create an endpoint from the keyboard, watch a delivery
 //! go PENDING → PROCESSING → DELIVERED without a reload, fail one, replay it and a bulk
 //! of them from the page, read a submission whose values are markup, export, the overview
-//! at desktop and phone width, and a revoked key signing the console out.
+//! at desktop and phone width, and a revoked key signing the console out; and an
+//! endpoint paused by its receiver's 410, resumed, rotated, paused by hand and deleted,
+//! all from its page.
 //!
 //! Screenshots of the main views are written to a temporary directory, or to
 //! `docs/console/` with `FORMS_UPDATE_SCREENSHOTS=1` (how the ones there were made).
@@ -442,4 +444,173 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
 
     client.close().await.unwrap();
     drop(serve);
+}
+
+/// A GraphQL call to `serve` with `key`; the `data`, asserting no errors.
+async fn gql(serve: &ServeProcess, key: &str, query: &str) -> serde_json::Value {
+    let body: serde_json::Value = reqwest::Client::new()
+        .post(serve.url("/graphql"))
+        .header("authorization", format!("Bearer {key}"))
+        .json(&serde_json::json!({ "query": query }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(body["errors"].is_null(), "{body}");
+    body["data"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_shows_a_pause_and_resumes_rotates_and_deletes_the_endpoint() {
+    let db = TestDb::new().await;
+    let receiver = Receiver::start().await;
+    let serve = ServeProcess::start(
+        &db,
+        &[
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ],
+    );
+    wait_for_status(&serve.url("/health"), 200).await;
+    let key = printed(&cli(&db, &["keys", "create", "--name", "console"]), "key:");
+    let shots = Screenshots::new();
+    gql(
+        &serve,
+        &key,
+        &format!(
+            "mutation {{ createEndpoint(input: {{ id: \"newsletter\", name: \"Newsletter\", webhookUrl: \"{}\" }}) {{ endpoint {{ id }} }} }}",
+            receiver.url("/gone")
+        ),
+    )
+    .await;
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    client.goto(&serve.url("/console")).await.unwrap();
+    type_into(&client, "#key", &key).await;
+    click(&client, "#sign-in button").await;
+    wait_for_text(&client, "#view h1", "Overview").await;
+
+    // The receiver answers 410: the endpoint pauses, and says why on its page and in the
+    // list; what is posted meanwhile is held.
+    post_form(&serve, "newsletter", "email=a%40example.com").await;
+    receiver.wait_for(1).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while db
+        .count("SELECT count(*) AS n FROM endpoints WHERE paused_at IS NOT NULL")
+        .await
+        == 0
+    {
+        assert!(Instant::now() < deadline, "the endpoint never paused");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in 0..3 {
+        post_form(
+            &serve,
+            "newsletter",
+            &format!("email=held{n}%40example.com"),
+        )
+        .await;
+    }
+    client
+        .goto(&serve.url("/console#/endpoints"))
+        .await
+        .unwrap();
+    wait_for_text(
+        &client,
+        "tr[data-endpoint='newsletter'] .tag.paused",
+        "deliveries paused",
+    )
+    .await;
+    click(&client, "tr[data-endpoint='newsletter'] a").await;
+    wait_for_text(
+        &client,
+        "#endpoint-delivery-state",
+        "receiver answered 410 Gone",
+    )
+    .await;
+    shots.take(&client, "endpoint-paused").await;
+    assert_eq!(receiver.received().len(), 1, "nothing is sent while paused");
+
+    // Resume from the page: the three held deliveries go out.
+    receiver.gone.store(false, Ordering::SeqCst);
+    click(&client, "#toggle-paused").await;
+    wait_for_text(&client, "#flash", "3 held deliveries are due now").await;
+    wait_for_text(&client, "#endpoint-delivery-state", "running").await;
+    receiver.wait_for(4).await;
+
+    // Rotate: the old secret is listed as still signing until the overlap ends, and can be
+    // stopped at once.
+    click(&client, "#rotate").await;
+    click(&client, "#confirm-rotate").await;
+    wait_for_text(&client, "#secret-value", "whsec_").await;
+    wait_for_text(
+        &client,
+        "#webhook-secrets li[data-role='PREVIOUS']",
+        "still signing until",
+    )
+    .await;
+    click(&client, "#end-overlap").await;
+    wait_for_text(&client, "#flash", "no longer signs").await;
+    let secrets = client
+        .find_all(Locator::Css("#webhook-secrets li"))
+        .await
+        .unwrap();
+    assert_eq!(secrets.len(), 1);
+
+    // Pause by hand, post one, then delete: refused in words while it is owed, and no
+    // choice of keep or erase means no delete at all.
+    click(&client, "#toggle-paused").await;
+    wait_for_text(&client, "#endpoint-delivery-state", "an operator paused it").await;
+    post_form(&serve, "newsletter", "email=owed%40example.com").await;
+    click(&client, "#delete-endpoint").await;
+    let confirm = client.find(Locator::Css("#confirm-delete")).await.unwrap();
+    assert!(
+        !confirm.is_enabled().await.unwrap(),
+        "deleting waits for a choice"
+    );
+    click(&client, "#history-keep").await;
+    click(&client, "#confirm-delete").await;
+    wait_for_text(
+        &client,
+        "#action-error",
+        "still has deliveries waiting or in flight",
+    )
+    .await;
+    click(&client, "#delete-endpoint").await;
+    click(&client, "#history-keep").await;
+    click(&client, "#cancel-deliveries").await;
+    click(&client, "#confirm-delete").await;
+    wait_for_text(
+        &client,
+        "#flash",
+        "its history was kept. 1 owed delivery was cancelled",
+    )
+    .await;
+    wait_for_text(&client, "#view h1", "Endpoints").await;
+    assert!(client
+        .find(Locator::Css("tr[data-endpoint='newsletter']"))
+        .await
+        .is_err());
+
+    // The tombstone's page: deleted, history kept; its history erased from there.
+    client
+        .goto(&serve.url("/console#/endpoints/newsletter"))
+        .await
+        .unwrap();
+    wait_for_text(&client, "#endpoint-delivery-state", "its history is kept").await;
+    click(&client, "#delete-endpoint").await;
+    click(&client, "#confirm-delete").await;
+    wait_for_text(&client, "#flash", "its history was erased").await;
+    assert_eq!(
+        db.count(
+            "SELECT (SELECT count(*) FROM endpoints) + (SELECT count(*) FROM submissions)
+               + (SELECT count(*) FROM webhook_deliveries) AS n"
+        )
+        .await,
+        0
+    );
+    client.close().await.unwrap();
 }

@@ -37,7 +37,8 @@ body = open(sys.argv[1], "rb").read()
 print("valid" if verify(body, sys.argv[2], sys.argv[3]) else "invalid")
 "#;
 
-fn python_verifies(body: &[u8], header: &str, secret: &str) -> bool {
+/// Whether the snippet of docs/delivery.md verifies `header` over `body` with `secret`.
+pub fn python_verifies(body: &[u8], header: &str, secret: &str) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("verify.py");
     let body_path = dir.path().join("body.bin");

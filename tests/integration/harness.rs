@@ -466,17 +466,11 @@ pub async fn wait_for_status(url: &str, expected: u16) {
 
 /// An endpoint row with defaults a test can adjust before inserting.
 pub fn endpoint(id: &str) -> db::models::EndpointRow {
-    db::models::EndpointRow {
-        id: hymical_forms::testing::model::ids::EndpointId::parse(id).expect("endpoint id"),
-        name: format!("Endpoint {id}"),
-        is_active: true,
-        created_at: chrono::Utc::now(),
-        webhook_url: None,
-        webhook_secret: None,
-        redirect_url: None,
-        allowed_origins: Vec::new(),
-        honeypot_field: None,
-    }
+    db::models::EndpointRow::new(
+        hymical_forms::testing::model::ids::EndpointId::parse(id).expect("endpoint id"),
+        format!("Endpoint {id}"),
+        chrono::Utc::now(),
+    )
 }
 
 /// A signing secret in the documented format.

@@ -398,6 +398,83 @@ async fn every_check_and_unique_constraint_refuses() {
     accepted(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abc', '2026-01-01T00:00:00Z', 1)").await;
     refused(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abc', '2026-01-01T00:00:00Z', 1)", "rate_limit_counters_pkey").await;
     refused(c, "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES ('ip', 'abd', '2026-01-01T00:00:00Z', 0)", "rate_limit_counters_attempts_positive").await;
+
+    // endpoints: rotation, pausing, deletion
+    let update = |set: &str| format!("UPDATE endpoints SET {set} WHERE id = 'contact'");
+    refused(
+        c,
+        &update("previous_webhook_secret = webhook_secret"),
+        "endpoints_previous_secret_and_expiry_together",
+    )
+    .await;
+    refused(
+        c,
+        &update("previous_secret_expires_at = now()"),
+        "endpoints_previous_secret_and_expiry_together",
+    )
+    .await;
+    refused(
+        c,
+        &update("previous_webhook_secret = 'whsec_short', previous_secret_expires_at = now()"),
+        "endpoints_previous_secret_format",
+    )
+    .await;
+    accepted(
+        c,
+        &update("previous_webhook_secret = webhook_secret, previous_secret_expires_at = now()"),
+    )
+    .await;
+    refused(
+        c,
+        &update("webhook_url = NULL, webhook_secret = NULL"),
+        "endpoints_previous_secret_needs_current",
+    )
+    .await;
+    refused(
+        c,
+        &update("paused_at = now()"),
+        "endpoints_pause_reason_with_pause",
+    )
+    .await;
+    refused(
+        c,
+        &update("pause_reason = 'gone'"),
+        "endpoints_pause_reason_with_pause",
+    )
+    .await;
+    refused(
+        c,
+        &update("paused_at = now(), pause_reason = 'bored'"),
+        "endpoints_pause_reason_valid",
+    )
+    .await;
+    accepted(c, &update("paused_at = now(), pause_reason = 'gone'")).await;
+    refused(
+        c,
+        &update("consecutive_failed_deliveries = -1"),
+        "endpoints_consecutive_failed_deliveries_non_negative",
+    )
+    .await;
+    refused(
+        c,
+        &update("deleted_at = now(), is_active = false"),
+        "endpoints_deleted_is_bare",
+    )
+    .await;
+    accepted(c, "INSERT INTO endpoints (id, name, is_active, deleted_at) VALUES ('gone', 'Gone', false, now())").await;
+    refused(
+        c,
+        "INSERT INTO endpoints (id, name, deleted_at) VALUES ('gone-active', 'Gone', now())",
+        "endpoints_deleted_is_bare",
+    )
+    .await;
+
+    // endpoint_events
+    accepted(c, "INSERT INTO endpoint_events (endpoint_id, kind, reason, occurred_at) VALUES ('contact', 'paused', 'operator', now())").await;
+    refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, occurred_at) VALUES ('contact', 'archived', now())", "endpoint_events_kind").await;
+    refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, occurred_at) VALUES ('contact', 'paused', now())", "endpoint_events_reason").await;
+    refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, reason, occurred_at) VALUES ('contact', 'resumed', 'gone', now())", "endpoint_events_reason").await;
+    refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, reason, occurred_at) VALUES ('contact', 'paused', 'bored', now())", "endpoint_events_reason").await;
 }
 
 #[derive(diesel::QueryableByName, Debug)]

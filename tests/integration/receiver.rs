@@ -4,6 +4,7 @@
 //! - `/hang`: never answers while `hanging` is set, then 200;
 //! - `/slow/{ms}`: 200 after that many milliseconds;
 //! - `/failing`: 500 while `failing` is set, then 200;
+//! - `/gone`: 410 while `gone` is set, then 200;
 //! - anything else: 200.
 
 use std::net::SocketAddr;
@@ -31,6 +32,7 @@ pub struct Receiver {
     pub requests: Arc<Mutex<Vec<Received>>>,
     pub hanging: Arc<AtomicBool>,
     pub failing: Arc<AtomicBool>,
+    pub gone: Arc<AtomicBool>,
 }
 
 impl Receiver {
@@ -38,11 +40,13 @@ impl Receiver {
         let mut receiver = Receiver::default();
         receiver.hanging.store(true, Ordering::SeqCst);
         receiver.failing.store(true, Ordering::SeqCst);
+        receiver.gone.store(true, Ordering::SeqCst);
         let router = Router::new()
             .route("/status/{code}", any(status))
             .route("/hang", any(hang))
             .route("/slow/{ms}", any(slow))
             .route("/failing", any(failing))
+            .route("/gone", any(gone))
             .fallback(any(ok))
             .with_state(receiver.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -98,6 +102,20 @@ async fn failing(
     remember(&receiver, &uri, headers, body);
     if receiver.failing.load(Ordering::SeqCst) {
         StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn gone(
+    State(receiver): State<Receiver>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    remember(&receiver, &uri, headers, body);
+    if receiver.gone.load(Ordering::SeqCst) {
+        StatusCode::GONE
     } else {
         StatusCode::OK
     }

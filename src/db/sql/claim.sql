@@ -13,6 +13,9 @@
 WITH expired AS MATERIALIZED (
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
+      -- A paused endpoint's deliveries wait, even those whose lease ran out.
+      AND NOT EXISTS (SELECT 1 FROM endpoints e
+                      WHERE e.id = w.endpoint_id AND e.paused_at IS NOT NULL)
     ORDER BY w.claim_expires_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
@@ -59,8 +62,18 @@ WITH expired AS MATERIALIZED (
            previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
     FROM claimed
 ), result AS (
+    -- With the endpoint's live secrets, when the delivery goes where the endpoint now
+    -- points (a delivery to an earlier URL is never signed with a later receiver's
+    -- secret), and its run of failed deliveries.
     SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
-           c.submission_id, c.cycle_attempts, s.received_at, s.fields
+           c.submission_id, c.cycle_attempts, s.received_at, s.fields,
+           CASE WHEN e.webhook_url = c.destination_url THEN e.webhook_secret END
+               AS endpoint_secret,
+           CASE WHEN e.webhook_url = c.destination_url
+                 AND e.previous_secret_expires_at > coalesce($1, statement_timestamp())
+                THEN e.previous_webhook_secret END AS endpoint_previous_secret,
+           e.consecutive_failed_deliveries
     FROM claimed c
+    JOIN endpoints e ON e.id = c.endpoint_id
     LEFT JOIN submissions s ON s.id = c.submission_id
 )

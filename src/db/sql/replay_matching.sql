@@ -1,4 +1,5 @@
--- Replays every failed delivery the filter matches (see replay_one.sql), in one durable
+-- Replays every failed delivery the filter matches (see replay_one.sql; never one of a
+-- deleted endpoint), in one durable
 -- statement; answers how many.
 --
 -- $1 endpoint id (NULL: every endpoint), $2 failed after, $3 failed before, $5 created
@@ -14,6 +15,8 @@ WITH replayed AS (
       AND ($3::timestamptz IS NULL OR completed_at < $3)
       AND ($5::timestamptz IS NULL OR created_at > $5)
       AND ($6::timestamptz IS NULL OR created_at < $6)
+      AND NOT EXISTS (SELECT 1 FROM endpoints e
+                      WHERE e.id = webhook_deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
     RETURNING id, endpoint_id, state, attempts, cycle_attempts
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'replayed'::varchar AS kind, state,

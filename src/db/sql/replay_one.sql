@@ -1,6 +1,7 @@
 -- Puts one failed delivery back in the queue in one conditional update: pending, due now,
 -- a fresh cycle (cycle_attempts = 0), no claim, no completion. `attempts` and the history
--- stay, so numbering continues. A delivery whose submission was erased stays failed.
+-- stay, so numbering continues. A delivery whose submission was erased, or whose endpoint
+-- was deleted, stays failed.
 -- Wakes the workers at commit.
 --
 -- $1 delivery id, $2 now (NULL: the database's clock)
@@ -9,6 +10,8 @@ WITH replayed AS (
     SET state = 'pending', next_attempt_at = coalesce($2, statement_timestamp()),
         cycle_attempts = 0, claim_token = NULL, claim_expires_at = NULL, completed_at = NULL
     WHERE id = $1 AND state = 'failed' AND submission_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM endpoints e
+                      WHERE e.id = webhook_deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
     RETURNING id, submission_id, endpoint_id, destination_url, state, attempts,
               cycle_attempts, next_attempt_at, claim_expires_at, created_at, completed_at
 ), changes AS (

@@ -8,3 +8,5 @@ WHERE state = 'failed' AND submission_id IS NOT NULL
   AND ($3::timestamptz IS NULL OR completed_at < $3)
   AND ($4::timestamptz IS NULL OR created_at > $4)
   AND ($5::timestamptz IS NULL OR created_at < $5)
+      AND NOT EXISTS (SELECT 1 FROM endpoints e
+                      WHERE e.id = webhook_deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
