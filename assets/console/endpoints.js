@@ -320,7 +320,7 @@ export function detail(view, route, shell) {
           anchor: actions,
           trigger: rotate,
           label: "Rotate the secret",
-          text: "A new secret signs every webhook from now on. The old one keeps signing webhook-signature beside it for 24 hours, so receivers can switch meanwhile; queued deliveries keep it in Hymical-Signature.",
+          text: "A new secret signs every webhook from now on. The old one keeps signing webhook-signature beside it for the server's overlap (24 hours unless configured otherwise), so receivers can switch meanwhile; queued deliveries keep it in Hymical-Signature.",
           confirmLabel: "Rotate now",
           confirmId: "confirm-rotate",
           confirmed: async () => {

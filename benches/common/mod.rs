@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,11 +74,6 @@ pub struct BenchCluster {
 }
 
 impl BenchCluster {
-    /// A cluster with `synchronous_commit = off` (see [`BenchCluster::start_with`]).
-    pub fn start(runtime: &tokio::runtime::Runtime) -> BenchCluster {
-        BenchCluster::start_with(runtime, false)
-    }
-
     /// A cluster with PostgreSQL's defaults (`fsync = on`, `synchronous_commit = on`)
     /// when `durable`, or with `synchronous_commit = off`.
     pub fn start_with(runtime: &tokio::runtime::Runtime, durable: bool) -> BenchCluster {
@@ -211,48 +205,6 @@ pub fn cpu_seconds() -> (f64, f64) {
 pub const FORM_BODY: &str =
     "name=Ada+Lovelace&email=ada%40example.com&topic=billing&message=Hello+there%2C+world&consent=yes";
 
-/// Accepted submissions per second from `concurrency` keep-alive connections.
-///
-/// The load generator writes raw HTTP/1.1 on each connection, so that the client costs
-/// about as little CPU as pgbench's does and the comparison measures the server.
-pub async fn offer_load(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
-    let request = format!(
-        "POST /f/bench HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{FORM_BODY}",
-        FORM_BODY.len()
-    );
-    let accepted = Arc::new(AtomicU64::new(0));
-    let cpu_before = cpu_seconds();
-    let started = Instant::now();
-    let deadline = started + duration;
-    let mut tasks = Vec::new();
-    for _ in 0..concurrency {
-        let request = request.clone();
-        let accepted = accepted.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-            stream.set_nodelay(true).expect("nodelay");
-            let mut buffer = Vec::with_capacity(4096);
-            while Instant::now() < deadline {
-                stream.write_all(request.as_bytes()).await.expect("write");
-                let status = read_response(&mut stream, &mut buffer).await;
-                assert_eq!(status, 202, "unexpected status");
-                accepted.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("load task");
-    }
-    let count = accepted.load(Ordering::Relaxed) as f64;
-    let (process, machine) = cpu_seconds();
-    println!(
-        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs",
-        (process - cpu_before.0) / count * 1e6,
-        (machine - cpu_before.1) / count * 1e6
-    );
-    count / started.elapsed().as_secs_f64()
-}
-
 /// Reads one response (headers and a Content-Length body) and returns its status.
 async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>) -> u16 {
     buffer.clear();
@@ -302,8 +254,12 @@ pub fn client_address(n: usize) -> String {
     format!("198.18.{}.{}", n / 250, 1 + n % 250)
 }
 
-/// Like [`offer_load`], but every request comes from one of `clients` addresses (in turn)
-/// and goes to `paths[i % paths.len()]`, and each request's latency is recorded.
+/// Accepted submissions per second from `concurrency` keep-alive connections, every
+/// request from one of `clients` addresses (in turn) to `paths[i % paths.len()]`, each
+/// request's latency recorded.
+///
+/// The load generator writes raw HTTP/1.1 on each connection, so that the client costs
+/// about as little CPU as pgbench's does and the comparison measures the server.
 pub async fn offer_spread_load(
     addr: SocketAddr,
     concurrency: usize,

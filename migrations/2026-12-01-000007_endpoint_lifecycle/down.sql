@@ -1,3 +1,12 @@
+-- Without these columns a deleted endpoint would come back as an ordinary one, and its
+-- cancelled deliveries would be replayable to its old receiver: refuse while there is one.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM endpoints WHERE deleted_at IS NOT NULL) THEN
+        RAISE EXCEPTION 'endpoints deleted with their history kept exist: erase them (deleteEndpoint with history: ERASE) before reverting this migration';
+    END IF;
+END
+$$;
 DELETE FROM delivery_events WHERE kind = 'cancelled';
 ALTER TABLE delivery_events DROP CONSTRAINT delivery_events_kind;
 ALTER TABLE delivery_events ADD CONSTRAINT delivery_events_kind CHECK (kind IN ('created',

@@ -102,12 +102,16 @@ BEGIN
             EXIT WHEN cardinality(v_serving) >= p_limit;
         END IF;
     END LOOP;
-    -- A new snapshot: every claim committed before the locks were taken is counted.
+    -- A new snapshot: every claim committed before the locks were taken is counted, and
+    -- a pause committed before (a pause takes the endpoint's lock: db/endpoints.rs) is
+    -- seen.
     RETURN QUERY
     SELECT s.endpoint_id,
            greatest(p_cap - (SELECT count(*) FROM webhook_deliveries w
                              WHERE w.state = 'processing' AND w.endpoint_id = s.endpoint_id),
                     0)::integer
-    FROM unnest(v_serving) AS s(endpoint_id);
+    FROM unnest(v_serving) AS s(endpoint_id)
+    WHERE NOT EXISTS (SELECT 1 FROM endpoints e
+                      WHERE e.id = s.endpoint_id AND e.paused_at IS NOT NULL);
 END
 $$;

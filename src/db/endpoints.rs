@@ -108,10 +108,11 @@ where
     use diesel_async::AsyncConnection;
     let id = id.clone();
     conn.transaction::<_, E, _>(async move |conn| {
+        // A lock that leaves intake's key-share locks alone: settings are not the key.
         let current: Option<EndpointRow> = endpoints::table
             .find(&id)
             .select(EndpointRow::as_select())
-            .for_update()
+            .for_no_key_update()
             .first(conn)
             .await
             .optional()?;
@@ -140,21 +141,18 @@ where
     .await
 }
 
-/// Class and key of the advisory lock every writer of `endpoint_events` holds until it
-/// commits ("hyme" in ASCII): the events commit in id order, so a reader that has seen an
-/// id has seen every smaller one. They are rare, so nobody waits long.
+/// Class and key of the advisory lock every writer of `endpoint_events` holds from its
+/// event's id until it commits ("hyme" in ASCII): the events commit in id order, so a
+/// reader that has seen an id has seen every smaller one. It is taken last, just before
+/// the insert, so it is held only for the insert and the commit, and nobody holding it
+/// waits for anything else.
 const ENDPOINT_EVENTS_LOCK: (i32, i32) = (1752788325, 0);
 
-async fn lock_endpoint_events(conn: &mut AsyncPgConnection) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock($1, $2)")
-        .bind::<diesel::sql_types::Integer, _>(ENDPOINT_EVENTS_LOCK.0)
-        .bind::<diesel::sql_types::Integer, _>(ENDPOINT_EVENTS_LOCK.1)
-        .execute(conn)
-        .await
-        .map(|_| ())
-}
+/// The class of the claim's per-endpoint advisory locks (migration fair_claiming).
+const CLAIM_LOCK_CLASS: i32 = 1752788324;
 
-/// Writes one endpoint event (under the lock) and notifies, in the caller's transaction.
+/// Writes one endpoint event (under the lock) and notifies, in the caller's transaction;
+/// the caller commits right after.
 async fn write_event(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
@@ -162,6 +160,11 @@ async fn write_event(
     reason: Option<PauseReason>,
     at: DateTime<Utc>,
 ) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1, $2)")
+        .bind::<diesel::sql_types::Integer, _>(ENDPOINT_EVENTS_LOCK.0)
+        .bind::<diesel::sql_types::Integer, _>(ENDPOINT_EVENTS_LOCK.1)
+        .execute(conn)
+        .await?;
     diesel::insert_into(endpoint_events::table)
         .values((
             endpoint_events::endpoint_id.eq(id),
@@ -174,16 +177,16 @@ async fn write_event(
     notify_changed(conn, id).await
 }
 
-/// Reads the endpoint for an endpoint-event writer: takes the events lock, then the row.
-async fn lock_for_event(
+/// Reads and locks the endpoint for a change of its settings or state (pause, resume):
+/// a lock that intake's key-share locks do not wait for.
+async fn lock_for_change(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
 ) -> QueryResult<Option<EndpointRow>> {
-    lock_endpoint_events(conn).await?;
     endpoints::table
         .find(id)
         .select(EndpointRow::as_select())
-        .for_update()
+        .for_no_key_update()
         .first(conn)
         .await
         .optional()
@@ -210,7 +213,7 @@ pub async fn pause(
     let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let Some(current) = lock_for_event(conn, &id).await? else {
+            let Some(current) = lock_for_change(conn, &id).await? else {
                 return Ok(PauseOutcome::NotFound);
             };
             if current.deleted_at.is_some() {
@@ -219,6 +222,13 @@ pub async fn pause(
             if current.paused_at.is_some() {
                 return Ok(PauseOutcome::AlreadyPaused(current));
             }
+            // A claim taking from this endpoint right now finishes first; one after the
+            // pause commits finds it paused once it holds this lock (claimable_endpoints).
+            diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+                .bind::<diesel::sql_types::Integer, _>(CLAIM_LOCK_CLASS)
+                .bind::<diesel::sql_types::Text, _>(id.as_str())
+                .execute(conn)
+                .await?;
             let row = diesel::update(endpoints::table.find(&id))
                 .set((
                     endpoints::paused_at.eq(Some(now)),
@@ -256,7 +266,7 @@ pub async fn resume(
     let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let Some(current) = lock_for_event(conn, &id).await? else {
+            let Some(current) = lock_for_change(conn, &id).await? else {
                 return Ok(ResumeOutcome::NotFound);
             };
             if current.deleted_at.is_some() {
@@ -274,7 +284,7 @@ pub async fn resume(
                 .returning(EndpointRow::as_returning())
                 .get_result(conn)
                 .await?;
-            let made_due = diesel::update(
+            diesel::update(
                 webhook_deliveries::table
                     .filter(webhook_deliveries::endpoint_id.eq(&id))
                     .filter(webhook_deliveries::state.eq(DeliveryState::Pending))
@@ -292,7 +302,6 @@ pub async fn resume(
                 .count()
                 .get_result(conn)
                 .await?;
-            debug_assert!(made_due as i64 <= held);
             write_event(conn, &id, EndpointEventKind::Resumed, None, now).await?;
             diesel::sql_query("SELECT pg_notify($1, '')")
                 .bind::<diesel::sql_types::Text, _>(super::listen::DELIVERY_DUE)
@@ -301,27 +310,6 @@ pub async fn resume(
             Ok(ResumeOutcome::Resumed(row, held))
         })
         .await?)
-}
-
-/// Ends a rotation's overlap now: the previous secret stops signing. `Ok(None)` when no
-/// endpoint has the id.
-pub async fn end_secret_overlap(
-    conn: &mut AsyncPgConnection,
-    id: &EndpointId,
-) -> Result<Option<EndpointRow>, DbError> {
-    let row = diesel::update(endpoints::table.find(id))
-        .set((
-            endpoints::previous_webhook_secret.eq(None::<String>),
-            endpoints::previous_secret_expires_at.eq(None::<DateTime<Utc>>),
-        ))
-        .returning(EndpointRow::as_returning())
-        .get_result(conn)
-        .await
-        .optional()?;
-    if row.is_some() {
-        notify_changed(conn, id).await?;
-    }
-    Ok(row)
 }
 
 /// One endpoint's share of a batch of recorded attempts, for [`count_failed_deliveries`].
@@ -404,118 +392,145 @@ pub async fn delete(
     history: History,
     now: DateTime<Utc>,
 ) -> Result<DeleteOutcome, DbError> {
+    // The cancel takes delivery row locks while the endpoint row is held, and a recorder
+    // may hold one of them while its state-count trigger waits for a key-share lock on
+    // that row: PostgreSQL breaks such a deadlock by failing one side, and when that is
+    // this transaction it runs again.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match delete_once(conn, id, cancel, history, now).await {
+            Err(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::Unknown,
+                info,
+            )) if tries < 3 && info.message().contains("deadlock") => continue,
+            outcome => return Ok(outcome?),
+        }
+    }
+}
+
+async fn delete_once(
+    conn: &mut AsyncPgConnection,
+    id: &EndpointId,
+    cancel: bool,
+    history: History,
+    now: DateTime<Utc>,
+) -> QueryResult<DeleteOutcome> {
     use super::schema::{
         delivery_attempts, delivery_events, delivery_state_counts, submissions, webhook_deliveries,
     };
     use diesel_async::AsyncConnection;
     let id = id.clone();
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let Some(current) = lock_for_event(conn, &id).await? else {
-                return Ok(DeleteOutcome::NotFound);
-            };
-            if current.deleted_at.is_some() && history == History::Keep {
-                return Ok(DeleteOutcome::AlreadyDeleted);
+    conn.transaction::<_, diesel::result::Error, _>(async move |conn| {
+        // FOR UPDATE: intake's and replays' key-share locks wait for this delete, and
+        // then find the endpoint deleted (outbox_insert_batch.sql, replay_*.sql).
+        let current: Option<EndpointRow> = endpoints::table
+            .find(&id)
+            .select(EndpointRow::as_select())
+            .for_update()
+            .first(conn)
+            .await
+            .optional()?;
+        let Some(current) = current else {
+            return Ok(DeleteOutcome::NotFound);
+        };
+        if current.deleted_at.is_some() && history == History::Keep {
+            return Ok(DeleteOutcome::AlreadyDeleted);
+        }
+        let owed: Vec<(DeliveryState, i64)> = webhook_deliveries::table
+            .filter(webhook_deliveries::endpoint_id.eq(&id))
+            .filter(
+                webhook_deliveries::state
+                    .eq_any([DeliveryState::Pending, DeliveryState::Processing]),
+            )
+            .group_by(webhook_deliveries::state)
+            .select((webhook_deliveries::state, diesel::dsl::count_star()))
+            .load(conn)
+            .await?;
+        let count_of = |state: DeliveryState| {
+            owed.iter()
+                .find(|(s, _)| *s == state)
+                .map_or(0, |(_, n)| *n)
+        };
+        let (pending, processing) = (
+            count_of(DeliveryState::Pending),
+            count_of(DeliveryState::Processing),
+        );
+        if pending + processing > 0 && !cancel {
+            return Ok(DeleteOutcome::InProgress {
+                pending,
+                processing,
+            });
+        }
+        let cancelled: i64 = if pending + processing > 0 {
+            Statement::<CancelDeliveries, diesel::sql_types::BigInt, _>::new(
+                &CANCEL_DELIVERIES,
+                (
+                    bind::<diesel::sql_types::Text, _>(&id),
+                    bind::<diesel::sql_types::Timestamptz, _>(now),
+                ),
+            )
+            .get_result(conn)
+            .await?
+        } else {
+            0
+        };
+        match history {
+            History::Keep => {
+                diesel::update(endpoints::table.find(&id))
+                    .set((
+                        endpoints::deleted_at.eq(Some(now)),
+                        endpoints::is_active.eq(false),
+                        endpoints::webhook_url.eq(None::<String>),
+                        endpoints::webhook_secret.eq(None::<String>),
+                        endpoints::previous_webhook_secret.eq(None::<String>),
+                        endpoints::previous_secret_expires_at.eq(None::<DateTime<Utc>>),
+                        endpoints::paused_at.eq(None::<DateTime<Utc>>),
+                        endpoints::pause_reason.eq(None::<PauseReason>),
+                        endpoints::consecutive_failed_deliveries.eq(0),
+                    ))
+                    .execute(conn)
+                    .await?;
             }
-            let owed: Vec<(DeliveryState, i64)> = webhook_deliveries::table
-                .filter(webhook_deliveries::endpoint_id.eq(&id))
-                .filter(
-                    webhook_deliveries::state
-                        .eq_any([DeliveryState::Pending, DeliveryState::Processing]),
+            History::Erase => {
+                let deliveries = webhook_deliveries::table
+                    .filter(webhook_deliveries::endpoint_id.eq(&id))
+                    .select(webhook_deliveries::id);
+                diesel::delete(
+                    delivery_attempts::table
+                        .filter(delivery_attempts::delivery_id.eq_any(deliveries)),
                 )
-                .group_by(webhook_deliveries::state)
-                .select((webhook_deliveries::state, diesel::dsl::count_star()))
-                .load(conn)
+                .execute(conn)
                 .await?;
-            let count_of = |state: DeliveryState| {
-                owed.iter()
-                    .find(|(s, _)| *s == state)
-                    .map_or(0, |(_, n)| *n)
-            };
-            let (pending, processing) = (
-                count_of(DeliveryState::Pending),
-                count_of(DeliveryState::Processing),
-            );
-            if pending + processing > 0 && !cancel {
-                return Ok(DeleteOutcome::InProgress {
-                    pending,
-                    processing,
-                });
-            }
-            let cancelled: i64 = if pending + processing > 0 {
-                Statement::<CancelDeliveries, diesel::sql_types::BigInt, _>::new(
-                    &CANCEL_DELIVERIES,
-                    (
-                        bind::<diesel::sql_types::Text, _>(&id),
-                        bind::<diesel::sql_types::Timestamptz, _>(now),
-                    ),
+                diesel::delete(delivery_events::table.filter(delivery_events::endpoint_id.eq(&id)))
+                    .execute(conn)
+                    .await?;
+                // The terminal-state triggers write to the counts as rows go.
+                diesel::delete(
+                    webhook_deliveries::table.filter(webhook_deliveries::endpoint_id.eq(&id)),
                 )
-                .get_result(conn)
-                .await?
-            } else {
-                0
-            };
-            match history {
-                History::Keep => {
-                    diesel::update(endpoints::table.find(&id))
-                        .set((
-                            endpoints::deleted_at.eq(Some(now)),
-                            endpoints::is_active.eq(false),
-                            endpoints::webhook_url.eq(None::<String>),
-                            endpoints::webhook_secret.eq(None::<String>),
-                            endpoints::previous_webhook_secret.eq(None::<String>),
-                            endpoints::previous_secret_expires_at.eq(None::<DateTime<Utc>>),
-                            endpoints::paused_at.eq(None::<DateTime<Utc>>),
-                            endpoints::pause_reason.eq(None::<PauseReason>),
-                            endpoints::consecutive_failed_deliveries.eq(0),
-                        ))
-                        .execute(conn)
-                        .await?;
-                }
-                History::Erase => {
-                    let deliveries = webhook_deliveries::table
-                        .filter(webhook_deliveries::endpoint_id.eq(&id))
-                        .select(webhook_deliveries::id);
-                    diesel::delete(
-                        delivery_attempts::table
-                            .filter(delivery_attempts::delivery_id.eq_any(deliveries)),
-                    )
+                .execute(conn)
+                .await?;
+                diesel::delete(
+                    delivery_state_counts::table.filter(delivery_state_counts::endpoint_id.eq(&id)),
+                )
+                .execute(conn)
+                .await?;
+                diesel::delete(submissions::table.filter(submissions::endpoint_id.eq(&id)))
                     .execute(conn)
                     .await?;
-                    diesel::delete(
-                        delivery_events::table.filter(delivery_events::endpoint_id.eq(&id)),
-                    )
+                diesel::delete(endpoint_events::table.filter(endpoint_events::endpoint_id.eq(&id)))
                     .execute(conn)
                     .await?;
-                    // The terminal-state triggers write to the counts as rows go.
-                    diesel::delete(
-                        webhook_deliveries::table.filter(webhook_deliveries::endpoint_id.eq(&id)),
-                    )
+                diesel::delete(endpoints::table.find(&id))
                     .execute(conn)
                     .await?;
-                    diesel::delete(
-                        delivery_state_counts::table
-                            .filter(delivery_state_counts::endpoint_id.eq(&id)),
-                    )
-                    .execute(conn)
-                    .await?;
-                    diesel::delete(submissions::table.filter(submissions::endpoint_id.eq(&id)))
-                        .execute(conn)
-                        .await?;
-                    diesel::delete(
-                        endpoint_events::table.filter(endpoint_events::endpoint_id.eq(&id)),
-                    )
-                    .execute(conn)
-                    .await?;
-                    diesel::delete(endpoints::table.find(&id))
-                        .execute(conn)
-                        .await?;
-                }
             }
-            write_event(conn, &id, EndpointEventKind::Deleted, None, now).await?;
-            Ok(DeleteOutcome::Deleted { cancelled })
-        })
-        .await?)
+        }
+        write_event(conn, &id, EndpointEventKind::Deleted, None, now).await?;
+        Ok(DeleteOutcome::Deleted { cancelled })
+    })
+    .await
 }
 
 /// Endpoint events after `after`, oldest first, at most `limit`; only `endpoint`'s when

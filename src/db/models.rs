@@ -169,7 +169,7 @@ pub struct ClaimedDelivery {
     pub fields: Option<serde_json::Value>,
     /// The endpoint's own secrets now, when the delivery goes to the endpoint's current
     /// URL: the current one and a rotated-out one still in its overlap window. They sign
-    /// `webhook-signature` beside the delivery's snapshot.
+    /// `webhook-signature` (the snapshot does when there are none).
     pub endpoint_secret: Option<String>,
     pub endpoint_previous_secret: Option<String>,
     /// The endpoint's run of failed deliveries when this was claimed (a delivery resets a

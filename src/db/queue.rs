@@ -280,8 +280,8 @@ pub async fn hand_back(
 static NEXT_DUE: SqlText = sql!("next_due.sql");
 struct NextDue;
 
-/// How long until something may become claimable (next_due.sql): `None` when nothing is
-/// queued, zero when something is due already.
+/// How long until something not claimable now may become so (next_due.sql): `None` when
+/// nothing is scheduled later.
 pub async fn next_due_in(
     conn: &mut AsyncPgConnection,
     now: Option<DateTime<Utc>>,

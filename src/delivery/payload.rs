@@ -1,7 +1,7 @@
 //! The webhook request body and its signatures: `Hymical-Signature` (the body, keyed with
 //! the delivery's snapshot secret) and Standard Webhooks (`webhook-id`,
-//! `webhook-timestamp`, `webhook-signature`: id, time and body, keyed with every live
-//! secret).
+//! `webhook-timestamp`, `webhook-signature`: id, time and body, keyed with each of the
+//! endpoint's live secrets).
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -67,23 +67,30 @@ pub struct SignatureHeaders {
 }
 
 /// Every header that signs one attempt of a delivery: `Hymical-Signature` with the
-/// snapshot secret the delivery was accepted under; `webhook-signature` with that secret
-/// and the endpoint's live ones (`live`: its current secret and a rotated-out one still in
-/// its overlap window), so a receiver holding any of them verifies. Answers how many
-/// secrets could not sign as well (none, for secrets in the stored format).
+/// snapshot secret the delivery was accepted under (the rule receivers of that header
+/// know); `webhook-signature` with the endpoint's live secrets (`live`: its current secret
+/// and a rotated-out one still in its overlap window), so a receiver holding either
+/// verifies and a secret whose overlap ended signs nothing more, or, when the endpoint
+/// has none for this delivery's URL, with the snapshot secret. Answers how many secrets
+/// could not sign as well (none, for secrets in the stored format).
 pub fn sign<'a>(
     delivery_id: &str,
     snapshot_secret: &'a str,
-    live: impl IntoIterator<Item = &'a str>,
+    live: &[&'a str],
     attempted_at: DateTime<Utc>,
     body: &[u8],
 ) -> (SignatureHeaders, usize) {
     let webhook_timestamp = attempted_at.timestamp();
+    let standard: &[&str] = if live.is_empty() {
+        std::slice::from_ref(&snapshot_secret)
+    } else {
+        live
+    };
     let (webhook_signature, refused) = standard_signatures(
         delivery_id,
         webhook_timestamp,
         body,
-        std::iter::once(snapshot_secret).chain(live),
+        standard.iter().copied(),
     );
     (
         SignatureHeaders {
@@ -203,6 +210,31 @@ mod tests {
         );
         assert_eq!(refused, 0);
         assert_eq!(header, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn live_secrets_sign_webhook_signature_and_the_snapshot_only_without_them() {
+        let (snapshot, current, previous) = (
+            format!("whsec_{}", "01".repeat(32)),
+            format!("whsec_{}", "23".repeat(32)),
+            format!("whsec_{}", "45".repeat(32)),
+        );
+        let at = Utc::now();
+        let (headers, _) = sign("whd_1", &snapshot, &[&current, &previous], at, b"{}");
+        let expected = standard_signatures(
+            "whd_1",
+            at.timestamp(),
+            b"{}",
+            [current.as_str(), previous.as_str()],
+        )
+        .0;
+        assert_eq!(headers.webhook_signature, expected);
+        assert_eq!(headers.hymical, signature(&snapshot, b"{}"));
+        let (alone, _) = sign("whd_1", &snapshot, &[], at, b"{}");
+        assert_eq!(
+            alone.webhook_signature,
+            standard_signatures("whd_1", at.timestamp(), b"{}", [snapshot.as_str()]).0
+        );
     }
 
     #[test]

@@ -13,10 +13,10 @@
 //! failed deliveries (db/endpoints.rs `count_failed_deliveries`: a delivery ending
 //! `failed` adds one, a delivered one starts the run again) and pauses an endpoint whose
 //! receiver answered `410 Gone` or whose run reached `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`
-//! (pausing.rs). That is a transaction of its own, only for batches with a failure, a 410
-//! or a delivery to an endpoint whose run was nonzero when it was claimed: the common
-//! batch (all delivered, no run) costs nothing more. A crash between the two loses that
-//! batch's share of the count, no more.
+//! (pausing.rs). That is a transaction of its own, on a task of its own, only for batches
+//! with a failure, a 410 or a delivery to an endpoint whose run was nonzero when it was
+//! claimed: the common batch (all delivered, no run) costs nothing more. A crash between
+//! the two loses that batch's share of the count, no more.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -148,7 +148,15 @@ async fn write_batches(
             }
         }
         let (attempts, answers) = write_batch(&db, clock.pinned(), batch).await;
-        follow_endpoints(&db, clock.as_ref(), pause_after, &attempts, &answers).await;
+        let (runs, gone) = endpoint_effects(&attempts, &answers);
+        if !runs.is_empty() || !gone.is_empty() {
+            // On a task of its own: a pause may wait for an endpoint's row lock (a long
+            // erase, say), and recording must not wait with it.
+            let (task_db, task_clock) = (db.clone(), clock.clone());
+            tokio::spawn(async move {
+                follow_endpoints(&task_db, task_clock.as_ref(), pause_after, runs, gone).await;
+            });
+        }
     }
 }
 
@@ -244,15 +252,16 @@ fn endpoint_effects(
     (runs, gone)
 }
 
-/// Keeps the runs of failed deliveries and pauses the endpoints the batch says to.
+/// Keeps the runs of failed deliveries and pauses the endpoints a batch says to.
 async fn follow_endpoints(
     db: &Db,
     clock: &dyn Clock,
     pause_after: u32,
-    attempts: &[Attempt],
-    recorded: &[Option<Recorded>],
+    mut runs: Vec<FailureRun>,
+    gone: Vec<EndpointId>,
 ) {
-    let (runs, gone) = endpoint_effects(attempts, recorded);
+    // In id order, as the statement locks them.
+    runs.sort_by(|a, b| a.endpoint_id.as_str().cmp(b.endpoint_id.as_str()));
     let mut pauses: Vec<(EndpointId, PauseReason)> = gone
         .into_iter()
         .map(|endpoint| (endpoint, PauseReason::Gone))

@@ -161,8 +161,10 @@ impl Worker {
         tracing::info!("delivery worker stopped");
     }
 
-    /// How long to sleep: until the next due time or lease expiry (by the database's
-    /// clock), at most `poll`.
+    /// How long to sleep: until the next future due time or lease expiry (by the
+    /// database's clock), at most `poll`. What is due already but was not claimed (another
+    /// worker holds it, its endpoint has no room or is paused) waits for a wake-up, a
+    /// freed slot or the poll.
     async fn until_next_due(&self, poll: Duration) -> Duration {
         let now = self.clock.pinned();
         let next = self
@@ -171,8 +173,6 @@ impl Worker {
             .await;
         match next {
             Ok(Some(wait)) if !wait.is_zero() => wait.min(poll),
-            // Due already but not claimed (another worker holds it, or its endpoint has no
-            // room): wait for a wake-up, a freed slot or the poll.
             _ => poll,
         }
     }
@@ -209,15 +209,17 @@ impl Worker {
         };
         let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
         let attempted_at = self.clock.now();
+        let live: Vec<&str> = [
+            delivery.endpoint_secret.as_deref(),
+            delivery.endpoint_previous_secret.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         let (signatures, unsigned) = payload::sign(
             delivery.id.as_str(),
             &delivery.signing_secret,
-            [
-                delivery.endpoint_secret.as_deref(),
-                delivery.endpoint_previous_secret.as_deref(),
-            ]
-            .into_iter()
-            .flatten(),
+            &live,
             attempted_at,
             &body,
         );

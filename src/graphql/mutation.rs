@@ -325,7 +325,7 @@ impl MutationRoot {
     /// `Hymical-Signature`; the old one also keeps signing `webhook-signature`, beside the
     /// new one, for `overlapSeconds` (left out: `FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS`,
     /// 24 hours by default; 0: no overlap), so receivers can switch at their own pace. A
-    /// secret replaced by an earlier rotation stops signing now.
+    /// secret replaced by an earlier rotation stops signing `webhook-signature` now.
     async fn rotate_webhook_secret(
         &self,
         ctx: &Context<'_>,
@@ -399,7 +399,8 @@ impl MutationRoot {
         })
     }
 
-    /// Ends a rotation's overlap now: the replaced secret stops signing at once. Changes
+    /// Ends a rotation's overlap now: the replaced secret stops signing `webhook-signature`
+    /// at once (`Hymical-Signature` of deliveries accepted under it keeps it). Changes
     /// nothing when there is none.
     async fn end_webhook_secret_overlap(
         &self,
@@ -408,17 +409,29 @@ impl MutationRoot {
     ) -> Result<EndpointPayload> {
         let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let row = app
+        let updated = app
             .db
-            .run(async |conn| db::endpoints::end_secret_overlap(conn, &target).await)
+            .run(async move |conn| {
+                Ok(
+                    db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
+                        refuse_deleted(&current)?;
+                        let mut next = current;
+                        next.previous_webhook_secret = None;
+                        next.previous_secret_expires_at = None;
+                        Ok(next)
+                    })
+                    .await,
+                )
+            })
             .await
             .gql()?
+            .gql()?;
+        app.endpoints.invalidate(&endpoint_id);
+        let row = updated
             .ok_or(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0.clone(),
+                endpoint_id: endpoint_id.0,
             })
             .gql()?;
-        refuse_deleted(&row).gql()?;
-        app.endpoints.invalidate(&endpoint_id);
         Ok(EndpointPayload {
             endpoint: Endpoint(row),
         })

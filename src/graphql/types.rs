@@ -399,8 +399,8 @@ pub enum EndpointDeliveryState {
 
 #[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WebhookSecretRole {
-    /// Signs every request: `Hymical-Signature` of deliveries accepted since it was made,
-    /// and `webhook-signature` of all.
+    /// Signs `Hymical-Signature` of deliveries accepted since it was made, and
+    /// `webhook-signature` of every delivery to the endpoint's current URL.
     Current,
     /// Replaced by a rotation; still signs `webhook-signature` beside the current one
     /// until `liveUntil`.
@@ -436,7 +436,8 @@ pub struct EndpointPayload {
 #[derive(SimpleObject)]
 pub struct ResumeEndpointPayload {
     pub endpoint: Endpoint,
-    /// Its deliveries that were held (pending or with a lapsed claim), now due.
+    /// Its deliveries that were owed when it resumed (pending, now due, or processing:
+    /// in flight or with a lapsed claim, claimable again).
     pub held_deliveries: i32,
 }
 

@@ -587,3 +587,71 @@ async fn deleting_an_endpoint_is_refused_while_it_owes_and_keeps_or_erases_its_h
         "{unknown}"
     );
 }
+
+/// A form accepted while its endpoint is being deleted (another process's intake found it
+/// in its cache): intake's key-share lock waits for the delete, reads the endpoint again,
+/// and queues no delivery for the endpoint deleted meanwhile; its submission is kept.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_accepted_during_a_delete_queues_no_delivery_for_the_deleted_endpoint() {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    app.webhook_endpoint("racing", &receiver.url("/hook")).await;
+    // Intake holds the endpoint in its cache from here on.
+    app.submit("racing", "before=1").await;
+
+    // The delete's transaction, by hand: the row locked as deleteEndpoint locks it.
+    let mut deleting = app.db.connect().await;
+    let (locked, go) = tokio::sync::oneshot::channel::<()>();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let delete = tokio::spawn(async move {
+        deleting
+            .transaction::<_, diesel::result::Error, _>(async |conn| {
+                diesel::sql_query("SELECT id FROM endpoints WHERE id = 'racing' FOR UPDATE")
+                    .execute(conn)
+                    .await?;
+                let _ = locked.send(());
+                let _ = released.await;
+                diesel::sql_query(
+                    "UPDATE endpoints SET deleted_at = now(), is_active = false,
+                         webhook_url = NULL, webhook_secret = NULL WHERE id = 'racing'",
+                )
+                .execute(conn)
+                .await?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    });
+    go.await.unwrap();
+    let posting = {
+        let http = app.http.clone();
+        let url = app.url("/f/racing");
+        tokio::spawn(async move {
+            http.post(url)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body("during=1")
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    app.db.until_waiting_for_locks(1).await;
+    let _ = release.send(());
+    delete.await.unwrap();
+    assert_eq!(posting.await.unwrap(), 202);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM submissions WHERE endpoint_id = 'racing'")
+            .await,
+        2
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM webhook_deliveries WHERE endpoint_id = 'racing'")
+            .await,
+        1,
+        "only the delivery accepted before the delete"
+    );
+}

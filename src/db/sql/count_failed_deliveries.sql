@@ -7,14 +7,20 @@
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::boolean[], $3::integer[]) AS i (endpoint_id, restarted, failed)
+), locked AS MATERIALIZED (
+    -- Rows locked in id order, so two writers never wait on each other in a cycle.
+    SELECT e.id FROM endpoints e
+    JOIN input i ON i.endpoint_id = e.id
+    WHERE i.failed > 0 OR (i.restarted AND e.consecutive_failed_deliveries <> 0)
+    ORDER BY e.id
+    FOR NO KEY UPDATE OF e
 ), counted AS (
     UPDATE endpoints e
     SET consecutive_failed_deliveries = CASE
             WHEN i.restarted THEN i.failed
             ELSE e.consecutive_failed_deliveries + i.failed END
     FROM input i
-    WHERE e.id = i.endpoint_id
-      AND (i.failed > 0 OR (i.restarted AND e.consecutive_failed_deliveries <> 0))
+    WHERE e.id = i.endpoint_id AND e.id IN (SELECT id FROM locked)
     RETURNING e.id, e.consecutive_failed_deliveries, e.paused_at, e.deleted_at
 )
 SELECT id FROM counted

@@ -28,6 +28,16 @@ WITH input AS (
     ORDER BY position
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, endpoint_id, received_at
+), live_endpoint AS MATERIALIZED (
+    -- The batch's endpoints as they are once every change of them that has the row locked
+    -- has committed: a key-share lock (the one the foreign key check takes anyway) waits
+    -- for a concurrent deleteEndpoint, and then the row is read again, so a delivery is
+    -- never queued for an endpoint deleted meanwhile (its submission is kept, as any of
+    -- an endpoint without a webhook) and a delete sees every delivery queued before it.
+    SELECT e.id, e.webhook_url, e.webhook_secret
+    FROM endpoints e
+    WHERE e.id IN (SELECT endpoint_id FROM input) AND e.deleted_at IS NULL
+    FOR KEY SHARE
 ), new_delivery AS (
     INSERT INTO webhook_deliveries
         (id, submission_id, endpoint_id, destination_url, signing_secret, state,
@@ -36,7 +46,7 @@ WITH input AS (
            0, 0, coalesce($8, statement_timestamp()), s.received_at
     FROM new_submission s
     JOIN input i ON i.id = s.id
-    JOIN endpoints e ON e.id = s.endpoint_id
+    JOIN live_endpoint e ON e.id = s.endpoint_id
     WHERE e.webhook_url IS NOT NULL
     RETURNING id, submission_id, endpoint_id, state, attempts, cycle_attempts
 ), changes AS (

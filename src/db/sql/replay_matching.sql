@@ -5,7 +5,12 @@
 -- $1 endpoint id (NULL: every endpoint), $2 failed after, $3 failed before, $5 created
 -- after, $6 created before (exclusive, NULL: unbounded), $4 now (NULL: the database's
 -- clock). replayable_count.sql counts what the same filter would take.
-WITH replayed AS (
+WITH live_endpoint AS MATERIALIZED (
+    -- The endpoints not deleted, held (key share) until this commits (see replay_one.sql).
+    SELECT e.id FROM endpoints e
+    WHERE e.deleted_at IS NULL AND ($1::varchar IS NULL OR e.id = $1)
+    FOR KEY SHARE
+), replayed AS (
     UPDATE webhook_deliveries
     SET state = 'pending', next_attempt_at = coalesce($4, statement_timestamp()),
         cycle_attempts = 0, claim_token = NULL, claim_expires_at = NULL, completed_at = NULL
@@ -15,8 +20,7 @@ WITH replayed AS (
       AND ($3::timestamptz IS NULL OR completed_at < $3)
       AND ($5::timestamptz IS NULL OR created_at > $5)
       AND ($6::timestamptz IS NULL OR created_at < $6)
-      AND NOT EXISTS (SELECT 1 FROM endpoints e
-                      WHERE e.id = webhook_deliveries.endpoint_id AND e.deleted_at IS NOT NULL)
+      AND endpoint_id IN (SELECT id FROM live_endpoint)
     RETURNING id, endpoint_id, state, attempts, cycle_attempts
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'replayed'::varchar AS kind, state,
