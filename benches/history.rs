@@ -15,8 +15,9 @@
 //!
 //! Then it seeds the history (0.5% of it failed; one attempt and three events per
 //! delivery, the events within the retention window), vacuums and analyses, and measures
-//! the same three again. Seeding 10 million takes a while on a small machine (about half
-//! an hour on 2 cores) and some 15 GB of disk; `BENCH_HISTORY=1000000` is a quick run.
+//! the same three again. Seeding 10 million takes a while on a small machine (18 minutes
+//! on 2 cores, about 20 in all) and some 15 GB of disk; `BENCH_HISTORY=1000000` is a
+//! quick run.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
