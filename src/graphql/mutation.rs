@@ -81,6 +81,40 @@ fn refused(error: SettingError) -> ApiError {
 /// The longest overlap a rotation may ask for: 30 days.
 const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
 
+/// Changes an endpoint in one transaction (`db::endpoints::update_with`) and drops this
+/// process's cached copy: `change` computes the new row from the current one. Unknown:
+/// `ENDPOINT_NOT_FOUND`; a tombstone takes no changes (`ENDPOINT_DELETED`).
+async fn change_endpoint<F>(
+    app: &crate::app::App,
+    id: &ID,
+    target: EndpointId,
+    change: F,
+) -> Result<EndpointRow>
+where
+    F: FnOnce(EndpointRow) -> Result<EndpointRow, ApiError> + Send + 'static,
+{
+    let updated = app
+        .db
+        .run(async move |conn| {
+            Ok(
+                db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
+                    refuse_deleted(&current)?;
+                    change(current)
+                })
+                .await,
+            )
+        })
+        .await
+        .gql()?
+        .gql()?;
+    app.endpoints.invalidate(id);
+    updated
+        .ok_or(ApiError::EndpointNotFound {
+            endpoint_id: id.0.clone(),
+        })
+        .gql()
+}
+
 /// A deleted endpoint (a tombstone kept for its history) takes no more changes.
 fn refuse_deleted(endpoint: &EndpointRow) -> Result<(), ApiError> {
     match endpoint.deleted_at {
@@ -254,66 +288,49 @@ impl MutationRoot {
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
-        let updated = app
-            .db
-            .run(async move |conn| {
-                Ok(
-                    db::endpoints::update_with::<ApiError, _>(conn, &id, move |current| {
-                        refuse_deleted(&current)?;
-                        let mut next = current;
-                        if let Some(name) = name {
-                            next.name = name;
-                        }
-                        if let Some(is_active) = is_active {
-                            next.is_active = is_active;
-                        }
-                        match webhook_url {
-                            MaybeUndefined::Undefined => {}
-                            // A new receiver (or none) has no use for a secret of the
-                            // old one: no overlap.
-                            MaybeUndefined::Null => {
-                                next.webhook_url = None;
-                                next.webhook_secret = None;
-                                next.previous_webhook_secret = None;
-                                next.previous_secret_expires_at = None;
-                            }
-                            MaybeUndefined::Value(url)
-                                if Some(url.trim()) == next.webhook_url.as_deref() => {}
-                            MaybeUndefined::Value(url) => {
-                                next.webhook_url =
-                                    Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
-                                next.webhook_secret = Some(secret_for_change);
-                                next.previous_webhook_secret = None;
-                                next.previous_secret_expires_at = None;
-                            }
-                        }
-                        match redirect_url {
-                            MaybeUndefined::Undefined => {}
-                            MaybeUndefined::Null => next.redirect_url = None,
-                            MaybeUndefined::Value(url) => next.redirect_url = Some(url),
-                        }
-                        if let Some(origins) = allowed_origins {
-                            next.allowed_origins = origins;
-                        }
-                        match honeypot_field {
-                            MaybeUndefined::Undefined => {}
-                            MaybeUndefined::Null => next.honeypot_field = None,
-                            MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
-                        }
-                        Ok(next)
-                    })
-                    .await,
-                )
-            })
-            .await
-            .gql()?
-            .gql()?;
-        app.endpoints.invalidate(&input.id);
-        let row = updated
-            .ok_or(ApiError::EndpointNotFound {
-                endpoint_id: input.id.0,
-            })
-            .gql()?;
+        let row = change_endpoint(app, &input.id, id, move |current| {
+            let mut next = current;
+            if let Some(name) = name {
+                next.name = name;
+            }
+            if let Some(is_active) = is_active {
+                next.is_active = is_active;
+            }
+            match webhook_url {
+                MaybeUndefined::Undefined => {}
+                // A new receiver (or none) has no use for a secret of the
+                // old one: no overlap.
+                MaybeUndefined::Null => {
+                    next.webhook_url = None;
+                    next.webhook_secret = None;
+                    next.previous_webhook_secret = None;
+                    next.previous_secret_expires_at = None;
+                }
+                MaybeUndefined::Value(url) if Some(url.trim()) == next.webhook_url.as_deref() => {}
+                MaybeUndefined::Value(url) => {
+                    next.webhook_url =
+                        Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
+                    next.webhook_secret = Some(secret_for_change);
+                    next.previous_webhook_secret = None;
+                    next.previous_secret_expires_at = None;
+                }
+            }
+            match redirect_url {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.redirect_url = None,
+                MaybeUndefined::Value(url) => next.redirect_url = Some(url),
+            }
+            if let Some(origins) = allowed_origins {
+                next.allowed_origins = origins;
+            }
+            match honeypot_field {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.honeypot_field = None,
+                MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
+            }
+            Ok(next)
+        })
+        .await?;
         let made = row.webhook_secret.as_deref() == Some(candidate_secret.as_str());
         Ok(EndpointSecretPayload {
             endpoint: Endpoint(row),
@@ -361,38 +378,22 @@ impl MutationRoot {
             .and_then(|overlap| now.checked_add_signed(overlap))
             .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
             .gql()?;
-        let updated = app
-            .db
-            .run(async move |conn| {
-                Ok(
-                    db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
-                        refuse_deleted(&current)?;
-                        if current.webhook_url.is_none() {
-                            return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
-                        }
-                        let mut next = current;
-                        let replaced = next.webhook_secret.replace(new_secret);
-                        (
-                            next.previous_webhook_secret,
-                            next.previous_secret_expires_at,
-                        ) = match replaced {
-                            Some(old) if !overlap.is_zero() => (Some(old), Some(until)),
-                            _ => (None, None),
-                        };
-                        Ok(next)
-                    })
-                    .await,
-                )
-            })
-            .await
-            .gql()?
-            .gql()?;
-        app.endpoints.invalidate(&endpoint_id);
-        let row = updated
-            .ok_or(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0,
-            })
-            .gql()?;
+        let row = change_endpoint(app, &endpoint_id, target, move |current| {
+            if current.webhook_url.is_none() {
+                return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
+            }
+            let mut next = current;
+            let replaced = next.webhook_secret.replace(new_secret);
+            (
+                next.previous_webhook_secret,
+                next.previous_secret_expires_at,
+            ) = match replaced {
+                Some(old) if !overlap.is_zero() => (Some(old), Some(until)),
+                _ => (None, None),
+            };
+            Ok(next)
+        })
+        .await?;
         Ok(EndpointSecretPayload {
             endpoint: Endpoint(row),
             webhook_secret: Some(secret),
@@ -409,29 +410,13 @@ impl MutationRoot {
     ) -> Result<EndpointPayload> {
         let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let updated = app
-            .db
-            .run(async move |conn| {
-                Ok(
-                    db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
-                        refuse_deleted(&current)?;
-                        let mut next = current;
-                        next.previous_webhook_secret = None;
-                        next.previous_secret_expires_at = None;
-                        Ok(next)
-                    })
-                    .await,
-                )
-            })
-            .await
-            .gql()?
-            .gql()?;
-        app.endpoints.invalidate(&endpoint_id);
-        let row = updated
-            .ok_or(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0,
-            })
-            .gql()?;
+        let row = change_endpoint(app, &endpoint_id, target, move |current| {
+            let mut next = current;
+            next.previous_webhook_secret = None;
+            next.previous_secret_expires_at = None;
+            Ok(next)
+        })
+        .await?;
         Ok(EndpointPayload {
             endpoint: Endpoint(row),
         })

@@ -1,7 +1,6 @@
 //! The external conformance check: graphql-http's `auditServer` (npm) against the running
 //! server, the management key injected through its `fetchFn`. Any failed MUST fails here.
 
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -11,19 +10,7 @@ use crate::harness::TestApp;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn graphql_http_audit_passes_every_must() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphql-audit");
-    if !dir.join("node_modules/graphql-http").is_dir() {
-        let install = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-            .current_dir(&dir)
-            .output()
-            .expect("npm is needed for the GraphQL conformance audit (Debian: apt-get install nodejs npm)");
-        assert!(
-            install.status.success(),
-            "npm ci failed: {}",
-            String::from_utf8_lossy(&install.stderr)
-        );
-    }
+    let dir = crate::harness::npm_installed("graphql-audit", &["graphql-http"]);
     let app = TestApp::start_with(&[], Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("audit").await;
     let url = app.url("/graphql");

@@ -835,3 +835,29 @@ impl TestDb {
         }
     }
 }
+
+/// `tests/{name}` with its pinned npm packages installed (`npm ci`, when any of
+/// `packages` is missing): the directory, for node to run a script in.
+pub fn npm_installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(name);
+    if packages
+        .iter()
+        .any(|package| !dir.join("node_modules").join(package).is_dir())
+    {
+        let install = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("npm is needed for the tests in tests/{name} (Debian: apt-get install nodejs npm): {e}")
+            });
+        assert!(
+            install.status.success(),
+            "npm ci in tests/{name} failed: {}",
+            String::from_utf8_lossy(&install.stderr)
+        );
+    }
+    dir
+}

@@ -93,6 +93,15 @@ impl Receiver {
     }
 }
 
+/// `status` while `flag` is set, then 200.
+fn switched(flag: &AtomicBool, status: StatusCode) -> StatusCode {
+    if flag.load(Ordering::SeqCst) {
+        status
+    } else {
+        StatusCode::OK
+    }
+}
+
 async fn failing(
     State(receiver): State<Receiver>,
     uri: Uri,
@@ -100,11 +109,7 @@ async fn failing(
     body: Bytes,
 ) -> StatusCode {
     remember(&receiver, &uri, headers, body);
-    if receiver.failing.load(Ordering::SeqCst) {
-        StatusCode::INTERNAL_SERVER_ERROR
-    } else {
-        StatusCode::OK
-    }
+    switched(&receiver.failing, StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 async fn gone(
@@ -114,11 +119,7 @@ async fn gone(
     body: Bytes,
 ) -> StatusCode {
     remember(&receiver, &uri, headers, body);
-    if receiver.gone.load(Ordering::SeqCst) {
-        StatusCode::GONE
-    } else {
-        StatusCode::OK
-    }
+    switched(&receiver.gone, StatusCode::GONE)
 }
 
 fn remember(receiver: &Receiver, uri: &Uri, headers: HeaderMap, body: Bytes) {

@@ -69,22 +69,7 @@ fn node_ready() -> PathBuf {
     static READY: OnceLock<PathBuf> = OnceLock::new();
     READY
         .get_or_init(|| {
-            let dir = dir();
-            if !dir.join("node_modules/standardwebhooks").is_dir()
-                || !dir.join("node_modules/svix").is_dir()
-            {
-                let install = Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                    .current_dir(&dir)
-                    .output()
-                    .expect("npm is needed for the webhook verifier tests (Debian: apt-get install nodejs npm)");
-                assert!(
-                    install.status.success(),
-                    "npm ci failed: {}",
-                    String::from_utf8_lossy(&install.stderr)
-                );
-            }
-            dir
+            crate::harness::npm_installed("webhook-verifiers", &["standardwebhooks", "svix"])
         })
         .clone()
 }

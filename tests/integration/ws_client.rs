@@ -221,23 +221,7 @@ pub struct NodeSubscriber {
 fn node_client_dir() -> std::path::PathBuf {
     static INSTALLED: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     INSTALLED
-        .get_or_init(|| {
-            let dir =
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphql-ws-client");
-            if !dir.join("node_modules/graphql-ws").is_dir() {
-                let install = std::process::Command::new("npm")
-                    .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-                    .current_dir(&dir)
-                    .output()
-                    .expect("npm is needed for the graphql-ws client tests (Debian: apt-get install nodejs npm)");
-                assert!(
-                    install.status.success(),
-                    "npm ci failed: {}",
-                    String::from_utf8_lossy(&install.stderr)
-                );
-            }
-            dir
-        })
+        .get_or_init(|| crate::harness::npm_installed("graphql-ws-client", &["graphql-ws"]))
         .clone()
 }
 
