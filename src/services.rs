@@ -122,6 +122,9 @@ impl Services {
                 stop.clone(),
             ));
         }
+        // With the API and the worker in one process, intake claims new deliveries for
+        // the worker when it has nothing else to do (delivery/handoff.rs).
+        let mut handoff = None;
         if let (Some(client), Some(wake)) = (plan.workers, worker_wake) {
             let worker = Worker::new(
                 app.db.clone(),
@@ -131,7 +134,12 @@ impl Services {
                 client,
                 wake,
             );
-            tasks.spawn(worker.run(stop.clone()));
+            let handed = api.then(|| {
+                let (intake_side, handed) = worker.handoff(stop.clone());
+                handoff = Some(intake_side);
+                handed
+            });
+            tasks.spawn(worker.run(stop.clone(), handed));
         }
         // The API's listener and, when asked for, the metrics' own: one server each.
         let servers = [
@@ -145,10 +153,12 @@ impl Services {
         // queued, once its server has answered them.
         let api_drained = CancellationToken::new();
         if api {
-            for writer in
-                app.committer
-                    .writers(app.db.clone(), app.clock.clone(), api_drained.clone())
-            {
+            for writer in app.committer.writers(
+                app.db.clone(),
+                app.clock.clone(),
+                api_drained.clone(),
+                handoff,
+            ) {
                 tasks.spawn(writer);
             }
         }

@@ -44,6 +44,7 @@ pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
         app.db.clone(),
         app.clock.clone(),
         tokio_util::sync::CancellationToken::new(),
+        None,
     ) {
         tokio::spawn(writer);
     }

@@ -24,17 +24,26 @@ macro_rules! events_with_deliveries {
     };
 }
 
-/// The transactions a read could not see: `pg_current_snapshot()` of the reading
-/// statement. Every transaction id below `xmax` that is not `in_progress` had ended.
+/// What says which of a read's events are final (db/sql/feed_snapshot.sql,
+/// feed_horizon.sql): the snapshot the read saw them under (`pg_current_snapshot()`: every
+/// transaction id below `xmax` that is not `in_progress` had ended), whether they are final
+/// already, and the horizon a later read waits for when they are not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub xmax: i64,
+    /// Running at the snapshot, without the transactions that cannot write events.
     pub in_progress: Vec<i64>,
+    /// No transaction could still commit an event id below one the read saw: nothing of
+    /// the service's ran at the snapshot, listed or not.
+    pub final_now: bool,
+    /// A transaction id assigned after the read: once every transaction below it has
+    /// ended, the read's events are final.
+    pub horizon: i64,
 }
 
 impl Snapshot {
-    /// Parses PostgreSQL's text form `xmin:xmax:xip,xip,…`.
-    pub fn parse(text: &str) -> Option<Snapshot> {
+    /// Parses PostgreSQL's text form `xmin:xmax:xip,xip,…` into (xmax, running).
+    pub fn parse(text: &str) -> Option<(i64, Vec<i64>)> {
         let mut parts = text.split(':');
         let _xmin: i64 = parts.next()?.parse().ok()?;
         let xmax: i64 = parts.next()?.parse().ok()?;
@@ -46,23 +55,37 @@ impl Snapshot {
                 .map(|xid| xid.parse().ok())
                 .collect::<Option<Vec<i64>>>()?
         };
-        Some(Snapshot { xmax, in_progress })
+        Some((xmax, in_progress))
     }
 
-    /// Leaves out the transactions that cannot write this service's events (see
-    /// [`read_snapshot`]), so that nobody waits for them: identified by their 32-bit
-    /// transaction id, which is unique among the transactions running at any moment.
-    pub fn without(mut self, foreign: &[i64]) -> Snapshot {
-        self.in_progress
-            .retain(|xid| !foreign.contains(&(xid & 0xFFFF_FFFF)));
-        self
+    /// From what feed_snapshot.sql and feed_horizon.sql answered. Transactions are told
+    /// apart by their 32-bit id (what `pg_stat_activity` shows), which is unique among the
+    /// transactions running at any moment.
+    fn new(
+        text: &str,
+        foreign: &[i64],
+        own: &[i64],
+        horizon: i64,
+        xmax_after: i64,
+    ) -> Option<Snapshot> {
+        let (xmax, mut in_progress) = Snapshot::parse(text)?;
+        in_progress.retain(|xid| !foreign.contains(&(xid & 0xFFFF_FFFF)));
+        let listed: Vec<i64> = in_progress.iter().map(|xid| xid & 0xFFFF_FFFF).collect();
+        // One of the service's running at the read but not listed: at or above its xmax.
+        let unlisted = own.iter().any(|xid| !listed.contains(xid));
+        Some(Snapshot {
+            final_now: in_progress.is_empty() && !unlisted && xmax_after == xmax,
+            xmax,
+            in_progress,
+            horizon,
+        })
     }
 
-    /// Whether every one of `xids` (in progress at an earlier snapshot) had ended when this
-    /// one was taken.
-    pub fn all_ended(&self, xids: &[i64]) -> bool {
-        xids.iter()
-            .all(|xid| *xid < self.xmax && !self.in_progress.contains(xid))
+    /// Whether every transaction below `bound` (but those that cannot write events) had
+    /// ended when this snapshot was taken: it lists every running one below its `xmax`,
+    /// so it can tell only up to there.
+    pub fn settled(&self, bound: i64) -> bool {
+        self.xmax >= bound && self.in_progress.iter().all(|xid| *xid >= bound)
     }
 }
 
@@ -76,57 +99,73 @@ pub struct FeedRead {
 
 static FEED_SNAPSHOT: SqlText = sql!("feed_snapshot.sql");
 struct FeedSnapshot;
+static FEED_HORIZON: SqlText = sql!("feed_horizon.sql");
+struct FeedHorizon;
 
-/// The snapshot of a read, without the transactions that cannot write events
-/// (feed_snapshot.sql).
-async fn read_snapshot(conn: &mut AsyncPgConnection) -> Result<Snapshot, diesel::result::Error> {
-    let (text, foreign): (String, Vec<i64>) =
-        Statement::<FeedSnapshot, (Text, diesel::sql_types::Array<BigInt>), _>::new(
-            &FEED_SNAPSHOT,
-            (bind::<Text, _>(super::APPLICATION_NAME),),
-        )
-        .get_result(conn)
-        .await?;
-    Snapshot::parse(&text)
-        .map(|snapshot| snapshot.without(&foreign))
-        .ok_or_else(|| {
-            diesel::result::Error::DeserializationError(
-                format!("unexpected snapshot text {text:?}").into(),
-            )
-        })
+/// The snapshot of a read and who runs (feed_snapshot.sql): the first statement of the
+/// read's transaction, so its snapshot is the read's.
+async fn read_snapshot(
+    conn: &mut AsyncPgConnection,
+) -> Result<(String, Vec<i64>, Vec<i64>), diesel::result::Error> {
+    type Xids = diesel::sql_types::Array<BigInt>;
+    Statement::<FeedSnapshot, (Text, Xids, Xids), _>::new(
+        &FEED_SNAPSHOT,
+        (bind::<Text, _>(super::APPLICATION_NAME),),
+    )
+    .get_result(conn)
+    .await
+}
+
+/// Completes a read's snapshot with the horizon taken after it (feed_horizon.sql, a
+/// transaction of its own).
+async fn with_horizon(
+    conn: &mut AsyncPgConnection,
+    (text, foreign, own): (String, Vec<i64>, Vec<i64>),
+) -> Result<Snapshot, DbError> {
+    let (horizon, xmax_after): (i64, i64) =
+        Statement::<FeedHorizon, (BigInt, BigInt), _>::new(&FEED_HORIZON, ())
+            .get_result(conn)
+            .await?;
+    Snapshot::new(&text, &foreign, &own, horizon, xmax_after).ok_or_else(|| {
+        DbError::Query(diesel::result::Error::DeserializationError(
+            format!("unexpected snapshot text {text:?}").into(),
+        ))
+    })
 }
 
 /// Where a reader starts: the highest event id and the snapshot it was read under (one
-/// read-only REPEATABLE READ transaction, so one snapshot).
+/// read-only REPEATABLE READ transaction, so one snapshot), then the horizon.
 pub async fn read_start(conn: &mut AsyncPgConnection) -> Result<(Snapshot, i64), DbError> {
-    Ok(conn
+    let (seen, newest) = conn
         .build_transaction()
         .repeatable_read()
         .read_only()
         .run::<_, diesel::result::Error, _>(async move |conn| {
-            let snapshot = read_snapshot(conn).await?;
+            let seen = read_snapshot(conn).await?;
             let newest: Option<i64> = delivery_events::table
                 .select(diesel::dsl::max(delivery_events::id))
                 .first(conn)
                 .await?;
-            Ok((snapshot, newest.unwrap_or(0)))
+            Ok((seen, newest.unwrap_or(0)))
         })
-        .await?)
+        .await?;
+    Ok((with_horizon(conn, seen).await?, newest))
 }
 
 /// Reads the events after `after` together with the snapshot they were read under, in
-/// one read-only REPEATABLE READ transaction so both describe the same moment.
+/// one read-only REPEATABLE READ transaction so both describe the same moment, then the
+/// horizon.
 pub async fn read_feed(
     conn: &mut AsyncPgConnection,
     after: i64,
     limit: i64,
 ) -> Result<FeedRead, DbError> {
-    let (snapshot, events) = conn
+    let (seen, events) = conn
         .build_transaction()
         .repeatable_read()
         .read_only()
         .run::<_, diesel::result::Error, _>(async move |conn| {
-            let snapshot = read_snapshot(conn).await?;
+            let seen = read_snapshot(conn).await?;
             let events = events_with_deliveries!()
                 .filter(delivery_events::id.gt(after))
                 .order(delivery_events::id.asc())
@@ -134,10 +173,13 @@ pub async fn read_feed(
                 .select(EventRow::as_select())
                 .load(conn)
                 .await?;
-            Ok((snapshot, events))
+            Ok((seen, events))
         })
         .await?;
-    Ok(FeedRead { snapshot, events })
+    Ok(FeedRead {
+        snapshot: with_horizon(conn, seen).await?,
+        events,
+    })
 }
 
 /// What a subscriber wants to see.
@@ -285,26 +327,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn snapshots_parse_and_tell_ended_transactions() {
-        let snapshot = Snapshot::parse("100:105:100,103").expect("parses");
-        assert_eq!(snapshot.xmax, 105);
-        assert_eq!(snapshot.in_progress, vec![100, 103]);
-        assert!(snapshot.all_ended(&[99, 101, 104]));
-        assert!(!snapshot.all_ended(&[101, 103]));
-        assert!(!snapshot.all_ended(&[105]), "not yet started");
+    fn snapshots_parse_and_tell_when_everything_below_a_bound_ended() {
+        let snapshot =
+            Snapshot::new("100:105:100,103", &[], &[100, 103], 106, 105).expect("parses");
         assert_eq!(
-            Snapshot::parse("7:7:"),
-            Some(Snapshot {
-                xmax: 7,
-                in_progress: vec![]
-            })
+            (snapshot.xmax, snapshot.in_progress.clone()),
+            (105, vec![100, 103])
         );
-        assert_eq!(Snapshot::parse("7:x:"), None);
+        assert!(!snapshot.final_now);
+        assert!(snapshot.settled(100));
+        assert!(!snapshot.settled(101), "100 runs");
+        assert!(!snapshot.settled(104), "103 runs");
+        // 105 may have been assigned and be running: a snapshot lists nothing from its
+        // xmax on, so it cannot say.
+        assert!(!snapshot.settled(106));
+        let quiet = Snapshot::new("7:7:", &[], &[], 8, 7).expect("parses");
+        assert!(quiet.final_now);
+        // Nothing listed, but one of the service's runs from xmax on.
+        assert!(
+            !Snapshot::new("7:7:", &[], &[7], 8, 7)
+                .expect("parses")
+                .final_now
+        );
+        // Nothing listed and nothing seen running, but a transaction from xmax on ended
+        // in between (the xmax moved): it may have run unseen at the read.
+        assert!(
+            !Snapshot::new("7:7:", &[], &[], 9, 8)
+                .expect("parses")
+                .final_now
+        );
+        assert_eq!(Snapshot::new("7:x:", &[], &[], 7, 7), None);
         // A transaction of another database, known by its 32-bit id, is not waited for.
         let epoch_two = (2i64 << 32) + 103;
-        let snapshot = Snapshot::parse(&format!("100:{}:100,{epoch_two}", epoch_two + 1))
-            .expect("parses")
-            .without(&[103]);
+        let snapshot = Snapshot::new(
+            &format!("100:{}:100,{epoch_two}", epoch_two + 1),
+            &[103],
+            &[100],
+            epoch_two + 2,
+            epoch_two + 1,
+        )
+        .expect("parses");
         assert_eq!(snapshot.in_progress, vec![100]);
         assert_eq!(Snapshot::parse("7"), None);
     }

@@ -1,14 +1,18 @@
 //! Storing submissions: the transactional outbox of public intake.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Bool, Json, Nullable, Text, Timestamptz};
+use diesel::sql_types::{
+    Array, BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz,
+};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{KeyedSubmission, SubmissionRow};
+use super::models::{ClaimedDelivery, KeyedSubmission, SubmissionRow};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, SubmissionId};
 use crate::model::state::DeliveryState;
 
 /// One submission of a batch for [`insert_batch`].
@@ -29,16 +33,44 @@ pub struct NewSubmission {
 pub static OUTBOX_INSERT_BATCH: SqlText = sql!("outbox_insert_batch.sql", with_events);
 struct OutboxInsertBatch;
 
+/// How many of a batch's new deliveries to write already claimed for this process's
+/// worker (claiming at intake), and the claim's terms.
+#[derive(Debug, Clone, Copy)]
+pub struct IntakeClaim {
+    /// At most this many (0: none).
+    pub limit: u32,
+    pub lease: std::time::Duration,
+    /// Requests in flight allowed per endpoint.
+    pub endpoint_concurrency: u32,
+}
+
+impl IntakeClaim {
+    pub const NONE: IntakeClaim = IntakeClaim {
+        limit: 0,
+        lease: std::time::Duration::ZERO,
+        endpoint_concurrency: 0,
+    };
+}
+
+/// One submission [`insert_batch`] wrote.
+pub struct Written {
+    pub id: SubmissionId,
+    pub delivery_queued: bool,
+    /// Its delivery, when it was written claimed for this process.
+    pub claimed: Option<ClaimedDelivery>,
+}
+
 /// Writes every submission of `batch` and, where the endpoint has a webhook, its
-/// delivery, in one statement (outbox_insert_batch.sql). Answers, for each submission
-/// written, its id and whether a delivery was queued; a submission missing from the
-/// answer lost an idempotency-key race and wrote nothing. `now`: the time the deliveries'
-/// due time is judged by (`None`: the database's clock).
+/// delivery, in one statement (outbox_insert_batch.sql), up to `claim.limit` of the
+/// deliveries claimed for this process. Answers every submission written; one missing
+/// from the answer lost an idempotency-key race and wrote nothing. `now`: the time the
+/// deliveries' due time is judged by (`None`: the database's clock).
 pub async fn insert_batch(
     conn: &mut AsyncPgConnection,
     batch: &[NewSubmission],
     now: Option<DateTime<Utc>>,
-) -> Result<Vec<(SubmissionId, bool)>, DbError> {
+    claim: IntakeClaim,
+) -> Result<Vec<Written>, DbError> {
     let ids: Vec<&str> = batch.iter().map(|s| s.id.as_str()).collect();
     let endpoints: Vec<&str> = batch.iter().map(|s| s.endpoint_id.as_str()).collect();
     let received: Vec<DateTime<Utc>> = batch.iter().map(|s| s.received_at).collect();
@@ -52,26 +84,84 @@ pub async fn insert_batch(
         .map(|s| s.idempotency.as_ref().map(|(_, print)| print.as_str()))
         .collect();
     let deliveries: Vec<&str> = batch.iter().map(|s| s.delivery_id.as_str()).collect();
-    let written: Vec<(SubmissionId, bool, i64)> =
-        Statement::<OutboxInsertBatch, (Text, Bool, BigInt), _>::new(
-            &OUTBOX_INSERT_BATCH,
-            (
-                bind::<Array<Text>, _>(ids),
-                bind::<Array<Text>, _>(endpoints),
-                bind::<Array<Timestamptz>, _>(received),
-                bind::<Array<Json>, _>(fields),
-                bind::<Array<Nullable<Text>>, _>(keys),
-                bind::<Array<Nullable<Text>>, _>(fingerprints),
-                bind::<Array<Text>, _>(deliveries),
-                bind::<Nullable<Timestamptz>, _>(now),
-            ),
-        )
-        .load(conn)
-        .await?;
-    Ok(written
+    type Row = (
+        SubmissionId,
+        bool,
+        Option<ClaimToken>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i32>,
+        i64,
+    );
+    let written: Vec<Row> = Statement::<
+        OutboxInsertBatch,
+        (
+            Text,
+            Bool,
+            Nullable<Text>,
+            Nullable<Text>,
+            Nullable<Text>,
+            Nullable<Text>,
+            Nullable<Integer>,
+            BigInt,
+        ),
+        _,
+    >::new(
+        &OUTBOX_INSERT_BATCH,
+        (
+            bind::<Array<Text>, _>(ids),
+            bind::<Array<Text>, _>(endpoints),
+            bind::<Array<Timestamptz>, _>(received),
+            bind::<Array<Json>, _>(fields),
+            bind::<Array<Nullable<Text>>, _>(keys),
+            bind::<Array<Nullable<Text>>, _>(fingerprints),
+            bind::<Array<Text>, _>(deliveries),
+            bind::<Nullable<Timestamptz>, _>(now),
+            bind::<Integer, _>(i32::try_from(claim.limit).unwrap_or(i32::MAX)),
+            bind::<Interval, _>(super::queue::interval(claim.lease)),
+            bind::<Integer, _>(i32::try_from(claim.endpoint_concurrency).unwrap_or(i32::MAX)),
+        ),
+    )
+    .load(conn)
+    .await?;
+    let by_id: HashMap<&SubmissionId, &NewSubmission> = batch.iter().map(|s| (&s.id, s)).collect();
+    written
         .into_iter()
-        .map(|(id, queued, _notified)| (id, queued))
-        .collect())
+        .map(
+            |(id, delivery_queued, token, url, secret, previous_secret, failed, _notified)| {
+                let claimed = match (token, url, secret) {
+                    (Some(claim_token), Some(destination_url), Some(signing_secret)) => {
+                        let submission = by_id
+                            .get(&id)
+                            .ok_or(DbError::Query(diesel::result::Error::NotFound))?;
+                        Some(ClaimedDelivery {
+                            id: submission.delivery_id.clone(),
+                            claim_token,
+                            endpoint_id: submission.endpoint_id.clone(),
+                            destination_url,
+                            // A delivery written now goes where the endpoint points now:
+                            // its live secrets sign it.
+                            endpoint_secret: Some(signing_secret.clone()),
+                            endpoint_previous_secret: previous_secret,
+                            signing_secret,
+                            submission_id: Some(id.clone()),
+                            cycle_attempts: 0,
+                            received_at: Some(submission.received_at),
+                            fields: Some(submission.fields.clone()),
+                            endpoint_failed_deliveries: failed.unwrap_or(0),
+                        })
+                    }
+                    _ => None,
+                };
+                Ok(Written {
+                    id,
+                    delivery_queued,
+                    claimed,
+                })
+            },
+        )
+        .collect()
 }
 
 pub async fn find_by_idempotency_key(

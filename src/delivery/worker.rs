@@ -8,11 +8,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, Semaphore};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::WebhookClient;
+use super::handoff::{Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
 use super::recorder::{self, Recorder};
@@ -37,6 +41,9 @@ pub struct Worker {
     slots: Arc<Semaphore>,
     /// Records the requests' results, several to a statement.
     recorder: Recorder,
+    /// Whether the last claim found less than it asked for: nothing else was due, so
+    /// intake may claim new deliveries for this worker (`handoff.rs`).
+    caught_up: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -63,7 +70,19 @@ impl Worker {
             client,
             wake,
             slots,
+            caught_up: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Intake's side of claiming at intake for this worker, and the deliveries it will
+    /// pass on, for [`Worker::run`].
+    pub fn handoff(&self, stopping: CancellationToken) -> (Handoff, UnboundedReceiver<Started>) {
+        Handoff::new(
+            self.slots.clone(),
+            self.caught_up.clone(),
+            &self.config,
+            stopping,
+        )
     }
 
     /// Claims as many due deliveries as there are free slots (at most a batch) and starts
@@ -73,43 +92,64 @@ impl Worker {
         tasks: &mut JoinSet<()>,
         stopping: &CancellationToken,
     ) -> Result<(usize, usize), DbError> {
-        let wanted = self
-            .slots
-            .available_permits()
-            .min(self.config.batch_size as usize);
-        if wanted == 0 {
+        // The slots are taken first, so that intake cannot take them meanwhile.
+        let wanted = self.config.batch_size as usize;
+        let mut permits: Vec<OwnedSemaphorePermit> = (0..wanted)
+            .map_while(|_| self.slots.clone().try_acquire_owned().ok())
+            .collect();
+        if permits.is_empty() {
+            // Busy: whether anything else is due is not known.
+            self.caught_up.store(false, Ordering::Release);
             return Ok((0, 0));
         }
+        let wanted = permits.len();
         let request = ClaimRequest {
             now: self.clock.pinned(),
             lease: self.config.lease,
             limit: wanted as u32,
             endpoint_concurrency: self.config.endpoint_concurrency,
         };
-        let claimed = self
-            .db
-            .run(async |conn| queue::claim(conn, request).await)
-            .await?;
+        let claimed = self.db.run(async |conn| queue::claim(conn, request).await);
+        let claimed = match claimed.await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                self.caught_up.store(false, Ordering::Release);
+                return Err(error);
+            }
+        };
         let count = claimed.len();
+        self.caught_up.store(count < wanted, Ordering::Release);
         if count > 0 {
             tracing::debug!(count, "claimed deliveries");
+            meters::deliveries_claimed("worker", count);
         }
         for delivery in claimed {
-            // Only this loop takes permits, and it claimed no more than were free.
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+            let Some(permit) = permits.pop() else {
+                // The claim returns at most `wanted`; never more than the slots taken.
                 self.hand_back(&delivery).await;
                 continue;
             };
-            let worker = self.clone();
-            let stopping = stopping.clone();
-            tasks.spawn(async move {
-                let in_flight = meters::in_flight();
-                worker.process(delivery, &stopping).await;
-                drop(in_flight);
-                drop(permit);
-            });
+            self.start(tasks, delivery, permit, stopping);
         }
         Ok((count, wanted))
+    }
+
+    /// Starts the task that sends `delivery` in its slot.
+    fn start(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<()>,
+        delivery: ClaimedDelivery,
+        permit: OwnedSemaphorePermit,
+        stopping: &CancellationToken,
+    ) {
+        let worker = self.clone();
+        let stopping = stopping.clone();
+        tasks.spawn(async move {
+            let in_flight = meters::in_flight();
+            worker.process(delivery, &stopping).await;
+            drop(in_flight);
+            drop(permit);
+        });
     }
 
     /// Test seam: claims one batch and processes it to the end. Returns how many were
@@ -125,7 +165,12 @@ impl Worker {
 
     /// Runs until `shutdown` is cancelled, then stops claiming, lets requests in flight
     /// finish (they are bounded by the client's timeouts), records them and returns.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    /// `handed`: deliveries this process's intake claimed for it (`handoff.rs`).
+    pub async fn run(
+        self: Arc<Self>,
+        shutdown: CancellationToken,
+        mut handed: Option<UnboundedReceiver<Started>>,
+    ) {
         tracing::info!(
             concurrency = self.config.concurrency,
             batch_size = self.config.batch_size,
@@ -133,7 +178,7 @@ impl Worker {
         );
         let mut tasks = JoinSet::new();
         let poll = self.config.poll_interval;
-        loop {
+        'claiming: loop {
             if shutdown.is_cancelled() {
                 break;
             }
@@ -146,11 +191,28 @@ impl Worker {
                     poll
                 }
             };
-            tokio::select! {
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-                _ = shutdown.cancelled() => {}
+            let sleep = tokio::time::sleep(wait);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = self.wake.notified() => continue 'claiming,
+                    _ = &mut sleep => continue 'claiming,
+                    Some(_) = tasks.join_next(), if !tasks.is_empty() => continue 'claiming,
+                    _ = shutdown.cancelled() => break 'claiming,
+                    // Claimed already: started without a claim of this loop's own.
+                    Some((delivery, permit)) = next_handed(&mut handed) => {
+                        self.start(&mut tasks, delivery, permit, &shutdown);
+                    }
+                }
+            }
+        }
+        // Intake may have claimed a few more meanwhile: they have not started, so they go
+        // back to the queue (the tasks hand back what was started but not sent yet).
+        if let Some(mut handed) = handed {
+            handed.close();
+            while let Some((delivery, permit)) = handed.recv().await {
+                self.hand_back(&delivery).await;
+                drop(permit);
             }
         }
         let in_flight = tasks.len();
@@ -177,7 +239,8 @@ impl Worker {
         }
     }
 
-    async fn hand_back(&self, delivery: &ClaimedDelivery) {
+    /// Gives back a claim whose request never started.
+    pub async fn hand_back(&self, delivery: &ClaimedDelivery) {
         let result = self
             .db
             .run(async |conn| queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
@@ -352,5 +415,13 @@ impl Worker {
                 tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not fail an erased delivery")
             }
         }
+    }
+}
+
+/// The next delivery intake handed over, or never when this worker has no intake.
+async fn next_handed(handed: &mut Option<UnboundedReceiver<Started>>) -> Option<Started> {
+    match handed {
+        Some(receiver) => receiver.recv().await,
+        None => std::future::pending().await,
     }
 }

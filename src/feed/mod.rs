@@ -10,14 +10,22 @@
 //! Event ids come from a sequence, and a transaction that took id 10 can commit after one
 //! that took id 11. A subscriber that saw 11 and later resumes "after 11" would then never
 //! see 10. So the reader publishes an id only once no transaction can still commit a
-//! smaller one: with each read it takes the snapshot (`pg_current_snapshot()`), and the
-//! events it saw become publishable once every transaction that was in progress at that
-//! snapshot has ended (a later snapshot shows it). A transaction that starts after the
-//! snapshot takes its event ids after every id the read saw, because the event insert
-//! reads the rows its statement just wrote, so the id is taken after the transaction's
-//! first write, when its transaction id already exists. The
-//! published ids therefore only grow, and "everything up to the frontier" is final: the
-//! frontier is the resume point that makes replay-then-live gap-free and duplicate-free.
+//! smaller one. A transaction that holds an event id has had its transaction id since
+//! before it took the event id (the event insert reads the rows its statement just wrote,
+//! so it comes after the transaction's first write). Each read sees its events under one
+//! snapshot (`pg_current_snapshot()`) and is final at once when nothing of the service's
+//! was running then. A snapshot lists as running only the transactions below its `xmax`
+//! (the newest completed id + 1), so the read also lists the service's running
+//! transactions (`pg_stat_activity`) and then checks that `xmax` has not moved, which
+//! means none above it ended in between, so none ran unseen (db/sql/feed_snapshot.sql,
+//! feed_horizon.sql). An earlier version trusted "nothing listed" alone and could skip an
+//! event. When a read is not final at once, its events wait for its horizon: a transaction
+//! id the reader takes right after the read, above that of every transaction that could
+//! hold a smaller event id. A later read whose snapshot shows every transaction below the
+//! horizon ended sees all their events, and publishes through what the earlier read saw.
+//! The published ids therefore only grow, and "everything up to the frontier" is final:
+//! the frontier is the resume point that makes replay-then-live gap-free and
+//! duplicate-free. The cost is one transaction id per read.
 //!
 //! ## Endpoint events
 //!
@@ -364,7 +372,9 @@ async fn catch_up_page(
 struct Pending {
     generation: u64,
     through: i64,
-    in_progress: Vec<i64>,
+    /// Final once every transaction below this has ended: the horizon of the read that
+    /// saw them.
+    horizon: i64,
 }
 
 /// Runs the process's reader until `shutdown`: reads only while someone is subscribed.
@@ -435,10 +445,10 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
         // have ended. The start waits like any read events: as one pending through the
         // newest id, decided by the same rule.
         let (snapshot, newest) = db.run(async |conn| events::read_start(conn).await).await?;
-        let start = pending.take().unwrap_or_else(|| Pending {
+        let start = pending.take().unwrap_or(Pending {
             generation,
             through: newest,
-            in_progress: snapshot.in_progress.clone(),
+            horizon: snapshot.horizon,
         });
         let decision = decide(Some(start), generation, snapshot, Vec::new(), false);
         *pending = decision.pending;
@@ -481,16 +491,17 @@ fn decide(
 ) -> Decision {
     let mut events: VecDeque<EventRow> = read.into();
     let mut through = None;
-    // The transactions in progress at an earlier read have all ended: what that read saw
-    // is final (and visible to this read).
+    // Every transaction below an earlier read's horizon has ended: what that read saw is
+    // final (and visible to this read, which came later).
     if let Some(waiting) = pending.as_ref() {
-        if snapshot.all_ended(&waiting.in_progress) {
+        if snapshot.settled(waiting.horizon) {
             through = Some(waiting.through);
             pending = None;
         }
     }
-    // Nothing in progress at all: everything this read saw is final.
-    if snapshot.in_progress.is_empty() {
+    // Nothing of the service's ran at this read, listed or not: everything it saw is
+    // final.
+    if snapshot.final_now {
         if let Some(last) = events.back() {
             through = Some(through.map_or(last.id, |t: i64| t.max(last.id)));
         }
@@ -513,17 +524,17 @@ fn decide(
             pending = Some(Pending {
                 generation,
                 through: final_through,
-                in_progress: Vec::new(),
+                horizon: 0,
             });
         }
     }
-    // What remains waits for the transactions in progress now.
+    // What remains waits for the transactions below this read's horizon.
     if pending.is_none() {
         if let Some(last) = events.back() {
             pending = Some(Pending {
                 generation,
                 through: last.id,
-                in_progress: snapshot.in_progress,
+                horizon: snapshot.horizon,
             });
         }
     }
@@ -615,10 +626,14 @@ mod tests {
         )
     }
 
-    fn snapshot(xmax: i64, in_progress: &[i64]) -> Snapshot {
+    /// A read's snapshot whose horizon is `horizon`; final at once when nothing ran,
+    /// listed or not.
+    fn snapshot(xmax: i64, in_progress: &[i64], horizon: i64) -> Snapshot {
         Snapshot {
             xmax,
             in_progress: in_progress.to_vec(),
+            final_now: in_progress.is_empty() && horizon == xmax,
+            horizon,
         }
     }
 
@@ -630,58 +645,80 @@ mod tests {
     }
 
     #[test]
-    fn with_nothing_in_progress_everything_read_is_published() {
-        let decision = decide(None, 0, snapshot(100, &[]), vec![event(5), event(6)], false);
+    fn with_everything_below_the_horizon_ended_everything_read_is_published() {
+        let decision = decide(
+            None,
+            0,
+            snapshot(100, &[], 100),
+            vec![event(5), event(6)],
+            false,
+        );
         assert_eq!(ids(&decision), Some((6, vec![5, 6])));
         assert!(decision.pending.is_none() && !decision.again);
     }
 
+    /// The gap an earlier version left: nothing listed as running, but the newest
+    /// completed transaction is 97, so 98 (which may hold id 4) is running unlisted.
     #[test]
-    fn events_wait_for_the_transactions_in_progress_when_read() {
-        // Transaction 90 may hold id 4 and commit later: 5 and 6 must wait.
+    fn a_transaction_from_the_snapshots_xmax_on_is_waited_for() {
         let first = decide(
             None,
             0,
-            snapshot(100, &[90]),
+            snapshot(98, &[], 100),
             vec![event(5), event(6)],
             false,
         );
         assert_eq!(ids(&first), None);
         let waiting = first.pending.expect("pending");
-        assert_eq!(
-            (waiting.through, waiting.in_progress.clone()),
-            (6, vec![90])
+        assert_eq!((waiting.through, waiting.horizon), (6, 100));
+        // 98 and 99 have ended (the newest completed is now 101).
+        let second = decide(
+            Some(waiting),
+            0,
+            snapshot(102, &[], 103),
+            vec![event(4), event(5), event(6)],
+            false,
         );
+        assert_eq!(ids(&second), Some((6, vec![4, 5, 6])));
+    }
+
+    #[test]
+    fn events_wait_for_the_transactions_below_the_horizon() {
+        // Transaction 90 may hold id 4 and commit later: 5 and 6 must wait.
+        let first = decide(
+            None,
+            0,
+            snapshot(100, &[90], 100),
+            vec![event(5), event(6)],
+            false,
+        );
+        assert_eq!(ids(&first), None);
+        let waiting = first.pending.expect("pending");
+        assert_eq!((waiting.through, waiting.horizon), (6, 100));
 
         // 90 still running: still nothing, the wait unchanged.
         let second = decide(
             Some(waiting),
             0,
-            snapshot(101, &[90, 100]),
+            snapshot(102, &[90, 101], 102),
             vec![event(5), event(6), event(7)],
             false,
         );
         assert_eq!(ids(&second), None);
         let waiting = second.pending.expect("pending");
-        assert_eq!(
-            (waiting.through, waiting.in_progress.clone()),
-            (6, vec![90])
-        );
+        assert_eq!((waiting.through, waiting.horizon), (6, 100));
 
-        // 90 ended (and committed 4): up to 6 is final; 7 now waits for 100.
+        // 90 ended (and committed 4): up to 6 is final; 7 now waits for 101.
         let third = decide(
             Some(waiting),
             0,
-            snapshot(102, &[100]),
+            snapshot(104, &[101], 104),
             vec![event(4), event(5), event(6), event(7)],
             false,
         );
         assert_eq!(ids(&third), Some((6, vec![4, 5, 6])));
         let waiting = third.pending.expect("pending");
-        assert_eq!(
-            (waiting.through, waiting.in_progress.clone()),
-            (7, vec![100])
-        );
+        assert_eq!((waiting.through, waiting.horizon), (7, 104));
     }
 
     #[test]
@@ -689,24 +726,24 @@ mod tests {
         let waiting = Pending {
             generation: 0,
             through: 10,
-            in_progress: vec![50],
+            horizon: 50,
         };
         let decision = decide(
             Some(waiting),
             0,
-            snapshot(60, &[55]),
+            snapshot(60, &[55], 61),
             vec![event(1), event(2)],
             true,
         );
         assert_eq!(ids(&decision), Some((2, vec![1, 2])));
         assert!(decision.again);
         let rest = decision.pending.expect("the rest stays pending");
-        assert_eq!((rest.through, rest.in_progress.len()), (10, 0));
+        assert_eq!((rest.through, rest.horizon), (10, 0));
         // The next read publishes the rest at once.
         let next = decide(
             Some(rest),
             0,
-            snapshot(60, &[55]),
+            snapshot(60, &[55], 62),
             vec![event(3), event(10), event(11)],
             false,
         );
@@ -715,30 +752,36 @@ mod tests {
     }
 
     #[test]
-    fn the_start_waits_for_the_transactions_in_progress_like_any_read() {
-        let start = |in_progress: &[i64]| Pending {
+    fn the_start_waits_for_the_transactions_below_its_horizon_like_any_read() {
+        let start = |horizon: i64| Pending {
             generation: 0,
             through: 9,
-            in_progress: in_progress.to_vec(),
+            horizon,
         };
-        let quiet = decide(Some(start(&[])), 0, snapshot(50, &[]), Vec::new(), false);
+        let quiet = decide(Some(start(50)), 0, snapshot(50, &[], 50), Vec::new(), false);
         assert_eq!(ids(&quiet), Some((9, vec![])));
         let busy = decide(
-            Some(start(&[40])),
+            Some(start(50)),
             0,
-            snapshot(50, &[40]),
+            snapshot(50, &[40], 50),
             Vec::new(),
             false,
         );
         assert_eq!(ids(&busy), None);
         let waiting = busy.pending.expect("still waiting");
-        let ended = decide(Some(waiting), 0, snapshot(51, &[50]), Vec::new(), false);
+        let ended = decide(Some(waiting), 0, snapshot(52, &[51], 52), Vec::new(), false);
         assert_eq!(ids(&ended), Some((9, vec![])));
     }
 
     #[test]
     fn a_full_read_that_publishes_nothing_does_not_spin() {
-        let decision = decide(None, 0, snapshot(60, &[55]), vec![event(1), event(2)], true);
+        let decision = decide(
+            None,
+            0,
+            snapshot(60, &[55], 61),
+            vec![event(1), event(2)],
+            true,
+        );
         assert!(decision.publish.is_none());
         assert!(!decision.again);
     }

@@ -22,10 +22,13 @@ use tokio_util::sync::CancellationToken;
 use super::rate_limit::{retry_after_seconds, window, Limit};
 use super::{replay, Accepted};
 use crate::clock::Clock;
+use crate::db::models::ClaimedDelivery;
 use crate::db::rate_limits::CounterKey;
-use crate::db::submissions::NewSubmission;
+use crate::db::submissions::{IntakeClaim, NewSubmission};
 use crate::db::{self, Db, DbError};
+use crate::delivery::handoff::{Handoff, Reservation};
 use crate::error::{ApiError, RateLimitScope};
+use crate::model::ids::SubmissionId;
 
 /// The most submissions one batch writes. Past this a batch's statement grows for little
 /// gain (the flush is shared already), and its answers wait longer.
@@ -97,6 +100,17 @@ pub enum Work {
 }
 
 impl Attempt {
+    /// Whether it has a submission to store (once past its limits).
+    fn stores(&self) -> bool {
+        matches!(
+            &self.endpoint,
+            Ok(EndpointStage {
+                outcome: Ok(Work::Store { .. }),
+                ..
+            })
+        )
+    }
+
     /// Whether the database has anything to do for it.
     fn needs_database(&self) -> bool {
         self.source.is_some()
@@ -147,11 +161,13 @@ impl Committer {
 
     /// The writer tasks, which run until `drained` (the HTTP server has answered its last
     /// request) and then finish what is queued. Only the first call gets them.
+    /// `handoff`: this process's worker, when it runs one (claiming at intake).
     pub fn writers(
         &self,
         db: Db,
         clock: Arc<dyn Clock>,
         drained: CancellationToken,
+        handoff: Option<Handoff>,
     ) -> Vec<impl std::future::Future<Output = ()> + Send + 'static> {
         let receiver = self
             .receiver
@@ -163,7 +179,15 @@ impl Committer {
         };
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         (0..WRITERS)
-            .map(|_| write_batches(db.clone(), receiver.clone(), clock.clone(), drained.clone()))
+            .map(|_| {
+                write_batches(
+                    db.clone(),
+                    receiver.clone(),
+                    clock.clone(),
+                    drained.clone(),
+                    handoff.clone(),
+                )
+            })
             .collect()
     }
 }
@@ -187,6 +211,7 @@ async fn write_batches(
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     clock: Arc<dyn Clock>,
     drained: CancellationToken,
+    handoff: Option<Handoff>,
 ) {
     loop {
         let batch = {
@@ -208,20 +233,34 @@ async fn write_batches(
         };
         crate::telemetry::meters::intake_batch(batch.len());
         // The time new deliveries are due by, when a test pins the clock.
-        write_batch(&db, batch, clock.pinned()).await;
+        let stores = batch.iter().filter(|job| job.attempt.stores()).count();
+        let reservation = match &handoff {
+            Some(handoff) => handoff.reserve(stores),
+            None => Reservation::none(),
+        };
+        write_batch(&db, batch, clock.pinned(), reservation).await;
     }
 }
 
-async fn write_batch(db: &Db, batch: Vec<Job>, pinned: Option<DateTime<Utc>>) {
+async fn write_batch(
+    db: &Db,
+    batch: Vec<Job>,
+    pinned: Option<DateTime<Utc>>,
+    mut reservation: Reservation,
+) {
     let (attempts, replies): (Vec<Attempt>, Vec<_>) = batch
         .into_iter()
         .map(|job| (job.attempt, job.reply))
         .unzip();
+    let claim = reservation.claim();
     let answers = match db
-        .run(async |conn| Ok(count_and_store(conn, attempts, pinned).await))
+        .run(async |conn| Ok(count_and_store(conn, attempts, pinned, claim).await))
         .await
     {
-        Ok(answers) => answers,
+        Ok((answers, claimed)) => {
+            hand_over(db, &mut reservation, claimed).await;
+            answers
+        }
         Err(error) => {
             let error = Arc::new(error);
             replies
@@ -269,16 +308,38 @@ async fn count(
         .collect())
 }
 
+/// Passes the deliveries the batch claimed to this process's worker, after the commit;
+/// one the worker can no longer take (it stopped meanwhile) goes back to the queue.
+async fn hand_over(db: &Db, reservation: &mut Reservation, claimed: Vec<ClaimedDelivery>) {
+    if claimed.is_empty() {
+        return;
+    }
+    crate::telemetry::meters::deliveries_claimed("intake", claimed.len());
+    for delivery in claimed {
+        let Some(delivery) = reservation.start(delivery) else {
+            continue;
+        };
+        let given_back = db
+            .run(async |conn| db::queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
+            .await;
+        if let Err(error) = given_back {
+            tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim made at intake; its lease will expire");
+        }
+    }
+}
+
+/// Counts and stores the batch; answers each attempt, and the deliveries it claimed.
 async fn count_and_store(
     conn: &mut diesel_async::AsyncPgConnection,
     attempts: Vec<Attempt>,
     pinned: Option<DateTime<Utc>>,
-) -> Vec<Result<Accepted, ApiError>> {
+    claim: IntakeClaim,
+) -> (Vec<Result<Accepted, ApiError>>, Vec<ClaimedDelivery>) {
     // 2. The per-source limit.
     let sources: Vec<Option<&Counted>> = attempts.iter().map(|a| a.source.as_ref()).collect();
     let source_counts = match count(conn, &sources).await {
         Ok(counts) => counts,
-        Err(error) => return fail_all(attempts.len(), error),
+        Err(error) => return (fail_all(attempts.len(), error), Vec::new()),
     };
     let source_verdicts: Vec<Result<(), ApiError>> = attempts
         .iter()
@@ -299,7 +360,7 @@ async fn count_and_store(
         .collect();
     let endpoint_counts = match count(conn, &endpoints).await {
         Ok(counts) => counts,
-        Err(error) => return fail_all(attempts.len(), error),
+        Err(error) => return (fail_all(attempts.len(), error), Vec::new()),
     };
     let mut answers: Vec<Option<Result<Accepted, ApiError>>> = Vec::with_capacity(attempts.len());
     let mut stores: Vec<(usize, NewSubmission, usize)> = Vec::new();
@@ -327,15 +388,17 @@ async fn count_and_store(
             Err(error) => answers.push(Some(Err(error))),
         }
     }
-    for (index, answer) in store(conn, stores, pinned).await {
+    let (stored, claimed) = store(conn, stores, pinned, claim).await;
+    for (index, answer) in stored {
         answers[index] = Some(answer);
     }
-    answers
+    let answers = answers
         .into_iter()
         .map(|answer| {
             answer.unwrap_or_else(|| Err(ApiError::Internal("an intake answer was lost".into())))
         })
-        .collect()
+        .collect();
+    (answers, claimed)
 }
 
 fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
@@ -347,14 +410,20 @@ fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
 /// fails for a reason other than the database's reach; then answers each: accepted, or,
 /// when its idempotency key was taken meanwhile, as a replay of the submission that holds
 /// it (or 409).
+/// Also answers the deliveries it wrote claimed (`claim`).
 async fn store(
     conn: &mut diesel_async::AsyncPgConnection,
     stores: Vec<(usize, NewSubmission, usize)>,
     pinned: Option<DateTime<Utc>>,
-) -> Vec<(usize, Result<Accepted, ApiError>)> {
+    claim: IntakeClaim,
+) -> (
+    Vec<(usize, Result<Accepted, ApiError>)>,
+    Vec<ClaimedDelivery>,
+) {
     if stores.is_empty() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
+    let mut claimed = Vec::new();
     let (indices, rest): (Vec<usize>, Vec<(NewSubmission, usize)>) = stores
         .into_iter()
         .map(|(index, submission, fields)| (index, (submission, fields)))
@@ -362,19 +431,28 @@ async fn store(
     let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = rest.into_iter().unzip();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
-    match db::submissions::insert_batch(conn, &submissions, pinned).await {
+    match db::submissions::insert_batch(conn, &submissions, pinned, claim).await {
         Ok(rows) => {
-            let rows: HashMap<_, _> = rows.into_iter().collect();
-            written.extend(submissions.iter().map(|s| Ok(rows.get(&s.id).copied())));
+            let mut queued: HashMap<SubmissionId, bool> = HashMap::with_capacity(rows.len());
+            for row in rows {
+                queued.insert(row.id, row.delivery_queued);
+                claimed.extend(row.claimed);
+            }
+            written.extend(submissions.iter().map(|s| Ok(queued.get(&s.id).copied())));
         }
         Err(DbError::Query(error)) if submissions.len() > 1 => {
             tracing::warn!(error = %error, size = submissions.len(), "a batch of submissions failed; writing them one by one");
             for submission in &submissions {
-                let one =
-                    db::submissions::insert_batch(conn, std::slice::from_ref(submission), pinned)
-                        .await;
+                // One by one, none claimed: this is the rare path, the queue serves them.
+                let one = db::submissions::insert_batch(
+                    conn,
+                    std::slice::from_ref(submission),
+                    pinned,
+                    IntakeClaim::NONE,
+                )
+                .await;
                 written.push(match one {
-                    Ok(rows) => Ok(rows.first().map(|(_, queued)| *queued)),
+                    Ok(rows) => Ok(rows.first().map(|row| row.delivery_queued)),
                     // Its endpoint was erased after this request found it (in a cache).
                     Err(error) if error.violates_foreign_key("submissions_endpoint_id_fkey") => {
                         Err(ApiError::EndpointNotFound {
@@ -443,5 +521,5 @@ async fn store(
         };
         answers.push((index, answer));
     }
-    answers
+    (answers, claimed)
 }

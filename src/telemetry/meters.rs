@@ -88,6 +88,10 @@ fn describe() {
         "Requests in those batches; divided by the batches, the mean batch size."
     );
     describe_counter!(
+        "hymical_deliveries_claimed_total",
+        "Deliveries this process's worker claimed, by where: worker (its claim loop) or intake (written claimed with their submission)."
+    );
+    describe_counter!(
         "hymical_delivery_attempts_total",
         "Webhook requests recorded by this process, by outcome."
     );
@@ -158,6 +162,11 @@ pub fn intake_request(status: u16, duration: Duration) {
 pub fn intake_batch(size: usize) {
     metrics::counter!("hymical_intake_batches_total").increment(1);
     metrics::counter!("hymical_intake_batched_requests_total").increment(size as u64);
+}
+
+/// Deliveries claimed for this process's worker, by its claim loop or at intake.
+pub fn deliveries_claimed(by: &'static str, count: usize) {
+    metrics::counter!("hymical_deliveries_claimed_total", "by" => by).increment(count as u64);
 }
 
 /// One recorded webhook request; `finished` when it moved the delivery to a terminal state.

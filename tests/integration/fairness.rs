@@ -66,7 +66,7 @@ async fn a_dead_receiver_does_not_hold_up_other_endpoints() {
     }
     let queued: Vec<_> = app.db.deliveries().await;
     let stop = tokio_util::sync::CancellationToken::new();
-    let worker = tokio::spawn(app.worker(None).run(stop.clone()));
+    let worker = tokio::spawn(app.worker(None).run(stop.clone(), None));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let posted = Instant::now();
     for n in 0..10 {

@@ -8,6 +8,7 @@ mod harness;
 
 mod adoption;
 mod browser;
+mod claim_at_intake;
 mod cli;
 mod clock_skew;
 mod console;

@@ -12,7 +12,7 @@ use crate::harness::{free_port, wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;
 
 /// Every sample of a scrape, keyed by name and sorted labels (`name{a="1",b="2"}`).
-fn samples(text: &str) -> HashMap<String, f64> {
+pub fn samples(text: &str) -> HashMap<String, f64> {
     let lines = text.lines().map(|line| Ok(line.to_string()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text format");
     let mut samples = HashMap::new();
@@ -38,7 +38,7 @@ fn samples(text: &str) -> HashMap<String, f64> {
     samples
 }
 
-async fn scrape(url: &str, key: Option<&str>) -> (u16, String, String) {
+pub async fn scrape(url: &str, key: Option<&str>) -> (u16, String, String) {
     let mut request = reqwest::Client::new().get(url);
     if let Some(key) = key {
         request = request.bearer_auth(key);
@@ -54,7 +54,7 @@ async fn scrape(url: &str, key: Option<&str>) -> (u16, String, String) {
     (status, content_type, response.text().await.expect("body"))
 }
 
-fn value(samples: &HashMap<String, f64>, key: &str) -> f64 {
+pub fn value(samples: &HashMap<String, f64>, key: &str) -> f64 {
     samples.get(key).copied().unwrap_or(0.0)
 }
 

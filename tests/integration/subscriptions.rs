@@ -518,6 +518,73 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     assert_eq!(submissions, vec![first, second]);
 }
 
+/// The same, when the transaction holding the smaller id is the younger one: B takes its
+/// transaction id after A's, then event id n; A takes n + 1 and commits. A snapshot now
+/// lists nothing as running below its `xmax` (A's id + 1), and B, above it, is running
+/// unlisted. An earlier reader trusted "nothing listed" and sent n + 1 without n.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_younger_transaction_holding_a_smaller_id_is_not_overtaken() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
+        .await;
+    app.webhook_endpoint("other", "http://127.0.0.1:9/hook")
+        .await;
+    let first = app.submit("contact", "a=1").await;
+    let second = app.submit("other", "a=2").await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    let after = app.db.newest_event_id().await;
+    client
+        .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
+        .await;
+    let mut a = app.db.connect_as_service().await;
+    let mut b = app.db.connect_as_service().await;
+    let (now, lease) = (chrono::Utc::now(), Duration::from_secs(60));
+    // Transaction ids in this order: A's, then B's.
+    for conn in [&mut a, &mut b] {
+        diesel::sql_query("BEGIN").execute(conn).await.unwrap();
+        diesel::sql_query("SELECT pg_current_xact_id()")
+            .execute(conn)
+            .await
+            .unwrap();
+    }
+    // B claims the first delivery (event id n) and stays open…
+    let claimed_by_b = crate::harness::claim_at(&mut b, now, lease, 1)
+        .await
+        .unwrap();
+    // …A claims the second (n + 1) and commits.
+    let claimed_by_a = crate::harness::claim_at(&mut a, now, lease, 1)
+        .await
+        .unwrap();
+    diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
+    assert_eq!(
+        claimed_by_b[0].submission_id.as_ref().map(|id| id.as_str()),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        claimed_by_a[0].submission_id.as_ref().map(|id| id.as_str()),
+        Some(second.as_str())
+    );
+    // The feed reads A's event several times while B is open: nothing may be sent.
+    client.quiet_for(Duration::from_millis(500)).await;
+    diesel::sql_query("COMMIT").execute(&mut b).await.unwrap();
+    let events = client.events("s", 2).await;
+    let ids: Vec<i64> = events.iter().map(event_id).collect();
+    assert!(ids[0] < ids[1], "{ids:?}");
+    let mut submissions = Vec::new();
+    for event in &events {
+        let delivery = event["delivery"]["id"].as_str().unwrap();
+        submissions.push(
+            app.db
+                .delivery(delivery)
+                .await
+                .submission_id
+                .unwrap_or_default(),
+        );
+    }
+    assert_eq!(submissions, vec![first, second]);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rolled_back_change_emits_nothing() {
     let app = app().await;

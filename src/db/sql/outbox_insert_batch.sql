@@ -5,6 +5,13 @@
 -- rows or neither, for every submission of the batch. The notification on
 -- hymical_delivery_due wakes the workers at commit.
 --
+-- Claiming at intake: up to $9 of the new deliveries are written already claimed for the
+-- accepting process's worker (`processing`, a fresh token, a lease of $10), each on an
+-- endpoint whose claim lock this statement got and that has room under the cap of $11
+-- requests in flight and no delivery due before it (intake_claim_room, migration
+-- claim_at_intake); the rest are pending as always. A claimed one gets its `created` and
+-- its `claimed` event, in that order, as if a worker had claimed it right after.
+--
 -- The unique constraint on (endpoint_id, idempotency_key) decides races between
 -- concurrent first requests with one key, in this batch or another: the loser inserts
 -- nothing and is missing from the answer.
@@ -12,8 +19,10 @@
 -- $1 submission ids, $2 endpoint ids, $3 received at, $4 fields (json), $5 idempotency
 -- keys, $6 payload fingerprints (NULL without a key), $7 delivery ids: one element per
 -- submission; $8 the time "due" is judged by (NULL: the database's clock, which every
--- worker shares). Answers one row per submission written: its id and whether a delivery
--- was queued with it.
+-- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap
+-- per endpoint. Answers one row per submission written: its id, whether a delivery was
+-- queued with it, and for a claimed one its token, where it goes, the secrets that sign
+-- it and its endpoint's run of failed deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
@@ -34,31 +43,65 @@ WITH input AS (
     -- for a concurrent deleteEndpoint, and then the row is read again, so a delivery is
     -- never queued for an endpoint deleted meanwhile (its submission is kept, as any of
     -- an endpoint without a webhook) and a delete sees every delivery queued before it.
-    SELECT e.id, e.webhook_url, e.webhook_secret
+    SELECT e.id, e.webhook_url, e.webhook_secret, e.consecutive_failed_deliveries,
+           CASE WHEN e.previous_secret_expires_at > coalesce($8, statement_timestamp())
+                THEN e.previous_webhook_secret END AS previous_secret
     FROM endpoints e
     WHERE e.id IN (SELECT endpoint_id FROM input) AND e.deleted_at IS NULL
     FOR KEY SHARE
-), new_delivery AS (
-    INSERT INTO webhook_deliveries
-        (id, submission_id, endpoint_id, destination_url, signing_secret, state,
-         attempts, cycle_attempts, next_attempt_at, created_at)
-    SELECT i.delivery_id, s.id, s.endpoint_id, e.webhook_url, e.webhook_secret, 'pending',
-           0, 0, coalesce($8, statement_timestamp()), s.received_at
+), queued AS (
+    SELECT i.delivery_id, s.id AS submission_id, s.endpoint_id, s.received_at, i.position,
+           e.webhook_url, e.webhook_secret,
+           row_number() OVER (PARTITION BY s.endpoint_id ORDER BY i.position) AS turn
     FROM new_submission s
     JOIN input i ON i.id = s.id
     JOIN live_endpoint e ON e.id = s.endpoint_id
     WHERE e.webhook_url IS NOT NULL
-    RETURNING id, submission_id, endpoint_id, state, attempts, cycle_attempts
+), room AS MATERIALIZED (
+    SELECT r.endpoint_id, r.free_slots
+    FROM intake_claim_room(
+        ARRAY(SELECT q.endpoint_id FROM queued q WHERE q.turn = 1 ORDER BY q.position),
+        coalesce($8, statement_timestamp()), $9, $11) AS r
+), fitting AS (
+    SELECT q.*, q.turn <= coalesce(r.free_slots, 0) AS fits
+    FROM queued q
+    LEFT JOIN room r ON r.endpoint_id = q.endpoint_id
+), planned AS (
+    SELECT f.*,
+           f.fits AND row_number() OVER (PARTITION BY f.fits ORDER BY f.position) <= $9
+               AS claim
+    FROM fitting f
+), new_delivery AS (
+    INSERT INTO webhook_deliveries
+        (id, submission_id, endpoint_id, destination_url, signing_secret, state,
+         attempts, cycle_attempts, next_attempt_at, created_at, claim_token,
+         claim_expires_at)
+    SELECT p.delivery_id, p.submission_id, p.endpoint_id, p.webhook_url, p.webhook_secret,
+           CASE WHEN p.claim THEN 'processing' ELSE 'pending' END,
+           0, 0, coalesce($8, statement_timestamp()), p.received_at,
+           CASE WHEN p.claim THEN 'clm_' || replace(gen_random_uuid()::text, '-', '') END,
+           CASE WHEN p.claim THEN coalesce($8, statement_timestamp()) + $10 END
+    FROM planned p
+    RETURNING id, submission_id, endpoint_id, state, attempts, cycle_attempts, claim_token,
+              destination_url, signing_secret
 ), changes AS (
-    SELECT id AS delivery_id, endpoint_id, 'created'::varchar AS kind, state,
-           NULL::varchar AS previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
+    SELECT id AS delivery_id, endpoint_id, 'created'::varchar AS kind,
+           'pending'::varchar AS state, NULL::varchar AS previous_state, attempts,
+           cycle_attempts, NULL::varchar AS outcome
     FROM new_delivery
+    UNION ALL
+    SELECT id, endpoint_id, 'claimed', state, 'pending', attempts, cycle_attempts, NULL
+    FROM new_delivery
+    WHERE state = 'processing'
 ), notified AS (
+    -- Only deliveries left for the workers to claim need to wake them.
     SELECT pg_notify('hymical_delivery_due', '')
-    FROM (SELECT 1 FROM new_delivery LIMIT 1) AS any_delivery
+    FROM (SELECT 1 FROM new_delivery WHERE state = 'pending' LIMIT 1) AS any_delivery
 ), result AS (
-    SELECT s.id, d.id IS NOT NULL AS delivery_queued,
+    SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
+           d.signing_secret, e.previous_secret, e.consecutive_failed_deliveries,
            (SELECT count(*) FROM notified) AS notified
     FROM new_submission s
     LEFT JOIN new_delivery d ON d.submission_id = s.id
+    LEFT JOIN live_endpoint e ON e.id = s.endpoint_id
 )

@@ -1,0 +1,1 @@
+DROP FUNCTION intake_claim_room(varchar[], timestamptz, integer, integer);
