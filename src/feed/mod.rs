@@ -450,7 +450,7 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
             through: newest,
             horizon: snapshot.horizon,
         });
-        let decision = decide(Some(start), generation, snapshot, Vec::new(), false);
+        let decision = decide(Some(start), generation, 0, snapshot, Vec::new(), false);
         *pending = decision.pending;
         let started = decision.publish.is_some();
         if let Some((through, events)) = decision.publish {
@@ -463,7 +463,14 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
         .run(async |conn| events::read_feed(conn, frontier, ROUND_LIMIT).await)
         .await?;
     let full = read.events.len() as i64 == ROUND_LIMIT;
-    let decision = decide(pending.take(), generation, read.snapshot, read.events, full);
+    let decision = decide(
+        pending.take(),
+        generation,
+        frontier,
+        read.snapshot,
+        read.events,
+        full,
+    );
     *pending = decision.pending;
     if let Some((through, events)) = decision.publish {
         publish(feed, generation, through, events);
@@ -480,11 +487,12 @@ struct Decision {
     again: bool,
 }
 
-/// Decides, from the events a read saw (after the frontier, in id order, `full` when the
+/// Decides, from the events a read saw (after `frontier`, in id order, `full` when the
 /// read hit its limit) and the snapshot it saw them under, which are final.
 fn decide(
     mut pending: Option<Pending>,
     generation: u64,
+    frontier: i64,
     snapshot: events::Snapshot,
     read: Vec<EventRow>,
     full: bool,
@@ -506,6 +514,24 @@ fn decide(
             through = Some(through.map_or(last.id, |t: i64| t.max(last.id)));
         }
         pending = None;
+    }
+    // Every id from the frontier on up to some id is there: nothing can come below it
+    // any more (each id is taken once), whoever runs. The usual case under load, where
+    // some transaction is nearly always running.
+    let unbroken = events
+        .iter()
+        .zip(frontier.saturating_add(1)..)
+        .take_while(|(event, expected)| event.id == *expected)
+        .last()
+        .map(|(event, _)| event.id);
+    if let Some(unbroken) = unbroken {
+        through = Some(through.map_or(unbroken, |t: i64| t.max(unbroken)));
+        if pending
+            .as_ref()
+            .is_some_and(|waiting| waiting.through <= unbroken)
+        {
+            pending = None;
+        }
     }
     let mut publish = None;
     if let Some(final_through) = through {
@@ -649,6 +675,7 @@ mod tests {
         let decision = decide(
             None,
             0,
+            0,
             snapshot(100, &[], 100),
             vec![event(5), event(6)],
             false,
@@ -664,6 +691,7 @@ mod tests {
         let first = decide(
             None,
             0,
+            0,
             snapshot(98, &[], 100),
             vec![event(5), event(6)],
             false,
@@ -674,6 +702,7 @@ mod tests {
         // 98 and 99 have ended (the newest completed is now 101).
         let second = decide(
             Some(waiting),
+            0,
             0,
             snapshot(102, &[], 103),
             vec![event(4), event(5), event(6)],
@@ -688,6 +717,7 @@ mod tests {
         let first = decide(
             None,
             0,
+            0,
             snapshot(100, &[90], 100),
             vec![event(5), event(6)],
             false,
@@ -700,6 +730,7 @@ mod tests {
         let second = decide(
             Some(waiting),
             0,
+            0,
             snapshot(102, &[90, 101], 102),
             vec![event(5), event(6), event(7)],
             false,
@@ -711,6 +742,7 @@ mod tests {
         // 90 ended (and committed 4): up to 6 is final; 7 now waits for 101.
         let third = decide(
             Some(waiting),
+            0,
             0,
             snapshot(104, &[101], 104),
             vec![event(4), event(5), event(6), event(7)],
@@ -731,6 +763,7 @@ mod tests {
         let decision = decide(
             Some(waiting),
             0,
+            0,
             snapshot(60, &[55], 61),
             vec![event(1), event(2)],
             true,
@@ -742,6 +775,7 @@ mod tests {
         // The next read publishes the rest at once.
         let next = decide(
             Some(rest),
+            0,
             0,
             snapshot(60, &[55], 62),
             vec![event(3), event(10), event(11)],
@@ -758,10 +792,18 @@ mod tests {
             through: 9,
             horizon,
         };
-        let quiet = decide(Some(start(50)), 0, snapshot(50, &[], 50), Vec::new(), false);
+        let quiet = decide(
+            Some(start(50)),
+            0,
+            0,
+            snapshot(50, &[], 50),
+            Vec::new(),
+            false,
+        );
         assert_eq!(ids(&quiet), Some((9, vec![])));
         let busy = decide(
             Some(start(50)),
+            0,
             0,
             snapshot(50, &[40], 50),
             Vec::new(),
@@ -769,8 +811,43 @@ mod tests {
         );
         assert_eq!(ids(&busy), None);
         let waiting = busy.pending.expect("still waiting");
-        let ended = decide(Some(waiting), 0, snapshot(52, &[51], 52), Vec::new(), false);
+        let ended = decide(
+            Some(waiting),
+            0,
+            0,
+            snapshot(52, &[51], 52),
+            Vec::new(),
+            false,
+        );
         assert_eq!(ids(&ended), Some((9, vec![])));
+    }
+
+    /// Ids from the frontier on without a gap are final whoever runs; past a gap (an id
+    /// some running transaction may hold) they wait.
+    #[test]
+    fn an_unbroken_run_from_the_frontier_is_final_at_once() {
+        let decision = decide(
+            None,
+            0,
+            4,
+            snapshot(100, &[90], 101),
+            vec![event(5), event(6), event(8)],
+            false,
+        );
+        assert_eq!(ids(&decision), Some((6, vec![5, 6])));
+        let waiting = decision.pending.expect("8 waits");
+        assert_eq!((waiting.through, waiting.horizon), (8, 101));
+        // An unbroken run past what waits ends the wait.
+        let next = decide(
+            Some(waiting),
+            0,
+            6,
+            snapshot(102, &[90], 103),
+            vec![event(7), event(8), event(9)],
+            false,
+        );
+        assert_eq!(ids(&next), Some((9, vec![7, 8, 9])));
+        assert!(next.pending.is_none());
     }
 
     #[test]
@@ -778,8 +855,9 @@ mod tests {
         let decision = decide(
             None,
             0,
+            0,
             snapshot(60, &[55], 61),
-            vec![event(1), event(2)],
+            vec![event(2), event(3)],
             true,
         );
         assert!(decision.publish.is_none());
