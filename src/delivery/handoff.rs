@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerConfig;
 use crate::db::models::ClaimedDelivery;
 use crate::db::submissions::IntakeClaim;
+use crate::db::{queue, Db};
 
 /// A claimed delivery with the request slot it runs in.
 pub type Started = (ClaimedDelivery, OwnedSemaphorePermit);
@@ -73,9 +74,7 @@ impl Handoff {
         if wanted == 0 || self.stopping.is_cancelled() || !self.caught_up.load(Ordering::Acquire) {
             return Reservation::none();
         }
-        let permits: Vec<OwnedSemaphorePermit> = (0..wanted)
-            .map_while(|_| self.slots.clone().try_acquire_owned().ok())
-            .collect();
+        let permits = take_slots(&self.slots, wanted);
         Reservation {
             claim: IntakeClaim {
                 limit: permits.len() as u32,
@@ -114,5 +113,29 @@ impl Reservation {
             .send((delivery, permit))
             .err()
             .map(|mpsc::error::SendError((delivery, _))| delivery)
+    }
+}
+
+/// Up to `wanted` of the free request slots, without waiting.
+pub fn take_slots(slots: &Arc<Semaphore>, wanted: usize) -> Vec<OwnedSemaphorePermit> {
+    (0..wanted)
+        .map_while(|_| slots.clone().try_acquire_owned().ok())
+        .collect()
+}
+
+/// Gives back a claim whose request never started (a stopping worker, a worker gone
+/// before intake could pass it on): pending again, if the claim is still the holder's.
+pub async fn hand_back(db: &Db, delivery: &ClaimedDelivery) {
+    let result = db
+        .run(async |conn| queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
+        .await;
+    match result {
+        Ok(true) => {
+            tracing::info!(delivery_id = %delivery.id, "handed back an unstarted claim")
+        }
+        Ok(false) => {}
+        Err(error) => {
+            tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim; its lease will expire")
+        }
     }
 }

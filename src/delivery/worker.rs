@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::WebhookClient;
-use super::handoff::{Handoff, Started};
+use super::handoff::{self, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
 use super::recorder::{self, Recorder};
@@ -93,10 +93,7 @@ impl Worker {
         stopping: &CancellationToken,
     ) -> Result<(usize, usize), DbError> {
         // The slots are taken first, so that intake cannot take them meanwhile.
-        let wanted = self.config.batch_size as usize;
-        let mut permits: Vec<OwnedSemaphorePermit> = (0..wanted)
-            .map_while(|_| self.slots.clone().try_acquire_owned().ok())
-            .collect();
+        let mut permits = handoff::take_slots(&self.slots, self.config.batch_size as usize);
         if permits.is_empty() {
             // Busy: whether anything else is due is not known.
             self.caught_up.store(false, Ordering::Release);
@@ -109,16 +106,17 @@ impl Worker {
             limit: wanted as u32,
             endpoint_concurrency: self.config.endpoint_concurrency,
         };
-        let claimed = self.db.run(async |conn| queue::claim(conn, request).await);
-        let claimed = match claimed.await {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                self.caught_up.store(false, Ordering::Release);
-                return Err(error);
-            }
-        };
+        let claimed = self
+            .db
+            .run(async |conn| queue::claim(conn, request).await)
+            .await;
+        // A failed claim says nothing about the queue.
+        self.caught_up.store(
+            claimed.as_ref().is_ok_and(|claimed| claimed.len() < wanted),
+            Ordering::Release,
+        );
+        let claimed = claimed?;
         let count = claimed.len();
-        self.caught_up.store(count < wanted, Ordering::Release);
         if count > 0 {
             tracing::debug!(count, "claimed deliveries");
             meters::deliveries_claimed("worker", count);
@@ -126,7 +124,7 @@ impl Worker {
         for delivery in claimed {
             let Some(permit) = permits.pop() else {
                 // The claim returns at most `wanted`; never more than the slots taken.
-                self.hand_back(&delivery).await;
+                handoff::hand_back(&self.db, &delivery).await;
                 continue;
             };
             self.start(tasks, delivery, permit, stopping);
@@ -211,7 +209,7 @@ impl Worker {
         if let Some(mut handed) = handed {
             handed.close();
             while let Some((delivery, permit)) = handed.recv().await {
-                self.hand_back(&delivery).await;
+                handoff::hand_back(&self.db, &delivery).await;
                 drop(permit);
             }
         }
@@ -239,27 +237,10 @@ impl Worker {
         }
     }
 
-    /// Gives back a claim whose request never started.
-    pub async fn hand_back(&self, delivery: &ClaimedDelivery) {
-        let result = self
-            .db
-            .run(async |conn| queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
-            .await;
-        match result {
-            Ok(true) => {
-                tracing::info!(delivery_id = %delivery.id, "handed back an unstarted claim")
-            }
-            Ok(false) => {}
-            Err(error) => {
-                tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim; its lease will expire")
-            }
-        }
-    }
-
     /// Sends one delivery and records the result.
     async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) {
         if stopping.is_cancelled() {
-            self.hand_back(&delivery).await;
+            handoff::hand_back(&self.db, &delivery).await;
             return;
         }
         let (Some(submission_id), Some(received_at), Some(fields)) = (

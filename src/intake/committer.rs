@@ -26,7 +26,7 @@ use crate::db::models::ClaimedDelivery;
 use crate::db::rate_limits::CounterKey;
 use crate::db::submissions::{IntakeClaim, NewSubmission};
 use crate::db::{self, Db, DbError};
-use crate::delivery::handoff::{Handoff, Reservation};
+use crate::delivery::handoff::{self, Handoff, Reservation};
 use crate::error::{ApiError, RateLimitScope};
 use crate::model::ids::SubmissionId;
 
@@ -316,14 +316,8 @@ async fn hand_over(db: &Db, reservation: &mut Reservation, claimed: Vec<ClaimedD
     }
     crate::telemetry::meters::deliveries_claimed("intake", claimed.len());
     for delivery in claimed {
-        let Some(delivery) = reservation.start(delivery) else {
-            continue;
-        };
-        let given_back = db
-            .run(async |conn| db::queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
-            .await;
-        if let Err(error) = given_back {
-            tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim made at intake; its lease will expire");
+        if let Some(delivery) = reservation.start(delivery) {
+            handoff::hand_back(db, &delivery).await;
         }
     }
 }

@@ -453,15 +453,13 @@ async fn a_resumed_subscription_gets_exactly_what_it_missed_then_live_events() {
     client.quiet_for(Duration::from_millis(300)).await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
-    // Transaction A takes event id n and stays open; B takes n + 1 and commits. The feed
-    // must hold n + 1 back until A ends, then send n before n + 1 (otherwise a subscriber
-    // resuming after n + 1 would never see n).
+/// Two queued deliveries on two endpoints (a claim holds the endpoints it takes from until
+/// it commits, so a second claim can run while the first is open only on another
+/// endpoint), and a subscriber from the newest event on: the app, the subscriber, and the
+/// two submission ids.
+async fn two_queued_and_a_subscriber() -> (TestApp, WsClient, String, String) {
     let app = app().await;
     let (_, key) = app.create_key("ops").await;
-    // Two endpoints: a claim holds the endpoints it takes from until it commits, so B can
-    // claim while A is open only from another endpoint.
     app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
         .await;
     app.webhook_endpoint("other", "http://127.0.0.1:9/hook")
@@ -473,6 +471,38 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     client
         .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
         .await;
+    (app, client, first, second)
+}
+
+/// The next two events are the claims of `submissions`' deliveries, in id order.
+async fn assert_claims_sent_in_id_order(
+    app: &TestApp,
+    client: &mut WsClient,
+    submissions: [String; 2],
+) {
+    let events = client.events("s", 2).await;
+    let ids: Vec<i64> = events.iter().map(event_id).collect();
+    assert!(ids[0] < ids[1], "{ids:?}");
+    let mut sent = Vec::new();
+    for event in &events {
+        let delivery = event["delivery"]["id"].as_str().unwrap();
+        sent.push(
+            app.db
+                .delivery(delivery)
+                .await
+                .submission_id
+                .unwrap_or_default(),
+        );
+    }
+    assert_eq!(sent, submissions);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
+    // Transaction A takes event id n and stays open; B takes n + 1 and commits. The feed
+    // must hold n + 1 back until A ends, then send n before n + 1 (otherwise a subscriber
+    // resuming after n + 1 would never see n).
+    let (app, mut client, first, second) = two_queued_and_a_subscriber().await;
     // Connections of the service's own (it names itself, and the feed waits only for the
     // transactions of its own connections to this database).
     let mut a = app.db.connect_as_service().await;
@@ -498,24 +528,7 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     // The feed reads B's event several times while A is open: nothing may be sent.
     client.quiet_for(Duration::from_millis(500)).await;
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
-    let events = client.events("s", 2).await;
-    let ids: Vec<i64> = events.iter().map(event_id).collect();
-    assert!(ids[0] < ids[1], "{ids:?}");
-    let submissions: Vec<String> = {
-        let mut out = Vec::new();
-        for event in &events {
-            let delivery = event["delivery"]["id"].as_str().unwrap();
-            out.push(
-                app.db
-                    .delivery(delivery)
-                    .await
-                    .submission_id
-                    .unwrap_or_default(),
-            );
-        }
-        out
-    };
-    assert_eq!(submissions, vec![first, second]);
+    assert_claims_sent_in_id_order(&app, &mut client, [first, second]).await;
 }
 
 /// The same, when the transaction holding the smaller id is the younger one: B takes its
@@ -524,19 +537,7 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
 /// unlisted. An earlier reader trusted "nothing listed" and sent n + 1 without n.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_younger_transaction_holding_a_smaller_id_is_not_overtaken() {
-    let app = app().await;
-    let (_, key) = app.create_key("ops").await;
-    app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
-        .await;
-    app.webhook_endpoint("other", "http://127.0.0.1:9/hook")
-        .await;
-    let first = app.submit("contact", "a=1").await;
-    let second = app.submit("other", "a=2").await;
-    let mut client = WsClient::ready(&ws_url(&app), &key).await;
-    let after = app.db.newest_event_id().await;
-    client
-        .subscribe_events("s", &format!(r#"afterEventId: "{after}""#))
-        .await;
+    let (app, mut client, first, second) = two_queued_and_a_subscriber().await;
     let mut a = app.db.connect_as_service().await;
     let mut b = app.db.connect_as_service().await;
     let (now, lease) = (chrono::Utc::now(), Duration::from_secs(60));
@@ -568,21 +569,7 @@ async fn a_younger_transaction_holding_a_smaller_id_is_not_overtaken() {
     // The feed reads A's event several times while B is open: nothing may be sent.
     client.quiet_for(Duration::from_millis(500)).await;
     diesel::sql_query("COMMIT").execute(&mut b).await.unwrap();
-    let events = client.events("s", 2).await;
-    let ids: Vec<i64> = events.iter().map(event_id).collect();
-    assert!(ids[0] < ids[1], "{ids:?}");
-    let mut submissions = Vec::new();
-    for event in &events {
-        let delivery = event["delivery"]["id"].as_str().unwrap();
-        submissions.push(
-            app.db
-                .delivery(delivery)
-                .await
-                .submission_id
-                .unwrap_or_default(),
-        );
-    }
-    assert_eq!(submissions, vec![first, second]);
+    assert_claims_sent_in_id_order(&app, &mut client, [first, second]).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

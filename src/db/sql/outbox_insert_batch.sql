@@ -58,10 +58,12 @@ WITH input AS (
     JOIN live_endpoint e ON e.id = s.endpoint_id
     WHERE e.webhook_url IS NOT NULL
 ), room AS MATERIALIZED (
+    -- Not called at all when nothing may be claimed (an API-only process, a busy worker).
     SELECT r.endpoint_id, r.free_slots
     FROM intake_claim_room(
         ARRAY(SELECT q.endpoint_id FROM queued q WHERE q.turn = 1 ORDER BY q.position),
         coalesce($8, statement_timestamp()), $9, $11) AS r
+    WHERE $9 > 0
 ), fitting AS (
     SELECT q.*, q.turn <= coalesce(r.free_slots, 0) AS fits
     FROM queued q
