@@ -261,20 +261,21 @@ pub async fn fail_without_attempt(
 static HAND_BACK: SqlText = sql!("hand_back.sql", with_events);
 struct HandBack;
 
-/// Gives back a claim whose request never started (hand_back.sql); whether the claim was
-/// still this worker's.
+/// Gives back claims whose requests never started (hand_back.sql), each only where the
+/// claim is still its holder's; how many were.
 pub async fn hand_back(
     conn: &mut AsyncPgConnection,
-    delivery_id: &DeliveryId,
-    claim_token: &ClaimToken,
-) -> Result<bool, DbError> {
-    let changed: i64 = Statement::<HandBack, BigInt, _>::new(
+    claims: &[(&DeliveryId, &ClaimToken)],
+) -> Result<usize, DbError> {
+    let ids: Vec<&str> = claims.iter().map(|(id, _)| id.as_str()).collect();
+    let tokens: Vec<&str> = claims.iter().map(|(_, token)| token.as_str()).collect();
+    let (changed, _notified): (i64, i64) = Statement::<HandBack, (BigInt, BigInt), _>::new(
         &HAND_BACK,
-        (bind::<Text, _>(delivery_id), bind::<Text, _>(claim_token)),
+        (bind::<Array<Text>, _>(ids), bind::<Array<Text>, _>(tokens)),
     )
     .get_result(conn)
     .await?;
-    Ok(changed > 0)
+    Ok(usize::try_from(changed).unwrap_or(0))
 }
 
 static NEXT_DUE: SqlText = sql!("next_due.sql");

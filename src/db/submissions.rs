@@ -27,6 +27,10 @@ pub struct NewSubmission {
     pub idempotency: Option<(String, String)>,
     /// Used when the endpoint has a webhook at the moment of the insert.
     pub delivery_id: DeliveryId,
+    /// Its delivery's claim token, should intake claim it for this process's worker
+    /// (`None` where it may not): made before the statement, so that a claim whose
+    /// answer was lost can still be given back.
+    pub claim_token: Option<ClaimToken>,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
@@ -84,10 +88,19 @@ pub async fn insert_batch(
         .map(|s| s.idempotency.as_ref().map(|(_, print)| print.as_str()))
         .collect();
     let deliveries: Vec<&str> = batch.iter().map(|s| s.delivery_id.as_str()).collect();
+    let tokens: Vec<Option<&str>> = if claim.limit > 0 {
+        batch
+            .iter()
+            .map(|s| s.claim_token.as_ref().map(ClaimToken::as_str))
+            .collect()
+    } else {
+        Vec::new()
+    };
     type Row = (
         SubmissionId,
         bool,
         Option<ClaimToken>,
+        Option<String>,
         Option<String>,
         Option<String>,
         Option<String>,
@@ -99,6 +112,7 @@ pub async fn insert_batch(
         (
             Text,
             Bool,
+            Nullable<Text>,
             Nullable<Text>,
             Nullable<Text>,
             Nullable<Text>,
@@ -121,6 +135,7 @@ pub async fn insert_batch(
             bind::<Integer, _>(i32::try_from(claim.limit).unwrap_or(i32::MAX)),
             bind::<Interval, _>(super::queue::interval(claim.lease)),
             bind::<Integer, _>(i32::try_from(claim.endpoint_concurrency).unwrap_or(i32::MAX)),
+            bind::<Array<Nullable<Text>>, _>(tokens),
         ),
     )
     .load(conn)
@@ -129,7 +144,17 @@ pub async fn insert_batch(
     written
         .into_iter()
         .map(
-            |(id, delivery_queued, token, url, secret, previous_secret, failed, _notified)| {
+            |(
+                id,
+                delivery_queued,
+                token,
+                url,
+                secret,
+                endpoint_secret,
+                previous_secret,
+                failed,
+                _notified,
+            )| {
                 let claimed = match (token, url, secret) {
                     (Some(claim_token), Some(destination_url), Some(signing_secret)) => {
                         let submission = by_id
@@ -140,9 +165,9 @@ pub async fn insert_batch(
                             claim_token,
                             endpoint_id: submission.endpoint_id.clone(),
                             destination_url,
-                            // A delivery written now goes where the endpoint points now:
-                            // its live secrets sign it.
-                            endpoint_secret: Some(signing_secret.clone()),
+                            // Claimed only when it goes where the endpoint points after
+                            // the claim lock: the secrets live then sign it.
+                            endpoint_secret,
                             endpoint_previous_secret: previous_secret,
                             signing_secret,
                             submission_id: Some(id.clone()),

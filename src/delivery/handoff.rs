@@ -7,19 +7,21 @@
 //! its batch statement, the statement writes the delivery claimed (when the endpoint's
 //! claim lock, cap and queue allow, as any claim), and after the commit the delivery and
 //! its slot go to the worker, which sends it as if its own loop had claimed it. Under a
-//! backlog the worker's claims come back full, so intake takes no slots and the queue is
-//! served in its order.
+//! backlog the worker's claims come back full, so intake takes no slots. Slots intake took
+//! but did not use go back with a wake-up for the worker, which may have found none free
+//! meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
 use crate::db::models::ClaimedDelivery;
 use crate::db::submissions::IntakeClaim;
 use crate::db::{queue, Db};
+use crate::model::ids::{ClaimToken, DeliveryId};
 
 /// A claimed delivery with the request slot it runs in.
 pub type Started = (ClaimedDelivery, OwnedSemaphorePermit);
@@ -28,6 +30,8 @@ pub type Started = (ClaimedDelivery, OwnedSemaphorePermit);
 #[derive(Clone)]
 pub struct Handoff {
     slots: Arc<Semaphore>,
+    /// The worker's wake-up.
+    wake: Arc<Notify>,
     caught_up: Arc<AtomicBool>,
     stopping: CancellationToken,
     sender: mpsc::UnboundedSender<Started>,
@@ -36,18 +40,22 @@ pub struct Handoff {
     batch_size: usize,
 }
 
-/// Slots taken for one intake batch; those not used go back when it is dropped.
+/// Slots taken for one intake batch; those not used go back when it is dropped, and wake
+/// the worker.
 pub struct Reservation {
     permits: Vec<OwnedSemaphorePermit>,
     claim: IntakeClaim,
     sender: Option<mpsc::UnboundedSender<Started>>,
+    wake: Option<Arc<Notify>>,
 }
 
 impl Handoff {
-    /// `slots`: the worker's request slots; `caught_up`: whether its last claim found
-    /// less than it asked for (nothing else due); `stopping`: the worker's shutdown.
+    /// `slots`: the worker's request slots; `wake`: its wake-up; `caught_up`: whether its
+    /// last claim found less than it asked for (nothing else due); `stopping`: the
+    /// worker's shutdown.
     pub fn new(
         slots: Arc<Semaphore>,
+        wake: Arc<Notify>,
         caught_up: Arc<AtomicBool>,
         config: &WorkerConfig,
         stopping: CancellationToken,
@@ -56,6 +64,7 @@ impl Handoff {
         (
             Handoff {
                 slots,
+                wake,
                 caught_up,
                 stopping,
                 sender,
@@ -83,6 +92,7 @@ impl Handoff {
             },
             permits,
             sender: Some(self.sender.clone()),
+            wake: Some(self.wake.clone()),
         }
     }
 }
@@ -94,6 +104,7 @@ impl Reservation {
             permits: Vec::new(),
             claim: IntakeClaim::NONE,
             sender: None,
+            wake: None,
         }
     }
 
@@ -116,6 +127,20 @@ impl Reservation {
     }
 }
 
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.permits.is_empty() {
+            return;
+        }
+        // Released first, so that the worker finds them when it wakes: its claim may have
+        // found no slot free while this batch held them, and slept.
+        self.permits.clear();
+        if let Some(wake) = &self.wake {
+            wake.notify_one();
+        }
+    }
+}
+
 /// Up to `wanted` of the free request slots, without waiting.
 pub fn take_slots(slots: &Arc<Semaphore>, wanted: usize) -> Vec<OwnedSemaphorePermit> {
     (0..wanted)
@@ -123,19 +148,99 @@ pub fn take_slots(slots: &Arc<Semaphore>, wanted: usize) -> Vec<OwnedSemaphorePe
         .collect()
 }
 
-/// Gives back a claim whose request never started (a stopping worker, a worker gone
-/// before intake could pass it on): pending again, if the claim is still the holder's.
-pub async fn hand_back(db: &Db, delivery: &ClaimedDelivery) {
+/// Gives back claims whose requests never started (a stopping worker, a worker gone
+/// before intake could pass them on, an intake batch whose answer was lost): pending
+/// again, each only where the claim is still its holder's.
+pub async fn hand_back(db: &Db, claims: &[(&DeliveryId, &ClaimToken)]) {
+    if claims.is_empty() {
+        return;
+    }
     let result = db
-        .run(async |conn| queue::hand_back(conn, &delivery.id, &delivery.claim_token).await)
+        .run(async |conn| queue::hand_back(conn, claims).await)
         .await;
     match result {
-        Ok(true) => {
-            tracing::info!(delivery_id = %delivery.id, "handed back an unstarted claim")
-        }
-        Ok(false) => {}
+        Ok(0) => {}
+        Ok(handed_back) => tracing::info!(handed_back, "handed back unstarted claims"),
         Err(error) => {
-            tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "could not hand back a claim; its lease will expire")
+            tracing::warn!(claims = claims.len(), error = %error.summary(), "could not hand back claims; their leases will expire")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::EndpointId;
+
+    fn handoff(
+        slots: &Arc<Semaphore>,
+        wake: &Arc<Notify>,
+    ) -> (Handoff, mpsc::UnboundedReceiver<Started>) {
+        let config = crate::config::Config::from_lookup(|_| None)
+            .expect("defaults")
+            .worker;
+        Handoff::new(
+            slots.clone(),
+            wake.clone(),
+            Arc::new(AtomicBool::new(true)),
+            &config,
+            CancellationToken::new(),
+        )
+    }
+
+    fn claimed() -> ClaimedDelivery {
+        ClaimedDelivery {
+            id: DeliveryId::generate(),
+            claim_token: ClaimToken::generate(),
+            endpoint_id: EndpointId::parse("contact").expect("id"),
+            destination_url: "https://receiver.example/hook".into(),
+            signing_secret: format!("whsec_{}", "ab".repeat(32)),
+            submission_id: None,
+            cycle_attempts: 0,
+            received_at: None,
+            fields: None,
+            endpoint_secret: None,
+            endpoint_previous_secret: None,
+            endpoint_failed_deliveries: 0,
+        }
+    }
+
+    /// A worker whose claim found every slot taken by intake sleeps; the slots intake did
+    /// not use must come back with a wake-up, or a delivery left pending meanwhile waits
+    /// for the poll.
+    #[tokio::test]
+    async fn unused_slots_go_back_with_a_wake_up() {
+        let slots = Arc::new(Semaphore::new(2));
+        let wake = Arc::new(Notify::new());
+        let (handoff, _handed) = handoff(&slots, &wake);
+        let reservation = handoff.reserve(5);
+        assert_eq!(reservation.claim().limit, 2);
+        assert_eq!(slots.available_permits(), 0);
+        drop(reservation);
+        assert_eq!(slots.available_permits(), 2);
+        tokio::time::timeout(std::time::Duration::from_secs(1), wake.notified())
+            .await
+            .expect("the worker is woken");
+    }
+
+    /// A reservation whose slots all went to claimed deliveries wakes nobody: the worker
+    /// has them already.
+    #[tokio::test]
+    async fn used_slots_wake_nobody() {
+        let slots = Arc::new(Semaphore::new(1));
+        let wake = Arc::new(Notify::new());
+        let (handoff, mut handed) = handoff(&slots, &wake);
+        let mut reservation = handoff.reserve(1);
+        assert!(reservation.start(claimed()).is_none());
+        drop(reservation);
+        let (_, permit) = handed.recv().await.expect("handed over with its slot");
+        assert_eq!(slots.available_permits(), 0);
+        drop(permit);
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), wake.notified())
+                .await
+                .is_err(),
+            "woken for nothing"
+        );
     }
 }

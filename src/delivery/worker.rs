@@ -79,6 +79,7 @@ impl Worker {
     pub fn handoff(&self, stopping: CancellationToken) -> (Handoff, UnboundedReceiver<Started>) {
         Handoff::new(
             self.slots.clone(),
+            self.wake.clone(),
             self.caught_up.clone(),
             &self.config,
             stopping,
@@ -124,7 +125,7 @@ impl Worker {
         for delivery in claimed {
             let Some(permit) = permits.pop() else {
                 // The claim returns at most `wanted`; never more than the slots taken.
-                handoff::hand_back(&self.db, &delivery).await;
+                handoff::hand_back(&self.db, &[(&delivery.id, &delivery.claim_token)]).await;
                 continue;
             };
             self.start(tasks, delivery, permit, stopping);
@@ -208,10 +209,15 @@ impl Worker {
         // back to the queue (the tasks hand back what was started but not sent yet).
         if let Some(mut handed) = handed {
             handed.close();
-            while let Some((delivery, permit)) = handed.recv().await {
-                handoff::hand_back(&self.db, &delivery).await;
-                drop(permit);
+            let mut unstarted = Vec::new();
+            while let Some((delivery, _permit)) = handed.recv().await {
+                unstarted.push(delivery);
             }
+            let claims: Vec<_> = unstarted
+                .iter()
+                .map(|delivery| (&delivery.id, &delivery.claim_token))
+                .collect();
+            handoff::hand_back(&self.db, &claims).await;
         }
         let in_flight = tasks.len();
         if in_flight > 0 {
@@ -240,7 +246,7 @@ impl Worker {
     /// Sends one delivery and records the result.
     async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) {
         if stopping.is_cancelled() {
-            handoff::hand_back(&self.db, &delivery).await;
+            handoff::hand_back(&self.db, &[(&delivery.id, &delivery.claim_token)]).await;
             return;
         }
         let (Some(submission_id), Some(received_at), Some(fields)) = (

@@ -23,6 +23,11 @@
 //! id the reader takes right after the read, above that of every transaction that could
 //! hold a smaller event id. A later read whose snapshot shows every transaction below the
 //! horizon ended sees all their events, and publishes through what the earlier read saw.
+//! An unbroken run of ids from the frontier (frontier + 1, + 2, …) is final at once,
+//! whoever runs: each id is taken once, so nothing can come below it any more. A read
+//! that is final at once also publishes what earlier reads saw and left waiting. A
+//! prepared (two-phase) transaction is not in `pg_stat_activity`, so one left prepared
+//! holds publication past a gap until it is resolved (docs/subscriptions.md).
 //! The published ids therefore only grow, and "everything up to the frontier" is final:
 //! the frontier is the resume point that makes replay-then-live gap-free and
 //! duplicate-free. The cost is one transaction id per read.
@@ -508,11 +513,16 @@ fn decide(
         }
     }
     // Nothing of the service's ran at this read, listed or not: everything it saw is
-    // final.
+    // final, and so is everything an earlier read saw (a waiting start among them).
     if snapshot.final_now {
-        if let Some(last) = events.back() {
-            through = Some(through.map_or(last.id, |t: i64| t.max(last.id)));
-        }
+        through = [
+            through,
+            events.back().map(|last| last.id),
+            pending.as_ref().map(|waiting| waiting.through),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
         pending = None;
     }
     // Every id from the frontier on up to some id is there: nothing can come below it
@@ -681,6 +691,27 @@ mod tests {
             false,
         );
         assert_eq!(ids(&decision), Some((6, vec![5, 6])));
+        assert!(decision.pending.is_none() && !decision.again);
+    }
+
+    /// A quiet read publishes what an earlier one saw and left waiting, though it reads
+    /// nothing new itself (the start, here).
+    #[test]
+    fn a_final_read_publishes_what_was_waiting_even_with_nothing_new() {
+        let waiting = Pending {
+            generation: 0,
+            through: 10,
+            horizon: 200,
+        };
+        let decision = decide(
+            Some(waiting),
+            0,
+            0,
+            snapshot(100, &[], 100),
+            Vec::new(),
+            false,
+        );
+        assert_eq!(ids(&decision), Some((10, vec![])));
         assert!(decision.pending.is_none() && !decision.again);
     }
 

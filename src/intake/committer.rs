@@ -1,8 +1,9 @@
 //! Group commit for public intake: what the database must do for a submission (count it
 //! against its rate limits, store it) is queued here, and a few writer tasks take
-//! whatever has queued up as one batch: the batch's counters in one statement per scope,
-//! its submissions, deliveries and events in one statement, so in one transaction and one
-//! WAL flush for all of them.
+//! whatever has queued up as one batch: the batch's counters in one statement (both
+//! scopes, in the order of the checks; the counters are unlogged, so its commit waits
+//! for no flush), then its submissions, deliveries and events in one statement, so in one
+//! transaction and one WAL flush for all of them.
 //!
 //! There is no added wait: a writer takes what is queued the moment it is free, so an idle
 //! server writes each submission at once, and under load batches grow by themselves to
@@ -12,7 +13,7 @@
 //! batch statement fails for any reason but the database being unreachable, its
 //! submissions are written again one by one, so one bad row cannot fail the others.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
@@ -23,12 +24,12 @@ use super::rate_limit::{retry_after_seconds, window, Limit};
 use super::{replay, Accepted};
 use crate::clock::Clock;
 use crate::db::models::ClaimedDelivery;
-use crate::db::rate_limits::CounterKey;
+use crate::db::rate_limits::{CountedRequest, Counter, Counts};
 use crate::db::submissions::{IntakeClaim, NewSubmission};
 use crate::db::{self, Db, DbError};
 use crate::delivery::handoff::{self, Handoff, Reservation};
 use crate::error::{ApiError, RateLimitScope};
-use crate::model::ids::SubmissionId;
+use crate::model::ids::{ClaimToken, DeliveryId, SubmissionId};
 
 /// The most submissions one batch writes. Past this a batch's statement grows for little
 /// gain (the flush is shared already), and its answers wait longer.
@@ -49,10 +50,9 @@ pub struct Counted {
 }
 
 impl Counted {
-    fn key(&self) -> CounterKey {
-        CounterKey {
-            limiter: self.scope.as_str(),
-            subject: self.subject.clone(),
+    fn counter(&self) -> Counter<'_> {
+        Counter {
+            subject: &self.subject,
             window_start: window(self.now, self.limit.window_seconds).0,
         }
     }
@@ -100,15 +100,24 @@ pub enum Work {
 }
 
 impl Attempt {
-    /// Whether it has a submission to store (once past its limits).
-    fn stores(&self) -> bool {
-        matches!(
-            &self.endpoint,
+    /// The submission it would store, if it gets that far.
+    fn submission_mut(&mut self) -> Option<&mut NewSubmission> {
+        match &mut self.endpoint {
             Ok(EndpointStage {
-                outcome: Ok(Work::Store { .. }),
+                outcome: Ok(Work::Store { submission, .. }),
                 ..
-            })
-        )
+            }) => Some(submission),
+            _ => None,
+        }
+    }
+
+    /// Whether it is counted against a limit (rate limiting on).
+    fn counts(&self) -> bool {
+        self.source.is_some()
+            || self
+                .endpoint
+                .as_ref()
+                .is_ok_and(|stage| stage.counted.is_some())
     }
 
     /// Whether the database has anything to do for it.
@@ -233,12 +242,7 @@ async fn write_batches(
         };
         crate::telemetry::meters::intake_batch(batch.len());
         // The time new deliveries are due by, when a test pins the clock.
-        let stores = batch.iter().filter(|job| job.attempt.stores()).count();
-        let reservation = match &handoff {
-            Some(handoff) => handoff.reserve(stores),
-            None => Reservation::none(),
-        };
-        write_batch(&db, batch, clock.pinned(), reservation).await;
+        write_batch(&db, batch, clock.pinned(), handoff.as_ref()).await;
     }
 }
 
@@ -246,22 +250,41 @@ async fn write_batch(
     db: &Db,
     batch: Vec<Job>,
     pinned: Option<DateTime<Utc>>,
-    mut reservation: Reservation,
+    handoff: Option<&Handoff>,
 ) {
-    let (attempts, replies): (Vec<Attempt>, Vec<_>) = batch
+    let (mut attempts, replies): (Vec<Attempt>, Vec<_>) = batch
         .into_iter()
         .map(|job| (job.attempt, job.reply))
         .unzip();
-    let claim = reservation.claim();
+    // With a worker in this process, each delivery gets the token it would be claimed
+    // with now, so that claims whose answer is lost can be given back.
+    let mut possible_claims: Vec<(DeliveryId, ClaimToken)> = Vec::new();
+    if handoff.is_some() {
+        for submission in attempts.iter_mut().filter_map(Attempt::submission_mut) {
+            let token = ClaimToken::generate();
+            possible_claims.push((submission.delivery_id.clone(), token.clone()));
+            submission.claim_token = Some(token);
+        }
+    }
     let answers = match db
-        .run(async |conn| Ok(count_and_store(conn, attempts, pinned, claim).await))
+        .run(async |conn| Ok(count_and_store(conn, attempts, pinned, handoff).await))
         .await
     {
-        Ok((answers, claimed)) => {
+        Ok((answers, claimed, mut reservation)) => {
             hand_over(db, &mut reservation, claimed).await;
             answers
         }
         Err(error) => {
+            // The batch may have committed before its answer was lost (a deadline): any
+            // delivery it claimed goes back to the queue now rather than when its lease
+            // runs out. Where nothing was claimed, or nothing committed, no row matches.
+            if !possible_claims.is_empty() {
+                let db = db.clone();
+                tokio::spawn(async move {
+                    let claims: Vec<_> = possible_claims.iter().map(|(id, t)| (id, t)).collect();
+                    handoff::hand_back(&db, &claims).await;
+                });
+            }
             let error = Arc::new(error);
             replies
                 .into_iter()
@@ -275,115 +298,72 @@ async fn write_batch(
     }
 }
 
-/// Adds each attempt's counts up per counter, counts them in one statement, and returns
-/// each attempt's own count (its position among the batch's attempts on that counter).
-async fn count(
-    conn: &mut diesel_async::AsyncPgConnection,
-    counted: &[Option<&Counted>],
-) -> Result<Vec<Option<i64>>, DbError> {
-    let keys: Vec<Option<CounterKey>> = counted.iter().map(|c| c.map(Counted::key)).collect();
-    let mut totals: BTreeMap<CounterKey, i32> = BTreeMap::new();
-    for key in keys.iter().flatten() {
-        *totals.entry(key.clone()).or_default() += 1;
-    }
-    if totals.is_empty() {
-        return Ok(vec![None; counted.len()]);
-    }
-    let after = db::rate_limits::count_attempts(conn, &totals).await?;
-    // The batch's attempts on one counter took the last `n` counts, in batch order.
-    let mut next: HashMap<&CounterKey, i64> = totals
-        .iter()
-        .zip(after)
-        .map(|((key, n), total)| (key, i64::from(total) - i64::from(*n) + 1))
-        .collect();
-    Ok(keys
-        .iter()
-        .map(|key| {
-            let key = key.as_ref()?;
-            let position = next.get_mut(key)?;
-            let count = *position;
-            *position += 1;
-            Some(count)
-        })
-        .collect())
-}
-
 /// Passes the deliveries the batch claimed to this process's worker, after the commit;
-/// one the worker can no longer take (it stopped meanwhile) goes back to the queue.
+/// those the worker can no longer take (it stopped meanwhile) go back to the queue.
 async fn hand_over(db: &Db, reservation: &mut Reservation, claimed: Vec<ClaimedDelivery>) {
     if claimed.is_empty() {
         return;
     }
     crate::telemetry::meters::deliveries_claimed("intake", claimed.len());
-    for delivery in claimed {
-        if let Some(delivery) = reservation.start(delivery) {
-            handoff::hand_back(db, &delivery).await;
-        }
-    }
+    let returned: Vec<ClaimedDelivery> = claimed
+        .into_iter()
+        .filter_map(|delivery| reservation.start(delivery))
+        .collect();
+    let claims: Vec<_> = returned
+        .iter()
+        .map(|delivery| (&delivery.id, &delivery.claim_token))
+        .collect();
+    handoff::hand_back(db, &claims).await;
 }
 
-/// Counts and stores the batch; answers each attempt, and the deliveries it claimed.
+/// Counts and stores the batch; answers each attempt, with the deliveries it claimed and
+/// the slots they were claimed for.
 async fn count_and_store(
     conn: &mut diesel_async::AsyncPgConnection,
     attempts: Vec<Attempt>,
     pinned: Option<DateTime<Utc>>,
-    claim: IntakeClaim,
-) -> (Vec<Result<Accepted, ApiError>>, Vec<ClaimedDelivery>) {
-    // 2. The per-source limit.
-    let sources: Vec<Option<&Counted>> = attempts.iter().map(|a| a.source.as_ref()).collect();
-    let source_counts = match count(conn, &sources).await {
+    handoff: Option<&Handoff>,
+) -> (
+    Vec<Result<Accepted, ApiError>>,
+    Vec<ClaimedDelivery>,
+    Reservation,
+) {
+    // 2. and 5.: the per-source limit, then the per-endpoint one for those within it.
+    let counts = match count(conn, &attempts).await {
         Ok(counts) => counts,
-        Err(error) => return (fail_all(attempts.len(), error), Vec::new()),
-    };
-    let source_verdicts: Vec<Result<(), ApiError>> = attempts
-        .iter()
-        .zip(&source_counts)
-        .map(|(attempt, count)| match (&attempt.source, count) {
-            (Some(counted), Some(count)) => counted.judge(*count),
-            _ => Ok(()),
-        })
-        .collect();
-    // 5. The per-endpoint limit, for those past the source limit with an endpoint.
-    let endpoints: Vec<Option<&Counted>> = attempts
-        .iter()
-        .zip(&source_verdicts)
-        .map(|(attempt, verdict)| match (&attempt.endpoint, verdict) {
-            (Ok(stage), Ok(())) => stage.counted.as_ref(),
-            _ => None,
-        })
-        .collect();
-    let endpoint_counts = match count(conn, &endpoints).await {
-        Ok(counts) => counts,
-        Err(error) => return (fail_all(attempts.len(), error), Vec::new()),
+        Err(error) => {
+            let error = Arc::new(error);
+            let answers = (0..attempts.len())
+                .map(|_| Err(ApiError::from(error.clone())))
+                .collect();
+            return (answers, Vec::new(), Reservation::none());
+        }
     };
     let mut answers: Vec<Option<Result<Accepted, ApiError>>> = Vec::with_capacity(attempts.len());
-    let mut stores: Vec<(usize, NewSubmission, usize)> = Vec::new();
-    for (index, ((attempt, verdict), endpoint_count)) in attempts
-        .into_iter()
-        .zip(source_verdicts)
-        .zip(endpoint_counts)
-        .enumerate()
-    {
-        let answer = verdict.and(attempt.endpoint).and_then(|stage| {
-            if let (Some(counted), Some(count)) = (&stage.counted, endpoint_count) {
-                counted.judge(count)?;
-            }
-            stage.outcome
-        });
-        match answer {
+    let mut stores: Vec<(NewSubmission, usize)> = Vec::new();
+    let mut stored_at: Vec<usize> = Vec::new();
+    for (index, (attempt, counts)) in attempts.into_iter().zip(counts).enumerate() {
+        match judge(attempt, counts) {
             Ok(Work::Store {
                 submission,
                 field_count,
             }) => {
-                stores.push((index, submission, field_count));
+                stores.push((submission, field_count));
+                stored_at.push(index);
                 answers.push(None);
             }
             Ok(Work::Answer(accepted)) => answers.push(Some(Ok(accepted))),
             Err(error) => answers.push(Some(Err(error))),
         }
     }
-    let (stored, claimed) = store(conn, stores, pinned, claim).await;
-    for (index, answer) in stored {
+    // The worker's free slots are taken only now, just before the statement that may
+    // claim for them; those not used go back (with a wake-up) once it has answered.
+    let reservation = match handoff {
+        Some(handoff) => handoff.reserve(stores.len()),
+        None => Reservation::none(),
+    };
+    let (stored, claimed) = store(conn, stores, pinned, reservation.claim()).await;
+    for (index, answer) in stored_at.into_iter().zip(stored) {
         answers[index] = Some(answer);
     }
     let answers = answers
@@ -392,12 +372,68 @@ async fn count_and_store(
             answer.unwrap_or_else(|| Err(ApiError::Internal("an intake answer was lost".into())))
         })
         .collect();
-    (answers, claimed)
+    (answers, claimed, reservation)
 }
 
-fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
-    let error = Arc::new(error);
-    (0..n).map(|_| Err(ApiError::from(error.clone()))).collect()
+/// Counts the batch's attempts against their limits in one statement; one `Counts` per
+/// attempt (nothing counted, and no statement, when rate limiting is off).
+async fn count(
+    conn: &mut diesel_async::AsyncPgConnection,
+    attempts: &[Attempt],
+) -> Result<Vec<Counts>, DbError> {
+    if !attempts.iter().any(Attempt::counts) {
+        let nothing = Counts {
+            source: None,
+            endpoint: None,
+        };
+        return Ok(vec![nothing; attempts.len()]);
+    }
+    let requests: Vec<CountedRequest<'_>> = attempts
+        .iter()
+        .map(|attempt| CountedRequest {
+            source: attempt
+                .source
+                .as_ref()
+                .map(|counted| (counted.counter(), counted.limit.requests)),
+            endpoint: attempt
+                .endpoint
+                .as_ref()
+                .ok()
+                .and_then(|stage| stage.counted.as_ref())
+                .map(Counted::counter),
+        })
+        .collect();
+    db::rate_limits::count_attempts(
+        conn,
+        &requests,
+        (
+            RateLimitScope::Ip.as_str(),
+            RateLimitScope::Endpoint.as_str(),
+        ),
+    )
+    .await
+}
+
+/// An attempt's answer from its counts, in the order of the checks: the per-source
+/// limit, the endpoint (steps 3–4), the per-endpoint limit, then the rest.
+fn judge(attempt: Attempt, counts: Counts) -> Result<Work, ApiError> {
+    if let Some(counted) = &attempt.source {
+        counted.judge(counts.source.ok_or_else(|| missing_count("per-source"))?)?;
+    }
+    let stage = attempt.endpoint?;
+    if let Some(counted) = &stage.counted {
+        counted.judge(
+            counts
+                .endpoint
+                .ok_or_else(|| missing_count("per-endpoint"))?,
+        )?;
+    }
+    stage.outcome
+}
+
+/// A counter the statement should have answered and did not: a broken statement.
+fn missing_count(scope: &str) -> ApiError {
+    ApiError::Internal(format!("a request's {scope} count is missing"))
 }
 
 /// Writes the batch's submissions in one statement, or one by one when that statement
@@ -407,22 +443,15 @@ fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
 /// Also answers the deliveries it wrote claimed (`claim`).
 async fn store(
     conn: &mut diesel_async::AsyncPgConnection,
-    stores: Vec<(usize, NewSubmission, usize)>,
+    stores: Vec<(NewSubmission, usize)>,
     pinned: Option<DateTime<Utc>>,
     claim: IntakeClaim,
-) -> (
-    Vec<(usize, Result<Accepted, ApiError>)>,
-    Vec<ClaimedDelivery>,
-) {
+) -> (Vec<Result<Accepted, ApiError>>, Vec<ClaimedDelivery>) {
     if stores.is_empty() {
         return (Vec::new(), Vec::new());
     }
     let mut claimed = Vec::new();
-    let (indices, rest): (Vec<usize>, Vec<(NewSubmission, usize)>) = stores
-        .into_iter()
-        .map(|(index, submission, fields)| (index, (submission, fields)))
-        .unzip();
-    let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = rest.into_iter().unzip();
+    let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = stores.into_iter().unzip();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
     match db::submissions::insert_batch(conn, &submissions, pinned, claim).await {
@@ -473,11 +502,8 @@ async fn store(
         }
     }
     let mut answers = Vec::with_capacity(submissions.len());
-    for (((index, submission), field_count), written) in indices
-        .into_iter()
-        .zip(submissions)
-        .zip(field_counts)
-        .zip(written)
+    for ((submission, field_count), written) in
+        submissions.into_iter().zip(field_counts).zip(written)
     {
         let answer = match written {
             Ok(Some(delivery_queued)) => Ok(Accepted {
@@ -513,7 +539,7 @@ async fn store(
             },
             Err(error) => Err(error),
         };
-        answers.push((index, answer));
+        answers.push(answer);
     }
     (answers, claimed)
 }

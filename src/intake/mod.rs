@@ -219,6 +219,8 @@ async fn after_limits(
             fields: fields.to_json(),
             idempotency,
             delivery_id: DeliveryId::generate(),
+            // The committer gives it one when this process may claim at intake.
+            claim_token: None,
         },
     })
 }

@@ -230,4 +230,46 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
         .await
         .expect("unlock");
     assert_eq!(room(1, 10).await, [entry("free", 1), entry("locked", 1)]);
+
+    // What signs a delivery claimed at intake is read after the lock: a rotation
+    // committed before it is seen, the replaced secret as the one in its overlap.
+    #[derive(diesel::QueryableByName, Debug, PartialEq)]
+    struct Signing {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        webhook_url: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        webhook_secret: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        previous_secret: Option<String>,
+    }
+    let old_secret = format!("whsec_{}", "ab".repeat(32));
+    let new_secret = format!("whsec_{}", "cd".repeat(32));
+    diesel::sql_query(
+        "UPDATE endpoints SET previous_webhook_secret = $2,
+             previous_secret_expires_at = now() + interval '1 day', webhook_secret = $1,
+             webhook_url = 'https://receiver.example/new'
+         WHERE id = 'free'",
+    )
+    .bind::<diesel::sql_types::Text, _>(&new_secret)
+    .bind::<diesel::sql_types::Text, _>(&old_secret)
+    .execute(&mut setup)
+    .await
+    .expect("rotate");
+    let mut conn = app.db.connect().await;
+    let signing: Vec<Signing> = diesel::sql_query(
+        "SELECT webhook_url::text AS webhook_url, webhook_secret::text AS webhook_secret,
+                previous_secret::text AS previous_secret
+         FROM intake_claim_room(ARRAY['free'], now(), 1, 1)",
+    )
+    .load(&mut conn)
+    .await
+    .expect("room");
+    assert_eq!(
+        signing,
+        [Signing {
+            webhook_url: "https://receiver.example/new".into(),
+            webhook_secret: new_secret,
+            previous_secret: Some(old_secret),
+        }]
+    );
 }

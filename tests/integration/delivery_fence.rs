@@ -463,21 +463,21 @@ async fn hand_back_is_guarded_by_the_token() {
         .await
         .unwrap()
         .remove(0);
-    assert!(!deliveries::hand_back(
-        &mut conn,
-        &DeliveryId::parse(&ids[0]).unwrap(),
-        &ClaimToken::parse("clm_00000000000000000000000000000000").unwrap()
-    )
-    .await
-    .unwrap());
+    let id = DeliveryId::parse(&ids[0]).unwrap();
+    let stale = ClaimToken::parse("clm_00000000000000000000000000000000").unwrap();
+    assert_eq!(
+        deliveries::hand_back(&mut conn, &[(&id, &stale)])
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(app.db.delivery(&ids[0]).await.state, "processing");
-    assert!(deliveries::hand_back(
-        &mut conn,
-        &DeliveryId::parse(&ids[0]).unwrap(),
-        &claim.claim_token
-    )
-    .await
-    .unwrap());
+    assert_eq!(
+        deliveries::hand_back(&mut conn, &[(&id, &claim.claim_token)])
+            .await
+            .unwrap(),
+        1
+    );
     let handed = app.db.delivery(&ids[0]).await;
     assert_eq!(
         (

@@ -142,10 +142,11 @@ async fn the_endpoint_cap_is_exact_across_claimers() {
         .unwrap();
     assert!(by_b.is_empty(), "{by_b:?}");
     // One ends: exactly one more may start.
-    assert!(
-        deliveries::hand_back(&mut a, &by_a[0].id, &by_a[0].claim_token)
+    assert_eq!(
+        deliveries::hand_back(&mut a, &[(&by_a[0].id, &by_a[0].claim_token)])
             .await
-            .unwrap()
+            .unwrap(),
+        1
     );
     let returned_to = by_a[0].endpoint_id.clone();
     let by_b = deliveries::claim(&mut b, claim_request(10, 3))

@@ -442,11 +442,13 @@ async fn delivery_counts_follow_every_transition() {
         .unwrap();
     }
     assert_eq!(counts(None).await, [0, 2, 1, 1]);
-    for claim in &claimed {
-        hymical_forms::testing::db::queue::hand_back(&mut conn, &claim.id, &claim.claim_token)
-            .await
-            .unwrap();
-    }
+    let claims: Vec<_> = claimed
+        .iter()
+        .map(|claim| (&claim.id, &claim.claim_token))
+        .collect();
+    hymical_forms::testing::db::queue::hand_back(&mut conn, &claims)
+        .await
+        .unwrap();
     assert_eq!(counts(None).await, [2, 0, 1, 1]);
     let body = app
         .gql(

@@ -184,6 +184,22 @@ async fn a_pile_from_one_address_is_limited_exactly() {
         app.db.count("SELECT count(*) AS n FROM submissions").await,
         4
     );
+    // One statement counted both scopes: all ten on the source's counter, only the six
+    // within the source limit on the endpoint's.
+    assert_eq!(
+        app.db
+            .count("SELECT attempts::bigint AS n FROM rate_limit_counters WHERE limiter = 'ip'")
+            .await,
+        10
+    );
+    assert_eq!(
+        app.db
+            .count(
+                "SELECT attempts::bigint AS n FROM rate_limit_counters WHERE limiter = 'endpoint'"
+            )
+            .await,
+        6
+    );
 }
 
 /// The writers judge "due" by the clock when they write a batch, not when they started.

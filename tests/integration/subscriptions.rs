@@ -995,9 +995,12 @@ async fn every_change_the_service_makes_writes_its_event() {
     // Claimed, handed back at shutdown, claimed again, its lease runs out, claimed by
     // another worker; the first worker records late; the second records a final failure.
     let first = claim(&mut conn, now).await;
-    assert!(queue::hand_back(&mut conn, &first.id, &first.claim_token)
-        .await
-        .unwrap());
+    assert_eq!(
+        queue::hand_back(&mut conn, &[(&first.id, &first.claim_token)])
+            .await
+            .unwrap(),
+        1
+    );
     let second = claim(&mut conn, now).await;
     let later = now + chrono::Duration::seconds(120);
     let third = claim(&mut conn, later).await;

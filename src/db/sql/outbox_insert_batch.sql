@@ -6,11 +6,16 @@
 -- hymical_delivery_due wakes the workers at commit.
 --
 -- Claiming at intake: up to $9 of the new deliveries are written already claimed for the
--- accepting process's worker (`processing`, a fresh token, a lease of $10), each on an
--- endpoint whose claim lock this statement got and that has room under the cap of $11
--- requests in flight and no delivery due before it (intake_claim_room, migration
--- claim_at_intake); the rest are pending as always. A claimed one gets its `created` and
--- its `claimed` event, in that order, as if a worker had claimed it right after.
+-- accepting process's worker (`processing`, the token of $12 at its position, a lease of
+-- $10), each on an endpoint whose claim lock this statement got and that has room under
+-- the cap of $11 requests in flight and no delivery due before it, and only when it goes
+-- to the URL the endpoint has after that lock (intake_claim_room, migrations
+-- claim_at_intake and intake_claim_room_reads_after_lock); the rest are pending as always.
+-- A claimed one gets its `created` and its `claimed` event, in that order, as if a worker
+-- had claimed it right after. The workers are woken when a delivery is left pending, and
+-- whenever the statement held an endpoint's claim lock: a claim that ran meanwhile
+-- skipped that endpoint (a try-lock), and something of it may have become due since the
+-- lock was taken (a replay, a retry).
 --
 -- The unique constraint on (endpoint_id, idempotency_key) decides races between
 -- concurrent first requests with one key, in this batch or another: the loser inserts
@@ -20,9 +25,11 @@
 -- keys, $6 payload fingerprints (NULL without a key), $7 delivery ids: one element per
 -- submission; $8 the time "due" is judged by (NULL: the database's clock, which every
 -- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap
--- per endpoint. Answers one row per submission written: its id, whether a delivery was
--- queued with it, and for a claimed one its token, where it goes, the secrets that sign
--- it and its endpoint's run of failed deliveries.
+-- per endpoint, $12 the claim token for each submission's delivery should it be claimed
+-- (empty when $9 is 0). Answers one row per submission written: its id, whether a
+-- delivery was queued with it, and for a claimed one its token, where it goes, the
+-- snapshot secret, the endpoint's live secrets after the lock and its run of failed
+-- deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
@@ -43,15 +50,14 @@ WITH input AS (
     -- for a concurrent deleteEndpoint, and then the row is read again, so a delivery is
     -- never queued for an endpoint deleted meanwhile (its submission is kept, as any of
     -- an endpoint without a webhook) and a delete sees every delivery queued before it.
-    SELECT e.id, e.webhook_url, e.webhook_secret, e.consecutive_failed_deliveries,
-           CASE WHEN e.previous_secret_expires_at > coalesce($8, statement_timestamp())
-                THEN e.previous_webhook_secret END AS previous_secret
+    SELECT e.id, e.webhook_url, e.webhook_secret
     FROM endpoints e
     WHERE e.id IN (SELECT endpoint_id FROM input) AND e.deleted_at IS NULL
     FOR KEY SHARE
 ), queued AS (
     SELECT i.delivery_id, s.id AS submission_id, s.endpoint_id, s.received_at, i.position,
            e.webhook_url, e.webhook_secret,
+           ($12::varchar[])[i.position::integer] AS claim_token,
            row_number() OVER (PARTITION BY s.endpoint_id ORDER BY i.position) AS turn
     FROM new_submission s
     JOIN input i ON i.id = s.id
@@ -59,13 +65,15 @@ WITH input AS (
     WHERE e.webhook_url IS NOT NULL
 ), room AS MATERIALIZED (
     -- Not called at all when nothing may be claimed (an API-only process, a busy worker).
-    SELECT r.endpoint_id, r.free_slots
+    SELECT r.*
     FROM intake_claim_room(
         ARRAY(SELECT q.endpoint_id FROM queued q WHERE q.turn = 1 ORDER BY q.position),
         coalesce($8, statement_timestamp()), $9, $11) AS r
     WHERE $9 > 0
 ), fitting AS (
-    SELECT q.*, q.turn <= coalesce(r.free_slots, 0) AS fits
+    SELECT q.*,
+           coalesce(q.turn <= r.free_slots AND r.webhook_url = q.webhook_url
+                    AND q.claim_token IS NOT NULL, false) AS fits
     FROM queued q
     LEFT JOIN room r ON r.endpoint_id = q.endpoint_id
 ), planned AS (
@@ -81,7 +89,7 @@ WITH input AS (
     SELECT p.delivery_id, p.submission_id, p.endpoint_id, p.webhook_url, p.webhook_secret,
            CASE WHEN p.claim THEN 'processing' ELSE 'pending' END,
            0, 0, coalesce($8, statement_timestamp()), p.received_at,
-           CASE WHEN p.claim THEN 'clm_' || replace(gen_random_uuid()::text, '-', '') END,
+           CASE WHEN p.claim THEN p.claim_token END,
            CASE WHEN p.claim THEN coalesce($8, statement_timestamp()) + $10 END
     FROM planned p
     RETURNING id, submission_id, endpoint_id, state, attempts, cycle_attempts, claim_token,
@@ -96,14 +104,17 @@ WITH input AS (
     FROM new_delivery
     WHERE state = 'processing'
 ), notified AS (
-    -- Only deliveries left for the workers to claim need to wake them.
+    -- Deliveries left for the workers to claim, or an endpoint's claim lock held.
     SELECT pg_notify('hymical_delivery_due', '')
-    FROM (SELECT 1 FROM new_delivery WHERE state = 'pending' LIMIT 1) AS any_delivery
+    FROM (SELECT 1 FROM new_delivery WHERE state = 'pending'
+          UNION ALL
+          SELECT 1 FROM room
+          LIMIT 1) AS any_work
 ), result AS (
     SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
-           d.signing_secret, e.previous_secret, e.consecutive_failed_deliveries,
-           (SELECT count(*) FROM notified) AS notified
+           d.signing_secret, r.webhook_secret AS endpoint_secret, r.previous_secret,
+           r.consecutive_failed_deliveries, (SELECT count(*) FROM notified) AS notified
     FROM new_submission s
     LEFT JOIN new_delivery d ON d.submission_id = s.id
-    LEFT JOIN live_endpoint e ON e.id = s.endpoint_id
+    LEFT JOIN room r ON d.state = 'processing' AND r.endpoint_id = d.endpoint_id
 )
