@@ -65,9 +65,11 @@ use crate::model::ids::EndpointId;
 
 /// Events read per round; a full round is followed by another at once.
 const ROUND_LIMIT: i64 = 1_000;
-/// Rounds are at least this far apart, so a busy database gets at most a few hundred
-/// cheap reads a second from each process, however many changes it commits.
-const ROUND_SPACING: Duration = Duration::from_millis(15);
+/// Rounds are at least this far apart, so a busy database gets at most a few dozen cheap
+/// reads a second from each process, however many changes it commits, and each subscribed
+/// socket one write per round: with many sockets, shorter spacing costs more machine than
+/// it saves latency (docs/subscriptions.md, "Batches").
+const ROUND_SPACING: Duration = Duration::from_millis(25);
 /// While read events wait for older transactions to end, look again this often even if no
 /// notification comes (the transaction that holds them up may write no event).
 const PENDING_RECHECK: Duration = Duration::from_millis(10);

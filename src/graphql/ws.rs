@@ -41,6 +41,8 @@ use crate::telemetry::meters;
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The legacy protocol's keep-alive (`ka`) interval.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// What a connection reads at most per read (see `upgrade`).
+const READ_BUFFER_BYTES: usize = 4 * 1024;
 /// Operations one connection may run at once.
 pub const MAX_OPERATIONS: usize = 100;
 
@@ -92,6 +94,12 @@ pub async fn upgrade(
     }
     upgrade
         .max_message_size(app.config.intake.max_body_bytes)
+        // Clients send only small control messages. The WebSocket library zeroes a whole
+        // read buffer's worth before every read attempt, and a connection tries one each
+        // time it has written: at the default 128 KiB that zeroing was most of the server's
+        // CPU per frame sent, and 128 MB of buffers per thousand dashboards. A larger
+        // message still arrives whole (the buffer grows for it, up to the size limit).
+        .read_buffer_size(READ_BUFFER_BYTES)
         .on_upgrade(move |socket| async move {
             let mut connection = Connection {
                 app,
