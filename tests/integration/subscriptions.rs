@@ -266,6 +266,27 @@ async fn a_delivery_emits_each_state_change_once_in_order() {
     client.quiet_for(Duration::from_millis(300)).await;
 }
 
+/// Sockets read with a small buffer (4 KiB); a client message larger than it still
+/// arrives whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_larger_than_the_read_buffer_arrives_whole() {
+    let app = app().await;
+    let (_, key) = app.create_key("ops").await;
+    app.webhook_endpoint("contact", "https://receiver.example/hook")
+        .await;
+    let mut client = WsClient::ready(&ws_url(&app), &key).await;
+    // A comment of 40 KB before the document: ten times the read buffer.
+    let query = format!(
+        "#{}\nsubscription {{ deliveryStateChanged(afterEventId: \"0\") {{ id kind }} }}",
+        "x".repeat(40_000)
+    );
+    client
+        .send(json!({ "type": "subscribe", "id": "big", "payload": { "query": query } }))
+        .await;
+    app.submit("contact", "a=1").await;
+    assert_eq!(client.next_event("big").await["kind"], "CREATED");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_delivery_replayed_starts_a_new_cycle_of_events() {
     let receiver = Receiver::start().await;
