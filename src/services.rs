@@ -58,6 +58,10 @@ impl Services {
         let mut tasks = JoinSet::new();
         let api = plan.http.is_some();
         let worker_wake = plan.workers.as_ref().map(|_| Arc::new(Notify::new()));
+        // With the API and the worker in one process, intake claims for the worker and
+        // marks the wake-ups only other processes' workers need (delivery/handoff.rs).
+        let wake_mark: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+        let own_mark = wake_mark.clone();
 
         // The one LISTEN connection: wakes the workers, the event reader and the endpoint
         // subscriptions, and keeps intake's endpoint cache current.
@@ -80,7 +84,7 @@ impl Services {
                         feed.notify_endpoint_changed();
                         return;
                     }
-                    Some((channel, _)) => channel == DELIVERY_DUE,
+                    Some((channel, payload)) => channel == DELIVERY_DUE && payload != &*own_mark,
                 };
                 // A new delivery's `created` event rides on the workers' wake-up.
                 feed.notify();
@@ -135,7 +139,7 @@ impl Services {
                 wake,
             );
             let handed = api.then(|| {
-                let (intake_side, handed) = worker.handoff(stop.clone());
+                let (intake_side, handed) = worker.handoff(stop.clone(), wake_mark);
                 handoff = Some(intake_side);
                 handed
             });

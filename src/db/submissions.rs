@@ -1,6 +1,7 @@
 //! Storing submissions: the transactional outbox of public intake.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -39,13 +40,17 @@ struct OutboxInsertBatch;
 
 /// How many of a batch's new deliveries to write already claimed for this process's
 /// worker (claiming at intake), and the claim's terms.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct IntakeClaim {
     /// At most this many (0: none).
     pub limit: u32,
     pub lease: std::time::Duration,
     /// Requests in flight allowed per endpoint.
     pub endpoint_concurrency: u32,
+    /// This process's mark on the workers' wake-up, sent when the statement held claim
+    /// locks but left nothing pending: other processes' workers look again, this one's
+    /// worker (which gets what was claimed) does not need to.
+    pub wake_mark: Option<Arc<str>>,
 }
 
 impl IntakeClaim {
@@ -53,6 +58,7 @@ impl IntakeClaim {
         limit: 0,
         lease: std::time::Duration::ZERO,
         endpoint_concurrency: 0,
+        wake_mark: None,
     };
 }
 
@@ -136,6 +142,7 @@ pub async fn insert_batch(
             bind::<Interval, _>(super::queue::interval(claim.lease)),
             bind::<Integer, _>(i32::try_from(claim.endpoint_concurrency).unwrap_or(i32::MAX)),
             bind::<Array<Nullable<Text>>, _>(tokens),
+            bind::<Text, _>(claim.wake_mark.as_deref().unwrap_or_default()),
         ),
     )
     .load(conn)

@@ -38,6 +38,8 @@ pub struct Handoff {
     lease: std::time::Duration,
     endpoint_concurrency: u32,
     batch_size: usize,
+    /// Marks the wake-ups this process's intake sends only for other processes' workers.
+    wake_mark: Arc<str>,
 }
 
 /// Slots taken for one intake batch; those not used go back when it is dropped, and wake
@@ -52,13 +54,15 @@ pub struct Reservation {
 impl Handoff {
     /// `slots`: the worker's request slots; `wake`: its wake-up; `caught_up`: whether its
     /// last claim found less than it asked for (nothing else due); `stopping`: the
-    /// worker's shutdown.
+    /// worker's shutdown; `wake_mark`: the payload of wake-ups meant for other processes'
+    /// workers only (see [`IntakeClaim::wake_mark`]).
     pub fn new(
         slots: Arc<Semaphore>,
         wake: Arc<Notify>,
         caught_up: Arc<AtomicBool>,
         config: &WorkerConfig,
         stopping: CancellationToken,
+        wake_mark: Arc<str>,
     ) -> (Handoff, mpsc::UnboundedReceiver<Started>) {
         let (sender, receiver) = mpsc::unbounded_channel();
         (
@@ -71,16 +75,23 @@ impl Handoff {
                 lease: config.lease,
                 endpoint_concurrency: config.endpoint_concurrency,
                 batch_size: config.batch_size as usize,
+                wake_mark,
             },
             receiver,
         )
+    }
+
+    /// Whether intake may claim for the worker now: it has nothing else due and is not
+    /// stopping.
+    pub fn may_claim(&self) -> bool {
+        !self.stopping.is_cancelled() && self.caught_up.load(Ordering::Acquire)
     }
 
     /// Takes up to `wanted` free slots (at most the worker's batch size), none while the
     /// worker has a backlog of its own or is stopping.
     pub fn reserve(&self, wanted: usize) -> Reservation {
         let wanted = wanted.min(self.batch_size);
-        if wanted == 0 || self.stopping.is_cancelled() || !self.caught_up.load(Ordering::Acquire) {
+        if wanted == 0 || !self.may_claim() {
             return Reservation::none();
         }
         let permits = take_slots(&self.slots, wanted);
@@ -89,6 +100,7 @@ impl Handoff {
                 limit: permits.len() as u32,
                 lease: self.lease,
                 endpoint_concurrency: self.endpoint_concurrency,
+                wake_mark: Some(self.wake_mark.clone()),
             },
             permits,
             sender: Some(self.sender.clone()),
@@ -110,7 +122,7 @@ impl Reservation {
 
     /// What the batch statement may claim.
     pub fn claim(&self) -> IntakeClaim {
-        self.claim
+        self.claim.clone()
     }
 
     /// Passes a delivery the statement claimed to the worker with one of the slots.
@@ -185,6 +197,7 @@ mod tests {
             Arc::new(AtomicBool::new(true)),
             &config,
             CancellationToken::new(),
+            "test".into(),
         )
     }
 

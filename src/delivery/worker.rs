@@ -76,13 +76,20 @@ impl Worker {
 
     /// Intake's side of claiming at intake for this worker, and the deliveries it will
     /// pass on, for [`Worker::run`].
-    pub fn handoff(&self, stopping: CancellationToken) -> (Handoff, UnboundedReceiver<Started>) {
+    /// `wake_mark`: the payload of the wake-ups intake sends for other processes' workers
+    /// only, which this worker's listener ignores.
+    pub fn handoff(
+        &self,
+        stopping: CancellationToken,
+        wake_mark: Arc<str>,
+    ) -> (Handoff, UnboundedReceiver<Started>) {
         Handoff::new(
             self.slots.clone(),
             self.wake.clone(),
             self.caught_up.clone(),
             &self.config,
             stopping,
+            wake_mark,
         )
     }
 

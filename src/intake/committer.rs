@@ -256,10 +256,11 @@ async fn write_batch(
         .into_iter()
         .map(|job| (job.attempt, job.reply))
         .unzip();
-    // With a worker in this process, each delivery gets the token it would be claimed
-    // with now, so that claims whose answer is lost can be given back.
+    // When this process's worker may take claims from intake, each delivery gets the
+    // token it would be claimed with, so that claims whose answer is lost can be given
+    // back. (Without a token a delivery is never claimed at intake.)
     let mut possible_claims: Vec<(DeliveryId, ClaimToken)> = Vec::new();
-    if handoff.is_some() {
+    if handoff.is_some_and(Handoff::may_claim) {
         for submission in attempts.iter_mut().filter_map(Attempt::submission_mut) {
             let token = ClaimToken::generate();
             possible_claims.push((submission.delivery_id.clone(), token.clone()));

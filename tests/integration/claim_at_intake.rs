@@ -67,6 +67,12 @@ async fn an_idle_worker_gets_new_deliveries_claimed_with_their_submissions() {
     let (_, key) = app.create_key("scraper").await;
     let serve = ServeProcess::start(&app.db, SERVE);
     wait_for_status(&serve.url("/health"), 200).await;
+    // Another process's workers, listening for wake-ups.
+    let mut other = app.db.connect().await;
+    diesel::sql_query("LISTEN hymical_delivery_due")
+        .execute(&mut other)
+        .await
+        .expect("listen");
 
     // The first may arrive before the worker's first claim has found the queue empty;
     // every later one arrives at a worker with nothing else to do.
@@ -81,6 +87,24 @@ async fn an_idle_worker_gets_new_deliveries_claimed_with_their_submissions() {
     let (by_worker, by_intake) = claimed(&serve, &key).await;
     assert_eq!(by_worker + by_intake, 6.0);
     assert!(by_intake >= 5.0, "claimed at intake: {by_intake}");
+    // A batch that claimed everything still wakes other processes' workers (a claim of
+    // theirs may have skipped the endpoint it held), with the accepting process's mark,
+    // which that process's own worker ignores.
+    let marked = {
+        use futures_util::StreamExt;
+        let mut notifications = std::pin::pin!(other.notifications_stream());
+        let mut marked = 0;
+        while let Ok(Some(notification)) =
+            tokio::time::timeout(Duration::from_millis(500), notifications.next()).await
+        {
+            let notification = notification.expect("notification");
+            if !notification.payload.is_empty() {
+                marked += 1;
+            }
+        }
+        marked
+    };
+    assert!(marked >= 5, "marked wake-ups: {marked}");
 
     // Each was sent once and recorded once; its events are those of any claim, in order.
     assert_eq!(receiver.received().len(), 6);

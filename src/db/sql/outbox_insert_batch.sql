@@ -13,9 +13,9 @@
 -- claim_at_intake and intake_claim_room_reads_after_lock); the rest are pending as always.
 -- A claimed one gets its `created` and its `claimed` event, in that order, as if a worker
 -- had claimed it right after. The workers are woken when a delivery is left pending, and
--- whenever the statement held an endpoint's claim lock: a claim that ran meanwhile
--- skipped that endpoint (a try-lock), and something of it may have become due since the
--- lock was taken (a replay, a retry).
+-- the other processes' workers whenever the statement held an endpoint's claim lock: a
+-- claim that ran meanwhile skipped that endpoint (a try-lock), and something of it may
+-- have become due since the lock was taken (a replay, a retry).
 --
 -- The unique constraint on (endpoint_id, idempotency_key) decides races between
 -- concurrent first requests with one key, in this batch or another: the loser inserts
@@ -26,10 +26,10 @@
 -- submission; $8 the time "due" is judged by (NULL: the database's clock, which every
 -- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap
 -- per endpoint, $12 the claim token for each submission's delivery should it be claimed
--- (empty when $9 is 0). Answers one row per submission written: its id, whether a
--- delivery was queued with it, and for a claimed one its token, where it goes, the
--- snapshot secret, the endpoint's live secrets after the lock and its run of failed
--- deliveries.
+-- (empty when $9 is 0), $13 the accepting process's mark on the wake-up. Answers one
+-- row per submission written: its id, whether a delivery was queued with it, and for a
+-- claimed one its token, where it goes, the snapshot secret, the endpoint's live secrets
+-- after the lock and its run of failed deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
@@ -104,12 +104,12 @@ WITH input AS (
     FROM new_delivery
     WHERE state = 'processing'
 ), notified AS (
-    -- Deliveries left for the workers to claim, or an endpoint's claim lock held.
-    SELECT pg_notify('hymical_delivery_due', '')
-    FROM (SELECT 1 FROM new_delivery WHERE state = 'pending'
-          UNION ALL
-          SELECT 1 FROM room
-          LIMIT 1) AS any_work
+    -- Deliveries left for the workers to claim (every worker), or only an endpoint's
+    -- claim lock held (marked $13: the accepting process's own worker gets what was
+    -- claimed and ignores it).
+    SELECT pg_notify('hymical_delivery_due', CASE WHEN w.pending THEN '' ELSE $13 END)
+    FROM (SELECT EXISTS (SELECT 1 FROM new_delivery WHERE state = 'pending') AS pending) w
+    WHERE w.pending OR EXISTS (SELECT 1 FROM room)
 ), result AS (
     SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
            d.signing_secret, r.webhook_secret AS endpoint_secret, r.previous_secret,
