@@ -428,6 +428,20 @@ impl DbError {
         )
     }
 
+    /// Whether the statement may have committed though the call failed: the answer was
+    /// lost (a deadline, a connection that broke), not refused by the database.
+    pub fn outcome_unknown(&self) -> bool {
+        use diesel::result::DatabaseErrorKind as Kind;
+        matches!(
+            self,
+            DbError::Deadline(_)
+                | DbError::Query(diesel::result::Error::DatabaseError(
+                    Kind::UnableToSendCommand | Kind::ClosedConnection,
+                    _,
+                ))
+        )
+    }
+
     /// A foreign key, named `constraint`, refused the statement.
     pub fn violates_foreign_key(&self, constraint: &str) -> bool {
         matches!(
@@ -926,5 +940,26 @@ mod tests {
         }
         .into_response();
         assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+    }
+
+    /// Only a lost answer leaves a statement's outcome unknown; an error the database
+    /// reported, or a call that never reached it, says nothing committed.
+    #[test]
+    fn which_failures_leave_the_outcome_unknown() {
+        use diesel::result::{DatabaseErrorKind as Kind, Error as Q};
+        let database = |kind| DbError::Query(Q::DatabaseError(kind, Box::new(String::new())));
+        assert!(DbError::Deadline(std::time::Duration::from_secs(32)).outcome_unknown());
+        assert!(database(Kind::UnableToSendCommand).outcome_unknown());
+        assert!(database(Kind::ClosedConnection).outcome_unknown());
+        for known in [
+            database(Kind::UniqueViolation),
+            database(Kind::ForeignKeyViolation),
+            database(Kind::Unknown),
+            DbError::Query(Q::NotFound),
+            DbError::Pool("no connection".into()),
+            DbError::Unreachable,
+        ] {
+            assert!(!known.outcome_unknown(), "{known:?}");
+        }
     }
 }

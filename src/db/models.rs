@@ -177,6 +177,13 @@ pub struct ClaimedDelivery {
     pub endpoint_failed_deliveries: i32,
 }
 
+impl ClaimedDelivery {
+    /// What identifies the claim: the delivery and the token it holds.
+    pub fn claim(&self) -> (&DeliveryId, &ClaimToken) {
+        (&self.id, &self.claim_token)
+    }
+}
+
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = management_api_keys)]
 #[diesel(check_for_backend(diesel::pg::Pg))]

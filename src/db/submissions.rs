@@ -28,6 +28,10 @@ pub struct NewSubmission {
     pub idempotency: Option<(String, String)>,
     /// Used when the endpoint has a webhook at the moment of the insert.
     pub delivery_id: DeliveryId,
+    /// Whether the endpoint had a webhook when the request was checked (the statement
+    /// decides by the endpoint as it is then): only such a submission may be given a
+    /// claim token.
+    pub expects_delivery: bool,
     /// Its delivery's claim token, should intake claim it for this process's worker
     /// (`None` where it may not): made before the statement, so that a claim whose
     /// answer was lost can still be given back.

@@ -11,7 +11,7 @@
 //! but did not use go back with a wake-up for the worker, which may have found none free
 //! meanwhile.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
@@ -26,6 +26,39 @@ use crate::model::ids::{ClaimToken, DeliveryId};
 /// A claimed delivery with the request slot it runs in.
 pub type Started = (ClaimedDelivery, OwnedSemaphorePermit);
 
+/// The worker's own claims, as intake sees them: how many have started and how many are
+/// running. A claim that ran while an intake batch held endpoints' claim locks may have
+/// skipped one of them (a try-lock), so that batch wakes the worker once it is done.
+#[derive(Default)]
+pub struct ClaimActivity {
+    started: AtomicU64,
+    running: AtomicUsize,
+}
+
+/// One of the worker's claims, running until dropped.
+pub struct RunningClaim(Arc<ClaimActivity>);
+
+impl ClaimActivity {
+    pub fn begin(self: &Arc<Self>) -> RunningClaim {
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.running.fetch_add(1, Ordering::AcqRel);
+        RunningClaim(self.clone())
+    }
+
+    fn now(&self) -> (u64, usize) {
+        (
+            self.started.load(Ordering::Acquire),
+            self.running.load(Ordering::Acquire),
+        )
+    }
+}
+
+impl Drop for RunningClaim {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The intake side: reserves slots, passes claimed deliveries on.
 #[derive(Clone)]
 pub struct Handoff {
@@ -33,6 +66,7 @@ pub struct Handoff {
     /// The worker's wake-up.
     wake: Arc<Notify>,
     caught_up: Arc<AtomicBool>,
+    claims: Arc<ClaimActivity>,
     stopping: CancellationToken,
     sender: mpsc::UnboundedSender<Started>,
     lease: std::time::Duration,
@@ -43,23 +77,26 @@ pub struct Handoff {
 }
 
 /// Slots taken for one intake batch; those not used go back when it is dropped, and wake
-/// the worker.
+/// the worker, as does a claim of the worker's that overlapped the batch.
 pub struct Reservation {
     permits: Vec<OwnedSemaphorePermit>,
     claim: IntakeClaim,
     sender: Option<mpsc::UnboundedSender<Started>>,
     wake: Option<Arc<Notify>>,
+    /// The worker's claims when the slots were taken: (activity, started, running).
+    claims_then: Option<(Arc<ClaimActivity>, u64, usize)>,
 }
 
 impl Handoff {
     /// `slots`: the worker's request slots; `wake`: its wake-up; `caught_up`: whether its
-    /// last claim found less than it asked for (nothing else due); `stopping`: the
-    /// worker's shutdown; `wake_mark`: the payload of wake-ups meant for other processes'
-    /// workers only (see [`IntakeClaim::wake_mark`]).
+    /// last claim found less than it asked for (nothing else due); `claims`: its claims;
+    /// `stopping`: the worker's shutdown; `wake_mark`: the payload of wake-ups meant for
+    /// other processes' workers only (see [`IntakeClaim::wake_mark`]).
     pub fn new(
         slots: Arc<Semaphore>,
         wake: Arc<Notify>,
         caught_up: Arc<AtomicBool>,
+        claims: Arc<ClaimActivity>,
         config: &WorkerConfig,
         stopping: CancellationToken,
         wake_mark: Arc<str>,
@@ -70,6 +107,7 @@ impl Handoff {
                 slots,
                 wake,
                 caught_up,
+                claims,
                 stopping,
                 sender,
                 lease: config.lease,
@@ -95,7 +133,9 @@ impl Handoff {
             return Reservation::none();
         }
         let permits = take_slots(&self.slots, wanted);
+        let (started, running) = self.claims.now();
         Reservation {
+            claims_then: (!permits.is_empty()).then(|| (self.claims.clone(), started, running)),
             claim: IntakeClaim {
                 limit: permits.len() as u32,
                 lease: self.lease,
@@ -117,6 +157,7 @@ impl Reservation {
             claim: IntakeClaim::NONE,
             sender: None,
             wake: None,
+            claims_then: None,
         }
     }
 
@@ -141,14 +182,21 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if self.permits.is_empty() {
-            return;
-        }
+        let unused = !self.permits.is_empty();
         // Released first, so that the worker finds them when it wakes: its claim may have
         // found no slot free while this batch held them, and slept.
         self.permits.clear();
-        if let Some(wake) = &self.wake {
-            wake.notify_one();
+        // A claim of the worker's that ran while this batch held endpoints' claim locks may
+        // have skipped one with work: it looks again. (Other processes' workers are woken
+        // by the statement's marked notification.)
+        let overlapped = self
+            .claims_then
+            .as_ref()
+            .is_some_and(|(claims, started, running)| *running > 0 || claims.now().0 > *started);
+        if unused || overlapped {
+            if let Some(wake) = &self.wake {
+                wake.notify_one();
+            }
         }
     }
 }
@@ -163,12 +211,16 @@ pub fn take_slots(slots: &Arc<Semaphore>, wanted: usize) -> Vec<OwnedSemaphorePe
 /// Gives back claims whose requests never started (a stopping worker, a worker gone
 /// before intake could pass them on, an intake batch whose answer was lost): pending
 /// again, each only where the claim is still its holder's.
-pub async fn hand_back(db: &Db, claims: &[(&DeliveryId, &ClaimToken)]) {
+pub async fn hand_back<'a>(
+    db: &Db,
+    claims: impl IntoIterator<Item = (&'a DeliveryId, &'a ClaimToken)>,
+) {
+    let claims: Vec<_> = claims.into_iter().collect();
     if claims.is_empty() {
         return;
     }
     let result = db
-        .run(async |conn| queue::hand_back(conn, claims).await)
+        .run(async |conn| queue::hand_back(conn, &claims).await)
         .await;
     match result {
         Ok(0) => {}
@@ -188,6 +240,14 @@ mod tests {
         slots: &Arc<Semaphore>,
         wake: &Arc<Notify>,
     ) -> (Handoff, mpsc::UnboundedReceiver<Started>) {
+        with_claims(slots, wake, &Arc::default())
+    }
+
+    fn with_claims(
+        slots: &Arc<Semaphore>,
+        wake: &Arc<Notify>,
+        claims: &Arc<ClaimActivity>,
+    ) -> (Handoff, mpsc::UnboundedReceiver<Started>) {
         let config = crate::config::Config::from_lookup(|_| None)
             .expect("defaults")
             .worker;
@@ -195,6 +255,7 @@ mod tests {
             slots.clone(),
             wake.clone(),
             Arc::new(AtomicBool::new(true)),
+            claims.clone(),
             &config,
             CancellationToken::new(),
             "test".into(),
@@ -255,5 +316,38 @@ mod tests {
                 .is_err(),
             "woken for nothing"
         );
+    }
+
+    /// A claim of the worker's that ran while the batch held claim locks (started before
+    /// the slots were taken, or after) may have skipped an endpoint with work: the
+    /// worker is woken once the batch is done, even with every slot used.
+    #[tokio::test]
+    async fn a_claim_that_overlapped_the_batch_is_told_to_look_again() {
+        let woken = async |wake: &Arc<Notify>| {
+            tokio::time::timeout(std::time::Duration::from_millis(50), wake.notified())
+                .await
+                .is_ok()
+        };
+        for started_before in [true, false] {
+            let slots = Arc::new(Semaphore::new(2));
+            let wake = Arc::new(Notify::new());
+            let claims = Arc::new(ClaimActivity::default());
+            let (handoff, mut handed) = with_claims(&slots, &wake, &claims);
+            let early = started_before.then(|| claims.begin());
+            let mut reservation = handoff.reserve(1);
+            match early {
+                // Still running when the slots were taken, done before the batch is.
+                Some(running) => drop(running),
+                // Started and done while the batch ran.
+                None => drop(claims.begin()),
+            }
+            assert!(reservation.start(claimed()).is_none());
+            drop(reservation);
+            assert!(handed.recv().await.is_some());
+            assert!(
+                woken(&wake).await,
+                "started before the slots: {started_before}"
+            );
+        }
     }
 }

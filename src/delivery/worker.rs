@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::WebhookClient;
-use super::handoff::{self, Handoff, Started};
+use super::handoff::{self, ClaimActivity, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
 use super::recorder::{self, Recorder};
@@ -44,6 +44,8 @@ pub struct Worker {
     /// Whether the last claim found less than it asked for: nothing else was due, so
     /// intake may claim new deliveries for this worker (`handoff.rs`).
     caught_up: Arc<AtomicBool>,
+    /// Its claims, for intake to tell whether one overlapped a batch of its own.
+    claims: Arc<ClaimActivity>,
 }
 
 impl Worker {
@@ -71,6 +73,7 @@ impl Worker {
             wake,
             slots,
             caught_up: Arc::new(AtomicBool::new(false)),
+            claims: Arc::default(),
         })
     }
 
@@ -87,6 +90,7 @@ impl Worker {
             self.slots.clone(),
             self.wake.clone(),
             self.caught_up.clone(),
+            self.claims.clone(),
             &self.config,
             stopping,
             wake_mark,
@@ -114,10 +118,12 @@ impl Worker {
             limit: wanted as u32,
             endpoint_concurrency: self.config.endpoint_concurrency,
         };
+        let running = self.claims.begin();
         let claimed = self
             .db
             .run(async |conn| queue::claim(conn, request).await)
             .await;
+        drop(running);
         // A failed claim says nothing about the queue.
         self.caught_up.store(
             claimed.as_ref().is_ok_and(|claimed| claimed.len() < wanted),
@@ -132,7 +138,7 @@ impl Worker {
         for delivery in claimed {
             let Some(permit) = permits.pop() else {
                 // The claim returns at most `wanted`; never more than the slots taken.
-                handoff::hand_back(&self.db, &[(&delivery.id, &delivery.claim_token)]).await;
+                handoff::hand_back(&self.db, [delivery.claim()]).await;
                 continue;
             };
             self.start(tasks, delivery, permit, stopping);
@@ -220,11 +226,7 @@ impl Worker {
             while let Some((delivery, _permit)) = handed.recv().await {
                 unstarted.push(delivery);
             }
-            let claims: Vec<_> = unstarted
-                .iter()
-                .map(|delivery| (&delivery.id, &delivery.claim_token))
-                .collect();
-            handoff::hand_back(&self.db, &claims).await;
+            handoff::hand_back(&self.db, unstarted.iter().map(ClaimedDelivery::claim)).await;
         }
         let in_flight = tasks.len();
         if in_flight > 0 {
@@ -253,7 +255,7 @@ impl Worker {
     /// Sends one delivery and records the result.
     async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) {
         if stopping.is_cancelled() {
-            handoff::hand_back(&self.db, &[(&delivery.id, &delivery.claim_token)]).await;
+            handoff::hand_back(&self.db, [delivery.claim()]).await;
             return;
         }
         let (Some(submission_id), Some(received_at), Some(fields)) = (

@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
@@ -41,9 +42,12 @@ pub const WRITERS: usize = 2;
 /// Requests waiting for a writer at most; more wait to be queued (backpressure).
 const QUEUE: usize = 4096;
 
-/// A request counted against one rate limit.
+/// The scope of [`Attempt::source`]'s limit, and of [`EndpointStage::counted`]'s.
+const SOURCE: RateLimitScope = RateLimitScope::Ip;
+const ENDPOINT: RateLimitScope = RateLimitScope::Endpoint;
+
+/// A request counted against one rate limit (its scope is where it sits in [`Attempt`]).
 pub struct Counted {
-    pub scope: RateLimitScope,
     pub subject: String,
     pub limit: Limit,
     pub now: DateTime<Utc>,
@@ -58,13 +62,13 @@ impl Counted {
     }
 
     /// The refusal when the count including this request is over the limit.
-    fn judge(&self, count: i64) -> Result<(), ApiError> {
+    fn judge(&self, scope: RateLimitScope, count: i64) -> Result<(), ApiError> {
         if count <= i64::from(self.limit.requests) {
             return Ok(());
         }
         let (_, end) = window(self.now, self.limit.window_seconds);
         Err(ApiError::RateLimitExceeded {
-            scope: self.scope,
+            scope,
             limit: self.limit.requests,
             window_seconds: self.limit.window_seconds,
             retry_after_seconds: retry_after_seconds(self.now, end),
@@ -256,47 +260,63 @@ async fn write_batch(
         .into_iter()
         .map(|job| (job.attempt, job.reply))
         .unzip();
-    // When this process's worker may take claims from intake, each delivery gets the
-    // token it would be claimed with, so that claims whose answer is lost can be given
-    // back. (Without a token a delivery is never claimed at intake.)
+    // When this process's worker may take claims from intake, each delivery it may claim
+    // gets its token now, so that claims whose answer is lost can be given back. (Without
+    // a token a delivery is never claimed at intake.)
     let mut possible_claims: Vec<(DeliveryId, ClaimToken)> = Vec::new();
     if handoff.is_some_and(Handoff::may_claim) {
         for submission in attempts.iter_mut().filter_map(Attempt::submission_mut) {
-            let token = ClaimToken::generate();
-            possible_claims.push((submission.delivery_id.clone(), token.clone()));
-            submission.claim_token = Some(token);
+            if submission.expects_delivery {
+                let token = ClaimToken::generate();
+                possible_claims.push((submission.delivery_id.clone(), token.clone()));
+                submission.claim_token = Some(token);
+            }
         }
     }
-    let answers = match db
+    let (answers, claims_unknown) = match db
         .run(async |conn| Ok(count_and_store(conn, attempts, pinned, handoff).await))
         .await
     {
-        Ok((answers, claimed, mut reservation)) => {
+        Ok(Stored {
+            answers,
+            claimed,
+            mut reservation,
+            claims_unknown,
+        }) => {
             hand_over(db, &mut reservation, claimed).await;
-            answers
+            (answers, claims_unknown)
         }
         Err(error) => {
-            // The batch may have committed before its answer was lost (a deadline): any
-            // delivery it claimed goes back to the queue now rather than when its lease
-            // runs out. Where nothing was claimed, or nothing committed, no row matches.
-            if !possible_claims.is_empty() {
-                let db = db.clone();
-                tokio::spawn(async move {
-                    let claims: Vec<_> = possible_claims.iter().map(|(id, t)| (id, t)).collect();
-                    handoff::hand_back(&db, &claims).await;
-                });
-            }
-            let error = Arc::new(error);
-            replies
-                .into_iter()
-                .for_each(|reply| drop(reply.send(Err(ApiError::from(error.clone())))));
-            return;
+            let deadline = match error {
+                DbError::Deadline(deadline) => Some(deadline),
+                _ => None,
+            };
+            let unknown = error.outcome_unknown().then_some(deadline);
+            (fail_all(replies.len(), error), unknown)
         }
     };
+    if let Some(deadline) = claims_unknown.filter(|_| !possible_claims.is_empty()) {
+        give_back_lost(db.clone(), possible_claims, deadline);
+    }
     for (reply, answer) in replies.into_iter().zip(answers) {
         // A client that went away is no reason to stop.
         let _ = reply.send(answer);
     }
+}
+
+/// The batch may have committed claims whose answer was lost: they go back to the queue
+/// now rather than when their leases run out, and once more after `deadline`, by when a
+/// statement still running when its call gave up has surely ended. Where nothing was
+/// claimed, or nothing committed, no row matches.
+fn give_back_lost(db: Db, claims: Vec<(DeliveryId, ClaimToken)>, deadline: Option<Duration>) {
+    tokio::spawn(async move {
+        let pairs = || claims.iter().map(|(id, token)| (id, token));
+        handoff::hand_back(&db, pairs()).await;
+        if let Some(deadline) = deadline {
+            tokio::time::sleep(deadline).await;
+            handoff::hand_back(&db, pairs()).await;
+        }
+    });
 }
 
 /// Passes the deliveries the batch claimed to this process's worker, after the commit;
@@ -310,11 +330,19 @@ async fn hand_over(db: &Db, reservation: &mut Reservation, claimed: Vec<ClaimedD
         .into_iter()
         .filter_map(|delivery| reservation.start(delivery))
         .collect();
-    let claims: Vec<_> = returned
-        .iter()
-        .map(|delivery| (&delivery.id, &delivery.claim_token))
-        .collect();
-    handoff::hand_back(db, &claims).await;
+    handoff::hand_back(db, returned.iter().map(ClaimedDelivery::claim)).await;
+}
+
+/// What [`count_and_store`] did with a batch.
+struct Stored {
+    /// Each attempt's answer, in the batch's order.
+    answers: Vec<Result<Accepted, ApiError>>,
+    /// The deliveries it claimed for this process's worker, and the slots taken for them.
+    claimed: Vec<ClaimedDelivery>,
+    reservation: Reservation,
+    /// `Some` when the outbox statement's answer was lost, so it may have committed claims
+    /// that nobody knows of (see [`give_back_lost`]); `None` inside: no call deadline.
+    claims_unknown: Option<Option<Duration>>,
 }
 
 /// Counts and stores the batch; answers each attempt, with the deliveries it claimed and
@@ -324,20 +352,17 @@ async fn count_and_store(
     attempts: Vec<Attempt>,
     pinned: Option<DateTime<Utc>>,
     handoff: Option<&Handoff>,
-) -> (
-    Vec<Result<Accepted, ApiError>>,
-    Vec<ClaimedDelivery>,
-    Reservation,
-) {
+) -> Stored {
     // 2. and 5.: the per-source limit, then the per-endpoint one for those within it.
     let counts = match count(conn, &attempts).await {
         Ok(counts) => counts,
         Err(error) => {
-            let error = Arc::new(error);
-            let answers = (0..attempts.len())
-                .map(|_| Err(ApiError::from(error.clone())))
-                .collect();
-            return (answers, Vec::new(), Reservation::none());
+            return Stored {
+                answers: fail_all(attempts.len(), error),
+                claimed: Vec::new(),
+                reservation: Reservation::none(),
+                claims_unknown: None,
+            };
         }
     };
     let mut answers: Vec<Option<Result<Accepted, ApiError>>> = Vec::with_capacity(attempts.len());
@@ -358,12 +383,19 @@ async fn count_and_store(
         }
     }
     // The worker's free slots are taken only now, just before the statement that may
-    // claim for them; those not used go back (with a wake-up) once it has answered.
+    // claim for them (at most one per delivery with a token); those not used go back
+    // (with a wake-up) once it has answered.
     let reservation = match handoff {
-        Some(handoff) => handoff.reserve(stores.len()),
+        Some(handoff) => {
+            let claimable = stores
+                .iter()
+                .filter(|(submission, _)| submission.claim_token.is_some())
+                .count();
+            handoff.reserve(claimable)
+        }
         None => Reservation::none(),
     };
-    let (stored, claimed) = store(conn, stores, pinned, reservation.claim()).await;
+    let (stored, claimed, claims_unknown) = store(conn, stores, pinned, reservation.claim()).await;
     for (index, answer) in stored_at.into_iter().zip(stored) {
         answers[index] = Some(answer);
     }
@@ -373,7 +405,18 @@ async fn count_and_store(
             answer.unwrap_or_else(|| Err(ApiError::Internal("an intake answer was lost".into())))
         })
         .collect();
-    (answers, claimed, reservation)
+    Stored {
+        answers,
+        claimed,
+        reservation,
+        claims_unknown: claims_unknown.then_some(None),
+    }
+}
+
+/// The same failure as every one of `n` answers.
+fn fail_all(n: usize, error: DbError) -> Vec<Result<Accepted, ApiError>> {
+    let error = Arc::new(error);
+    (0..n).map(|_| Err(ApiError::from(error.clone()))).collect()
 }
 
 /// Counts the batch's attempts against their limits in one statement; one `Counts` per
@@ -404,30 +447,22 @@ async fn count(
                 .map(Counted::counter),
         })
         .collect();
-    db::rate_limits::count_attempts(
-        conn,
-        &requests,
-        (
-            RateLimitScope::Ip.as_str(),
-            RateLimitScope::Endpoint.as_str(),
-        ),
-    )
-    .await
+    db::rate_limits::count_attempts(conn, &requests, (SOURCE.as_str(), ENDPOINT.as_str())).await
 }
 
 /// An attempt's answer from its counts, in the order of the checks: the per-source
 /// limit, the endpoint (steps 3–4), the per-endpoint limit, then the rest.
 fn judge(attempt: Attempt, counts: Counts) -> Result<Work, ApiError> {
     if let Some(counted) = &attempt.source {
-        counted.judge(counts.source.ok_or_else(|| missing_count("per-source"))?)?;
+        let count = counts.source.ok_or_else(|| missing_count("per-source"))?;
+        counted.judge(SOURCE, count)?;
     }
     let stage = attempt.endpoint?;
     if let Some(counted) = &stage.counted {
-        counted.judge(
-            counts
-                .endpoint
-                .ok_or_else(|| missing_count("per-endpoint"))?,
-        )?;
+        let count = counts
+            .endpoint
+            .ok_or_else(|| missing_count("per-endpoint"))?;
+        counted.judge(ENDPOINT, count)?;
     }
     stage.outcome
 }
@@ -447,15 +482,21 @@ async fn store(
     stores: Vec<(NewSubmission, usize)>,
     pinned: Option<DateTime<Utc>>,
     claim: IntakeClaim,
-) -> (Vec<Result<Accepted, ApiError>>, Vec<ClaimedDelivery>) {
+) -> (Vec<Result<Accepted, ApiError>>, Vec<ClaimedDelivery>, bool) {
     if stores.is_empty() {
-        return (Vec::new(), Vec::new());
+        return (Vec::new(), Vec::new(), false);
     }
+    let claiming = claim.limit > 0;
     let mut claimed = Vec::new();
     let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = stores.into_iter().unzip();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
-    match db::submissions::insert_batch(conn, &submissions, pinned, claim).await {
+    let batch = db::submissions::insert_batch(conn, &submissions, pinned, claim).await;
+    // A batch whose answer was lost may have committed: its claims are unknown, and
+    // writing its submissions again would not help.
+    let lost = batch.as_ref().is_err_and(DbError::outcome_unknown);
+    let claims_unknown = claiming && lost;
+    match batch {
         Ok(rows) => {
             let mut queued: HashMap<SubmissionId, bool> = HashMap::with_capacity(rows.len());
             for row in rows {
@@ -464,7 +505,7 @@ async fn store(
             }
             written.extend(submissions.iter().map(|s| Ok(queued.get(&s.id).copied())));
         }
-        Err(DbError::Query(error)) if submissions.len() > 1 => {
+        Err(DbError::Query(error)) if submissions.len() > 1 && !lost => {
             tracing::warn!(error = %error, size = submissions.len(), "a batch of submissions failed; writing them one by one");
             for submission in &submissions {
                 // One by one, none claimed: this is the rare path, the queue serves them.
@@ -542,5 +583,5 @@ async fn store(
         };
         answers.push(answer);
     }
-    (answers, claimed)
+    (answers, claimed, claims_unknown)
 }

@@ -30,7 +30,7 @@ use crate::app::AppState;
 use crate::clock::format_timestamp;
 use crate::db::models::{EndpointRow, KeyedSubmission};
 use crate::db::submissions::NewSubmission;
-use crate::error::{ApiError, RateLimitScope};
+use crate::error::ApiError;
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
@@ -128,7 +128,6 @@ async fn prepare(
     let source = limits.enabled.then(|| {
         let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
         Counted {
-            scope: RateLimitScope::Ip,
             subject: rate_limit::address_digest(&address, limits.ip_secret.as_ref()),
             limit: Limit {
                 requests: limits.ip_requests,
@@ -143,7 +142,6 @@ async fn prepare(
         let found = &**endpoint.insert(found);
         // 5. Per-endpoint limit.
         let counted = limits.enabled.then(|| Counted {
-            scope: RateLimitScope::Endpoint,
             subject: found.id.to_string(),
             limit: Limit {
                 requests: limits.endpoint_requests,
@@ -219,6 +217,7 @@ async fn after_limits(
             fields: fields.to_json(),
             idempotency,
             delivery_id: DeliveryId::generate(),
+            expects_delivery: endpoint.has_webhook(),
             // The committer gives it one when this process may claim at intake.
             claim_token: None,
         },
