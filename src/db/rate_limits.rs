@@ -1,10 +1,11 @@
 //! Fixed-window counters in `rate_limit_counters`, shared by every process.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-
-use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
 
 use super::schema::rate_limit_counters;
 use super::statement::{bind, sql, SqlText, Statement};
@@ -12,7 +13,7 @@ use super::DbError;
 
 /// A fixed-window counter: whom it counts (an address digest, an endpoint id) and the
 /// start of its window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Counter<'a> {
     pub subject: &'a str,
     pub window_start: DateTime<Utc>,
@@ -42,19 +43,18 @@ struct CountAttempts;
 /// per-endpoint counter. `limiters` names the two scopes' counters (per source, per
 /// endpoint). Answers each request's counts, in the batch's order. Atomic upserts, so
 /// concurrent batches in any number of processes each see distinct counts.
+///
+/// The statement answers each counter's value after the batch; a request's own count is
+/// that value less the batch's later requests on the same counter (worked out here, not
+/// by window functions in the statement, which cost more than the upserts themselves).
 pub async fn count_attempts(
     conn: &mut AsyncPgConnection,
     requests: &[CountedRequest<'_>],
     limiters: (&str, &str),
 ) -> Result<Vec<Counts>, DbError> {
-    let sources: Vec<Option<&str>> = requests
-        .iter()
-        .map(|r| r.source.map(|(c, _)| c.subject))
-        .collect();
-    let source_windows: Vec<Option<DateTime<Utc>>> = requests
-        .iter()
-        .map(|r| r.source.map(|(c, _)| c.window_start))
-        .collect();
+    let source_counters: Vec<Option<Counter<'_>>> =
+        requests.iter().map(|r| r.source.map(|(c, _)| c)).collect();
+    let source_later = later_on_same_counter(&source_counters);
     let source_limits: Vec<Option<i32>> = requests
         .iter()
         .map(|r| {
@@ -62,43 +62,109 @@ pub async fn count_attempts(
                 .map(|(_, limit)| i32::try_from(limit).unwrap_or(i32::MAX))
         })
         .collect();
-    let endpoints: Vec<Option<&str>> = requests
-        .iter()
-        .map(|r| r.endpoint.map(|c| c.subject))
-        .collect();
-    let endpoint_windows: Vec<Option<DateTime<Utc>>> = requests
-        .iter()
-        .map(|r| r.endpoint.map(|c| c.window_start))
-        .collect();
-    let rows: Vec<(i64, Option<i64>, Option<i64>)> =
-        Statement::<CountAttempts, (BigInt, Nullable<BigInt>, Nullable<BigInt>), _>::new(
+    let rows: Vec<(bool, String, DateTime<Utc>, i64)> =
+        Statement::<CountAttempts, (Bool, Text, Timestamptz, BigInt), _>::new(
             &COUNT_ATTEMPTS,
             (
-                bind::<Array<Nullable<Text>>, _>(sources),
-                bind::<Array<Nullable<Timestamptz>>, _>(source_windows),
-                bind::<Array<Nullable<Integer>>, _>(source_limits),
-                bind::<Array<Nullable<Text>>, _>(endpoints),
-                bind::<Array<Nullable<Timestamptz>>, _>(endpoint_windows),
+                bind::<Array<Nullable<Text>>, _>(subjects(&source_counters)),
+                bind::<Array<Nullable<Timestamptz>>, _>(window_starts(&source_counters)),
+                bind::<Array<Nullable<Integer>>, _>(&source_limits),
+                bind::<Array<Nullable<Integer>>, _>(&source_later),
+                bind::<Array<Nullable<Text>>, _>(
+                    requests
+                        .iter()
+                        .map(|r| r.endpoint.map(|c| c.subject))
+                        .collect::<Vec<_>>(),
+                ),
+                bind::<Array<Nullable<Timestamptz>>, _>(
+                    requests
+                        .iter()
+                        .map(|r| r.endpoint.map(|c| c.window_start))
+                        .collect::<Vec<_>>(),
+                ),
                 bind::<Text, _>(limiters.0),
                 bind::<Text, _>(limiters.1),
             ),
         )
         .load(conn)
         .await?;
-    // One row per request, in order; anything else is a broken statement, not a count
-    // to guess.
-    if rows.len() != requests.len()
-        || rows
-            .iter()
-            .zip(1..)
-            .any(|((position, _, _), expected)| *position != expected)
-    {
-        return Err(DbError::Query(diesel::result::Error::NotFound));
+    let mut totals: HashMap<(bool, &str, DateTime<Utc>), i64> = HashMap::new();
+    for (per_endpoint, subject, window_start, attempts) in &rows {
+        totals.insert((*per_endpoint, subject, *window_start), *attempts);
     }
-    Ok(rows
-        .into_iter()
-        .map(|(_, source, endpoint)| Counts { source, endpoint })
-        .collect())
+    // A counter the statement should have counted on and did not answer is a broken
+    // statement, not a count to guess.
+    let total = |per_endpoint: bool, counter: Counter<'_>| {
+        totals
+            .get(&(per_endpoint, counter.subject, counter.window_start))
+            .copied()
+            .ok_or(DbError::Query(diesel::result::Error::NotFound))
+    };
+
+    let mut source_counts = Vec::with_capacity(requests.len());
+    for ((counter, later), limit) in source_counters
+        .iter()
+        .zip(&source_later)
+        .zip(&source_limits)
+    {
+        source_counts.push(match (counter, later, limit) {
+            (Some(counter), Some(later), Some(limit)) => {
+                let count = total(false, *counter)? - i64::from(*later);
+                // The statement's own test of the per-source limit, to the letter.
+                Some((count, count <= i64::from(*limit)))
+            }
+            _ => None,
+        });
+    }
+    // Counted per endpoint: those within their per-source limit, or not counted per source.
+    let endpoint_counters: Vec<Option<Counter<'_>>> = requests
+        .iter()
+        .zip(&source_counts)
+        .map(|(r, source)| match source {
+            Some((_, false)) => None,
+            _ => r.endpoint,
+        })
+        .collect();
+    let endpoint_later = later_on_same_counter(&endpoint_counters);
+    let mut counts = Vec::with_capacity(requests.len());
+    for ((counter, later), source) in endpoint_counters
+        .iter()
+        .zip(&endpoint_later)
+        .zip(&source_counts)
+    {
+        let endpoint = match (counter, later) {
+            (Some(counter), Some(later)) => Some(total(true, *counter)? - i64::from(*later)),
+            _ => None,
+        };
+        counts.push(Counts {
+            source: source.map(|(count, _)| count),
+            endpoint,
+        });
+    }
+    Ok(counts)
+}
+
+/// For each request counted on a counter, how many later requests of the batch are
+/// counted on the same one.
+fn later_on_same_counter(counters: &[Option<Counter<'_>>]) -> Vec<Option<i32>> {
+    let mut seen: HashMap<Counter<'_>, i32> = HashMap::new();
+    let mut later = vec![None; counters.len()];
+    for (slot, counter) in later.iter_mut().zip(counters).rev() {
+        if let Some(counter) = counter {
+            let after = seen.entry(*counter).or_insert(0);
+            *slot = Some(*after);
+            *after += 1;
+        }
+    }
+    later
+}
+
+fn subjects<'a>(counters: &[Option<Counter<'a>>]) -> Vec<Option<&'a str>> {
+    counters.iter().map(|c| c.map(|c| c.subject)).collect()
+}
+
+fn window_starts(counters: &[Option<Counter<'_>>]) -> Vec<Option<DateTime<Utc>>> {
+    counters.iter().map(|c| c.map(|c| c.window_start)).collect()
 }
 
 /// Deletes counters of windows that started before `before`; returns how many.

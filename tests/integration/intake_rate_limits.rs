@@ -300,3 +300,110 @@ async fn expired_counters_are_swept() {
         .collect();
     assert_eq!(left, ["new"]);
 }
+
+/// `count_attempts` against a model of its rules, on a batch that interleaves sources and
+/// endpoints, starts from counters other batches left, and crosses limits mid-batch: each
+/// request's count is the counter's value after it, a request over its per-source limit
+/// is not counted on its endpoint, and the next batch continues from where this one ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_is_counted_request_by_request_in_its_order() {
+    use hymical_forms::testing::db::rate_limits::{count_attempts, CountedRequest, Counter};
+    use std::collections::HashMap;
+
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let window = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap();
+    let other_window = Utc.with_ymd_and_hms(2026, 6, 1, 12, 1, 0).unwrap();
+    // Left by earlier batches: source "a" at 2 of its 3, endpoint "e1" at 5.
+    diesel::sql_query(
+        "INSERT INTO rate_limit_counters (limiter, subject, window_start, attempts) VALUES \
+         ('ip', 'a', '2026-06-01T12:00:00Z', 2), ('endpoint', 'e1', '2026-06-01T12:00:00Z', 5)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    type Plan<'a> = [(Option<(&'a str, chrono::DateTime<Utc>)>, Option<&'a str>)];
+    let plan: &Plan<'_> = &[
+        (Some(("a", window)), Some("e1")),       // a: 3, within; e1: 6
+        (Some(("b", window)), Some("e2")),       // b: 1; e2: 1
+        (Some(("a", window)), Some("e1")),       // a: 4, over: e1 not counted
+        (None, Some("e1")),                      // not counted per source; e1: 7
+        (Some(("a", other_window)), Some("e2")), // another window of a: 1; e2: 2
+        (Some(("b", window)), None),             // b: 2; no endpoint (not found)
+        (Some(("a", window)), Some("e2")),       // a: 5, over
+        (Some(("b", window)), Some("e1")),       // b: 3; e1: 8
+    ];
+    let requests: Vec<CountedRequest<'_>> = plan
+        .iter()
+        .map(|(source, endpoint)| CountedRequest {
+            source: source.map(|(subject, window_start)| {
+                (
+                    Counter {
+                        subject,
+                        window_start,
+                    },
+                    3,
+                )
+            }),
+            endpoint: endpoint.map(|subject| Counter {
+                subject,
+                window_start: window,
+            }),
+        })
+        .collect();
+
+    // The model: one request at a time, in order.
+    type Model = HashMap<(bool, String, chrono::DateTime<Utc>), i64>;
+    fn one_by_one(
+        model: &mut Model,
+        plan: &Plan<'_>,
+        window: chrono::DateTime<Utc>,
+    ) -> Vec<(Option<i64>, Option<i64>)> {
+        let mut count = |per_endpoint: bool, subject: &str, start| {
+            let n = model
+                .entry((per_endpoint, subject.to_string(), start))
+                .or_insert(0);
+            *n += 1;
+            *n
+        };
+        plan.iter()
+            .map(|(source, endpoint)| {
+                let source_count = source.map(|(subject, start)| count(false, subject, start));
+                let endpoint_count = match (source_count, endpoint) {
+                    (Some(over), _) if over > 3 => None,
+                    (_, Some(subject)) => Some(count(true, subject, window)),
+                    (_, None) => None,
+                };
+                (source_count, endpoint_count)
+            })
+            .collect()
+    }
+    let mut model: Model = HashMap::from([
+        ((false, "a".to_string(), window), 2),
+        ((true, "e1".to_string(), window), 5),
+    ]);
+    let first = one_by_one(&mut model, plan, window);
+    assert_eq!(
+        first,
+        [
+            (Some(3), Some(6)),
+            (Some(1), Some(1)),
+            (Some(4), None),
+            (None, Some(7)),
+            (Some(1), Some(2)),
+            (Some(2), None),
+            (Some(5), None),
+            (Some(3), Some(8)),
+        ]
+    );
+    // The same batch again continues from the counters the first left.
+    let second = one_by_one(&mut model, plan, window);
+    for expected in [first, second] {
+        let counts = count_attempts(&mut conn, &requests, ("ip", "endpoint"))
+            .await
+            .unwrap();
+        let got: Vec<(Option<i64>, Option<i64>)> =
+            counts.iter().map(|c| (c.source, c.endpoint)).collect();
+        assert_eq!(got, expected);
+    }
+}
