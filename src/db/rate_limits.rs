@@ -92,8 +92,9 @@ pub async fn count_attempts(
     for (per_endpoint, subject, window_start, attempts) in &rows {
         totals.insert((*per_endpoint, subject, *window_start), *attempts);
     }
-    // A counter the statement should have counted on and did not answer is a broken
-    // statement, not a count to guess.
+    // Matched on the window start as the database answers it (microseconds), which is
+    // exact for intake's windows (whole seconds). A counter the statement should have
+    // counted on and did not answer is a broken statement, not a count to guess.
     let total = |per_endpoint: bool, counter: Counter<'_>| {
         totals
             .get(&(per_endpoint, counter.subject, counter.window_start))
