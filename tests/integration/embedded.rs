@@ -41,7 +41,19 @@ fn start(dir: &Path, user: Option<&nix::unistd::User>) -> Serve {
     if let Some(user) = user {
         command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
     }
-    let mut child = command.spawn().expect("start hymical-forms");
+    // Another test's fork (they spawn processes on other threads) can still hold the copy's
+    // write descriptor for a moment, until its child execs; exec answers "text file busy"
+    // meanwhile. Bounded retries, as for any freshly written executable in a threaded test.
+    let mut tries = 0;
+    let mut child = loop {
+        match command.spawn() {
+            Err(error) if error.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            spawned => break spawned.expect("start hymical-forms"),
+        }
+    };
     let (sender, stdout) = mpsc::channel();
     let pipe = child.stdout.take().expect("stdout");
     std::thread::spawn(move || {
