@@ -138,10 +138,14 @@ async fn claims_at_intake_keep_the_cap_and_leave_a_paused_endpoint_alone() {
     .expect("pause");
     let mut vars = SERVE.to_vec();
     vars.push(("FORMS_WORKER_ENDPOINT_CONCURRENCY", "2"));
+    // No idle polls: a poll's claim holds the worker's free slots for its moment, and one
+    // that coincided with the posts below would leave intake no slot to claim with (by
+    // design, and rare; the worker claims after each finished request and when woken).
+    vars.push(("FORMS_WORKER_POLL_SECONDS", "3600"));
     let serve = ServeProcess::start(&app.db, &vars);
     wait_for_status(&serve.url("/health"), 200).await;
     // Let the worker's first claim find the queue empty, so intake may claim.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
 
     // Six at once to an endpoint whose receiver hangs: two in flight (the cap), four wait.
     let posts: Vec<_> = (0..6)
