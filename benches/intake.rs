@@ -15,13 +15,13 @@
 //! - durable commits: pgbench; intake with rate limiting on (the default; limits raised
 //!   to 10⁹ so every request is counted in both scopes and none refused); intake with
 //!   rate limiting off;
-//! - `synchronous_commit = off` (the relaxed column): pgbench; intake, limits off.
-//!
 //! - durable commits, many browsers at once: intake with limits on and off again, from
 //!   `BENCH_WIDE_CONCURRENCY` connections (128) against the same pgbench figure (its 32
-//!   clients; pgbench measured no faster with 128, docs/BENCHMARKS.md). With 32 connections intake's rate is bounded by each request's latency (a
-//!   closed loop); with more it shows the capacity an operator gets when many browsers
-//!   submit at once. 0 skips these arms.
+//!   clients; pgbench measured no faster with 128, docs/BENCHMARKS.md). With 32
+//!   connections intake's rate is bounded by each request's latency (a closed loop);
+//!   with more it shows the capacity an operator gets when many browsers submit at once.
+//!   0 skips these arms;
+//! - `synchronous_commit = off` (the relaxed column): pgbench; intake, limits off.
 //!
 //! Each intake arm reports accepted/s, CPU per accepted submission (this process, which
 //! includes the load generator, and the whole machine) and request latency p50/p99.
@@ -166,6 +166,18 @@ COMMIT;
             result.p99_ms,
         );
     };
+    // Intake with limits on, then off, from `connections` connections, against `pg`.
+    let limits_on_and_off = |connections: usize, pg: f64| {
+        let with_limits = load_from(on, connections, seconds);
+        let without_limits = load_from(off, connections, seconds);
+        show("intake, limits on (defaults)", &with_limits, pg);
+        show("intake, limits off", &without_limits, pg);
+        println!(
+            "    limits on / limits off: {:.0}%",
+            100.0 * with_limits.rate / without_limits.rate
+        );
+        (pg, with_limits, without_limits)
+    };
     // Warm-up: caches, prepared statements, counters.
     load(on, 2);
     load(off, 2);
@@ -175,35 +187,19 @@ COMMIT;
     for round in 1..=rounds {
         runtime.block_on(cluster.set_synchronous_commit(true));
         let pg = pgbench();
-        let with_limits = load(on, seconds);
-        let without_limits = load(off, seconds);
         println!(
             "round {round}, durable commits: pgbench one transaction per submission {pg:.0} tps"
         );
-        show("intake, limits on (defaults)", &with_limits, pg);
-        show("intake, limits off", &without_limits, pg);
-        println!(
-            "    limits on / limits off: {:.0}%",
-            100.0 * with_limits.rate / without_limits.rate
-        );
+        durable.push(limits_on_and_off(concurrency, pg));
         if wide > 0 {
-            let with_limits = load_from(on, wide, seconds);
-            let without_limits = load_from(off, wide, seconds);
             println!("round {round}, durable commits, {wide} connections (pgbench as above):");
-            show("intake, limits on (defaults)", &with_limits, pg);
-            show("intake, limits off", &without_limits, pg);
-            println!(
-                "    limits on / limits off: {:.0}%",
-                100.0 * with_limits.rate / without_limits.rate
-            );
-            many.push((pg, with_limits, without_limits));
+            many.push(limits_on_and_off(wide, pg));
         }
         runtime.block_on(cluster.set_synchronous_commit(false));
         let pg_relaxed = pgbench();
         let relaxed_load = load(off, seconds);
         println!("round {round}, synchronous_commit off: pgbench {pg_relaxed:.0} tps");
         show("intake, limits off", &relaxed_load, pg_relaxed);
-        durable.push((pg, with_limits, without_limits));
         relaxed.push((pg_relaxed, relaxed_load));
     }
     let mean = |values: &mut dyn Iterator<Item = f64>| {

@@ -55,6 +55,8 @@ pub async fn count_attempts(
     let source_counters: Vec<Option<Counter<'_>>> =
         requests.iter().map(|r| r.source.map(|(c, _)| c)).collect();
     let source_later = later_on_same_counter(&source_counters);
+    // Counted per endpoint only if within the per-source limit, which the statement tells.
+    let endpoints_asked: Vec<Option<Counter<'_>>> = requests.iter().map(|r| r.endpoint).collect();
     let source_limits: Vec<Option<i32>> = requests
         .iter()
         .map(|r| {
@@ -70,18 +72,8 @@ pub async fn count_attempts(
                 bind::<Array<Nullable<Timestamptz>>, _>(window_starts(&source_counters)),
                 bind::<Array<Nullable<Integer>>, _>(&source_limits),
                 bind::<Array<Nullable<Integer>>, _>(&source_later),
-                bind::<Array<Nullable<Text>>, _>(
-                    requests
-                        .iter()
-                        .map(|r| r.endpoint.map(|c| c.subject))
-                        .collect::<Vec<_>>(),
-                ),
-                bind::<Array<Nullable<Timestamptz>>, _>(
-                    requests
-                        .iter()
-                        .map(|r| r.endpoint.map(|c| c.window_start))
-                        .collect::<Vec<_>>(),
-                ),
+                bind::<Array<Nullable<Text>>, _>(subjects(&endpoints_asked)),
+                bind::<Array<Nullable<Timestamptz>>, _>(window_starts(&endpoints_asked)),
                 bind::<Text, _>(limiters.0),
                 bind::<Text, _>(limiters.1),
             ),
@@ -118,12 +110,12 @@ pub async fn count_attempts(
         });
     }
     // Counted per endpoint: those within their per-source limit, or not counted per source.
-    let endpoint_counters: Vec<Option<Counter<'_>>> = requests
+    let endpoint_counters: Vec<Option<Counter<'_>>> = endpoints_asked
         .iter()
         .zip(&source_counts)
-        .map(|(r, source)| match source {
+        .map(|(endpoint, source)| match source {
             Some((_, false)) => None,
-            _ => r.endpoint,
+            _ => *endpoint,
         })
         .collect();
     let endpoint_later = later_on_same_counter(&endpoint_counters);

@@ -273,7 +273,9 @@ async fn write_batch(
             }
         }
     }
-    let (answers, claims_unknown) = match db
+    // `Some` when claims may have committed unknown to us, with how long a statement still
+    // running may take to end (see `give_back_lost`).
+    let (answers, lost_claims) = match db
         .run(async |conn| Ok(count_and_store(conn, attempts, pinned, handoff).await))
         .await
     {
@@ -284,7 +286,9 @@ async fn write_batch(
             claims_unknown,
         }) => {
             hand_over(db, &mut reservation, claimed).await;
-            (answers, claims_unknown)
+            // Inside the call there is no deadline: a lost answer there is a broken
+            // connection, whose statement ended with it.
+            (answers, claims_unknown.then_some(None))
         }
         Err(error) => {
             let deadline = match error {
@@ -295,7 +299,7 @@ async fn write_batch(
             (fail_all(replies.len(), error), unknown)
         }
     };
-    if let Some(deadline) = claims_unknown.filter(|_| !possible_claims.is_empty()) {
+    if let Some(deadline) = lost_claims.filter(|_| !possible_claims.is_empty()) {
         give_back_lost(db.clone(), possible_claims, deadline);
     }
     for (reply, answer) in replies.into_iter().zip(answers) {
@@ -340,9 +344,9 @@ struct Stored {
     /// The deliveries it claimed for this process's worker, and the slots taken for them.
     claimed: Vec<ClaimedDelivery>,
     reservation: Reservation,
-    /// `Some` when the outbox statement's answer was lost, so it may have committed claims
-    /// that nobody knows of (see [`give_back_lost`]); `None` inside: no call deadline.
-    claims_unknown: Option<Option<Duration>>,
+    /// The outbox statement's answer was lost while it could claim: it may have
+    /// committed claims that nobody knows of (see [`give_back_lost`]).
+    claims_unknown: bool,
 }
 
 /// Counts and stores the batch; answers each attempt, with the deliveries it claimed and
@@ -361,7 +365,7 @@ async fn count_and_store(
                 answers: fail_all(attempts.len(), error),
                 claimed: Vec::new(),
                 reservation: Reservation::none(),
-                claims_unknown: None,
+                claims_unknown: false,
             };
         }
     };
@@ -409,7 +413,7 @@ async fn count_and_store(
         answers,
         claimed,
         reservation,
-        claims_unknown: claims_unknown.then_some(None),
+        claims_unknown,
     }
 }
 
