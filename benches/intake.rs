@@ -24,7 +24,9 @@
 //! - `synchronous_commit = off` (the relaxed column): pgbench; intake, limits off.
 //!
 //! Each intake arm reports accepted/s, CPU per accepted submission (this process, which
-//! includes the load generator, and the whole machine) and request latency p50/p99.
+//! includes the load generator, and the whole machine), request latency p50/p99, and from
+//! the server's `/metrics` the batches' mean size and the mean time of each batch
+//! statement (counting, outbox) from sending it to its answer.
 //!
 //! Settings: `BENCH_CONCURRENCY` (32, for pgbench and intake alike),
 //! `BENCH_WIDE_CONCURRENCY` (128), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
@@ -39,7 +41,7 @@ use hymical_forms::testing::config::{Config, Secret};
 use hymical_forms::testing::db;
 
 mod common;
-use common::{env_number, offer_spread_load, BenchCluster, LoadResult};
+use common::{batch_totals, env_number, offer_spread_load, BenchCluster, LoadResult};
 
 const CLIENTS: usize = 1000;
 const ENDPOINTS: usize = 100;
@@ -115,14 +117,17 @@ COMMIT;
         ),
     );
 
+    // `/metrics` without a key: the benchmark reads the batches' figures from it.
     let limits_on = [
         ("FORMS_RATE_LIMIT_IP_REQUESTS", "1000000000"),
         ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "1000000000"),
         ("FORMS_TRUSTED_PROXY_HOPS", "1"),
+        ("FORMS_METRICS_REQUIRE_KEY", "false"),
     ];
     let limits_off = [
         ("FORMS_RATE_LIMIT_ENABLED", "false"),
         ("FORMS_TRUSTED_PROXY_HOPS", "1"),
+        ("FORMS_METRICS_REQUIRE_KEY", "false"),
     ];
     let (on, off) = runtime.block_on(async {
         (
@@ -146,13 +151,19 @@ COMMIT;
         )
     };
     let load_from = |addr: SocketAddr, connections: usize, seconds: u64| {
-        runtime.block_on(offer_spread_load(
-            addr,
-            connections,
-            Duration::from_secs(seconds),
-            CLIENTS,
-            &paths,
-        ))
+        runtime.block_on(async {
+            let before = batch_totals(addr).await;
+            let mut result = offer_spread_load(
+                addr,
+                connections,
+                Duration::from_secs(seconds),
+                CLIENTS,
+                &paths,
+            )
+            .await;
+            result.batches = Some(batch_totals(addr).await.since(&before));
+            result
+        })
     };
     let load = |addr: SocketAddr, seconds: u64| load_from(addr, concurrency, seconds);
     let show = |name: &str, result: &LoadResult, baseline: f64| {
@@ -165,6 +176,12 @@ COMMIT;
             result.p50_ms,
             result.p99_ms,
         );
+        if let Some(batches) = &result.batches {
+            println!(
+                "        batches of {:.1} on average; per batch, counting {:.2} ms, outbox {:.2} ms (each statement from sending it to its answer)",
+                batches.size, batches.count_ms, batches.outbox_ms,
+            );
+        }
     };
     // Intake with limits on, then off, from `connections` connections, against `pg`.
     let limits_on_and_off = |connections: usize, pg: f64| {

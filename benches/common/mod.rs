@@ -247,6 +247,85 @@ pub struct LoadResult {
     /// Request latency, ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Intake's group commit during the load, when the caller scraped `/metrics` around it.
+    pub batches: Option<BatchFigures>,
+}
+
+/// Intake's group commit as `/metrics` counts it: totals since the process started, which
+/// every server of a benchmark process shares (one recorder per process).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchTotals {
+    batches: f64,
+    requests: f64,
+    /// Each statement's calls and their seconds.
+    count: (f64, f64),
+    outbox: (f64, f64),
+}
+
+/// A server's totals now (its `/metrics` must not require a key).
+pub async fn batch_totals(addr: SocketAddr) -> BatchTotals {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("scrape body");
+    let mut totals = BatchTotals::default();
+    for line in text.lines() {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let statement = "hymical_intake_statement_duration_seconds";
+        match name {
+            "hymical_intake_batches_total" => totals.batches = value,
+            "hymical_intake_batched_requests_total" => totals.requests = value,
+            _ if name == format!("{statement}_count{{statement=\"count\"}}") => {
+                totals.count.0 = value
+            }
+            _ if name == format!("{statement}_sum{{statement=\"count\"}}") => {
+                totals.count.1 = value
+            }
+            _ if name == format!("{statement}_count{{statement=\"outbox\"}}") => {
+                totals.outbox.0 = value
+            }
+            _ if name == format!("{statement}_sum{{statement=\"outbox\"}}") => {
+                totals.outbox.1 = value
+            }
+            _ => {}
+        }
+    }
+    totals
+}
+
+/// What the batches between two scrapes were like.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchFigures {
+    /// Requests per batch.
+    pub size: f64,
+    /// Time per call of each statement, ms, from sending it to its answer (0 when none ran).
+    pub count_ms: f64,
+    pub outbox_ms: f64,
+}
+
+impl BatchTotals {
+    pub fn since(&self, before: &BatchTotals) -> BatchFigures {
+        let per = |total: f64, calls: f64| if calls > 0.0 { total / calls } else { 0.0 };
+        BatchFigures {
+            size: per(
+                self.requests - before.requests,
+                self.batches - before.batches,
+            ),
+            count_ms: 1e3 * per(self.count.1 - before.count.1, self.count.0 - before.count.0),
+            outbox_ms: 1e3
+                * per(
+                    self.outbox.1 - before.outbox.1,
+                    self.outbox.0 - before.outbox.0,
+                ),
+        }
+    }
 }
 
 /// The address the `n`-th of `clients` client addresses posts from (198.18.0.0/15, the
@@ -325,6 +404,7 @@ pub async fn offer_spread_load(
         cpu_machine_us: (machine - cpu_before.1) / count * 1e6,
         p50_ms: percentile(0.5),
         p99_ms: percentile(0.99),
+        batches: None,
     }
 }
 

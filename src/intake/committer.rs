@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
@@ -31,6 +31,7 @@ use crate::db::{self, Db, DbError};
 use crate::delivery::handoff::{self, Handoff, Reservation};
 use crate::error::{ApiError, RateLimitScope};
 use crate::model::ids::{ClaimToken, DeliveryId, SubmissionId};
+use crate::telemetry::meters::{self, IntakeStatement};
 
 /// The most submissions one batch writes. Past this a batch's statement grows for little
 /// gain (the flush is shared already), and its answers wait longer.
@@ -244,7 +245,7 @@ async fn write_batches(
             }
             batch
         };
-        crate::telemetry::meters::intake_batch(batch.len());
+        meters::intake_batch(batch.len());
         // The time new deliveries are due by, when a test pins the clock.
         write_batch(&db, batch, clock.pinned(), handoff.as_ref()).await;
     }
@@ -329,7 +330,7 @@ async fn hand_over(db: &Db, reservation: &mut Reservation, claimed: Vec<ClaimedD
     if claimed.is_empty() {
         return;
     }
-    crate::telemetry::meters::deliveries_claimed("intake", claimed.len());
+    meters::deliveries_claimed("intake", claimed.len());
     let returned: Vec<ClaimedDelivery> = claimed
         .into_iter()
         .filter_map(|delivery| reservation.start(delivery))
@@ -451,7 +452,12 @@ async fn count(
                 .map(Counted::counter),
         })
         .collect();
-    db::rate_limits::count_attempts(conn, &requests, (SOURCE.as_str(), ENDPOINT.as_str())).await
+    let started = Instant::now();
+    let counts =
+        db::rate_limits::count_attempts(conn, &requests, (SOURCE.as_str(), ENDPOINT.as_str()))
+            .await;
+    meters::intake_statement(IntakeStatement::Count, started.elapsed());
+    counts
 }
 
 /// An attempt's answer from its counts, in the order of the checks: the per-source
@@ -495,7 +501,9 @@ async fn store(
     let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = stores.into_iter().unzip();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
+    let started = Instant::now();
     let batch = db::submissions::insert_batch(conn, &submissions, pinned, claim).await;
+    meters::intake_statement(IntakeStatement::Outbox, started.elapsed());
     // A batch whose answer was lost may have committed: its claims are unknown, and
     // writing its submissions again would not help.
     let lost = batch.as_ref().is_err_and(DbError::outcome_unknown);

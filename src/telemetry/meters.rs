@@ -87,6 +87,11 @@ fn describe() {
         "hymical_intake_batched_requests_total",
         "Requests in those batches; divided by the batches, the mean batch size."
     );
+    describe_histogram!(
+        "hymical_intake_statement_duration_seconds",
+        Unit::Seconds,
+        "Time of a batch's statement, from sending it to its answer (its commit included), by statement: count (the rate limits' counters) or outbox (the submissions, deliveries and events)."
+    );
     describe_counter!(
         "hymical_deliveries_claimed_total",
         "Deliveries this process's worker claimed, by where: worker (its claim loop) or intake (written claimed with their submission)."
@@ -162,6 +167,25 @@ pub fn intake_request(status: u16, duration: Duration) {
 pub fn intake_batch(size: usize) {
     metrics::counter!("hymical_intake_batches_total").increment(1);
     metrics::counter!("hymical_intake_batched_requests_total").increment(size as u64);
+}
+
+/// The statements an intake writer runs for a batch.
+#[derive(Debug, Clone, Copy)]
+pub enum IntakeStatement {
+    /// The batch's rate-limit counters.
+    Count,
+    /// The batch's submissions, deliveries and events (the transactional outbox).
+    Outbox,
+}
+
+/// One of a batch's statements took `duration`, from sending it to its answer.
+pub fn intake_statement(statement: IntakeStatement, duration: Duration) {
+    let statement = match statement {
+        IntakeStatement::Count => "count",
+        IntakeStatement::Outbox => "outbox",
+    };
+    metrics::histogram!("hymical_intake_statement_duration_seconds", "statement" => statement)
+        .record(duration);
 }
 
 /// Deliveries claimed for this process's worker, by its claim loop or at intake.

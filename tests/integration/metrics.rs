@@ -129,6 +129,23 @@ async fn metrics_count_what_happened() {
         value(&before, "hymical_intake_request_duration_seconds{}"),
         5.0
     );
+    // One post at a time, so one batch each: all five counted against the rate limits (the
+    // unknown endpoint too: the per-source limit comes first), the four accepted written.
+    assert_eq!(value(&before, "hymical_intake_batches_total{}"), 5.0);
+    assert_eq!(
+        value(
+            &before,
+            "hymical_intake_statement_duration_seconds{statement=\"count\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &before,
+            "hymical_intake_statement_duration_seconds{statement=\"outbox\"}"
+        ),
+        4.0
+    );
     assert_eq!(
         value(
             &before,
