@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each benchmark uses its own subset
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -270,34 +271,29 @@ pub async fn batch_totals(addr: SocketAddr) -> BatchTotals {
         .text()
         .await
         .expect("scrape body");
-    let mut totals = BatchTotals::default();
-    for line in text.lines() {
-        let Some((name, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(value) = value.parse::<f64>() else {
-            continue;
-        };
-        let statement = "hymical_intake_statement_duration_seconds";
-        match name {
-            "hymical_intake_batches_total" => totals.batches = value,
-            "hymical_intake_batched_requests_total" => totals.requests = value,
-            _ if name == format!("{statement}_count{{statement=\"count\"}}") => {
-                totals.count.0 = value
-            }
-            _ if name == format!("{statement}_sum{{statement=\"count\"}}") => {
-                totals.count.1 = value
-            }
-            _ if name == format!("{statement}_count{{statement=\"outbox\"}}") => {
-                totals.outbox.0 = value
-            }
-            _ if name == format!("{statement}_sum{{statement=\"outbox\"}}") => {
-                totals.outbox.1 = value
-            }
-            _ => {}
-        }
+    // Every sample line is `name{labels} value`.
+    let samples: HashMap<&str, f64> = text
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name, value.parse().ok()?))
+        })
+        .collect();
+    let sample = |name: &str| samples.get(name).copied().unwrap_or(0.0);
+    let statement = |statement: &str| {
+        let name = "hymical_intake_statement_duration_seconds";
+        let labels = format!("{{statement=\"{statement}\"}}");
+        (
+            sample(&format!("{name}_count{labels}")),
+            sample(&format!("{name}_sum{labels}")),
+        )
+    };
+    BatchTotals {
+        batches: sample("hymical_intake_batches_total"),
+        requests: sample("hymical_intake_batched_requests_total"),
+        count: statement("count"),
+        outbox: statement("outbox"),
     }
-    totals
 }
 
 /// What the batches between two scrapes were like.

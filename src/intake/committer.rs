@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
@@ -452,12 +452,12 @@ async fn count(
                 .map(Counted::counter),
         })
         .collect();
-    let started = Instant::now();
-    let counts =
-        db::rate_limits::count_attempts(conn, &requests, (SOURCE.as_str(), ENDPOINT.as_str()))
-            .await;
-    meters::intake_statement(IntakeStatement::Count, started.elapsed());
-    counts
+    let limiters = (SOURCE.as_str(), ENDPOINT.as_str());
+    meters::intake_statement(
+        IntakeStatement::Count,
+        db::rate_limits::count_attempts(conn, &requests, limiters),
+    )
+    .await
 }
 
 /// An attempt's answer from its counts, in the order of the checks: the per-source
@@ -501,9 +501,11 @@ async fn store(
     let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = stores.into_iter().unzip();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
-    let started = Instant::now();
-    let batch = db::submissions::insert_batch(conn, &submissions, pinned, claim).await;
-    meters::intake_statement(IntakeStatement::Outbox, started.elapsed());
+    let batch = meters::intake_statement(
+        IntakeStatement::Outbox,
+        db::submissions::insert_batch(conn, &submissions, pinned, claim),
+    )
+    .await;
     // A batch whose answer was lost may have committed: its claims are unknown, and
     // writing its submissions again would not help.
     let lost = batch.as_ref().is_err_and(DbError::outcome_unknown);

@@ -10,8 +10,9 @@
 //! queue's figures are the database's, read at each scrape, so every process reports the
 //! same queue. See docs/operations.md for the list and what each means.
 
+use std::future::Future;
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -178,14 +179,18 @@ pub enum IntakeStatement {
     Outbox,
 }
 
-/// One of a batch's statements took `duration`, from sending it to its answer.
-pub fn intake_statement(statement: IntakeStatement, duration: Duration) {
+/// Runs one of a batch's statements (`call`), recording its time from sending it to its
+/// answer.
+pub async fn intake_statement<T>(statement: IntakeStatement, call: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let answer = call.await;
     let statement = match statement {
         IntakeStatement::Count => "count",
         IntakeStatement::Outbox => "outbox",
     };
     metrics::histogram!("hymical_intake_statement_duration_seconds", "statement" => statement)
-        .record(duration);
+        .record(started.elapsed());
+    answer
 }
 
 /// Deliveries claimed for this process's worker, by its claim loop or at intake.
