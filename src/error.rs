@@ -163,7 +163,7 @@ pub enum NotReplayable {
 }
 
 /// Which limit refused a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RateLimitScope {
     Ip,
@@ -450,6 +450,18 @@ impl DbError {
                 diesel::result::DatabaseErrorKind::ForeignKeyViolation,
                 info,
             )) if info.constraint_name() == Some(constraint)
+        )
+    }
+
+    /// The outbox statement counted a batch's rate limits and found a counter over its
+    /// limit (the function `rate_limit_holds`, migration counted_outbox): it wrote nothing.
+    pub fn exceeds_rate_limit(&self) -> bool {
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DatabaseError(
+                diesel::result::DatabaseErrorKind::CheckViolation,
+                info,
+            )) if info.constraint_name() == Some("rate_limit_holds")
         )
     }
 

@@ -1,6 +1,6 @@
 //! Fixed-window counters in `rate_limit_counters`, shared by every process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -33,6 +33,58 @@ pub struct CountedRequest<'a> {
 pub struct Counts {
     pub source: Option<i64>,
     pub endpoint: Option<i64>,
+}
+
+/// A batch's requests added up per counter, each counter with its limit, for the outbox
+/// statement to count as its last step and to fail on if any counter ends over its limit
+/// (outbox_insert_batch.sql): in the order count_attempts.sql locks them (the per-source
+/// counters, then the per-endpoint ones, each sorted).
+#[derive(Debug, Default)]
+pub struct BatchCounters<'a> {
+    pub limiters: Vec<&'a str>,
+    pub subjects: Vec<&'a str>,
+    pub window_starts: Vec<DateTime<Utc>>,
+    pub attempts: Vec<i32>,
+    pub limits: Vec<i32>,
+}
+
+impl<'a> BatchCounters<'a> {
+    /// Every request counted on each of its counters, as if every one were within its
+    /// limits: `requests` gives each request's per-source and per-endpoint counter with
+    /// its limit; `limiters` names the two scopes' counters (per source, per endpoint).
+    pub fn every_request(
+        requests: impl IntoIterator<Item = [Option<(Counter<'a>, u32)>; 2]>,
+        limiters: (&'a str, &'a str),
+    ) -> BatchCounters<'a> {
+        let mut scopes: [BTreeMap<(&'a str, DateTime<Utc>), (i32, u32)>; 2] = Default::default();
+        for counters in requests {
+            for (scope, counter) in scopes.iter_mut().zip(counters) {
+                if let Some((counter, limit)) = counter {
+                    let added = scope
+                        .entry((counter.subject, counter.window_start))
+                        .or_insert((0, limit));
+                    added.0 += 1;
+                    // One counter, one limit; should two requests disagree, the lower holds.
+                    added.1 = added.1.min(limit);
+                }
+            }
+        }
+        let mut batch = BatchCounters::default();
+        for (limiter, scope) in [limiters.0, limiters.1].into_iter().zip(scopes) {
+            for ((subject, window_start), (attempts, limit)) in scope {
+                batch.limiters.push(limiter);
+                batch.subjects.push(subject);
+                batch.window_starts.push(window_start);
+                batch.attempts.push(attempts);
+                batch.limits.push(i32::try_from(limit).unwrap_or(i32::MAX));
+            }
+        }
+        batch
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.subjects.is_empty()
+    }
 }
 
 static COUNT_ATTEMPTS: SqlText = sql!("count_attempts.sql");

@@ -11,6 +11,7 @@ use diesel::sql_types::{
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{ClaimedDelivery, KeyedSubmission, SubmissionRow};
+use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, SubmissionId};
@@ -79,11 +80,16 @@ pub struct Written {
 /// deliveries claimed for this process. Answers every submission written; one missing
 /// from the answer lost an idempotency-key race and wrote nothing. `now`: the time the
 /// deliveries' due time is judged by (`None`: the database's clock).
+///
+/// `counters`: the batch's requests to add to their rate-limit counters as the
+/// statement's last step (empty: none). Should any counter end over its limit, the
+/// statement fails as a whole ([`DbError::exceeds_rate_limit`]) and writes nothing.
 pub async fn insert_batch(
     conn: &mut AsyncPgConnection,
-    batch: &[NewSubmission],
+    batch: &[&NewSubmission],
     now: Option<DateTime<Utc>>,
     claim: IntakeClaim,
+    counters: &BatchCounters<'_>,
 ) -> Result<Vec<Written>, DbError> {
     let ids: Vec<&str> = batch.iter().map(|s| s.id.as_str()).collect();
     let endpoints: Vec<&str> = batch.iter().map(|s| s.endpoint_id.as_str()).collect();
@@ -147,11 +153,16 @@ pub async fn insert_batch(
             bind::<Integer, _>(i32::try_from(claim.endpoint_concurrency).unwrap_or(i32::MAX)),
             bind::<Array<Nullable<Text>>, _>(tokens),
             bind::<Text, _>(claim.wake_mark.as_deref().unwrap_or_default()),
+            bind::<Array<Text>, _>(&counters.limiters),
+            bind::<Array<Text>, _>(&counters.subjects),
+            bind::<Array<Timestamptz>, _>(&counters.window_starts),
+            bind::<Array<Integer>, _>(&counters.attempts),
+            bind::<Array<Integer>, _>(&counters.limits),
         ),
     )
     .load(conn)
     .await?;
-    let by_id: HashMap<&SubmissionId, &NewSubmission> = batch.iter().map(|s| (&s.id, s)).collect();
+    let by_id: HashMap<&SubmissionId, &NewSubmission> = batch.iter().map(|s| (&s.id, *s)).collect();
     written
         .into_iter()
         .map(

@@ -13,7 +13,7 @@
 //! batch statement fails for any reason but the database being unreachable, its
 //! submissions are written again one by one, so one bad row cannot fail the others.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -25,8 +25,8 @@ use super::rate_limit::{retry_after_seconds, window, Limit};
 use super::{replay, Accepted};
 use crate::clock::Clock;
 use crate::db::models::ClaimedDelivery;
-use crate::db::rate_limits::{CountedRequest, Counter, Counts};
-use crate::db::submissions::{IntakeClaim, NewSubmission};
+use crate::db::rate_limits::{BatchCounters, CountedRequest, Counter, Counts};
+use crate::db::submissions::{IntakeClaim, NewSubmission, Written};
 use crate::db::{self, Db, DbError};
 use crate::delivery::handoff::{self, Handoff, Reservation};
 use crate::error::{ApiError, RateLimitScope};
@@ -116,6 +116,29 @@ impl Attempt {
         }
     }
 
+    /// The submission it would store, if it gets that far.
+    fn submission(&self) -> Option<&NewSubmission> {
+        match &self.endpoint {
+            Ok(EndpointStage {
+                outcome: Ok(Work::Store { submission, .. }),
+                ..
+            }) => Some(submission),
+            _ => None,
+        }
+    }
+
+    /// Its per-source and per-endpoint counters with their limits, where it is counted on
+    /// them when within every limit.
+    fn counters(&self) -> [Option<(Counter<'_>, u32)>; 2] {
+        let endpoint = self
+            .endpoint
+            .as_ref()
+            .ok()
+            .and_then(|stage| stage.counted.as_ref());
+        [self.source.as_ref(), endpoint]
+            .map(|counted| counted.map(|counted| (counted.counter(), counted.limit.requests)))
+    }
+
     /// Whether it is counted against a limit (rate limiting on).
     fn counts(&self) -> bool {
         self.source.is_some()
@@ -146,6 +169,7 @@ struct Job {
 pub struct Committer {
     sender: mpsc::Sender<Job>,
     receiver: Mutex<Option<mpsc::Receiver<Job>>>,
+    over_limit: Arc<OverLimit>,
 }
 
 impl Default for Committer {
@@ -154,6 +178,7 @@ impl Default for Committer {
         Committer {
             sender,
             receiver: Mutex::new(Some(receiver)),
+            over_limit: Arc::default(),
         }
     }
 }
@@ -197,6 +222,7 @@ impl Committer {
                 write_batches(
                     db.clone(),
                     receiver.clone(),
+                    self.over_limit.clone(),
                     clock.clone(),
                     drained.clone(),
                     handoff.clone(),
@@ -223,6 +249,7 @@ fn closing() -> ApiError {
 async fn write_batches(
     db: Db,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    over_limit: Arc<OverLimit>,
     clock: Arc<dyn Clock>,
     drained: CancellationToken,
     handoff: Option<Handoff>,
@@ -247,7 +274,7 @@ async fn write_batches(
         };
         meters::intake_batch(batch.len());
         // The time new deliveries are due by, when a test pins the clock.
-        write_batch(&db, batch, clock.pinned(), handoff.as_ref()).await;
+        write_batch(&db, batch, clock.pinned(), handoff.as_ref(), &over_limit).await;
     }
 }
 
@@ -256,6 +283,7 @@ async fn write_batch(
     batch: Vec<Job>,
     pinned: Option<DateTime<Utc>>,
     handoff: Option<&Handoff>,
+    over_limit: &OverLimit,
 ) {
     let (mut attempts, replies): (Vec<Attempt>, Vec<_>) = batch
         .into_iter()
@@ -277,7 +305,7 @@ async fn write_batch(
     // `Some` when claims may have committed unknown to us, with how long a statement still
     // running may take to end (see `give_back_lost`).
     let (answers, lost_claims) = match db
-        .run(async |conn| Ok(count_and_store(conn, attempts, pinned, handoff).await))
+        .run(async |conn| Ok(count_and_store(conn, attempts, pinned, handoff, over_limit).await))
         .await
     {
         Ok(Stored {
@@ -352,12 +380,26 @@ struct Stored {
 
 /// Counts and stores the batch; answers each attempt, with the deliveries it claimed and
 /// the slots they were claimed for.
+///
+/// With rate limiting on, a batch that stores anything is first written as if every
+/// request in it were within its limits, by an outbox statement that also counts them all
+/// as its last step and fails as a whole should a counter end over its limit: one round
+/// trip and one transaction, with the counter rows locked only for the statement's end and
+/// its commit ([`store_counted`]). Should that statement refuse, or should a counter of
+/// the batch be over its limit already ([`OverLimit`]), the batch is counted on its own,
+/// each request in the order of the checks, and what the limits let through is written
+/// then.
 async fn count_and_store(
     conn: &mut diesel_async::AsyncPgConnection,
     attempts: Vec<Attempt>,
     pinned: Option<DateTime<Utc>>,
     handoff: Option<&Handoff>,
+    over_limit: &OverLimit,
 ) -> Stored {
+    let attempts = match store_counted(conn, attempts, pinned, handoff, over_limit).await {
+        Ok(stored) => return stored,
+        Err(attempts) => attempts,
+    };
     // 2. and 5.: the per-source limit, then the per-endpoint one for those within it.
     let counts = match count(conn, &attempts).await {
         Ok(counts) => counts,
@@ -370,6 +412,7 @@ async fn count_and_store(
             };
         }
     };
+    over_limit.note(&attempts, &counts);
     let mut answers: Vec<Option<Result<Accepted, ApiError>>> = Vec::with_capacity(attempts.len());
     let mut stores: Vec<(NewSubmission, usize)> = Vec::new();
     let mut stored_at: Vec<usize> = Vec::new();
@@ -387,19 +430,7 @@ async fn count_and_store(
             Err(error) => answers.push(Some(Err(error))),
         }
     }
-    // The worker's free slots are taken only now, just before the statement that may
-    // claim for them (at most one per delivery with a token); those not used go back
-    // (with a wake-up) once it has answered.
-    let reservation = match handoff {
-        Some(handoff) => {
-            let claimable = stores
-                .iter()
-                .filter(|(submission, _)| submission.claim_token.is_some())
-                .count();
-            handoff.reserve(claimable)
-        }
-        None => Reservation::none(),
-    };
+    let reservation = reserve(handoff, stores.iter().map(|(submission, _)| submission));
     let (stored, claimed, claims_unknown) = store(conn, stores, pinned, reservation.claim()).await;
     for (index, answer) in stored_at.into_iter().zip(stored) {
         answers[index] = Some(answer);
@@ -416,6 +447,107 @@ async fn count_and_store(
         reservation,
         claims_unknown,
     }
+}
+
+/// The batch written and counted by one statement, when rate limiting is on, something is
+/// to be stored, and no counter of the batch is known to be over its limit; otherwise, or
+/// when the statement refuses (a counter over its limit, any other refusal), nothing was
+/// written and the attempts come back to be counted on their own first.
+async fn store_counted(
+    conn: &mut diesel_async::AsyncPgConnection,
+    attempts: Vec<Attempt>,
+    pinned: Option<DateTime<Utc>>,
+    handoff: Option<&Handoff>,
+    over_limit: &OverLimit,
+) -> Result<Stored, Vec<Attempt>> {
+    if !attempts.iter().any(Attempt::counts)
+        || !attempts
+            .iter()
+            .any(|attempt| attempt.submission().is_some())
+        || over_limit.holds_any(&attempts)
+    {
+        return Err(attempts);
+    }
+    let limiters = (SOURCE.as_str(), ENDPOINT.as_str());
+    let counters = BatchCounters::every_request(attempts.iter().map(Attempt::counters), limiters);
+    let submissions: Vec<&NewSubmission> =
+        attempts.iter().filter_map(Attempt::submission).collect();
+    let reservation = reserve(handoff, submissions.iter().copied());
+    let batch = meters::intake_statement(
+        IntakeStatement::Outbox,
+        db::submissions::insert_batch(conn, &submissions, pinned, reservation.claim(), &counters),
+    )
+    .await;
+    let rows = match batch {
+        Ok(rows) => rows,
+        Err(error) if error.outcome_unknown() => {
+            // It may have committed, counters and all: counting it again would count twice.
+            let claims_unknown = reservation.claim().limit > 0;
+            return Ok(Stored {
+                answers: fail_all(attempts.len(), error),
+                claimed: Vec::new(),
+                reservation,
+                claims_unknown,
+            });
+        }
+        Err(error) => {
+            if !error.exceeds_rate_limit() {
+                tracing::warn!(error = %error.summary(), size = submissions.len(), "a counted batch of submissions failed; counting it on its own");
+            }
+            return Err(attempts);
+        }
+    };
+    let (queued, claimed) = written_rows(rows);
+    let mut answers = Vec::with_capacity(attempts.len());
+    for attempt in attempts {
+        answers.push(match attempt.endpoint.and_then(|stage| stage.outcome) {
+            Ok(Work::Store {
+                submission,
+                field_count,
+            }) => {
+                let written = queued.get(&submission.id).copied();
+                answer_stored(conn, submission, field_count, Ok(written)).await
+            }
+            Ok(Work::Answer(accepted)) => Ok(accepted),
+            Err(error) => Err(error),
+        });
+    }
+    Ok(Stored {
+        answers,
+        claimed,
+        reservation,
+        claims_unknown: false,
+    })
+}
+
+/// The worker's free slots, taken just before the statement that may claim for them (at
+/// most one per delivery with a token); those not used go back (with a wake-up) once it
+/// has answered.
+fn reserve<'a>(
+    handoff: Option<&Handoff>,
+    submissions: impl Iterator<Item = &'a NewSubmission>,
+) -> Reservation {
+    match handoff {
+        Some(handoff) => {
+            let claimable = submissions
+                .filter(|submission| submission.claim_token.is_some())
+                .count();
+            handoff.reserve(claimable)
+        }
+        None => Reservation::none(),
+    }
+}
+
+/// The outbox statement's rows: per submission written, whether a delivery was queued
+/// with it; and the deliveries it claimed.
+fn written_rows(rows: Vec<Written>) -> (HashMap<SubmissionId, bool>, Vec<ClaimedDelivery>) {
+    let mut queued = HashMap::with_capacity(rows.len());
+    let mut claimed = Vec::new();
+    for row in rows {
+        queued.insert(row.id, row.delivery_queued);
+        claimed.extend(row.claimed);
+    }
+    (queued, claimed)
 }
 
 /// The same failure as every one of `n` answers.
@@ -498,12 +630,13 @@ async fn store(
     }
     let claiming = claim.limit > 0;
     let mut claimed = Vec::new();
-    let (submissions, field_counts): (Vec<NewSubmission>, Vec<usize>) = stores.into_iter().unzip();
+    let submissions: Vec<&NewSubmission> =
+        stores.iter().map(|(submission, _)| submission).collect();
     // Per submission: written (and with a delivery or not), not written, or failed.
     let mut written: Vec<Result<Option<bool>, ApiError>> = Vec::with_capacity(submissions.len());
     let batch = meters::intake_statement(
         IntakeStatement::Outbox,
-        db::submissions::insert_batch(conn, &submissions, pinned, claim),
+        db::submissions::insert_batch(conn, &submissions, pinned, claim, &BatchCounters::default()),
     )
     .await;
     // A batch whose answer was lost may have committed: its claims are unknown, and
@@ -512,22 +645,20 @@ async fn store(
     let claims_unknown = claiming && lost;
     match batch {
         Ok(rows) => {
-            let mut queued: HashMap<SubmissionId, bool> = HashMap::with_capacity(rows.len());
-            for row in rows {
-                queued.insert(row.id, row.delivery_queued);
-                claimed.extend(row.claimed);
-            }
+            let queued;
+            (queued, claimed) = written_rows(rows);
             written.extend(submissions.iter().map(|s| Ok(queued.get(&s.id).copied())));
         }
-        Err(DbError::Query(error)) if submissions.len() > 1 && !lost => {
-            tracing::warn!(error = %error, size = submissions.len(), "a batch of submissions failed; writing them one by one");
+        Err(error @ DbError::Query(_)) if submissions.len() > 1 && !lost => {
+            tracing::warn!(error = %error.summary(), size = submissions.len(), "a batch of submissions failed; writing them one by one");
             for submission in &submissions {
                 // One by one, none claimed: this is the rare path, the queue serves them.
                 let one = db::submissions::insert_batch(
                     conn,
-                    std::slice::from_ref(submission),
+                    &[submission],
                     pinned,
                     IntakeClaim::NONE,
+                    &BatchCounters::default(),
                 )
                 .await;
                 written.push(match one {
@@ -557,45 +688,208 @@ async fn store(
             }));
         }
     }
-    let mut answers = Vec::with_capacity(submissions.len());
-    for ((submission, field_count), written) in
-        submissions.into_iter().zip(field_counts).zip(written)
-    {
-        let answer = match written {
-            Ok(Some(delivery_queued)) => Ok(Accepted {
-                submission_id: submission.id,
-                endpoint_id: submission.endpoint_id,
-                received_at: submission.received_at,
-                field_count,
-                idempotent_replay: false,
-                delivery_queued,
-            }),
-            // A concurrent first request with the same key won; answer as its replay.
-            Ok(None) => match &submission.idempotency {
-                Some((key, fingerprint)) => {
-                    match db::submissions::find_by_idempotency_key(
-                        conn,
-                        &submission.endpoint_id,
-                        key,
-                    )
-                    .await
-                    {
-                        Ok(Some(existing)) => {
-                            replay(existing, &submission.endpoint_id, key, fingerprint)
-                        }
-                        Ok(None) => Err(ApiError::Internal(
-                            "an idempotency key's submission vanished".into(),
-                        )),
-                        Err(error) => Err(ApiError::from(error)),
-                    }
-                }
-                None => Err(ApiError::Internal(
-                    "a submission without an idempotency key conflicted".into(),
-                )),
-            },
-            Err(error) => Err(error),
-        };
-        answers.push(answer);
+    let mut answers = Vec::with_capacity(stores.len());
+    for ((submission, field_count), written) in stores.into_iter().zip(written) {
+        answers.push(answer_stored(conn, submission, field_count, written).await);
     }
     (answers, claimed, claims_unknown)
+}
+
+/// A stored submission's answer from what its statement did with it: written (with a
+/// delivery or not), not written because a concurrent first request with the same
+/// idempotency key won (answered as its replay), or failed.
+async fn answer_stored(
+    conn: &mut diesel_async::AsyncPgConnection,
+    submission: NewSubmission,
+    field_count: usize,
+    written: Result<Option<bool>, ApiError>,
+) -> Result<Accepted, ApiError> {
+    match written? {
+        Some(delivery_queued) => Ok(Accepted {
+            submission_id: submission.id,
+            endpoint_id: submission.endpoint_id,
+            received_at: submission.received_at,
+            field_count,
+            idempotent_replay: false,
+            delivery_queued,
+        }),
+        None => match &submission.idempotency {
+            Some((key, fingerprint)) => {
+                match db::submissions::find_by_idempotency_key(conn, &submission.endpoint_id, key)
+                    .await
+                {
+                    Ok(Some(existing)) => {
+                        replay(existing, &submission.endpoint_id, key, fingerprint)
+                    }
+                    Ok(None) => Err(ApiError::Internal(
+                        "an idempotency key's submission vanished".into(),
+                    )),
+                    Err(error) => Err(ApiError::from(error)),
+                }
+            }
+            None => Err(ApiError::Internal(
+                "a submission without an idempotency key conflicted".into(),
+            )),
+        },
+    }
+}
+
+/// Rate-limit counters this process found over their limit, by scope and window start,
+/// with the window's end. A batch counted on one of them is counted on its own before it
+/// is written: written and counted by one statement it would only roll back. A counter
+/// never goes down within its window, so what is here stays true until the window ends;
+/// what is not here is simply tried.
+#[derive(Default)]
+struct OverLimit(Mutex<HashMap<(RateLimitScope, DateTime<Utc>), OverInWindow>>);
+
+struct OverInWindow {
+    ends: DateTime<Utc>,
+    subjects: HashSet<String>,
+}
+
+/// At most this many counters are remembered (past it, the windows that ended are
+/// dropped, and when none has, a new one is not remembered: its batches are tried).
+const OVER_LIMIT_REMEMBERED: usize = 10_000;
+
+impl OverLimit {
+    fn known(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<(RateLimitScope, DateTime<Utc>), OverInWindow>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether a counter of any of `attempts` is known to be over its limit.
+    fn holds_any(&self, attempts: &[Attempt]) -> bool {
+        let known = self.known();
+        if known.is_empty() {
+            return false;
+        }
+        attempts.iter().any(|attempt| {
+            [SOURCE, ENDPOINT]
+                .into_iter()
+                .zip(attempt.counters())
+                .any(|(scope, counter)| {
+                    counter.is_some_and(|(counter, _)| {
+                        known
+                            .get(&(scope, counter.window_start))
+                            .is_some_and(|window| window.subjects.contains(counter.subject))
+                    })
+                })
+        })
+    }
+
+    /// Remembers the counters that `counts` found over their limits.
+    fn note(&self, attempts: &[Attempt], counts: &[Counts]) {
+        let mut over = Vec::new();
+        for (attempt, counts) in attempts.iter().zip(counts) {
+            let endpoint = attempt
+                .endpoint
+                .as_ref()
+                .ok()
+                .and_then(|stage| stage.counted.as_ref());
+            for (scope, counted, count) in [
+                (SOURCE, attempt.source.as_ref(), counts.source),
+                (ENDPOINT, endpoint, counts.endpoint),
+            ] {
+                if let (Some(counted), Some(count)) = (counted, count) {
+                    if counted.judge(scope, count).is_err() {
+                        over.push((scope, counted));
+                    }
+                }
+            }
+        }
+        if over.is_empty() {
+            return;
+        }
+        let mut known = self.known();
+        for (scope, counted) in over {
+            let (start, ends) = window(counted.now, counted.limit.window_seconds);
+            let remembered: usize = known.values().map(|window| window.subjects.len()).sum();
+            if remembered >= OVER_LIMIT_REMEMBERED {
+                known.retain(|_, window| window.ends > counted.now);
+                let remembered: usize = known.values().map(|window| window.subjects.len()).sum();
+                if remembered >= OVER_LIMIT_REMEMBERED {
+                    return;
+                }
+            }
+            known
+                .entry((scope, start))
+                .or_insert_with(|| OverInWindow {
+                    ends,
+                    subjects: HashSet::new(),
+                })
+                .subjects
+                .insert(counted.subject.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    fn from_source(subject: &str, now: DateTime<Utc>) -> Attempt {
+        Attempt {
+            source: Some(Counted {
+                subject: subject.into(),
+                limit: Limit {
+                    requests: 3,
+                    window_seconds: 60,
+                },
+                now,
+            }),
+            endpoint: Err(ApiError::EndpointNotFound {
+                endpoint_id: "gone".into(),
+            }),
+        }
+    }
+
+    /// A counter found over its limit is remembered for its own window and subject only,
+    /// and only when it is over.
+    #[test]
+    fn over_limit_remembers_a_counter_over_its_limit_until_its_window_ends() {
+        let now = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 30).unwrap();
+        let next_window = now + chrono::Duration::seconds(60);
+        let over_limit = OverLimit::default();
+        let attempts = [from_source("a", now), from_source("b", now)];
+        let within = |source| Counts {
+            source: Some(source),
+            endpoint: None,
+        };
+        over_limit.note(&attempts, &[within(3), within(3)]);
+        assert!(!over_limit.holds_any(&attempts));
+
+        over_limit.note(&attempts, &[within(4), within(1)]);
+        assert!(over_limit.holds_any(&[from_source("a", now)]));
+        assert!(over_limit.holds_any(&[from_source("b", now), from_source("a", now)]));
+        assert!(!over_limit.holds_any(&[from_source("b", now)]));
+        assert!(!over_limit.holds_any(&[from_source("a", next_window)]));
+    }
+
+    /// Past its bound it forgets the windows that ended, and remembers nothing new while
+    /// none has.
+    #[test]
+    fn over_limit_stays_within_its_bound() {
+        let now = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 30).unwrap();
+        let over_limit = OverLimit::default();
+        let over = Counts {
+            source: Some(4),
+            endpoint: None,
+        };
+        let subjects: Vec<String> = (0..OVER_LIMIT_REMEMBERED + 1)
+            .map(|n| format!("s{n}"))
+            .collect();
+        for subject in &subjects {
+            over_limit.note(&[from_source(subject, now)], &[over]);
+        }
+        assert!(over_limit.holds_any(&[from_source("s0", now)]));
+        assert!(!over_limit.holds_any(&[from_source(&subjects[OVER_LIMIT_REMEMBERED], now)]));
+        // A minute on, the full window has ended: it is dropped for the new one.
+        let later = now + chrono::Duration::seconds(60);
+        over_limit.note(&[from_source("late", later)], &[over]);
+        assert!(over_limit.holds_any(&[from_source("late", later)]));
+        assert!(!over_limit.holds_any(&[from_source("s0", now)]));
+    }
 }

@@ -407,3 +407,121 @@ async fn a_batch_is_counted_request_by_request_in_its_order() {
         assert_eq!(got, expected);
     }
 }
+
+/// The outbox statement counts its batch as its last step: within every limit it writes
+/// the submissions and adds to the counters together; should a counter end over its
+/// limit, it refuses as a whole, and neither a submission nor a count is left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
+    use hymical_forms::testing::db::rate_limits::{BatchCounters, Counter};
+    use hymical_forms::testing::db::submissions::{insert_batch, IntakeClaim, NewSubmission};
+    use hymical_forms::testing::model::ids::{DeliveryId, EndpointId, SubmissionId};
+
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let mut row = endpoint("counted");
+    row.webhook_url = Some("https://example.com/hook".into());
+    row.webhook_secret = Some(crate::harness::webhook_secret());
+    hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
+        .await
+        .unwrap();
+    let window = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap();
+    let submission = || NewSubmission {
+        id: SubmissionId::generate(),
+        endpoint_id: EndpointId::parse("counted").unwrap(),
+        received_at: Utc::now(),
+        fields: serde_json::json!({"n": ["1"]}),
+        idempotency: None,
+        delivery_id: DeliveryId::generate(),
+        expects_delivery: true,
+        claim_token: None,
+    };
+    // Per request: its source and the endpoint, the source's limit 3, the endpoint's 2.
+    let counted = |sources: &[&'static str]| {
+        BatchCounters::every_request(
+            sources.iter().map(|source| {
+                [
+                    Some((
+                        Counter {
+                            subject: source,
+                            window_start: window,
+                        },
+                        3,
+                    )),
+                    Some((
+                        Counter {
+                            subject: "counted",
+                            window_start: window,
+                        },
+                        2,
+                    )),
+                ]
+            }),
+            ("ip", "endpoint"),
+        )
+    };
+    let state = |db: TestDb| async move {
+        (
+            db.count("SELECT count(*) AS n FROM submissions").await,
+            db.count("SELECT count(*) AS n FROM webhook_deliveries").await,
+            db.count("SELECT count(*) AS n FROM delivery_events").await,
+            db.count("SELECT coalesce(sum(attempts), 0)::bigint AS n FROM rate_limit_counters WHERE limiter = 'ip'")
+                .await,
+            db.count("SELECT coalesce(sum(attempts), 0)::bigint AS n FROM rate_limit_counters WHERE limiter = 'endpoint'")
+                .await,
+        )
+    };
+
+    // Three requests to an endpoint limited to 2: refused, nothing written, nothing counted.
+    let (a, b, c) = (submission(), submission(), submission());
+    let error = insert_batch(
+        &mut conn,
+        &[&a, &b, &c],
+        None,
+        IntakeClaim::NONE,
+        &counted(&["x", "x", "y"]),
+    )
+    .await
+    .err()
+    .expect("over the endpoint's limit");
+    assert!(error.exceeds_rate_limit(), "{error:?}");
+    assert_eq!(state(db.clone()).await, (0, 0, 0, 0, 0));
+
+    // Two: written and counted together.
+    let written = insert_batch(
+        &mut conn,
+        &[&a, &b],
+        None,
+        IntakeClaim::NONE,
+        &counted(&["x", "x"]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.len(), 2);
+    assert!(written.iter().all(|w| w.delivery_queued));
+    assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
+
+    // One more: the endpoint's counter would reach 3 of 2. Refused; the two stay as they were.
+    let error = insert_batch(&mut conn, &[&c], None, IntakeClaim::NONE, &counted(&["y"]))
+        .await
+        .err()
+        .expect("over the endpoint's limit");
+    assert!(error.exceeds_rate_limit(), "{error:?}");
+    assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
+
+    // Any other refusal is not mistaken for a limit: an unknown endpoint.
+    let mut lost = submission();
+    lost.endpoint_id = EndpointId::parse("no-such-endpoint").unwrap();
+    let error = insert_batch(
+        &mut conn,
+        &[&lost],
+        None,
+        IntakeClaim::NONE,
+        &BatchCounters::default(),
+    )
+    .await
+    .err()
+    .expect("no such endpoint");
+    assert!(!error.exceeds_rate_limit(), "{error:?}");
+    assert!(error.violates_foreign_key("submissions_endpoint_id_fkey"));
+}

@@ -110,6 +110,24 @@ WITH input AS (
     SELECT pg_notify('hymical_delivery_due', CASE WHEN w.pending THEN '' ELSE $13 END)
     FROM (SELECT EXISTS (SELECT 1 FROM new_delivery WHERE state = 'pending') AS pending) w
     WHERE w.pending OR EXISTS (SELECT 1 FROM room)
+), counter_input AS (
+    SELECT *
+    FROM unnest($14::varchar[], $15::varchar[], $16::timestamptz[], $17::integer[],
+                $18::integer[])
+         WITH ORDINALITY AS c (limiter, subject, window_start, attempts, requests, position)
+), counted AS (
+    -- Read only by the second branch of `result`, after every row of the first: the
+    -- counter rows are locked for the end of the statement and its commit, not for its
+    -- inserts. In the caller's order (per source, then per endpoint, each sorted), as
+    -- count_attempts.sql locks them, so that no two statements wait on each other in a
+    -- cycle.
+    INSERT INTO rate_limit_counters AS counter (limiter, subject, window_start, attempts)
+    SELECT c.limiter, c.subject, c.window_start, c.attempts
+    FROM counter_input c
+    ORDER BY c.position
+    ON CONFLICT (limiter, subject, window_start)
+        DO UPDATE SET attempts = counter.attempts + excluded.attempts
+    RETURNING counter.limiter, counter.subject, counter.window_start, counter.attempts
 ), result AS (
     SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
            d.signing_secret, r.webhook_secret AS endpoint_secret, r.previous_secret,
@@ -117,4 +135,10 @@ WITH input AS (
     FROM new_submission s
     LEFT JOIN new_delivery d ON d.submission_id = s.id
     LEFT JOIN room r ON d.state = 'processing' AND r.endpoint_id = d.endpoint_id
+    UNION ALL
+    -- Never a row: a counter over its limit raises, and the statement rolls back.
+    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM counted c
+    JOIN counter_input i USING (limiter, subject, window_start)
+    WHERE NOT rate_limit_holds(c.attempts, i.requests)
 )
