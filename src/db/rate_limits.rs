@@ -48,6 +48,9 @@ pub struct BatchCounters<'a> {
     pub limits: Vec<i32>,
 }
 
+/// Per counter (subject, window start): the requests added up, and the counter's limit.
+type AddedUp<'a> = BTreeMap<(&'a str, DateTime<Utc>), (i32, u32)>;
+
 impl<'a> BatchCounters<'a> {
     /// Every request counted on each of its counters, as if every one were within its
     /// limits: `requests` gives each request's per-source and per-endpoint counter with
@@ -56,7 +59,7 @@ impl<'a> BatchCounters<'a> {
         requests: impl IntoIterator<Item = [Option<(Counter<'a>, u32)>; 2]>,
         limiters: (&'a str, &'a str),
     ) -> BatchCounters<'a> {
-        let mut scopes: [BTreeMap<(&'a str, DateTime<Utc>), (i32, u32)>; 2] = Default::default();
+        let mut scopes: [AddedUp<'a>; 2] = Default::default();
         for counters in requests {
             for (scope, counter) in scopes.iter_mut().zip(counters) {
                 if let Some((counter, limit)) = counter {

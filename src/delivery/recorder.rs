@@ -179,8 +179,9 @@ async fn write_batch(
         .await
     {
         Ok(Ok(recorded)) => recorded.into_iter().map(found).collect(),
-        Ok(Err(DbError::Query(error))) if rows.len() > 1 => {
-            tracing::warn!(error = %error, size = rows.len(), "a batch of attempts failed; recording them one by one");
+        Ok(Err(error @ DbError::Query(_))) if rows.len() > 1 => {
+            // The summary, not the driver's message, which may quote a value.
+            tracing::warn!(error = %error.summary(), size = rows.len(), "a batch of attempts failed; recording them one by one");
             let mut answers = Vec::with_capacity(rows.len());
             for row in &rows {
                 let one = db

@@ -1,9 +1,11 @@
 //! Group commit for public intake: what the database must do for a submission (count it
 //! against its rate limits, store it) is queued here, and a few writer tasks take
-//! whatever has queued up as one batch: the batch's counters in one statement (both
-//! scopes, in the order of the checks; the counters are unlogged, so its commit waits
-//! for no flush), then its submissions, deliveries and events in one statement, so in one
-//! transaction and one WAL flush for all of them.
+//! whatever has queued up as one batch and write it with one statement: its submissions,
+//! deliveries and events, and as the last step its rate-limit counters, so in one
+//! transaction and one WAL flush for all of them. Should a counter end over its limit,
+//! that statement writes nothing, and the batch is counted on its own (both scopes, in the
+//! order of the checks; the counters are unlogged, so that commit waits for no flush)
+//! before what the limits let through is written.
 //!
 //! There is no added wait: a writer takes what is queued the moment it is free, so an idle
 //! server writes each submission at once, and under load batches grow by themselves to
@@ -491,8 +493,10 @@ async fn store_counted(
             });
         }
         Err(error) => {
+            // Counted on its own and written again next; should that fail too, it is
+            // logged there.
             if !error.exceeds_rate_limit() {
-                tracing::warn!(error = %error.summary(), size = submissions.len(), "a counted batch of submissions failed; counting it on its own");
+                tracing::debug!(error = %error.summary(), size = submissions.len(), "a counted batch of submissions failed; counting it on its own");
             }
             return Err(attempts);
         }
