@@ -38,7 +38,8 @@ pub struct Counts {
 /// A batch's requests added up per counter, each counter with its limit, for the outbox
 /// statement to count as its last step and to fail on if any counter ends over its limit
 /// (outbox_insert_batch.sql): in the order count_attempts.sql locks them (the per-source
-/// counters, then the per-endpoint ones, each sorted).
+/// counters, then the per-endpoint ones, each sorted by the subject's bytes: Rust's order
+/// of `str`, PostgreSQL's `COLLATE "C"`).
 #[derive(Debug, Default)]
 pub struct BatchCounters<'a> {
     pub limiters: Vec<&'a str>,

@@ -487,7 +487,11 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     assert!(error.exceeds_rate_limit(), "{error:?}");
     assert_eq!(state(db.clone()).await, (0, 0, 0, 0, 0));
 
-    // Two: written and counted together.
+    // Two: written and counted together (the first with an idempotency key).
+    let a = NewSubmission {
+        idempotency: Some(("key-1".into(), "f".repeat(64))),
+        ..a
+    };
     let written = insert_batch(
         &mut conn,
         &[&a, &b],
@@ -509,6 +513,25 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     assert!(error.exceeds_rate_limit(), "{error:?}");
     assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
 
+    // A batch whose every submission loses its idempotency race (it writes no row) is
+    // still counted and checked: refused all the same.
+    let again = NewSubmission {
+        idempotency: Some(("key-1".into(), "0".repeat(64))),
+        ..submission()
+    };
+    let error = insert_batch(
+        &mut conn,
+        &[&again],
+        None,
+        IntakeClaim::NONE,
+        &counted(&["y"]),
+    )
+    .await
+    .err()
+    .expect("over the endpoint's limit, with no row written");
+    assert!(error.exceeds_rate_limit(), "{error:?}");
+    assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
+
     // Any other refusal is not mistaken for a limit: an unknown endpoint.
     let mut lost = submission();
     lost.endpoint_id = EndpointId::parse("no-such-endpoint").unwrap();
@@ -524,4 +547,49 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     .expect("no such endpoint");
     assert!(!error.exceeds_rate_limit(), "{error:?}");
     assert!(error.violates_foreign_key("submissions_endpoint_id_fkey"));
+}
+
+/// The outbox statement locks a batch's counters in the order the server sorts them,
+/// and the counting statement in `ORDER BY subject COLLATE "C"`: the two orders must
+/// agree for any subjects (ids with `-` and `_`, upper case, non-ASCII digests of
+/// forwarded entries), or two batches could wait on each other's counters.
+#[tokio::test(flavor = "multi_thread")]
+async fn both_statements_order_counters_alike() {
+    use hymical_forms::testing::db::rate_limits::{BatchCounters, Counter};
+
+    #[derive(diesel::QueryableByName)]
+    struct Subject {
+        #[diesel(sql_type = Text)]
+        subject: String,
+    }
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let window = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap();
+    let subjects = [
+        "shop_a", "shop2", "Shop", "shop-b", "a-b", "ab", "é", "z", "A_1", "a1",
+    ];
+    let batch = BatchCounters::every_request(
+        subjects.iter().map(|subject| {
+            [
+                Some((
+                    Counter {
+                        subject,
+                        window_start: window,
+                    },
+                    1,
+                )),
+                None,
+            ]
+        }),
+        ("ip", "endpoint"),
+    );
+    let sorted: Vec<Subject> = diesel::sql_query(
+        "SELECT s AS subject FROM unnest($1::varchar[]) s ORDER BY s COLLATE \"C\"",
+    )
+    .bind::<diesel::sql_types::Array<Text>, _>(&subjects[..])
+    .load(&mut conn)
+    .await
+    .unwrap();
+    let sorted: Vec<&str> = sorted.iter().map(|s| s.subject.as_str()).collect();
+    assert_eq!(batch.subjects, sorted);
 }

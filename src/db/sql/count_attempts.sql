@@ -8,7 +8,9 @@
 -- requests of the batch on the same per-source counter, so that the request's own count
 -- is the counter's new value less those, and derives the per-endpoint counts the same
 -- way (rate_limits::count_attempts): limits stay exact across batches and processes. Rows
--- are locked in sorted order, the per-source ones before any per-endpoint one (the
+-- are locked in sorted order (by the subject's bytes, the `C` collation, which is the
+-- order the outbox statement's counters come in from the server whatever the database's
+-- collation), the per-source ones before any per-endpoint one (the
 -- per-endpoint insert reads every per-source row first), so two batches never wait on
 -- each other's counters in a cycle. The table is unlogged: this statement's commit waits
 -- for no flush.
@@ -28,7 +30,7 @@ WITH request AS (
     FROM request r
     WHERE r.source IS NOT NULL
     GROUP BY r.source, r.source_window
-    ORDER BY r.source, r.source_window
+    ORDER BY r.source COLLATE "C", r.source_window
     ON CONFLICT (limiter, subject, window_start)
         DO UPDATE SET attempts = counter.attempts + excluded.attempts
     RETURNING counter.subject, counter.window_start, counter.attempts
@@ -40,7 +42,7 @@ WITH request AS (
     WHERE r.endpoint IS NOT NULL
       AND (r.source IS NULL OR c.attempts - r.source_later <= r.source_limit)
     GROUP BY r.endpoint, r.endpoint_window
-    ORDER BY r.endpoint, r.endpoint_window
+    ORDER BY r.endpoint COLLATE "C", r.endpoint_window
     ON CONFLICT (limiter, subject, window_start)
         DO UPDATE SET attempts = counter.attempts + excluded.attempts
     RETURNING counter.subject, counter.window_start, counter.attempts

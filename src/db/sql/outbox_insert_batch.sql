@@ -118,9 +118,10 @@ WITH input AS (
 ), counted AS (
     -- Read only by the second branch of `result`, after every row of the first: the
     -- counter rows are locked for the end of the statement and its commit, not for its
-    -- inserts. In the caller's order (per source, then per endpoint, each sorted), as
-    -- count_attempts.sql locks them, so that no two statements wait on each other in a
-    -- cycle.
+    -- inserts (but for the foreign-key checks, which PostgreSQL runs at the statement's
+    -- end). In the caller's order (per source, then per endpoint, each sorted by the
+    -- subject's bytes), as count_attempts.sql locks them (`COLLATE "C"`), so that no two
+    -- statements wait on each other in a cycle.
     INSERT INTO rate_limit_counters AS counter (limiter, subject, window_start, attempts)
     SELECT c.limiter, c.subject, c.window_start, c.attempts
     FROM counter_input c
