@@ -85,10 +85,6 @@ impl<'a> BatchCounters<'a> {
         }
         batch
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.subjects.is_empty()
-    }
 }
 
 static COUNT_ATTEMPTS: SqlText = sql!("count_attempts.sql");
