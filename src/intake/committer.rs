@@ -129,25 +129,24 @@ impl Attempt {
         }
     }
 
+    /// Its per-endpoint count, when its endpoint was found and rate limiting is on.
+    fn endpoint_counted(&self) -> Option<&Counted> {
+        self.endpoint
+            .as_ref()
+            .ok()
+            .and_then(|stage| stage.counted.as_ref())
+    }
+
     /// Its per-source and per-endpoint counters with their limits, where it is counted on
     /// them when within every limit.
     fn counters(&self) -> [Option<(Counter<'_>, u32)>; 2] {
-        let endpoint = self
-            .endpoint
-            .as_ref()
-            .ok()
-            .and_then(|stage| stage.counted.as_ref());
-        [self.source.as_ref(), endpoint]
+        [self.source.as_ref(), self.endpoint_counted()]
             .map(|counted| counted.map(|counted| (counted.counter(), counted.limit.requests)))
     }
 
     /// Whether it is counted against a limit (rate limiting on).
     fn counts(&self) -> bool {
-        self.source.is_some()
-            || self
-                .endpoint
-                .as_ref()
-                .is_ok_and(|stage| stage.counted.is_some())
+        self.source.is_some() || self.endpoint_counted().is_some()
     }
 
     /// Whether the database has anything to do for it.
@@ -580,12 +579,7 @@ async fn count(
                 .source
                 .as_ref()
                 .map(|counted| (counted.counter(), counted.limit.requests)),
-            endpoint: attempt
-                .endpoint
-                .as_ref()
-                .ok()
-                .and_then(|stage| stage.counted.as_ref())
-                .map(Counted::counter),
+            endpoint: attempt.endpoint_counted().map(Counted::counter),
         })
         .collect();
     let limiters = (SOURCE.as_str(), ENDPOINT.as_str());
@@ -786,14 +780,9 @@ impl OverLimit {
     fn note(&self, attempts: &[Attempt], counts: &[Counts]) {
         let mut over = Vec::new();
         for (attempt, counts) in attempts.iter().zip(counts) {
-            let endpoint = attempt
-                .endpoint
-                .as_ref()
-                .ok()
-                .and_then(|stage| stage.counted.as_ref());
             for (scope, counted, count) in [
                 (SOURCE, attempt.source.as_ref(), counts.source),
-                (ENDPOINT, endpoint, counts.endpoint),
+                (ENDPOINT, attempt.endpoint_counted(), counts.endpoint),
             ] {
                 if let (Some(counted), Some(count)) = (counted, count) {
                     if counted.judge(scope, count).is_err() {
@@ -808,11 +797,12 @@ impl OverLimit {
         let mut known = self.known();
         for (scope, counted) in over {
             let (start, ends) = window(counted.now, counted.limit.window_seconds);
-            let remembered: usize = known.values().map(|window| window.subjects.len()).sum();
-            if remembered >= OVER_LIMIT_REMEMBERED {
+            let remembered = |known: &HashMap<_, OverInWindow>| -> usize {
+                known.values().map(|window| window.subjects.len()).sum()
+            };
+            if remembered(&known) >= OVER_LIMIT_REMEMBERED {
                 known.retain(|_, window| window.ends > counted.now);
-                let remembered: usize = known.values().map(|window| window.subjects.len()).sum();
-                if remembered >= OVER_LIMIT_REMEMBERED {
+                if remembered(&known) >= OVER_LIMIT_REMEMBERED {
                     return;
                 }
             }
