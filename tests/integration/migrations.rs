@@ -143,6 +143,19 @@ async fn every_check_and_unique_constraint_refuses() {
     accepted(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint) VALUES ('{sub}', 'contact', now(), '{{}}', 'key-0123456789abcdef', '{HEX32}{HEX32}')")).await;
     refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('{sub}', 'contact', now(), '{{}}')"), "submissions_pkey").await;
     refused(c, "INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_XYZ', 'contact', now(), '{}')", "submissions_id_format").await;
+    // Near misses of the 32 hex digits (migration 11 checks a length and an open
+    // repetition instead of `{32}`): one too few, upper case, a non-ASCII character that
+    // keeps the length at 36, a trailing newline. (One too many is longer than the
+    // column's 36 characters.)
+    let near_misses = [
+        format!("sub_{}", &HEX32[..31]),
+        format!("sub_{}", HEX32.to_uppercase()),
+        format!("sub_{}é", &HEX32[..31]),
+        format!("sub_{}\n", &HEX32[..31]),
+    ];
+    for id in &near_misses {
+        refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('{id}', 'contact', now(), '{{}}')"), "submissions_id_format").await;
+    }
     refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields) VALUES ('sub_{}', 'nowhere', now(), '{{}}')", "1".repeat(32)), "submissions_endpoint_id_fkey").await;
     refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint) VALUES ('sub_{}', 'contact', now(), '{{}}', 'key-0123456789abcdef', '{HEX32}{HEX32}')", "2".repeat(32)), "submissions_endpoint_idempotency_key_unique").await;
     refused(c, &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key) VALUES ('sub_{}', 'contact', now(), '{{}}', 'only-the-key-here')", "3".repeat(32)), "submissions_idempotency_key_and_fingerprint_together").await;

@@ -50,9 +50,12 @@ WITH input AS (
     -- for a concurrent deleteEndpoint, and then the row is read again, so a delivery is
     -- never queued for an endpoint deleted meanwhile (its submission is kept, as any of
     -- an endpoint without a webhook) and a delete sees every delivery queued before it.
+    -- The ids come from the parameter, not from `input`: a locking query that reads
+    -- another relation carries a copy of each of its rows for the recheck after a wait,
+    -- and that copy (the whole input row, fields and all) cost more than the lock.
     SELECT e.id, e.webhook_url, e.webhook_secret
     FROM endpoints e
-    WHERE e.id IN (SELECT endpoint_id FROM input) AND e.deleted_at IS NULL
+    WHERE e.id = ANY ($2::varchar[]) AND e.deleted_at IS NULL
     FOR KEY SHARE
 ), queued AS (
     SELECT i.delivery_id, s.id AS submission_id, s.endpoint_id, s.received_at, i.position,
