@@ -27,11 +27,4 @@ mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-/// mimalloc rather than the C library's allocator: a request allocates and frees many
-/// small buffers on whichever runtime thread polls it, and under intake load glibc's
-/// malloc and free were about a third of this process's CPU (docs/BENCHMARKS.md). Set
-/// here so that the server, its tests and its benchmarks all run on the same allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 pub use cli::main;
