@@ -19,7 +19,8 @@
 --
 -- The unique constraint on (endpoint_id, idempotency_key) decides races between
 -- concurrent first requests with one key, in this batch or another: the loser inserts
--- nothing and is missing from the answer.
+-- nothing and is missing from the answer. Submissions without a key are inserted apart
+-- from those with one (`unkeyed_submission`), since they cannot conflict.
 --
 -- $1 submission ids, $2 endpoint ids, $3 received at, $4 fields (json), $5 idempotency
 -- keys, $6 payload fingerprints (NULL without a key), $7 delivery ids: one element per
@@ -36,14 +37,30 @@ WITH input AS (
                 $6::varchar[], $7::varchar[])
          WITH ORDINALITY AS i (id, endpoint_id, received_at, fields, idempotency_key,
                                payload_fingerprint, delivery_id, position)
-), new_submission AS (
+), keyed_submission AS (
     INSERT INTO submissions
         (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
     SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint
     FROM input
+    WHERE idempotency_key IS NOT NULL
     ORDER BY position
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, endpoint_id, received_at
+), unkeyed_submission AS (
+    -- A submission without a key can conflict with none (NULLs are distinct in the unique
+    -- constraint), so it is inserted plainly: `ON CONFLICT` would cost each row a probe of
+    -- that index before its insert, a speculative-insertion lock and a second WAL record.
+    INSERT INTO submissions
+        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
+    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint
+    FROM input
+    WHERE idempotency_key IS NULL
+    ORDER BY position
+    RETURNING id, endpoint_id, received_at
+), new_submission AS (
+    SELECT * FROM keyed_submission
+    UNION ALL
+    SELECT * FROM unkeyed_submission
 ), live_endpoint AS MATERIALIZED (
     -- The batch's endpoints as they are once every change of them that has the row locked
     -- has committed: a key-share lock (the one the foreign key check takes anyway) waits
