@@ -84,14 +84,10 @@ impl BenchCluster {
         let cluster = embedded::Cluster::new(&root).expect("PostgreSQL server binaries");
         cluster.hand_root_to_server_user().expect("cluster dir");
         cluster.initialize().expect("initdb");
-        // Without `durable`, commits do not wait for their WAL flush, and the ratio shows
-        // the cost of our own code more than the disk's.
-        let synchronous_commit = if durable { "on" } else { "off" };
+        // `synchronous_commit` is not set here: a `-c` setting on the server's command line
+        // outranks `ALTER SYSTEM`, and `set_synchronous_commit` changes it during a run.
         let settings = embedded::ServerSettings {
-            extra: vec![
-                ("synchronous_commit".into(), synchronous_commit.into()),
-                ("max_connections".into(), "300".into()),
-            ],
+            extra: vec![("max_connections".into(), "300".into())],
             remove_after_stop: true,
             port: None,
         };
@@ -107,12 +103,16 @@ impl BenchCluster {
                 .expect("database");
             db::migrations::run_pending(&url).await.expect("migrate");
         });
-        BenchCluster {
+        let cluster = BenchCluster {
             url,
             root,
             bin_dir: embedded::find_bin_dir().expect("bin dir"),
             _server: server,
-        }
+        };
+        // Without `durable`, commits do not wait for their WAL flush, and the ratio shows
+        // the cost of our own code more than the disk's.
+        runtime.block_on(cluster.set_synchronous_commit(durable));
+        cluster
     }
 
     /// Sets `synchronous_commit` for every session, open ones included (a reload).
@@ -130,6 +130,22 @@ impl BenchCluster {
             .expect("reload");
         // Backends read the file when they next go idle.
         tokio::time::sleep(Duration::from_millis(300)).await;
+        // A new session (pgbench's, say) must see the value: a setting on the server's
+        // command line would silently outrank the one just made.
+        #[derive(diesel::QueryableByName)]
+        struct Setting {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            synchronous_commit: String,
+        }
+        let mut fresh = db::connect_one(&self.url).await.expect("connect");
+        let seen: Setting = diesel::sql_query("SHOW synchronous_commit")
+            .get_result(&mut fresh)
+            .await
+            .expect("show");
+        assert_eq!(
+            seen.synchronous_commit, value,
+            "synchronous_commit not applied"
+        );
     }
 
     /// Writes a pgbench script readable by the server's user.
