@@ -11,8 +11,8 @@
 //! submission at once, and under load batches grow by themselves to whatever arrived
 //! while the previous ones were committing (at most [`MAX_BATCH`]). The only added wait is
 //! [`GATHER_WINDOW`], and only while another writer's batch is in flight, which the new
-//! batch would wait for anyway (at its counters or its commit), and the new batch is
-//! small ([`GATHER_UP_TO`]). Each
+//! batch would wait for anyway (at its counters or its commit), the new batch is small
+//! and so have the queue's batches been of late ([`GATHER_UP_TO`]). Each
 //! request still gets its own answer, and only after the commit that wrote it: a refusal
 //! of one (a rate limit, an idempotency conflict) is that one's answer alone, and if the
 //! batch statement fails for any reason but the database being unreachable, its
@@ -262,15 +262,43 @@ const GATHER_WINDOW: Duration = Duration::from_micros(500);
 
 /// The batch size past which a writer gathers no more: by then the statement's fixed cost
 /// is shared well enough, and under heavy load (batches of 40 from the queue alone) a
-/// wait would only lengthen the tail (docs/BENCHMARKS.md).
+/// wait would only lengthen the tail (docs/BENCHMARKS.md). Also the bound on the moving
+/// mean of the queue's batches ([`InFlight::note_queued`]) under which a writer gathers at
+/// all.
 const GATHER_UP_TO: usize = 16;
 
+/// The weight of the newest batch in the moving mean of the queue's batches: 1/8, so the
+/// mean follows a change of load within a few dozen batches (milliseconds under load) and
+/// one short batch moves it by an eighth of the difference.
+const QUEUED_MEAN_WEIGHT: usize = 8;
+
+/// Fixed-point scale of that moving mean (in sixteenths of a request).
+const QUEUED_MEAN_SCALE: usize = 16;
+
 /// The batches being written, so that a writer can tell whether another one is in flight
-/// and hear when one ends.
+/// and hear when one ends, and how large the queue's batches have been of late.
 #[derive(Default)]
 struct InFlight {
     batches: AtomicUsize,
     ended: Notify,
+    /// The moving mean of the batches' sizes as the queue gave them (before any gather),
+    /// in sixteenths of a request. Only the writer holding the queue reads and updates it.
+    queued_mean: AtomicUsize,
+}
+
+impl InFlight {
+    /// Notes the size of a batch as the queue gave it and answers whether the load is
+    /// light enough to gather: the moving mean of those sizes under [`GATHER_UP_TO`].
+    /// Under heavy load the queue alone gives batches of 30 to 40, and a moment's short
+    /// batch between two large ones would otherwise wait behind a long statement; the
+    /// mean keeps such a dip from gathering.
+    fn note_queued(&self, size: usize) -> bool {
+        let mean = self.queued_mean.load(Ordering::Relaxed);
+        let mean =
+            (mean * (QUEUED_MEAN_WEIGHT - 1) + size * QUEUED_MEAN_SCALE) / QUEUED_MEAN_WEIGHT;
+        self.queued_mean.store(mean, Ordering::Relaxed);
+        mean < GATHER_UP_TO * QUEUED_MEAN_SCALE
+    }
 }
 async fn write_batches(
     db: Db,
@@ -301,7 +329,11 @@ async fn write_batches(
             let ended = in_flight.ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            if batch.len() < GATHER_UP_TO && in_flight.batches.load(Ordering::Acquire) > 0 {
+            let light_load = in_flight.note_queued(batch.len());
+            if light_load
+                && batch.len() < GATHER_UP_TO
+                && in_flight.batches.load(Ordering::Acquire) > 0
+            {
                 let deadline = tokio::time::Instant::now() + GATHER_WINDOW;
                 while batch.len() < GATHER_UP_TO {
                     tokio::select! {
@@ -899,6 +931,39 @@ mod tests {
                 endpoint_id: "gone".into(),
             }),
         }
+    }
+
+    /// A light load gathers from the first batch on; under a heavy one a moment's short
+    /// batch does not, and once the load has been light for a few dozen batches it
+    /// gathers again.
+    #[test]
+    fn only_a_queue_short_of_late_gathers() {
+        let in_flight = InFlight::default();
+        assert!(in_flight.note_queued(3));
+        for _ in 0..40 {
+            in_flight.note_queued(37);
+        }
+        assert!(!in_flight.note_queued(2));
+        assert!(!in_flight.note_queued(2));
+        let mut batches_until_light = 0;
+        while !in_flight.note_queued(8) {
+            batches_until_light += 1;
+            assert!(
+                batches_until_light < 40,
+                "the mean never came back under the bound"
+            );
+        }
+        assert!(batches_until_light > 2);
+        assert!(in_flight.note_queued(8));
+        // Either side of the bound, the mean settles on the right side.
+        for _ in 0..200 {
+            in_flight.note_queued(17);
+        }
+        assert!(!in_flight.note_queued(17));
+        for _ in 0..200 {
+            in_flight.note_queued(15);
+        }
+        assert!(in_flight.note_queued(15));
     }
 
     /// A counter found over its limit is remembered for its own window and subject only,
