@@ -7,6 +7,10 @@
 //!    pending deliveries. The worker claims in batches; pgbench claims one row at a time.
 //! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
 //!    queued deliveries (50 endpoints) to a local receiver that answers 200 at once.
+//!    Beside each throughput, the busy CPU of the whole machine per delivery (pgbench's
+//!    client and the database for the baseline; the workers, the receiver and the
+//!    database for ours, with the cost of writing the queue, measured before the
+//!    baseline, taken out).
 //! 3. **Latency.** One `hymical-forms serve` accepts forms posted one at a time (light
 //!    load); for each, the time from the `202` to the receiver's first byte.
 //! 4. **Noisy neighbour.** 300 deliveries queued for a receiver that accepts and never
@@ -140,11 +144,21 @@ fn main() {
     println!("{deliveries} deliveries per measurement, {ENDPOINTS} endpoints, {rounds} rounds");
     let mut ceiling = Vec::new();
     let mut ours = Vec::new();
+    // Busy CPU of the whole machine per delivery, µs: the baseline's, ours.
+    let mut ceiling_cpu = Vec::new();
+    let mut ours_cpu = Vec::new();
     let clients = 16u64;
     for round in 1..=rounds {
         let transactions = (deliveries / clients) * clients;
-        runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
-        let pg = cluster.pgbench(
+        // What queueing costs the machine per delivery, measured here with nothing else
+        // running, so that it can be taken out of our figure below (where the workers
+        // already run while the queue is written).
+        let queued = deliveries + clients * 10;
+        let (_, queue_started) = common::cpu_seconds();
+        runtime.block_on(queue(&cluster.url, queued));
+        let queue_cpu = (common::cpu_seconds().1 - queue_started) / queued as f64;
+        let (_, pgbench_started) = common::cpu_seconds();
+        let pg_tps = cluster.pgbench(
             &claim_and_record,
             &[
                 "-c".into(),
@@ -152,8 +166,11 @@ fn main() {
                 "-t".into(),
                 (deliveries / clients).to_string(),
             ],
-        ) * runtime.block_on(delivered(&cluster.url)) as f64
-            / transactions as f64;
+        );
+        let pgbench_cpu = common::cpu_seconds().1 - pgbench_started;
+        let pg_delivered = runtime.block_on(delivered(&cluster.url));
+        let pg = pg_tps * pg_delivered as f64 / transactions as f64;
+        let pg_cpu = 1e6 * pgbench_cpu / pg_delivered.max(1) as f64;
         runtime.block_on(clear(&cluster.url));
         // The same without the event inserts.
         runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
@@ -177,28 +194,37 @@ fn main() {
         std::thread::sleep(Duration::from_secs(2));
         let before = receiver.count.load(Ordering::Relaxed);
         let started = Instant::now();
+        let (_, cpu_started) = common::cpu_seconds();
         runtime.block_on(queue(&cluster.url, deliveries));
-        runtime.block_on(wait_delivered(&cluster.url, deliveries));
+        runtime.block_on(wait_delivered(&cluster.url, deliveries, &receiver, before));
         let elapsed = started.elapsed().as_secs_f64();
         let rate = deliveries as f64 / elapsed;
+        let rate_cpu = 1e6
+            * (common::cpu_seconds().1 - cpu_started - queue_cpu * deliveries as f64)
+            / deliveries as f64;
         let sent = receiver.count.load(Ordering::Relaxed) - before;
         for worker in workers {
             stop(worker);
         }
         runtime.block_on(clear(&cluster.url));
         println!(
-            "round {round}: pgbench claim+record {pg:.0} tps | {processes} worker process(es) {rate:.0} deliveries/s ({:.0}%), {sent} requests received",
-            100.0 * rate / pg
+            "round {round}: pgbench claim+record {pg:.0} tps, whole machine {pg_cpu:.0} µs per delivery | {processes} worker process(es) {rate:.0} deliveries/s ({:.0}%), whole machine {rate_cpu:.0} µs per delivery (queueing them, {:.0} µs, taken out), {sent} requests received",
+            100.0 * rate / pg,
+            1e6 * queue_cpu
         );
         ceiling.push(pg);
         ours.push(rate);
+        ceiling_cpu.push(pg_cpu);
+        ours_cpu.push(rate_cpu);
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
-        "throughput mean: ceiling {:.0}/s, ours {:.0}/s = {:.0}% of the ceiling",
+        "throughput mean: ceiling {:.0}/s, ours {:.0}/s = {:.0}% of the ceiling | CPU per delivery (whole machine): ceiling {:.0} µs, ours {:.0} µs",
         mean(&ceiling),
         mean(&ours),
-        100.0 * mean(&ours) / mean(&ceiling)
+        100.0 * mean(&ours) / mean(&ceiling),
+        mean(&ceiling_cpu),
+        mean(&ours_cpu)
     );
 
     // Latency at light load: one serve process, one form at a time.
@@ -401,26 +427,41 @@ async fn clear(url: &Secret) {
 
 /// How many deliveries are `delivered`.
 async fn delivered(url: &Secret) -> u64 {
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    delivered_on(&mut conn).await
+}
+
+async fn delivered_on(conn: &mut AsyncPgConnection) -> u64 {
     use diesel_async::RunQueryDsl;
     #[derive(diesel::QueryableByName)]
     struct Delivered {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
-    let mut conn = AsyncPgConnection::establish(url.expose())
-        .await
-        .expect("connect");
     let delivered: Delivered =
         diesel::sql_query("SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'delivered'")
-            .get_result(&mut conn)
+            .get_result(conn)
             .await
             .expect("count");
     delivered.n as u64
 }
 
-async fn wait_delivered(url: &Secret, count: u64) {
-    while delivered(url).await < count {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Waits until `count` deliveries are recorded as delivered. The receiver's own count is
+/// watched first, so the database is asked only at the end: a poll that counted the
+/// table through a new connection every few milliseconds cost the machine a share of
+/// what is measured (a backend started and a scan of every delivery, 50 times a second).
+async fn wait_delivered(url: &Secret, count: u64, receiver: &Receiver, received_before: u64) {
+    while receiver.count.load(Ordering::Relaxed) - received_before < count {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    // A receipt is recorded a moment after it arrived (results are recorded in batches).
+    while delivered_on(&mut conn).await < count {
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 

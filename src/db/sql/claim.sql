@@ -10,6 +10,13 @@
 --
 -- $1 now (NULL: the database's clock), $2 lease (interval), $3 how many, $4 requests in
 -- flight allowed per endpoint
+--
+-- Every step reads only the rows it claims or looks at, never the whole queue: the
+-- statement runs on a generic plan (its parameters unknown to the planner), and written
+-- plainly (`IN (subquery)`, `UPDATE … FROM`, `endpoint_id = …` with `ORDER BY
+-- next_attempt_at`) that plan hashed or scanned every pending delivery on each claim:
+-- 25 ms a claim with 8,000 queued (docs/BENCHMARKS.md). Hence the id arrays
+-- (`= ANY (ARRAY(…))`, an index probe per id) and the per-endpoint range below.
 WITH expired AS MATERIALIZED (
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
@@ -26,21 +33,32 @@ WITH expired AS MATERIALIZED (
     SELECT c.id, c.next_attempt_at, c.turn
     FROM serving s
     CROSS JOIN LATERAL (
+        -- This endpoint's head of the queue, read from
+        -- webhook_deliveries_pending_endpoint_due_idx. The endpoint is matched as a range
+        -- (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the order
+        -- names both of that index's columns, because with `=` a generic plan may read
+        -- webhook_deliveries_pending_due_idx in due order instead and filter out every
+        -- other endpoint's due deliveries (thousands per endpoint with a backlog); with
+        -- the range, only the per-endpoint index gives this order without a sort. `ROWS`:
+        -- the numbering reads no row past the limit (with the default `RANGE` frame it
+        -- reads every delivery due at the same instant, such as a replay's).
         SELECT w.id, w.next_attempt_at,
-               row_number() OVER (ORDER BY w.next_attempt_at) AS turn
+               row_number() OVER (ORDER BY w.endpoint_id, w.next_attempt_at
+                                  ROWS UNBOUNDED PRECEDING) AS turn
         FROM webhook_deliveries w
-        WHERE w.state = 'pending' AND w.endpoint_id = s.endpoint_id
+        WHERE w.state = 'pending'
+          AND w.endpoint_id >= s.endpoint_id AND w.endpoint_id <= s.endpoint_id
           AND w.next_attempt_at <= coalesce($1, statement_timestamp())
-        ORDER BY w.next_attempt_at
+        ORDER BY w.endpoint_id, w.next_attempt_at
         LIMIT s.free_slots
     ) c
 ), due AS MATERIALIZED (
     -- Rows claimed by whoever held an endpoint before this claim are `processing` by now:
     -- the lock re-reads them and the state test leaves them out.
     SELECT w.id, w.state FROM webhook_deliveries w
-    WHERE w.id IN (SELECT c.id FROM candidates c
-                   ORDER BY c.turn, c.next_attempt_at
-                   LIMIT greatest($3 - (SELECT count(*) FROM expired), 0))
+    WHERE w.id = ANY (ARRAY(SELECT c.id FROM candidates c
+                            ORDER BY c.turn, c.next_attempt_at
+                            LIMIT greatest($3 - (SELECT count(*) FROM expired), 0)))
       AND w.state = 'pending'
     FOR UPDATE SKIP LOCKED
 ), picked AS (
@@ -52,11 +70,10 @@ WITH expired AS MATERIALIZED (
     SET state = 'processing',
         claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
         claim_expires_at = coalesce($1, statement_timestamp()) + $2
-    FROM picked p
-    WHERE d.id = p.id
+    WHERE d.id = ANY (ARRAY(SELECT p.id FROM picked p))
     RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
               d.submission_id, d.state, d.attempts, d.cycle_attempts,
-              p.state AS previous_state
+              (SELECT p.state FROM picked p WHERE p.id = d.id) AS previous_state
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'claimed'::varchar AS kind, state,
            previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
