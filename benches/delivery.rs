@@ -150,10 +150,11 @@ fn main() {
     let clients = 16u64;
     for round in 1..=rounds {
         let transactions = (deliveries / clients) * clients;
+        // The baselines' queue: a delivery for each transaction, and a margin.
+        let queued = deliveries + clients * 10;
         // What queueing costs the machine per delivery, measured here with nothing else
         // running, so that it can be taken out of our figure below (where the workers
         // already run while the queue is written).
-        let queued = deliveries + clients * 10;
         let (_, queue_started) = common::cpu_seconds();
         runtime.block_on(queue(&cluster.url, queued));
         let queue_cpu = (common::cpu_seconds().1 - queue_started) / queued as f64;
@@ -173,7 +174,7 @@ fn main() {
         let pg_cpu = 1e6 * pgbench_cpu / pg_delivered.max(1) as f64;
         runtime.block_on(clear(&cluster.url));
         // The same without the event inserts.
-        runtime.block_on(queue(&cluster.url, deliveries + clients * 10));
+        runtime.block_on(queue(&cluster.url, queued));
         let pg_bare = cluster.pgbench(
             &claim_and_record_without_events,
             &[
