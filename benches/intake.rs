@@ -54,6 +54,7 @@ fn main() {
     let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
     let wide = env_number("BENCH_WIDE_CONCURRENCY", 128) as usize;
     let seconds = env_number("BENCH_SECONDS", 8);
+    let slice = env_number("BENCH_SLICE_SECONDS", 2).clamp(1, seconds.max(1));
     let rounds = env_number("BENCH_ROUNDS", 3);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -183,17 +184,24 @@ COMMIT;
             );
         }
     };
-    // Intake with limits on and off, from `connections` connections, against `pg`; on
-    // first in odd rounds, off first in even ones, so that neither arm is always the one
-    // that follows pgbench (and the checkpoint its WAL may bring on).
+    // Intake with limits on and off, from `connections` connections, against `pg`: each
+    // arm's seconds cut into slices of `slice` seconds, the two arms' slices interleaved in
+    // pairs whose order alternates (on off, off on, on off …, off first in even rounds), so
+    // that a change in the machine's speed during the round, which on this shared host
+    // moved single 8-second arms by ±15%, falls on both arms alike.
     let limits_on_and_off = |connections: usize, pg: f64, round: u64| {
-        let (with_limits, without_limits) = if round % 2 == 1 {
-            let with_limits = load_from(on, connections, seconds);
-            (with_limits, load_from(off, connections, seconds))
-        } else {
-            let without_limits = load_from(off, connections, seconds);
-            (load_from(on, connections, seconds), without_limits)
-        };
+        let (mut with_limits, mut without_limits) = (Vec::new(), Vec::new());
+        for pair in 0..seconds.div_ceil(slice) {
+            if (pair + round) % 2 == 1 {
+                with_limits.push(load_from(on, connections, slice));
+                without_limits.push(load_from(off, connections, slice));
+            } else {
+                without_limits.push(load_from(off, connections, slice));
+                with_limits.push(load_from(on, connections, slice));
+            }
+        }
+        let with_limits = LoadResult::combined(with_limits);
+        let without_limits = LoadResult::combined(without_limits);
         show("intake, limits on (defaults)", &with_limits, pg);
         show("intake, limits off", &without_limits, pg);
         println!(

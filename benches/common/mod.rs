@@ -109,10 +109,43 @@ impl BenchCluster {
             bin_dir: embedded::find_bin_dir().expect("bin dir"),
             _server: server,
         };
+        runtime.block_on(cluster.warm_wal());
         // Without `durable`, commits do not wait for their WAL flush, and the ratio shows
         // the cost of our own code more than the disk's.
         runtime.block_on(cluster.set_synchronous_commit(durable));
         cluster
+    }
+
+    /// Brings the new cluster's write-ahead log to the state of one that has been running.
+    ///
+    /// A fresh cluster has no WAL segments to spare: until a checkpoint recycles old ones,
+    /// each 16 MB of WAL needs a new segment file, which PostgreSQL creates by writing 16 MB
+    /// of zeros and flushing them while every commit waits (`IO:WALInitWrite`, and the
+    /// committers behind it on `LWLock:WALWrite`). The benchmarks write about a segment a
+    /// second, so their first minutes measured those stalls, not the steady state an
+    /// operator's server runs in (docs/BENCHMARKS.md, "The first minutes of a fresh
+    /// cluster"). Here a segment switch per 16 MB makes `max_wal_size` worth of segments
+    /// (64, with its default of 1 GB), and a checkpoint then keeps them for recycling.
+    pub async fn warm_wal(&self) {
+        use diesel_async::RunQueryDsl;
+        let mut conn = db::connect_one(&self.url).await.expect("connect");
+        diesel::sql_query(
+            "DO $$ BEGIN
+                 FOR segment IN 1 .. pg_size_bytes(current_setting('max_wal_size'))
+                                      / pg_size_bytes(current_setting('wal_segment_size')) LOOP
+                     -- A switch with nothing written since the last one does nothing.
+                     PERFORM pg_logical_emit_message(false, 'hymical-bench-warm-up', '');
+                     PERFORM pg_switch_wal();
+                 END LOOP;
+             END $$",
+        )
+        .execute(&mut conn)
+        .await
+        .expect("make WAL segments");
+        diesel::sql_query("CHECKPOINT")
+            .execute(&mut conn)
+            .await
+            .expect("checkpoint");
     }
 
     /// Sets `synchronous_commit` for every session, open ones included (a reload).
@@ -253,7 +286,8 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
     }
 }
 
-/// What one measurement of [`offer_spread_load`] saw.
+/// What one measurement of [`offer_spread_load`] saw, or several measurements together
+/// ([`LoadResult::combined`]).
 pub struct LoadResult {
     /// Accepted submissions per second.
     pub rate: f64,
@@ -266,6 +300,58 @@ pub struct LoadResult {
     pub p99_ms: f64,
     /// Intake's group commit during the load, when the caller scraped `/metrics` around it.
     pub batches: Option<BatchFigures>,
+    /// What the figures above are worked out from, so that measurements can be combined.
+    raw: RawLoad,
+}
+
+/// A measurement's totals: every request's latency (µs, sorted), the seconds it lasted, and
+/// the CPU seconds spent meanwhile (this process, the whole machine).
+#[derive(Default)]
+struct RawLoad {
+    latencies_us: Vec<u32>,
+    seconds: f64,
+    cpu_process_s: f64,
+    cpu_machine_s: f64,
+}
+
+impl LoadResult {
+    fn from_raw(raw: RawLoad) -> LoadResult {
+        let count = raw.latencies_us.len().max(1) as f64;
+        let percentile = |p: f64| {
+            raw.latencies_us
+                .get(((raw.latencies_us.len() as f64 - 1.0) * p) as usize)
+                .map_or(0.0, |us| f64::from(*us) / 1000.0)
+        };
+        LoadResult {
+            rate: raw.latencies_us.len() as f64 / raw.seconds,
+            cpu_process_us: raw.cpu_process_s / count * 1e6,
+            cpu_machine_us: raw.cpu_machine_s / count * 1e6,
+            p50_ms: percentile(0.5),
+            p99_ms: percentile(0.99),
+            batches: None,
+            raw,
+        }
+    }
+
+    /// Several measurements of one arm as one: requests and seconds added up, percentiles
+    /// over every request of them all, batch figures over every batch.
+    pub fn combined(parts: Vec<LoadResult>) -> LoadResult {
+        let mut raw = RawLoad::default();
+        let mut batches: Option<BatchTotals> = None;
+        for part in parts {
+            raw.latencies_us.extend(part.raw.latencies_us);
+            raw.seconds += part.raw.seconds;
+            raw.cpu_process_s += part.raw.cpu_process_s;
+            raw.cpu_machine_s += part.raw.cpu_machine_s;
+            if let Some(figures) = part.batches {
+                batches = Some(batches.unwrap_or_default().plus(&figures.totals));
+            }
+        }
+        raw.latencies_us.sort_unstable();
+        let mut result = LoadResult::from_raw(raw);
+        result.batches = batches.map(BatchFigures::from_totals);
+        result
+    }
 }
 
 /// Intake's group commit as `/metrics` counts it: totals since the process started, which
@@ -320,22 +406,44 @@ pub struct BatchFigures {
     /// Time per call of each statement, ms, from sending it to its answer (0 when none ran).
     pub count_ms: f64,
     pub outbox_ms: f64,
+    /// The totals between the two scrapes, which the figures above are worked out from.
+    totals: BatchTotals,
+}
+
+impl BatchFigures {
+    fn from_totals(totals: BatchTotals) -> BatchFigures {
+        let per = |total: f64, calls: f64| if calls > 0.0 { total / calls } else { 0.0 };
+        BatchFigures {
+            size: per(totals.requests, totals.batches),
+            count_ms: 1e3 * per(totals.count.1, totals.count.0),
+            outbox_ms: 1e3 * per(totals.outbox.1, totals.outbox.0),
+            totals,
+        }
+    }
 }
 
 impl BatchTotals {
     pub fn since(&self, before: &BatchTotals) -> BatchFigures {
-        let per = |total: f64, calls: f64| if calls > 0.0 { total / calls } else { 0.0 };
-        BatchFigures {
-            size: per(
-                self.requests - before.requests,
-                self.batches - before.batches,
+        BatchFigures::from_totals(BatchTotals {
+            batches: self.batches - before.batches,
+            requests: self.requests - before.requests,
+            count: (self.count.0 - before.count.0, self.count.1 - before.count.1),
+            outbox: (
+                self.outbox.0 - before.outbox.0,
+                self.outbox.1 - before.outbox.1,
             ),
-            count_ms: 1e3 * per(self.count.1 - before.count.1, self.count.0 - before.count.0),
-            outbox_ms: 1e3
-                * per(
-                    self.outbox.1 - before.outbox.1,
-                    self.outbox.0 - before.outbox.0,
-                ),
+        })
+    }
+
+    fn plus(&self, other: &BatchTotals) -> BatchTotals {
+        BatchTotals {
+            batches: self.batches + other.batches,
+            requests: self.requests + other.requests,
+            count: (self.count.0 + other.count.0, self.count.1 + other.count.1),
+            outbox: (
+                self.outbox.0 + other.outbox.0,
+                self.outbox.1 + other.outbox.1,
+            ),
         }
     }
 }
@@ -401,23 +509,15 @@ pub async fn offer_spread_load(
     for task in tasks {
         latencies.extend(task.await.expect("load task"));
     }
-    let elapsed = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64();
     let (process, machine) = cpu_seconds();
     latencies.sort_unstable();
-    let count = latencies.len().max(1) as f64;
-    let percentile = |p: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * p) as usize)
-            .map_or(0.0, |us| f64::from(*us) / 1000.0)
-    };
-    LoadResult {
-        rate: latencies.len() as f64 / elapsed,
-        cpu_process_us: (process - cpu_before.0) / count * 1e6,
-        cpu_machine_us: (machine - cpu_before.1) / count * 1e6,
-        p50_ms: percentile(0.5),
-        p99_ms: percentile(0.99),
-        batches: None,
-    }
+    LoadResult::from_raw(RawLoad {
+        latencies_us: latencies,
+        seconds,
+        cpu_process_s: process - cpu_before.0,
+        cpu_machine_s: machine - cpu_before.1,
+    })
 }
 
 /// A pgbench script of the worker's claim and record statements (`claim`, `record`: the
