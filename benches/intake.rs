@@ -14,7 +14,9 @@
 //!
 //! - durable commits: pgbench; intake with rate limiting on (the default; limits raised
 //!   to 10⁹ so every request is counted in both scopes and none refused) and intake with
-//!   rate limiting off, in that order in odd rounds and the other way round in even ones;
+//!   rate limiting off, each arm's seconds cut into slices of `BENCH_SLICE_SECONDS` (2)
+//!   and the two arms' slices interleaved, in pairs whose order alternates (on off, off
+//!   on, …; off first in even rounds);
 //! - durable commits, many browsers at once: intake with limits on and off again, from
 //!   `BENCH_WIDE_CONCURRENCY` connections (128) against the same pgbench figure (its 32
 //!   clients; pgbench measured no faster with 128, docs/BENCHMARKS.md). With 32
@@ -28,8 +30,12 @@
 //! the server's `/metrics` the batches' mean size and the mean time of each batch
 //! statement (counting, outbox) from sending it to its answer.
 //!
+//! Before any of it, the cluster's write-ahead log is brought to the state of a server
+//! that has been running (`BenchCluster::warm_wal`).
+//!
 //! Settings: `BENCH_CONCURRENCY` (32, for pgbench and intake alike),
-//! `BENCH_WIDE_CONCURRENCY` (128), `BENCH_SECONDS` per measurement (8), `BENCH_ROUNDS` (3).
+//! `BENCH_WIDE_CONCURRENCY` (128), `BENCH_SECONDS` per measurement (8),
+//! `BENCH_SLICE_SECONDS` (2), `BENCH_ROUNDS` (3).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]

@@ -99,7 +99,7 @@ pub async fn sweep_expired_counters(
             _ = tokio::time::sleep(every) => {}
             _ = shutdown.cancelled() => return,
         }
-        let cutoff = clock.now() - chrono::Duration::seconds(i64::from(longest));
+        let cutoff = sweep_cutoff(clock.now(), longest);
         let result = db
             .run(async |conn| db::rate_limits::sweep(conn, cutoff).await)
             .await;
@@ -111,6 +111,15 @@ pub async fn sweep_expired_counters(
             }
         }
     }
+}
+
+/// Counters of windows that started before this may go: those that ended a whole window
+/// (the longest of the two) or more ago. The extra window is for other processes whose
+/// clocks run behind this one's: just after a window ends here, such a process still
+/// counts in it, and deleting that counter under it would let its window count from zero
+/// again (and the delete could deadlock with its batch, which would then fail).
+fn sweep_cutoff(now: DateTime<Utc>, longest_window_seconds: u32) -> DateTime<Utc> {
+    now - chrono::Duration::seconds(2 * i64::from(longest_window_seconds))
 }
 
 #[cfg(test)]
@@ -130,6 +139,18 @@ mod tests {
         assert_eq!(end, at("2026-01-01T00:02:00Z"));
         let (start, _) = window(at("2026-01-01T00:00:07Z"), 7);
         assert_eq!(start.timestamp() % 7, 0);
+    }
+
+    #[test]
+    fn the_sweep_keeps_the_window_just_ended() {
+        let now = at("2026-01-01T00:02:00.5Z");
+        let cutoff = sweep_cutoff(now, 60);
+        // The window that ended half a second ago: another process may still count in it.
+        let (just_ended, _) = window(now - chrono::Duration::seconds(1), 60);
+        assert!(just_ended >= cutoff);
+        // The one before that ended a whole window ago.
+        let (older, _) = window(now - chrono::Duration::seconds(61), 60);
+        assert!(older < cutoff);
     }
 
     #[test]
