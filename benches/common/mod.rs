@@ -424,25 +424,25 @@ impl BatchFigures {
 
 impl BatchTotals {
     pub fn since(&self, before: &BatchTotals) -> BatchFigures {
-        BatchFigures::from_totals(BatchTotals {
-            batches: self.batches - before.batches,
-            requests: self.requests - before.requests,
-            count: (self.count.0 - before.count.0, self.count.1 - before.count.1),
-            outbox: (
-                self.outbox.0 - before.outbox.0,
-                self.outbox.1 - before.outbox.1,
-            ),
-        })
+        BatchFigures::from_totals(self.field_by_field(before, |now, then| now - then))
     }
 
     fn plus(&self, other: &BatchTotals) -> BatchTotals {
+        self.field_by_field(other, |one, another| one + another)
+    }
+
+    /// `op` of each total here and the same total in `other`.
+    fn field_by_field(&self, other: &BatchTotals, op: impl Fn(f64, f64) -> f64) -> BatchTotals {
         BatchTotals {
-            batches: self.batches + other.batches,
-            requests: self.requests + other.requests,
-            count: (self.count.0 + other.count.0, self.count.1 + other.count.1),
+            batches: op(self.batches, other.batches),
+            requests: op(self.requests, other.requests),
+            count: (
+                op(self.count.0, other.count.0),
+                op(self.count.1, other.count.1),
+            ),
             outbox: (
-                self.outbox.0 + other.outbox.0,
-                self.outbox.1 + other.outbox.1,
+                op(self.outbox.0, other.outbox.0),
+                op(self.outbox.1, other.outbox.1),
             ),
         }
     }
