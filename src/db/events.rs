@@ -4,10 +4,10 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::EventRow;
+use super::models::{DeliveryRowSql, EventRow};
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
@@ -97,30 +97,50 @@ pub struct FeedRead {
     pub events: Vec<EventRow>,
 }
 
-static FEED_SNAPSHOT: SqlText = sql!("feed_snapshot.sql");
-struct FeedSnapshot;
+/// The statements of a feed read, each after the shared start (feed_snapshot.sql).
+macro_rules! feed_sql {
+    ($file:literal) => {
+        SqlText::new(concat!(
+            include_str!("sql/feed_snapshot.sql"),
+            include_str!(concat!("sql/", $file))
+        ))
+    };
+}
+static FEED_START: SqlText = feed_sql!("feed_start.sql");
+struct FeedStart;
+static FEED_READ: SqlText = feed_sql!("feed_read.sql");
+struct ReadFeed;
 static FEED_HORIZON: SqlText = sql!("feed_horizon.sql");
 struct FeedHorizon;
 
-/// The snapshot of a read and who runs (feed_snapshot.sql): the first statement of the
-/// read's transaction, so its snapshot is the read's.
-async fn read_snapshot(
-    conn: &mut AsyncPgConnection,
-) -> Result<(String, Vec<i64>, Vec<i64>), diesel::result::Error> {
-    type Xids = diesel::sql_types::Array<BigInt>;
-    Statement::<FeedSnapshot, (Text, Xids, Xids), _>::new(
-        &FEED_SNAPSHOT,
-        (bind::<Text, _>(super::APPLICATION_NAME),),
-    )
-    .get_result(conn)
-    .await
-}
+type Xids = diesel::sql_types::Array<BigInt>;
+/// The snapshot and who ran at it, as feed_snapshot.sql answers them.
+type Seen = (String, Vec<i64>, Vec<i64>);
+
+/// A row of feed_read.sql: the snapshot and who ran at it, and an event (none when the
+/// read found none).
+type SeenWithEvent = (String, Vec<i64>, Vec<i64>, Option<EventRow>);
+
+/// The SQL types of an [`EventRow`], in its column order, for feed_read.sql.
+type EventRowSql = (
+    BigInt,
+    Text,
+    Text,
+    Text,
+    Text,
+    Nullable<Text>,
+    Integer,
+    Integer,
+    Nullable<Text>,
+    Timestamptz,
+    DeliveryRowSql,
+);
 
 /// Completes a read's snapshot with the horizon taken after it (feed_horizon.sql, a
 /// transaction of its own).
 async fn with_horizon(
     conn: &mut AsyncPgConnection,
-    (text, foreign, own): (String, Vec<i64>, Vec<i64>),
+    (text, foreign, own): Seen,
 ) -> Result<Snapshot, DbError> {
     let (horizon, xmax_after): (i64, i64) =
         Statement::<FeedHorizon, (BigInt, BigInt), _>::new(&FEED_HORIZON, ())
@@ -134,50 +154,47 @@ async fn with_horizon(
 }
 
 /// Where a reader starts: the highest event id and the snapshot it was read under (one
-/// read-only REPEATABLE READ transaction, so one snapshot), then the horizon.
+/// statement, feed_start.sql), then the horizon.
 pub async fn read_start(conn: &mut AsyncPgConnection) -> Result<(Snapshot, i64), DbError> {
-    let (seen, newest) = conn
-        .build_transaction()
-        .repeatable_read()
-        .read_only()
-        .run::<_, diesel::result::Error, _>(async move |conn| {
-            let seen = read_snapshot(conn).await?;
-            let newest: Option<i64> = delivery_events::table
-                .select(diesel::dsl::max(delivery_events::id))
-                .first(conn)
-                .await?;
-            Ok((seen, newest.unwrap_or(0)))
-        })
+    let (snapshot, foreign, own, newest): (String, Vec<i64>, Vec<i64>, i64) =
+        Statement::<FeedStart, (Text, Xids, Xids, BigInt), _>::new(
+            &FEED_START,
+            (bind::<Text, _>(super::APPLICATION_NAME),),
+        )
+        .get_result(conn)
         .await?;
-    Ok((with_horizon(conn, seen).await?, newest))
+    Ok((with_horizon(conn, (snapshot, foreign, own)).await?, newest))
 }
 
-/// Reads the events after `after` together with the snapshot they were read under, in
-/// one read-only REPEATABLE READ transaction so both describe the same moment, then the
-/// horizon.
+/// Reads the events after `after` together with the snapshot they were read under (one
+/// statement, feed_read.sql, so both describe the same moment), then the horizon.
 pub async fn read_feed(
     conn: &mut AsyncPgConnection,
     after: i64,
     limit: i64,
 ) -> Result<FeedRead, DbError> {
-    let (seen, events) = conn
-        .build_transaction()
-        .repeatable_read()
-        .read_only()
-        .run::<_, diesel::result::Error, _>(async move |conn| {
-            let seen = read_snapshot(conn).await?;
-            let events = events_with_deliveries!()
-                .filter(delivery_events::id.gt(after))
-                .order(delivery_events::id.asc())
-                .limit(limit)
-                .select(EventRow::as_select())
-                .load(conn)
-                .await?;
-            Ok((seen, events))
-        })
+    let rows: Vec<SeenWithEvent> =
+        Statement::<ReadFeed, (Text, Xids, Xids, Nullable<EventRowSql>), _>::new(
+            &FEED_READ,
+            (
+                bind::<Text, _>(super::APPLICATION_NAME),
+                bind::<BigInt, _>(after),
+                bind::<BigInt, _>(limit),
+            ),
+        )
+        .load(conn)
         .await?;
+    let mut rows = rows.into_iter();
+    // Always at least one row: the snapshot's, with or without an event.
+    let Some((snapshot, foreign, own, first)) = rows.next() else {
+        return Err(DbError::Query(diesel::result::Error::NotFound));
+    };
+    let events: Vec<EventRow> = first
+        .into_iter()
+        .chain(rows.filter_map(|(_, _, _, event)| event))
+        .collect();
     Ok(FeedRead {
-        snapshot: with_horizon(conn, seen).await?,
+        snapshot: with_horizon(conn, (snapshot, foreign, own)).await?,
         events,
     })
 }

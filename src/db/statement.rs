@@ -201,7 +201,7 @@ impl<Id: 'static, ST, B> QueryId for Statement<Id, ST, B> {
 
 impl<Id, ST, B> Query for Statement<Id, ST, B>
 where
-    ST: diesel::sql_types::SqlType + QueryId,
+    ST: diesel::sql_types::SqlType,
 {
     type SqlType = ST;
 }

@@ -13,24 +13,24 @@
 //! smaller one. A transaction that holds an event id has had its transaction id since
 //! before it took the event id (the event insert reads the rows its statement just wrote,
 //! so it comes after the transaction's first write). Each read sees its events under one
-//! snapshot (`pg_current_snapshot()`) and is final at once when nothing of the service's
-//! was running then. A snapshot lists as running only the transactions below its `xmax`
-//! (the newest completed id + 1), so the read also lists the service's running
-//! transactions (`pg_stat_activity`) and then checks that `xmax` has not moved, which
-//! means none above it ended in between, so none ran unseen (db/sql/feed_snapshot.sql,
-//! feed_horizon.sql). An earlier version trusted "nothing listed" alone and could skip an
-//! event. When a read is not final at once, its events wait for its horizon: a transaction
-//! id the reader takes right after the read, above that of every transaction that could
-//! hold a smaller event id. A later read whose snapshot shows every transaction below the
-//! horizon ended sees all their events, and publishes through what the earlier read saw.
-//! An unbroken run of ids from the frontier (frontier + 1, + 2, …) is final at once,
-//! whoever runs: each id is taken once, so nothing can come below it any more. A read
-//! that is final at once also publishes what earlier reads saw and left waiting. A
-//! prepared (two-phase) transaction is not in `pg_stat_activity`, so one left prepared
-//! holds publication past a gap until it is resolved (docs/subscriptions.md).
-//! The published ids therefore only grow, and "everything up to the frontier" is final:
-//! the frontier is the resume point that makes replay-then-live gap-free and
-//! duplicate-free. The cost is one transaction id per read.
+//! snapshot (`pg_current_snapshot()`, one statement) and is final at once when nothing of
+//! the service's was running then. A snapshot lists as running only the transactions below
+//! its `xmax` (the newest completed id + 1), so the read also lists the service's running
+//! transactions (`pg_stat_activity`) and then checks that `xmax` has not moved, which means
+//! none above it ended in between, so none ran unseen (db/sql/feed_snapshot.sql,
+//! feed_read.sql, feed_horizon.sql). An earlier version trusted "nothing listed" alone and
+//! could skip an event. When a read is not final at once, its events wait for its horizon:
+//! a transaction id the reader takes right after the read, above that of every transaction
+//! that could hold a smaller event id. A later read whose snapshot shows every transaction
+//! below the horizon ended sees all their events, and publishes through what the earlier
+//! read saw. An unbroken run of ids from the frontier (frontier + 1, + 2, …) is final at
+//! once, whoever runs: each id is taken once, so nothing can come below it any more. A read
+//! that is final at once also publishes what earlier reads saw and left waiting. A prepared
+//! (two-phase) transaction is not in `pg_stat_activity`, so one left prepared holds
+//! publication past a gap until it is resolved (docs/subscriptions.md). The published ids
+//! therefore only grow, and "everything up to the frontier" is final: the frontier is the
+//! resume point that makes replay-then-live gap-free and duplicate-free. The cost is one
+//! transaction id per read.
 //!
 //! ## Endpoint events
 //!

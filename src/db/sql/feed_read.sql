@@ -1,0 +1,27 @@
+-- One feed read (after feed_snapshot.sql): the first $3 events after id $2, each with its
+-- delivery as it is now, in id order, under the snapshot they were read under. Every row
+-- carries the snapshot; with no event there is one row, its event columns NULL. The
+-- event columns are EventRow's, in its order (db/models.rs).
+SELECT seen.snapshot, seen.foreign_xids, seen.own_xids,
+       e.id, e.delivery_id, e.endpoint_id, e.kind, e.state, e.previous_state, e.attempts,
+       e.cycle_attempts, e.outcome, e.occurred_at,
+       e.d_id, e.d_submission_id, e.d_endpoint_id, e.d_destination_url, e.d_state,
+       e.d_attempts, e.d_cycle_attempts, e.d_next_attempt_at, e.d_claim_expires_at,
+       e.d_created_at, e.d_completed_at
+FROM seen
+LEFT JOIN LATERAL (
+    -- A delivery is deleted only with its events (when its endpoint is erased).
+    SELECT ev.id, ev.delivery_id, ev.endpoint_id, ev.kind, ev.state, ev.previous_state,
+           ev.attempts, ev.cycle_attempts, ev.outcome, ev.occurred_at,
+           d.id AS d_id, d.submission_id AS d_submission_id, d.endpoint_id AS d_endpoint_id,
+           d.destination_url AS d_destination_url, d.state AS d_state,
+           d.attempts AS d_attempts, d.cycle_attempts AS d_cycle_attempts,
+           d.next_attempt_at AS d_next_attempt_at, d.claim_expires_at AS d_claim_expires_at,
+           d.created_at AS d_created_at, d.completed_at AS d_completed_at
+    FROM delivery_events ev
+    JOIN webhook_deliveries d ON d.id = ev.delivery_id
+    WHERE ev.id > $2
+    ORDER BY ev.id
+    LIMIT $3
+) AS e ON true
+ORDER BY e.id
