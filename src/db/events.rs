@@ -97,18 +97,10 @@ pub struct FeedRead {
     pub events: Vec<EventRow>,
 }
 
-/// The statements of a feed read, each after the shared start (feed_snapshot.sql).
-macro_rules! feed_sql {
-    ($file:literal) => {
-        SqlText::new(concat!(
-            include_str!("sql/feed_snapshot.sql"),
-            include_str!(concat!("sql/", $file))
-        ))
-    };
-}
-static FEED_START: SqlText = feed_sql!("feed_start.sql");
+// The statements of a feed read, each after the shared start (feed_snapshot.sql).
+static FEED_START: SqlText = sql!("feed_snapshot.sql", "feed_start.sql");
 struct FeedStart;
-static FEED_READ: SqlText = feed_sql!("feed_read.sql");
+static FEED_READ: SqlText = sql!("feed_snapshot.sql", "feed_read.sql");
 struct ReadFeed;
 static FEED_HORIZON: SqlText = sql!("feed_horizon.sql");
 struct FeedHorizon;

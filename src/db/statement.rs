@@ -73,7 +73,8 @@ impl SqlText {
 }
 
 /// A statement from `db/sql/<name>`, with the shared event-writing tail appended when
-/// asked: `sql!("claim.sql", with_events)`.
+/// asked: `sql!("claim.sql", with_events)`, or several files' text one after the other (a
+/// shared start, then the rest): `sql!("feed_snapshot.sql", "feed_read.sql")`.
 macro_rules! sql {
     ($file:literal) => {
         $crate::db::statement::SqlText::new(include_str!(concat!("sql/", $file)))
@@ -82,6 +83,12 @@ macro_rules! sql {
         $crate::db::statement::SqlText::new(concat!(
             include_str!(concat!("sql/", $file)),
             include_str!("sql/write_events.sql")
+        ))
+    };
+    ($first:literal, $($then:literal),+) => {
+        $crate::db::statement::SqlText::new(concat!(
+            include_str!(concat!("sql/", $first)),
+            $(include_str!(concat!("sql/", $then))),+
         ))
     };
 }
