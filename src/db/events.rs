@@ -4,10 +4,10 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{DeliveryRowSql, EventRow};
+use super::models::{EventRow, EventRowSql};
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
@@ -105,27 +105,13 @@ struct ReadFeed;
 static FEED_HORIZON: SqlText = sql!("feed_horizon.sql");
 struct FeedHorizon;
 
-type Xids = diesel::sql_types::Array<BigInt>;
-/// The snapshot and who ran at it, as feed_snapshot.sql answers them.
+/// The snapshot and who ran at it, as feed_snapshot.sql answers them: the snapshot's text,
+/// the other applications' running transaction ids, the service's own.
 type Seen = (String, Vec<i64>, Vec<i64>);
-
-/// A row of feed_read.sql: the snapshot and who ran at it, and an event (none when the
-/// read found none).
-type SeenWithEvent = (String, Vec<i64>, Vec<i64>, Option<EventRow>);
-
-/// The SQL types of an [`EventRow`], in its column order, for feed_read.sql.
-type EventRowSql = (
-    BigInt,
+type SeenSql = (
     Text,
-    Text,
-    Text,
-    Text,
-    Nullable<Text>,
-    Integer,
-    Integer,
-    Nullable<Text>,
-    Timestamptz,
-    DeliveryRowSql,
+    diesel::sql_types::Array<BigInt>,
+    diesel::sql_types::Array<BigInt>,
 );
 
 /// Completes a read's snapshot with the horizon taken after it (feed_horizon.sql, a
@@ -148,14 +134,13 @@ async fn with_horizon(
 /// Where a reader starts: the highest event id and the snapshot it was read under (one
 /// statement, feed_start.sql), then the horizon.
 pub async fn read_start(conn: &mut AsyncPgConnection) -> Result<(Snapshot, i64), DbError> {
-    let (snapshot, foreign, own, newest): (String, Vec<i64>, Vec<i64>, i64) =
-        Statement::<FeedStart, (Text, Xids, Xids, BigInt), _>::new(
-            &FEED_START,
-            (bind::<Text, _>(super::APPLICATION_NAME),),
-        )
-        .get_result(conn)
-        .await?;
-    Ok((with_horizon(conn, (snapshot, foreign, own)).await?, newest))
+    let (seen, newest): (Seen, i64) = Statement::<FeedStart, (SeenSql, BigInt), _>::new(
+        &FEED_START,
+        (bind::<Text, _>(super::APPLICATION_NAME),),
+    )
+    .get_result(conn)
+    .await?;
+    Ok((with_horizon(conn, seen).await?, newest))
 }
 
 /// Reads the events after `after` together with the snapshot they were read under (one
@@ -165,8 +150,8 @@ pub async fn read_feed(
     after: i64,
     limit: i64,
 ) -> Result<FeedRead, DbError> {
-    let rows: Vec<SeenWithEvent> =
-        Statement::<ReadFeed, (Text, Xids, Xids, Nullable<EventRowSql>), _>::new(
+    let rows: Vec<(Seen, Option<EventRow>)> =
+        Statement::<ReadFeed, (SeenSql, Nullable<EventRowSql>), _>::new(
             &FEED_READ,
             (
                 bind::<Text, _>(super::APPLICATION_NAME),
@@ -176,17 +161,17 @@ pub async fn read_feed(
         )
         .load(conn)
         .await?;
+    // Every row carries the same snapshot; a row without an event is the only one.
     let mut rows = rows.into_iter();
-    // Always at least one row: the snapshot's, with or without an event.
-    let Some((snapshot, foreign, own, first)) = rows.next() else {
+    let Some((seen, first)) = rows.next() else {
         return Err(DbError::Query(diesel::result::Error::NotFound));
     };
-    let events: Vec<EventRow> = first
-        .into_iter()
-        .chain(rows.filter_map(|(_, _, _, event)| event))
-        .collect();
+    let mut events: Vec<EventRow> = first.into_iter().collect();
+    for (_, event) in rows {
+        events.push(event.ok_or(DbError::Query(diesel::result::Error::NotFound))?);
+    }
     Ok(FeedRead {
-        snapshot: with_horizon(conn, (snapshot, foreign, own)).await?,
+        snapshot: with_horizon(conn, seen).await?,
         events,
     })
 }

@@ -217,6 +217,21 @@ pub struct EventRow {
     pub delivery: DeliveryRow,
 }
 
+/// The SQL types of an [`EventRow`], in its column order, for hand-written statements.
+pub type EventRowSql = (
+    diesel::sql_types::BigInt,
+    diesel::sql_types::Text,
+    diesel::sql_types::Text,
+    diesel::sql_types::Text,
+    diesel::sql_types::Text,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Integer,
+    diesel::sql_types::Integer,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
+    diesel::sql_types::Timestamptz,
+    DeliveryRowSql,
+);
+
 /// One change of an endpoint's state, as subscribers get it.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = endpoint_events)]
