@@ -126,6 +126,7 @@ diesel::table! {
         subject -> Varchar,
         window_start -> Timestamptz,
         attempts -> Int4,
+        attempt_limit -> Nullable<Int4>,
     }
 }
 

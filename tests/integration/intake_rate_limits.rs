@@ -504,6 +504,14 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     assert_eq!(written.len(), 2);
     assert!(written.iter().all(|w| w.delivery_queued));
     assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
+    // Each counter carries the limit it was checked against, for the next batch's upsert.
+    assert_eq!(
+        db.count(
+            "SELECT attempt_limit::bigint AS n FROM rate_limit_counters WHERE limiter = 'endpoint'"
+        )
+        .await,
+        2
+    );
 
     // One more: the endpoint's counter would reach 3 of 2. Refused; the two stay as they were.
     let error = insert_batch(&mut conn, &[&c], None, IntakeClaim::NONE, &counted(&["y"]))

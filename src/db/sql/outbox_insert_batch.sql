@@ -27,10 +27,13 @@
 -- submission; $8 the time "due" is judged by (NULL: the database's clock, which every
 -- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap
 -- per endpoint, $12 the claim token for each submission's delivery should it be claimed
--- (empty when $9 is 0), $13 the accepting process's mark on the wake-up. Answers one
--- row per submission written: its id, whether a delivery was queued with it, and for a
--- claimed one its token, where it goes, the snapshot secret, the endpoint's live secrets
--- after the lock and its run of failed deliveries.
+-- (empty when $9 is 0), $13 the accepting process's mark on the wake-up; $14 to $18 the
+-- rate-limit counters to add the batch's requests to, one element per counter in the
+-- order they are locked (limiter, subject, window start, requests to add, limit; empty
+-- with rate limiting off). Answers one row per submission written: its id, whether a
+-- delivery was queued with it, and for a claimed one its token, where it goes, the
+-- snapshot secret, the endpoint's live secrets after the lock and its run of failed
+-- deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
@@ -130,25 +133,39 @@ WITH input AS (
     SELECT pg_notify('hymical_delivery_due', CASE WHEN w.pending THEN '' ELSE $13 END)
     FROM (SELECT EXISTS (SELECT 1 FROM new_delivery WHERE state = 'pending') AS pending) w
     WHERE w.pending OR EXISTS (SELECT 1 FROM room)
-), counter_input AS (
-    SELECT *
+), counted AS (
+    -- Read by nothing: PostgreSQL runs a data-modifying step that no other step reads
+    -- after the rest of the statement, so the counter rows are locked for the end of the
+    -- statement and its commit, not for its inserts (but for the foreign-key checks,
+    -- which PostgreSQL runs at the statement's end). In the caller's order (per source,
+    -- then per endpoint, each sorted by the subject's bytes), as count_attempts.sql locks
+    -- them (`COLLATE "C"`), so that no two statements wait on each other in a cycle.
+    --
+    -- Each counter's limit goes into the row proposed (attempt_limit, migration
+    -- counter_limit), where `DO UPDATE` finds it as `excluded`: a counter that ends over
+    -- its limit calls rate_limit_holds, which raises, and the whole statement rolls back;
+    -- one within it calls nothing (`CASE` evaluates only the branch it takes). A new
+    -- counter's count is the batch's alone, so it is checked as it is proposed.
+    INSERT INTO rate_limit_counters AS counter
+        (limiter, subject, window_start, attempts, attempt_limit)
+    SELECT c.limiter, c.subject, c.window_start,
+           CASE WHEN c.attempts <= c.attempt_limit THEN c.attempts
+                WHEN rate_limit_holds(c.attempts, c.attempt_limit) THEN c.attempts END,
+           c.attempt_limit
     FROM unnest($14::varchar[], $15::varchar[], $16::timestamptz[], $17::integer[],
                 $18::integer[])
-         WITH ORDINALITY AS c (limiter, subject, window_start, attempts, requests, position)
-), counted AS (
-    -- Read only by the second branch of `result`, after every row of the first: the
-    -- counter rows are locked for the end of the statement and its commit, not for its
-    -- inserts (but for the foreign-key checks, which PostgreSQL runs at the statement's
-    -- end). In the caller's order (per source, then per endpoint, each sorted by the
-    -- subject's bytes), as count_attempts.sql locks them (`COLLATE "C"`), so that no two
-    -- statements wait on each other in a cycle.
-    INSERT INTO rate_limit_counters AS counter (limiter, subject, window_start, attempts)
-    SELECT c.limiter, c.subject, c.window_start, c.attempts
-    FROM counter_input c
+         WITH ORDINALITY AS c (limiter, subject, window_start, attempts, attempt_limit,
+                               position)
     ORDER BY c.position
-    ON CONFLICT (limiter, subject, window_start)
-        DO UPDATE SET attempts = counter.attempts + excluded.attempts
-    RETURNING counter.limiter, counter.subject, counter.window_start, counter.attempts
+    ON CONFLICT (limiter, subject, window_start) DO UPDATE
+        SET attempts = CASE
+                WHEN counter.attempts + excluded.attempts <= excluded.attempt_limit
+                    THEN counter.attempts + excluded.attempts
+                WHEN rate_limit_holds(counter.attempts + excluded.attempts,
+                                      excluded.attempt_limit)
+                    THEN counter.attempts + excluded.attempts
+            END,
+            attempt_limit = excluded.attempt_limit
 ), result AS (
     SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
            d.signing_secret, r.webhook_secret AS endpoint_secret, r.previous_secret,
@@ -156,10 +173,4 @@ WITH input AS (
     FROM new_submission s
     LEFT JOIN new_delivery d ON d.submission_id = s.id
     LEFT JOIN room r ON d.state = 'processing' AND r.endpoint_id = d.endpoint_id
-    UNION ALL
-    -- Never a row: a counter over its limit raises, and the statement rolls back.
-    SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    FROM counted c
-    JOIN counter_input i USING (limiter, subject, window_start)
-    WHERE NOT rate_limit_holds(c.attempts, i.requests)
 )

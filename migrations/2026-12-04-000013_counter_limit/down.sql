@@ -1,0 +1,1 @@
+ALTER TABLE rate_limit_counters DROP COLUMN attempt_limit;
