@@ -135,11 +135,13 @@ WITH input AS (
     WHERE w.pending OR EXISTS (SELECT 1 FROM room)
 ), counted AS (
     -- Read by nothing: PostgreSQL runs a data-modifying step that no other step reads
-    -- after the rest of the statement, so the counter rows are locked for the end of the
-    -- statement and its commit, not for its inserts (but for the foreign-key checks,
-    -- which PostgreSQL runs at the statement's end). In the caller's order (per source,
-    -- then per endpoint, each sorted by the subject's bytes), as count_attempts.sql locks
-    -- them (`COLLATE "C"`), so that no two statements wait on each other in a cycle.
+    -- once the rest of the statement is done, so the counter rows are locked for the end
+    -- of the statement and its commit, not for its inserts (but for the foreign-key
+    -- checks, which PostgreSQL runs at the statement's end). That is how PostgreSQL runs
+    -- such steps, not a promise of its documentation: were it to change, the rows would be
+    -- held longer, never locked in another order. In the caller's order (per source, then
+    -- per endpoint, each sorted by the subject's bytes), as count_attempts.sql locks them
+    -- (`COLLATE "C"`), so that no two statements wait on each other in a cycle.
     --
     -- Each counter's limit goes into the row proposed (attempt_limit, migration
     -- counter_limit), where `DO UPDATE` finds it as `excluded`: a counter that ends over
