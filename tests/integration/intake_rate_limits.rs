@@ -504,7 +504,7 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     assert_eq!(written.len(), 2);
     assert!(written.iter().all(|w| w.delivery_queued));
     assert_eq!(state(db.clone()).await, (2, 2, 2, 2, 2));
-    // Each counter carries the limit it was checked against, for the next batch's upsert.
+    // Each counter records the limit it was last checked against (for whoever reads the row).
     assert_eq!(
         db.count(
             "SELECT attempt_limit::bigint AS n FROM rate_limit_counters WHERE limiter = 'endpoint'"
