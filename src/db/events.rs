@@ -14,16 +14,6 @@ use super::DbError;
 use crate::model::ids::{DeliveryId, EndpointId};
 use crate::model::state::DeliveryState;
 
-/// Events joined with their deliveries (a delivery is deleted only with its events, when its
-/// endpoint is erased, so none is lost).
-macro_rules! events_with_deliveries {
-    () => {
-        delivery_events::table.inner_join(
-            webhook_deliveries::table.on(webhook_deliveries::id.eq(delivery_events::delivery_id)),
-        )
-    };
-}
-
 /// What says which of a read's events are final (db/sql/feed_snapshot.sql,
 /// feed_horizon.sql): the snapshot the read saw them under (`pg_current_snapshot()`: every
 /// transaction id below `xmax` that is not `in_progress` had ended), whether they are final
@@ -238,7 +228,13 @@ pub async fn page(
             if pruned_through > after {
                 return Ok(Err(HistoryExpired { pruned_through }));
             }
-            let mut query = events_with_deliveries!()
+            // A delivery is deleted only with its events (when its endpoint is erased), so
+            // the join loses none.
+            let mut query = delivery_events::table
+                .inner_join(
+                    webhook_deliveries::table
+                        .on(webhook_deliveries::id.eq(delivery_events::delivery_id)),
+                )
                 .filter(delivery_events::id.gt(after))
                 .filter(delivery_events::id.le(through))
                 .into_boxed();

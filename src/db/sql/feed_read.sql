@@ -1,13 +1,9 @@
 -- One feed read (after feed_snapshot.sql): the first $3 events after id $2, each with its
 -- delivery as it is now, in id order, under the snapshot they were read under. Every row
 -- carries the snapshot; with no event there is one row, its event columns NULL. The
--- event columns are EventRow's, in its order (db/models.rs).
-SELECT seen.snapshot, seen.foreign_xids, seen.own_xids,
-       e.id, e.delivery_id, e.endpoint_id, e.kind, e.state, e.previous_state, e.attempts,
-       e.cycle_attempts, e.outcome, e.occurred_at,
-       e.d_id, e.d_submission_id, e.d_endpoint_id, e.d_destination_url, e.d_state,
-       e.d_attempts, e.d_cycle_attempts, e.d_next_attempt_at, e.d_claim_expires_at,
-       e.d_created_at, e.d_completed_at
+-- event columns (`e.*`, as the subquery lists them) are EventRow's, in its order
+-- (db/models.rs).
+SELECT seen.snapshot, seen.foreign_xids, seen.own_xids, e.*
 FROM seen
 LEFT JOIN LATERAL (
     -- A delivery is deleted only with its events (when its endpoint is erased).
