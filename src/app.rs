@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
 
@@ -16,6 +17,10 @@ pub struct App {
     /// For the connections that live outside the pool (the notification listener, exports).
     pub connection: ConnectionSettings,
     pub db: Db,
+    /// The same pool, of which GraphQL operations may hold at most
+    /// `FORMS_GRAPHQL_DATABASE_CONNECTIONS` connections at once: the rest is kept for
+    /// intake and the workers.
+    pub graphql_db: Db,
     pub clock: Arc<dyn Clock>,
     /// The process's delivery event reader, shared by every subscription.
     pub events: Arc<EventFeed>,
@@ -27,6 +32,8 @@ pub struct App {
     pub endpoints: Arc<EndpointCache>,
     /// Intake's group commit: the queue its writers take batches from.
     pub committer: Committer,
+    /// The request bodies held at once, all requests together.
+    pub body_budget: BodyBudget,
 }
 
 pub type AppState = Arc<App>;
@@ -53,6 +60,7 @@ impl App {
         crate::telemetry::meters::install();
         Arc::new(App {
             connection,
+            graphql_db: db.share(config.graphql.database_connections),
             db,
             clock,
             events: Arc::new(events),
@@ -60,6 +68,7 @@ impl App {
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
             endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
             committer: Committer::default(),
+            body_budget: BodyBudget::new(config.http.max_buffered_body_bytes),
             config,
         })
     }

@@ -29,6 +29,10 @@ pub enum ApiError {
     AuthenticationRequired,
     #[error("The management API key is not valid.")]
     InvalidApiKey,
+    #[error(
+        "The server is too busy to take this request; retry after {retry_after_seconds} seconds."
+    )]
+    ServerBusy { retry_after_seconds: u64 },
     #[error("Storage is unavailable; try again shortly.")]
     StorageUnavailable(
         #[source]
@@ -204,6 +208,13 @@ impl From<DbError> for ApiError {
 /// A DataLoader's shared failure.
 impl From<std::sync::Arc<DbError>> for ApiError {
     fn from(error: std::sync::Arc<DbError>) -> Self {
+        if let DbError::CallsExhausted { limit } = *error {
+            return ApiError::QueryTooComplex {
+                reason: format!(
+                    "it needs more than {limit} database calls (FORMS_GRAPHQL_MAX_DATABASE_CALLS)"
+                ),
+            };
+        }
         // A row this build cannot read is no outage: trying again will not help.
         if error.is_unreadable_row() {
             ApiError::Internal(error.summary())
@@ -238,6 +249,7 @@ impl ApiError {
             ApiError::AuthenticationRequired => "authentication_required",
             ApiError::InvalidApiKey => "invalid_api_key",
             ApiError::StorageUnavailable(_) => "storage_unavailable",
+            ApiError::ServerBusy { .. } => "server_busy",
             ApiError::Internal(_) => "internal_error",
             ApiError::QueryTooComplex { .. } => "query_too_complex",
             ApiError::RequestBodyTooLarge { .. } => "request_body_too_large",
@@ -285,7 +297,9 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthenticationRequired | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
-            ApiError::StorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StorageUnavailable(_) | ApiError::ServerBusy { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -361,16 +375,60 @@ impl ApiError {
     }
 
     /// Server-side failures are logged here, once, by kind only: driver messages can quote
-    /// submitted values, so they never reach a log line or a client.
+    /// submitted values, so they never reach a log line or a client. Inside
+    /// [`logging_storage_once`], storage failures are gathered into one line instead.
     fn log(&self) {
         match self {
             ApiError::StorageUnavailable(error) => {
-                tracing::error!(error = %error.summary(), "storage unavailable")
+                let summary = error.summary();
+                let gathered = OPERATION_STORAGE_FAILURES
+                    .try_with(|failures| failures.record(&summary))
+                    .is_ok();
+                if !gathered {
+                    tracing::error!(error = %summary, "storage unavailable");
+                }
             }
             ApiError::Internal(what) => tracing::error!(error = %what, "internal error"),
             _ => {}
         }
     }
+}
+
+tokio::task_local! {
+    static OPERATION_STORAGE_FAILURES: StorageFailures;
+}
+
+/// The storage failures of one operation: the first one's summary and how many.
+#[derive(Default)]
+struct StorageFailures {
+    first: std::sync::OnceLock<String>,
+    count: std::sync::atomic::AtomicUsize,
+}
+
+impl StorageFailures {
+    fn record(&self, summary: &str) {
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.first.set(summary.to_string());
+    }
+}
+
+/// Runs one operation (a GraphQL request, whose fields may each fail on their own) so that
+/// its storage failures are logged as one line when it ends, however many fields failed:
+/// an exhausted pool is one fact, not a line per field.
+pub async fn logging_storage_once<F: std::future::Future>(operation: F) -> F::Output {
+    OPERATION_STORAGE_FAILURES
+        .scope(StorageFailures::default(), async {
+            let output = operation.await;
+            OPERATION_STORAGE_FAILURES.with(|failures| {
+                if let Some(first) = failures.first.get() {
+                    let failed_fields = failures.count.load(std::sync::atomic::Ordering::Relaxed);
+                    tracing::error!(error = %first, failed_fields, "storage unavailable");
+                }
+            });
+            output
+        })
+        .await
 }
 
 impl IntoResponse for ApiError {
@@ -387,6 +445,9 @@ impl IntoResponse for ApiError {
             ApiError::RateLimitExceeded {
                 retry_after_seconds,
                 ..
+            }
+            | ApiError::ServerBusy {
+                retry_after_seconds,
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_seconds));
             }
@@ -493,6 +554,12 @@ impl DbError {
             DbError::Connect(_) => "cannot connect to the database".into(),
             DbError::Deadline(limit) => format!("no answer from the database within {limit:?}"),
             DbError::Unreachable => "the database refuses connections".into(),
+            DbError::ShareExhausted => {
+                "every connection of GraphQL's share of the pool is in use".into()
+            }
+            DbError::CallsExhausted { limit } => {
+                format!("an operation needed more than {limit} database calls")
+            }
         }
     }
 }
@@ -567,10 +634,11 @@ mod tests {
             ApiError::Internal(_) => 39,
             ApiError::EndpointDeleted { .. } => 40,
             ApiError::EndpointHasDeliveriesInProgress { .. } => 41,
+            ApiError::ServerBusy { .. } => 42,
         }
     }
 
-    const VARIANTS: usize = 42;
+    const VARIANTS: usize = 43;
 
     fn s(text: &str) -> String {
         text.to_string()
@@ -606,6 +674,14 @@ mod tests {
                 S::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
                 json!({}),
+            ),
+            (
+                ApiError::ServerBusy {
+                    retry_after_seconds: 1,
+                },
+                S::SERVICE_UNAVAILABLE,
+                "server_busy",
+                json!({ "retry_after_seconds": 1 }),
             ),
             (
                 ApiError::RequestBodyTooLarge { limit_bytes: 10 },

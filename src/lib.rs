@@ -19,6 +19,7 @@ mod http;
 mod intake;
 mod model;
 mod pages;
+mod postgres_url;
 mod retention;
 mod router;
 mod services;

@@ -15,7 +15,6 @@ pub mod rate_limits;
 pub mod schema;
 pub mod statement;
 pub mod submissions;
-pub mod tls;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,6 +24,7 @@ use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfi
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 
 use crate::config::{DatabaseConfig, Secret};
+use crate::postgres_url as tls;
 
 type Manager = AsyncDieselConnectionManager<AsyncPgConnection>;
 pub type DbPool = bb8::Pool<Manager>;
@@ -46,6 +46,13 @@ pub enum DbError {
     Deadline(Duration),
     #[error("the database refuses connections")]
     Unreachable,
+    /// Every connection of a share of the pool (GraphQL's) stayed in use past the
+    /// checkout timeout.
+    #[error("every connection of this share of the pool is in use")]
+    ShareExhausted,
+    /// One operation asked for more calls than its allowance ([`Db::for_operation`]).
+    #[error("the operation needs more than {limit} database calls")]
+    CallsExhausted { limit: usize },
 }
 
 impl From<diesel::result::Error> for DbError {
@@ -193,6 +200,19 @@ pub struct Db {
     reachability: Arc<Reachability>,
     /// Calls waiting for a pooled connection (bb8 does not count them).
     waiting: Arc<AtomicUsize>,
+    /// The share of the pool this handle's calls count against ([`Db::share`]); `None`:
+    /// the whole pool.
+    share: Option<Arc<tokio::sync::Semaphore>>,
+    /// One operation's allowance ([`Db::for_operation`]).
+    operation: Option<Arc<Allowance>>,
+}
+
+/// What one operation may still do.
+struct Allowance {
+    calls_left: AtomicUsize,
+    calls: usize,
+    /// Its calls holding (or waiting for) a connection at once.
+    concurrent: tokio::sync::Semaphore,
 }
 
 /// What the pool holds at a moment, for `/metrics`.
@@ -367,6 +387,8 @@ impl Db {
             connect_timeout,
             reachability,
             waiting: Arc::default(),
+            share: None,
+            operation: None,
         };
         // Fail at start-up, not on the first request, when the database cannot be reached.
         db.run(async |_| Ok(())).await?;
@@ -381,6 +403,21 @@ impl Db {
         F: for<'c> ConnectionWork<'c, T>,
     {
         let started = tokio::time::Instant::now();
+        let _operation_permit = match &self.operation {
+            Some(allowance) => Some(allowance.take_call().await?),
+            None => None,
+        };
+        // Waiting for a place in the share counts against the checkout timeout, as waiting
+        // for the pool itself would.
+        let _share_permit = match &self.share {
+            Some(share) => Some(
+                tokio::time::timeout(CHECKOUT_TIMEOUT, share.acquire())
+                    .await
+                    .map_err(|_| DbError::ShareExhausted)?
+                    .map_err(|_| DbError::ShareExhausted)?,
+            ),
+            None => None,
+        };
         let idle = self.pool.state().idle_connections > 0;
         let checkout_limit = if idle {
             self.call_timeout
@@ -415,6 +452,31 @@ impl Db {
         }
     }
 
+    /// A handle on the same pool whose calls, together with those of every handle made
+    /// from it, hold at most `connections` connections at once: what they cannot take is
+    /// kept for the others (GraphQL's share, so that no query can starve intake and the
+    /// workers).
+    pub fn share(&self, connections: usize) -> Db {
+        Db {
+            share: Some(Arc::new(tokio::sync::Semaphore::new(connections))),
+            ..self.clone()
+        }
+    }
+
+    /// A handle for one operation (a GraphQL request): at most `calls` calls in all, and
+    /// at most `concurrent` of them holding or waiting for a connection at once. Past the
+    /// allowance a call fails with [`DbError::CallsExhausted`] without touching the pool.
+    pub fn for_operation(&self, calls: usize, concurrent: usize) -> Db {
+        Db {
+            operation: Some(Arc::new(Allowance {
+                calls_left: AtomicUsize::new(calls),
+                calls,
+                concurrent: tokio::sync::Semaphore::new(concurrent.max(1)),
+            })),
+            ..self.clone()
+        }
+    }
+
     /// Connections in use, idle, and calls waiting for one.
     pub fn usage(&self) -> PoolUsage {
         let state = self.pool.state();
@@ -429,6 +491,19 @@ impl Db {
     #[cfg(any(test, feature = "testing"))]
     pub fn state(&self) -> bb8::State {
         self.pool.state()
+    }
+}
+
+impl Allowance {
+    /// Counts one call, and waits for its turn among the operation's calls.
+    async fn take_call(&self) -> Result<tokio::sync::SemaphorePermit<'_>, DbError> {
+        let exhausted = DbError::CallsExhausted { limit: self.calls };
+        self.calls_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
+            .map_err(|_| DbError::CallsExhausted { limit: self.calls })?;
+        self.concurrent.acquire().await.map_err(|_| exhausted)
     }
 }
 

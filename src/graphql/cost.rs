@@ -7,12 +7,18 @@
 //! recurses deeply), and once parsed, the size of every operation with its fragments
 //! expanded is computed with each fragment counted once (memoised), so the check itself is
 //! linear in the document. Documents over the limits are refused with
-//! `QUERY_TOO_COMPLEX`, in microseconds.
+//! `QUERY_TOO_COMPLEX`, in microseconds. Both ways in (HTTP and WebSocket) call [`admit`]
+//! before anything else looks at the document.
+//!
+//! A document that fails validation gets at most [`MAX_VALIDATION_ERRORS`] errors back,
+//! however many it has: the schema's extension [`CappedValidationErrors`] cuts the list.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use async_graphql::parser::types::{ExecutableDocument, Selection, SelectionSet};
-use async_graphql::Positioned;
+use async_graphql::extensions::{Extension, ExtensionContext, ExtensionFactory, NextValidation};
+use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection, SelectionSet};
+use async_graphql::{Positioned, ServerError, ValidationResult};
 
 use crate::config::GraphqlConfig;
 use crate::error::ApiError;
@@ -22,9 +28,17 @@ const MAX_NESTING: usize = 64;
 /// Values (every string, number, list item and object entry) the variables may hold: far
 /// more than any operation of this API takes, far fewer than the body limit would allow.
 const MAX_VARIABLE_VALUES: usize = 10_000;
+/// Validation errors answered for one document: enough to fix a document by, while a
+/// document built to fail everywhere (24,000 errors from 194 KB) gets no more than this.
+pub const MAX_VALIDATION_ERRORS: usize = 50;
 
-/// Parses `request`'s document once (the executor reuses it) unless it is over the limits.
-pub fn admit(request: &mut async_graphql::Request, limits: &GraphqlConfig) -> Result<(), ApiError> {
+/// Parses `request`'s document once (the executor reuses it) unless it is over the limits,
+/// and says which kind of operation it will run (`None`: the document does not parse, or
+/// names no operation it has; the executor reports why).
+pub fn admit(
+    request: &mut async_graphql::Request,
+    limits: &GraphqlConfig,
+) -> Result<Option<OperationType>, ApiError> {
     if nesting(&request.query) > MAX_NESTING {
         return Err(too_complex(format!(
             "brackets are nested more than {MAX_NESTING} deep"
@@ -38,11 +52,56 @@ pub fn admit(request: &mut async_graphql::Request, limits: &GraphqlConfig) -> Re
             )));
         }
     }
-    // A document that does not parse is left to the executor, which reports why.
+    let operation_name = request.operation_name.clone();
     let Ok(document) = request.parsed_query() else {
-        return Ok(());
+        return Ok(None);
     };
-    check(document, limits)
+    check(document, limits)?;
+    use async_graphql::parser::types::DocumentOperations;
+    // Without a name only a document of one operation runs (the executor refuses others).
+    let operation = match (&operation_name, &document.operations) {
+        (Some(name), operations) => operations
+            .iter()
+            .find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name.as_str()))
+            .map(|(_, op)| op),
+        (None, DocumentOperations::Single(op)) => Some(op),
+        (None, DocumentOperations::Multiple(ops)) if ops.len() == 1 => ops.values().next(),
+        (None, DocumentOperations::Multiple(_)) => None,
+    };
+    Ok(operation.map(|op| op.node.ty))
+}
+
+/// The schema's extension that keeps validation errors to [`MAX_VALIDATION_ERRORS`].
+pub struct CappedValidationErrors;
+
+impl ExtensionFactory for CappedValidationErrors {
+    fn create(&self) -> Arc<dyn Extension> {
+        Arc::new(CappedValidationErrors)
+    }
+}
+
+#[async_trait::async_trait]
+impl Extension for CappedValidationErrors {
+    async fn validation(
+        &self,
+        ctx: &ExtensionContext<'_>,
+        next: NextValidation<'_>,
+    ) -> Result<ValidationResult, Vec<ServerError>> {
+        next.run(ctx).await.map_err(cap_errors)
+    }
+}
+
+/// The first [`MAX_VALIDATION_ERRORS`] errors, and one more saying how many were left out.
+fn cap_errors(mut errors: Vec<ServerError>) -> Vec<ServerError> {
+    if errors.len() > MAX_VALIDATION_ERRORS {
+        let left_out = errors.len() - MAX_VALIDATION_ERRORS;
+        errors.truncate(MAX_VALIDATION_ERRORS);
+        errors.push(ServerError::new(
+            format!("{left_out} more validation errors were left out"),
+            None,
+        ));
+    }
+    errors
 }
 
 /// Adds the values in `value` to `count`; false once it passes the limit.
@@ -204,11 +263,13 @@ mod tests {
             max_page_size: 100,
             max_expanded_fields: 5000,
             max_fragments: 100,
+            max_database_calls: 50,
+            database_connections: 8,
         }
     }
 
     fn admitted(query: &str) -> Result<(), ApiError> {
-        admit(&mut async_graphql::Request::new(query), &limits())
+        admit(&mut async_graphql::Request::new(query), &limits()).map(|_| ())
     }
 
     /// Fragments that each spread the previous one twice: 2^depth fields when expanded.
@@ -221,6 +282,26 @@ mod tests {
             ));
         }
         query.replace("...f0", &format!("...f{depth}"))
+    }
+
+    #[test]
+    fn the_operation_run_is_named() {
+        let document = "query A { version } mutation B { deleteSubmission(id: \"x\") { deletedSubmissionId } }";
+        let kind = |name: Option<&str>| {
+            let mut request = async_graphql::Request::new(document);
+            if let Some(name) = name {
+                request = request.operation_name(name);
+            }
+            admit(&mut request, &limits())
+        };
+        assert_eq!(kind(None).ok(), Some(None), "no name among two: nothing runs");
+        assert_eq!(kind(Some("B")).ok(), Some(Some(OperationType::Mutation)));
+        assert_eq!(kind(Some("C")).ok(), Some(None));
+        let single = admit(
+            &mut async_graphql::Request::new("mutation { x }"),
+            &limits(),
+        );
+        assert_eq!(single.ok(), Some(Some(OperationType::Mutation)));
     }
 
     #[test]
@@ -284,5 +365,28 @@ mod tests {
             admitted(&format!("{{ version }} {many}")),
             Err(ApiError::QueryTooComplex { .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod capped {
+    use super::*;
+
+    #[test]
+    fn validation_errors_are_capped_with_a_count_of_the_rest() {
+        let errors = (0..120)
+            .map(|i| ServerError::new(format!("error {i}"), None))
+            .collect();
+        let capped = cap_errors(errors);
+        assert_eq!(capped.len(), MAX_VALIDATION_ERRORS + 1);
+        assert_eq!(capped[0].message, "error 0");
+        assert_eq!(
+            capped[MAX_VALIDATION_ERRORS].message,
+            "70 more validation errors were left out"
+        );
+        let few: Vec<ServerError> = (0..3)
+            .map(|i| ServerError::new(format!("e{i}"), None))
+            .collect();
+        assert_eq!(cap_errors(few).len(), 3);
     }
 }

@@ -17,7 +17,7 @@ use crate::http::BodyError;
 use async_graphql::parser::types::OperationType;
 use async_graphql::Variables;
 use async_graphql_axum::GraphQLResponse;
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,7 +25,6 @@ use axum::routing::get;
 use axum::{Extension, Json, Router};
 use serde_json::{json, Map, Value};
 
-use super::loaders::Loaders;
 use super::FormsSchema;
 use crate::app::AppState;
 use crate::auth;
@@ -130,6 +129,12 @@ fn refusal_response(refusal: Refusal, answer: Answer) -> Response {
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static(allow));
     }
+    if refusal.status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(crate::http::BUSY_RETRY_AFTER_SECONDS),
+        );
+    }
     response
 }
 
@@ -175,28 +180,42 @@ async fn handle(
         body,
         app.config.intake.max_body_bytes,
         app.config.http.body_read_timeout,
+        &app.body_budget,
     )
     .await
     {
         Ok(request) => request,
         Err(refusal) => return refusal_response(refusal, answer),
     };
-    if let Err(error) = super::cost::admit(&mut graphql_request, &app.config.graphql) {
-        // A request error, answered like a document that does not validate.
-        let status = match answer {
-            Answer::GraphqlResponseJson => StatusCode::BAD_REQUEST,
-            Answer::Json => StatusCode::OK,
-        };
-        return json_response(status, answer, &json!({ "errors": [error.graphql_json()] }));
-    }
-    if parts.method == Method::GET {
-        if let Err(refusal) = refuse_mutation_over_get(&graphql_request) {
-            return refusal_response(refusal, answer);
+    let operation = match super::cost::admit(&mut graphql_request, &app.config.graphql) {
+        Ok(operation) => operation,
+        Err(error) => {
+            // A request error, answered like a document that does not validate.
+            let status = match answer {
+                Answer::GraphqlResponseJson => StatusCode::BAD_REQUEST,
+                Answer::Json => StatusCode::OK,
+            };
+            return json_response(status, answer, &json!({ "errors": [error.graphql_json()] }));
         }
+    };
+    // Mutations change state, so GET (which browsers and caches send freely) may not carry one.
+    if parts.method == Method::GET && operation == Some(OperationType::Mutation) {
+        return refusal_response(
+            Refusal {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                message: "mutations are only accepted over POST".into(),
+                allow: Some("POST"),
+            },
+            answer,
+        );
     }
-    let response = schema
-        .execute(graphql_request.data(key).data(Loaders::new(&app)))
-        .await;
+    let response = crate::error::logging_storage_once(schema.execute(super::with_operation_data(
+        graphql_request,
+        operation,
+        &app,
+        key,
+    )))
+    .await;
     // A request error (the document did not parse or validate) has no data at all, not
     // even `data: null`; with the modern media type it is a 400.
     if response.data == async_graphql::Value::Null && !response.errors.is_empty() {
@@ -238,6 +257,7 @@ async fn parse_request(
     body: Body,
     limit_bytes: usize,
     body_deadline: std::time::Duration,
+    budget: &crate::http::BodyBudget,
 ) -> Result<async_graphql::Request, Refusal> {
     let params: Map<String, Value> = if *method == Method::GET {
         let mut params = Map::new();
@@ -273,8 +293,8 @@ async fn parse_request(
                 "POST bodies must be application/json (UTF-8)",
             ));
         }
-        let bytes: Bytes = match crate::http::read_body(body, limit_bytes, body_deadline).await {
-            Ok(bytes) => bytes,
+        let body = match crate::http::read_body(body, limit_bytes, body_deadline, budget).await {
+            Ok(body) => body,
             Err(BodyError::TooLarge { .. }) => {
                 return Err(Refusal::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -296,8 +316,14 @@ async fn parse_request(
                     "the request body could not be read",
                 ))
             }
+            Err(BodyError::ServerBusy) => {
+                return Err(Refusal::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the server is too busy to take this request; retry shortly",
+                ))
+            }
         };
-        return parse_json_body(&bytes);
+        return parse_json_body(body.bytes());
     };
     request_from_params(&params)
 }
@@ -366,28 +392,4 @@ fn request_from_params(params: &Map<String, Value>) -> Result<async_graphql::Req
         }
     }
     Ok(request)
-}
-
-/// Mutations change state, so GET (which browsers and caches send freely) may not carry one.
-fn refuse_mutation_over_get(request: &async_graphql::Request) -> Result<(), Refusal> {
-    // A document that does not parse is left to the executor to report.
-    let Ok(document) = async_graphql::parser::parse_query(&request.query) else {
-        return Ok(());
-    };
-    let operation = match &request.operation_name {
-        Some(name) => document
-            .operations
-            .iter()
-            .find(|(op_name, _)| op_name.map(|n| n.as_str()) == Some(name.as_str()))
-            .map(|(_, op)| op),
-        None => document.operations.iter().next().map(|(_, op)| op),
-    };
-    if operation.is_some_and(|op| op.node.ty == OperationType::Mutation) {
-        return Err(Refusal {
-            status: StatusCode::METHOD_NOT_ALLOWED,
-            message: "mutations are only accepted over POST".into(),
-            allow: Some("POST"),
-        });
-    }
-    Ok(())
 }

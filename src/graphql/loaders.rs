@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
-use crate::app::AppState;
+use crate::db::deliveries::DeliveryCounts;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
-use crate::db::{self, DbError};
+use crate::db::{self, Db, DbError};
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
@@ -25,6 +25,7 @@ pub struct Loaders {
     pub endpoint_deliveries: DataLoader<EndpointDeliveriesLoader, HashMapCache>,
     /// The first page of an endpoint's submissions, keyed likewise.
     pub endpoint_submissions: DataLoader<EndpointSubmissionsLoader, HashMapCache>,
+    pub delivery_counts: DataLoader<DeliveryCountsLoader, HashMapCache>,
 }
 
 /// How long a loader waits for more keys before it queries: long enough for the items of
@@ -43,45 +44,39 @@ where
 impl Loaders {
     /// For a subscription, which lives for hours: batching without a cache, so each event
     /// resolves nested objects as they are now.
-    pub fn uncached(app: &AppState) -> Loaders {
-        let loaders = Loaders::new(app);
+    pub fn uncached(db: &Db) -> Loaders {
+        let loaders = Loaders::new(db);
         loaders.endpoints.enable_all_cache(false);
         loaders.submissions.enable_all_cache(false);
         loaders.delivery_by_submission.enable_all_cache(false);
         loaders.attempts.enable_all_cache(false);
         loaders.endpoint_deliveries.enable_all_cache(false);
         loaders.endpoint_submissions.enable_all_cache(false);
+        loaders.delivery_counts.enable_all_cache(false);
         loaders
     }
 
-    pub fn new(app: &AppState) -> Loaders {
+    pub fn new(db: &Db) -> Loaders {
         Loaders {
-            endpoints: loader(EndpointLoader(app.clone())),
-            submissions: loader(SubmissionLoader(app.clone())),
-            delivery_by_submission: loader(DeliveryBySubmissionLoader(app.clone())),
-            attempts: loader(AttemptLoader(app.clone())),
-            endpoint_deliveries: DataLoader::with_cache(
-                EndpointDeliveriesLoader(app.clone()),
-                tokio::spawn,
-                HashMapCache::default(),
-            )
-            .delay(BATCH_DELAY),
-            endpoint_submissions: DataLoader::with_cache(
-                EndpointSubmissionsLoader(app.clone()),
-                tokio::spawn,
-                HashMapCache::default(),
-            )
-            .delay(BATCH_DELAY),
+            endpoints: loader(EndpointLoader(db.clone())),
+            submissions: loader(SubmissionLoader(db.clone())),
+            delivery_by_submission: loader(DeliveryBySubmissionLoader(db.clone())),
+            attempts: loader(AttemptLoader(db.clone())),
+            endpoint_deliveries: loader(EndpointDeliveriesLoader(db.clone())),
+            endpoint_submissions: loader(EndpointSubmissionsLoader(db.clone())),
+            delivery_counts: loader(DeliveryCountsLoader(db.clone())),
         }
     }
 }
 
-pub struct EndpointLoader(AppState);
-pub struct SubmissionLoader(AppState);
-pub struct DeliveryBySubmissionLoader(AppState);
-pub struct AttemptLoader(AppState);
-pub struct EndpointDeliveriesLoader(AppState);
-pub struct EndpointSubmissionsLoader(AppState);
+pub struct EndpointLoader(Db);
+pub struct SubmissionLoader(Db);
+pub struct DeliveryBySubmissionLoader(Db);
+pub struct AttemptLoader(Db);
+pub struct EndpointDeliveriesLoader(Db);
+pub struct EndpointSubmissionsLoader(Db);
+/// An endpoint's delivery counts (keyed by endpoint id).
+pub struct DeliveryCountsLoader(Db);
 
 /// Every key with an empty value, so that keys without rows are cached too.
 fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V>> {
@@ -124,7 +119,6 @@ impl Loader<FirstPage> for EndpointDeliveriesLoader {
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<DeliveryRow>>, LoadError> {
         self.0
-            .db
             .run(async |conn| {
                 let mut pages = empty_for(keys);
                 for (limit, endpoint_ids) in by_limit(keys) {
@@ -147,7 +141,6 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
         keys: &[FirstPage],
     ) -> Result<HashMap<FirstPage, Vec<SubmissionRow>>, LoadError> {
         self.0
-            .db
             .run(async |conn| {
                 let mut pages = empty_for(keys);
                 for (limit, endpoint_ids) in by_limit(keys) {
@@ -171,7 +164,6 @@ impl Loader<EndpointId> for EndpointLoader {
     ) -> Result<HashMap<EndpointId, EndpointRow>, LoadError> {
         let rows = self
             .0
-            .db
             .run(async |conn| db::endpoints::find_many(conn, keys).await)
             .await
             .map_err(Arc::new)?;
@@ -189,7 +181,6 @@ impl Loader<SubmissionId> for SubmissionLoader {
     ) -> Result<HashMap<SubmissionId, SubmissionRow>, LoadError> {
         let rows = self
             .0
-            .db
             .run(async |conn| db::submissions::find_many(conn, keys).await)
             .await
             .map_err(Arc::new)?;
@@ -207,7 +198,6 @@ impl Loader<SubmissionId> for DeliveryBySubmissionLoader {
     ) -> Result<HashMap<SubmissionId, Option<DeliveryRow>>, LoadError> {
         let rows = self
             .0
-            .db
             .run(async |conn| db::deliveries::for_submissions(conn, keys).await)
             .await
             .map_err(Arc::new)?;
@@ -222,6 +212,23 @@ impl Loader<SubmissionId> for DeliveryBySubmissionLoader {
     }
 }
 
+impl Loader<EndpointId> for DeliveryCountsLoader {
+    type Value = DeliveryCounts;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[EndpointId],
+    ) -> Result<HashMap<EndpointId, DeliveryCounts>, LoadError> {
+        let rows = self
+            .0
+            .run(async |conn| db::deliveries::count_by_state_for(conn, keys).await)
+            .await
+            .map_err(Arc::new)?;
+        Ok(rows.into_iter().collect())
+    }
+}
+
 /// A delivery's attempts, in number order (keyed by delivery id).
 impl Loader<DeliveryId> for AttemptLoader {
     type Value = Vec<AttemptRow>;
@@ -233,7 +240,6 @@ impl Loader<DeliveryId> for AttemptLoader {
     ) -> Result<HashMap<DeliveryId, Vec<AttemptRow>>, LoadError> {
         let rows = self
             .0
-            .db
             .run(async |conn| db::deliveries::attempts_for(conn, keys).await)
             .await
             .map_err(Arc::new)?;

@@ -12,11 +12,15 @@ pub mod subscription;
 pub mod types;
 pub mod ws;
 
+use async_graphql::parser::types::OperationType;
 use async_graphql::{Context, ErrorExtensions, Schema};
 use chrono::{DateTime, Utc};
 
 use crate::app::AppState;
+use crate::auth::AuthenticatedKey;
+use crate::db::Db;
 use crate::error::ApiError;
+use loaders::Loaders;
 use mutation::MutationRoot;
 use query::QueryRoot;
 use subscription::SubscriptionRoot;
@@ -30,6 +34,7 @@ pub fn build_schema(app: AppState) -> FormsSchema {
     Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
         .limit_depth(limits.max_depth)
         .limit_complexity(limits.max_complexity)
+        .extension(cost::CappedValidationErrors)
         .data(app)
         .finish()
 }
@@ -45,6 +50,43 @@ pub use handler::routes;
 
 pub(crate) fn app<'a>(ctx: &Context<'a>) -> &'a AppState {
     ctx.data_unchecked::<AppState>()
+}
+
+/// The database as one operation sees it: GraphQL's share of the pool, and for a query
+/// or mutation an allowance of `FORMS_GRAPHQL_MAX_DATABASE_CALLS` calls, at most
+/// [`OPERATION_CONNECTIONS`] at once.
+pub struct OperationDb(pub Db);
+
+/// Connections one operation may hold at once: its list levels load in parallel, but one
+/// request cannot take GraphQL's whole share from the others.
+const OPERATION_CONNECTIONS: usize = 2;
+
+pub(crate) fn database<'a>(ctx: &Context<'a>) -> &'a Db {
+    &ctx.data_unchecked::<OperationDb>().0
+}
+
+/// Attaches what every resolver finds in its context: the key, the operation's database
+/// handle and loaders. A subscription lives for hours: its loaders keep no cache and its
+/// calls have no allowance in all (each event's are few, and counted by the share).
+pub(crate) fn with_operation_data(
+    request: async_graphql::Request,
+    operation: Option<OperationType>,
+    app: &AppState,
+    key: AuthenticatedKey,
+) -> async_graphql::Request {
+    let subscription = operation == Some(OperationType::Subscription);
+    let db = if subscription {
+        app.graphql_db.clone()
+    } else {
+        app.graphql_db
+            .for_operation(app.config.graphql.max_database_calls, OPERATION_CONNECTIONS)
+    };
+    let loaders = if subscription {
+        Loaders::uncached(&db)
+    } else {
+        Loaders::new(&db)
+    };
+    request.data(key).data(loaders).data(OperationDb(db))
 }
 
 /// Turns any failure into the GraphQL error of the one catalogue (`extensions.code`,

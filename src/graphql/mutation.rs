@@ -8,7 +8,7 @@ use super::types::{
     EndpointPayload, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload,
     ResumeEndpointPayload, Timestamp,
 };
-use super::{app, scope, time_range, ResultExt};
+use super::{app, database, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
 use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
@@ -85,7 +85,7 @@ const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
 /// process's cached copy: `change` computes the new row from the current one. Unknown:
 /// `ENDPOINT_NOT_FOUND`; a tombstone takes no changes (`ENDPOINT_DELETED`).
 async fn change_endpoint<F>(
-    app: &crate::app::App,
+    ctx: &Context<'_>,
     id: &ID,
     target: EndpointId,
     change: F,
@@ -93,8 +93,7 @@ async fn change_endpoint<F>(
 where
     F: FnOnce(EndpointRow) -> Result<EndpointRow, ApiError> + Send + 'static,
 {
-    let updated = app
-        .db
+    let updated = database(ctx)
         .run(async move |conn| {
             Ok(
                 db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
@@ -107,7 +106,7 @@ where
         .await
         .gql()?
         .gql()?;
-    app.endpoints.invalidate(id);
+    app(ctx).endpoints.invalidate(id);
     updated
         .ok_or(ApiError::EndpointNotFound {
             endpoint_id: id.0.clone(),
@@ -199,8 +198,7 @@ impl MutationRoot {
                 .gql()?,
             ..EndpointRow::new(id, name, app.clock.now())
         };
-        let inserted = app
-            .db
+        let inserted = database(ctx)
             .run(async |conn| {
                 // A taken id is an answer, not a failure of the call: taken by a live
                 // endpoint, or by a deleted one whose history is kept.
@@ -288,7 +286,7 @@ impl MutationRoot {
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
-        let row = change_endpoint(app, &input.id, id, move |current| {
+        let row = change_endpoint(ctx, &input.id, id, move |current| {
             let mut next = current;
             if let Some(name) = name {
                 next.name = name;
@@ -378,7 +376,7 @@ impl MutationRoot {
             .and_then(|overlap| now.checked_add_signed(overlap))
             .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
             .gql()?;
-        let row = change_endpoint(app, &endpoint_id, target, move |current| {
+        let row = change_endpoint(ctx, &endpoint_id, target, move |current| {
             if current.webhook_url.is_none() {
                 return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
             }
@@ -408,9 +406,8 @@ impl MutationRoot {
         ctx: &Context<'_>,
         endpoint_id: ID,
     ) -> Result<EndpointPayload> {
-        let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let row = change_endpoint(app, &endpoint_id, target, move |current| {
+        let row = change_endpoint(ctx, &endpoint_id, target, move |current| {
             let mut next = current;
             next.previous_webhook_secret = None;
             next.previous_secret_expires_at = None;
@@ -428,9 +425,14 @@ impl MutationRoot {
     async fn pause_endpoint(&self, ctx: &Context<'_>, endpoint_id: ID) -> Result<EndpointPayload> {
         let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let outcome = pausing::pause(&app.db, &target, PauseReason::Operator, app.clock.now())
-            .await
-            .gql()?;
+        let outcome = pausing::pause(
+            database(ctx),
+            &target,
+            PauseReason::Operator,
+            app.clock.now(),
+        )
+        .await
+        .gql()?;
         match outcome {
             PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => Ok(EndpointPayload {
                 endpoint: Endpoint(row),
@@ -456,7 +458,7 @@ impl MutationRoot {
     ) -> Result<ResumeEndpointPayload> {
         let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let outcome = pausing::resume(&app.db, &target, app.clock.now())
+        let outcome = pausing::resume(database(ctx), &target, app.clock.now())
             .await
             .gql()?;
         match outcome {
@@ -499,8 +501,7 @@ impl MutationRoot {
         };
         let cancel = input.cancel_deliveries.unwrap_or(false);
         let now = app.clock.now();
-        let outcome = app
-            .db
+        let outcome = database(ctx)
             .run(async |conn| db::endpoints::delete(conn, &target, cancel, history, now).await)
             .await
             .gql()?;
@@ -541,8 +542,7 @@ impl MutationRoot {
         let Some(delivery) = DeliveryId::parse(&id) else {
             return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql();
         };
-        match app
-            .db
+        match database(ctx)
             .run(async |conn| db::deliveries::replay(conn, &delivery, now).await)
             .await
             .gql()?
@@ -592,8 +592,7 @@ impl MutationRoot {
             created_before,
         };
         let now = app.clock.pinned();
-        let count = app
-            .db
+        let count = database(ctx)
             .run(async |conn| {
                 if dry_run == Some(true) {
                     db::deliveries::count_replayable(conn, &query).await
@@ -615,15 +614,13 @@ impl MutationRoot {
         ctx: &Context<'_>,
         id: ID,
     ) -> Result<DeleteSubmissionPayload> {
-        let app = app(ctx);
         let Some(submission) = SubmissionId::parse(&id) else {
             return Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,
             })
             .gql();
         };
-        match app
-            .db
+        match database(ctx)
             .run(async |conn| db::submissions::erase(conn, &submission).await)
             .await
             .gql()?

@@ -11,6 +11,15 @@ use crate::error::ApiError;
 /// The page size when `first` is left out.
 const DEFAULT_PAGE_SIZE: usize = 20;
 
+/// What a page costs against `FORMS_GRAPHQL_MAX_COMPLEXITY`: the connection itself and, for
+/// every row it may hold (`first`, or the default), what each row selects. Counting the
+/// selection once whatever `first` is would let one small document ask for a hundred
+/// times the work.
+pub fn page_complexity(first: Option<i32>, child_complexity: usize) -> usize {
+    let rows = first.map_or(DEFAULT_PAGE_SIZE, |n| usize::try_from(n).unwrap_or(0));
+    rows.saturating_mul(child_complexity).saturating_add(1)
+}
+
 /// A row's position: its time and id, the listing's sort key.
 pub type Position = (DateTime<Utc>, String);
 

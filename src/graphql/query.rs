@@ -9,7 +9,7 @@ use super::types::{
     deliveries_page, submissions_page, Delivery, DeliveryActivityMinute, DeliveryCounts,
     DeliveryState, Endpoint, Submission, Timestamp,
 };
-use super::{app, scope, time_range, ResultExt};
+use super::{app, database, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
@@ -55,6 +55,7 @@ impl QueryRoot {
 
     /// Every endpoint, newest first; those deleted with their history kept only with
     /// `includeDeleted: true` (`endpoint(id)` finds them either way).
+    #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn endpoints(
         &self,
         ctx: &Context<'_>,
@@ -66,8 +67,7 @@ impl QueryRoot {
         let app = app(ctx);
         let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
         let after = page.after.clone();
-        let rows = app
-            .db
+        let rows = database(ctx)
             .run(async |conn| {
                 db::endpoints::page(conn, after, page.fetch_limit(), include_deleted).await
             })
@@ -91,6 +91,7 @@ impl QueryRoot {
     }
 
     /// Submissions, newest first.
+    #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn submissions(
         &self,
         ctx: &Context<'_>,
@@ -118,8 +119,7 @@ impl QueryRoot {
             return Ok(None);
         };
         let ids = [id];
-        let rows = app(ctx)
-            .db
+        let rows = database(ctx)
             .run(async |conn| db::deliveries::find_many(conn, &ids).await)
             .await
             .gql()?;
@@ -127,6 +127,7 @@ impl QueryRoot {
     }
 
     /// Deliveries, newest first.
+    #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn deliveries(
         &self,
         ctx: &Context<'_>,
@@ -159,8 +160,7 @@ impl QueryRoot {
         let Some(endpoint_id) = scope(endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(DeliveryCounts(Default::default()));
         };
-        let counts = app(ctx)
-            .db
+        let counts = database(ctx)
             .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id.as_ref()).await)
             .await
             .gql()?;
@@ -171,6 +171,9 @@ impl QueryRoot {
     /// `null`: 60), one entry per minute, oldest first and the current minute last: how
     /// many were delivered and how many failed. Counted from the delivery events, so it reaches back as far as their
     /// retention (at least an hour).
+    #[graphql(
+        complexity = "(minutes.unwrap_or(MAX_ACTIVITY_MINUTES).max(0) as usize).saturating_mul(child_complexity) + 1"
+    )]
     async fn delivery_activity(
         &self,
         ctx: &Context<'_>,
@@ -193,8 +196,7 @@ impl QueryRoot {
         let first = current - TimeDelta::minutes(i64::from(minutes - 1));
         let ended = match scope(endpoint_id.as_ref(), EndpointId::parse) {
             None => Vec::new(),
-            Some(endpoint_id) => app(ctx)
-                .db
+            Some(endpoint_id) => database(ctx)
                 .run(async |conn| {
                     db::deliveries::activity_by_minute(conn, endpoint_id.as_ref(), first).await
                 })

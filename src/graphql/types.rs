@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::loaders::{prime_deliveries, prime_submissions, FirstPage, LoadError, Loaders};
 use super::pagination::PageRequest;
-use super::{app, ResultExt};
+use super::{app, database, ResultExt};
 use crate::clock::format_timestamp;
 use crate::db;
 use crate::db::deliveries::DeliveryFilter;
@@ -126,6 +126,7 @@ impl Endpoint {
     }
 
     /// This endpoint's submissions, newest first.
+    #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn submissions(
         &self,
         ctx: &Context<'_>,
@@ -151,16 +152,18 @@ impl Endpoint {
 
     /// How many of this endpoint's deliveries are in each state.
     async fn delivery_counts(&self, ctx: &Context<'_>) -> Result<DeliveryCounts> {
-        let id = &self.0.id;
-        let counts = app(ctx)
-            .db
-            .run(async |conn| db::deliveries::count_by_state(conn, Some(id)).await)
+        let loaders = ctx.data_unchecked::<Loaders>();
+        let counts = loaders
+            .delivery_counts
+            .load_one(self.0.id.clone())
             .await
-            .gql()?;
+            .gql()?
+            .unwrap_or_default();
         Ok(DeliveryCounts(counts))
     }
 
     /// This endpoint's deliveries, newest first.
+    #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn deliveries(
         &self,
         ctx: &Context<'_>,
@@ -308,6 +311,7 @@ impl Delivery {
         self.0.completed_at.map(Timestamp)
     }
     /// Every request that went out, in number order, late ones included.
+    #[graphql(complexity = "ATTEMPTS_COUNTED.saturating_mul(child_complexity) + 1")]
     async fn attempt_history(&self, ctx: &Context<'_>) -> Result<Vec<DeliveryAttempt>> {
         let loaders = ctx.data_unchecked::<Loaders>();
         Ok(loaders
@@ -321,6 +325,11 @@ impl Delivery {
             .collect())
     }
 }
+
+/// The attempts a history is counted as holding when a document's complexity is measured:
+/// the default `FORMS_WEBHOOK_MAX_ATTEMPTS` (a history is loaded for a whole page at once,
+/// so this prices the answer's size, not queries).
+const ATTEMPTS_COUNTED: usize = 5;
 
 pub struct DeliveryAttempt(pub AttemptRow);
 
@@ -485,8 +494,7 @@ impl EndpointEvent {
     /// The endpoint as it is when the event is sent; null once erased.
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
         let id = &self.0.endpoint_id;
-        Ok(app(ctx)
-            .db
+        Ok(database(ctx)
             .run(async |conn| db::endpoints::find(conn, id).await)
             .await
             .gql()?
@@ -534,8 +542,7 @@ pub async fn submissions_page(
     page: PageRequest,
 ) -> Result<Connection<String, Submission>> {
     let after = page.after.clone();
-    let rows = app(ctx)
-        .db
+    let rows = database(ctx)
         .run(async |conn| db::submissions::page(conn, filter, after, page.fetch_limit()).await)
         .await
         .gql()?;
@@ -555,8 +562,7 @@ pub async fn deliveries_page(
     page: PageRequest,
 ) -> Result<Connection<String, Delivery>> {
     let after = page.after.clone();
-    let rows = app(ctx)
-        .db
+    let rows = database(ctx)
         .run(async |conn| db::deliveries::page(conn, filter, after, page.fetch_limit()).await)
         .await
         .gql()?;

@@ -29,7 +29,6 @@ use serde_json::{json, Map, Value};
 use tokio_stream::StreamMap;
 
 use super::fanout::{self, Groups, Operation, Rendered};
-use super::loaders::Loaders;
 use super::subscription::EventCursor;
 use super::FormsSchema;
 use crate::app::AppState;
@@ -125,12 +124,24 @@ struct Close {
     reason: String,
 }
 
+/// A close frame's reason is at most 123 bytes (RFC 6455 5.5: a control frame's payload
+/// is at most 125 bytes, two of them the code); a longer one makes the frame invalid and
+/// the client sees 1006 instead of the code.
+const MAX_CLOSE_REASON_BYTES: usize = 123;
+
 impl Close {
+    /// `reason` is cut to [`MAX_CLOSE_REASON_BYTES`] on a character boundary (it may quote
+    /// a client's operation id of any length).
     fn new(code: u16, reason: impl Into<String>) -> Close {
-        Close {
-            code,
-            reason: reason.into(),
+        let mut reason = reason.into();
+        if reason.len() > MAX_CLOSE_REASON_BYTES {
+            let mut end = MAX_CLOSE_REASON_BYTES;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
         }
+        Close { code, reason }
     }
 
     fn invalid(reason: impl std::fmt::Display) -> Close {
@@ -361,9 +372,9 @@ impl Connection {
     }
 
     fn on_subscribe(&mut self, message: &Map<String, Value>) -> Step {
-        if self.key.is_none() {
+        let Some(key) = self.key.clone() else {
             return Step::Close(Close::new(4401, "Unauthorized"));
-        }
+        };
         let Some(Value::String(id)) = message.get("id") else {
             return Step::Close(Close::invalid("an operation id is required"));
         };
@@ -378,12 +389,15 @@ impl Connection {
             ));
         }
         let protocol = self.protocol;
-        if let Err(error) = super::cost::admit(&mut operation.request(), &self.app.config.graphql) {
-            let frame = error_frame(id, &json!([error.graphql_json()]).to_string());
-            self.operations
-                .insert(id.clone(), stream::once(async move { frame }).boxed());
-            return Step::Continue;
-        }
+        let kind = match super::cost::admit(&mut operation.request(), &self.app.config.graphql) {
+            Ok(kind) => kind,
+            Err(error) => {
+                let frame = error_frame(id, &json!([error.graphql_json()]).to_string());
+                self.operations
+                    .insert(id.clone(), stream::once(async move { frame }).boxed());
+                return Step::Continue;
+            }
+        };
         if self.operations.len() >= MAX_OPERATIONS {
             let refusal = json!([{ "message": format!("at most {MAX_OPERATIONS} operations can run on one connection") }]);
             let frame = error_frame(id, &refusal.to_string());
@@ -392,8 +406,8 @@ impl Connection {
             return Step::Continue;
         }
         let make_request = {
-            let (app, key, operation) = (self.app.clone(), self.key.clone(), operation.clone());
-            move || operation.request().data(key).data(Loaders::uncached(&app))
+            let (app, operation) = (self.app.clone(), operation.clone());
+            move || super::with_operation_data(operation.request(), kind, &app, key.clone())
         };
         let rendered = match operation.group_key() {
             Some(group_key) => {
@@ -537,6 +551,17 @@ mod tests {
         );
         assert_eq!(negotiate(&offered(&["soap"])), None);
         assert_eq!(negotiate(&offered(&[])), None);
+    }
+
+    #[test]
+    fn close_reasons_fit_a_close_frame() {
+        let long = Close::new(
+            4409,
+            format!("Subscriber for {} already exists", "é".repeat(200)),
+        );
+        assert!(long.reason.len() <= MAX_CLOSE_REASON_BYTES);
+        assert!(long.reason.starts_with("Subscriber for é"));
+        assert_eq!(Close::new(4400, "short").reason, "short");
     }
 
     #[test]

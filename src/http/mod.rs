@@ -6,8 +6,11 @@ pub mod server;
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use axum::body::{Body, Bytes};
 use http_body_util::BodyExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 
@@ -36,6 +39,8 @@ pub enum BodyError {
     TimedOut { limit: Duration },
     /// The connection failed while reading.
     Unreadable,
+    /// Holding it would pass the bound on bodies buffered at once, all requests together.
+    ServerBusy,
 }
 
 impl From<BodyError> for ApiError {
@@ -48,29 +53,138 @@ impl From<BodyError> for ApiError {
             BodyError::Unreadable => ApiError::MalformedFormBody {
                 reason: "the request body could not be read".into(),
             },
+            BodyError::ServerBusy => ApiError::ServerBusy {
+                retry_after_seconds: BUSY_RETRY_AFTER_SECONDS,
+            },
         }
     }
 }
 
+/// What a client refused for [`BodyError::ServerBusy`] is told to wait: bodies are read
+/// within seconds, so room comes back quickly.
+pub const BUSY_RETRY_AFTER_SECONDS: u64 = 1;
+
+/// The bytes of request bodies the process holds at once, all requests together
+/// (`FORMS_HTTP_MAX_BUFFERED_BODY_BYTES`): every connection may stream a body of the
+/// largest size at once, so without a bound of their own the bodies in memory would grow
+/// with the connections.
+#[derive(Clone)]
+pub struct BodyBudget(Arc<Semaphore>);
+
+impl BodyBudget {
+    pub fn new(bytes: usize) -> BodyBudget {
+        BodyBudget(Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))))
+    }
+
+    /// Bytes still free (tests).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn available(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
+/// A body read whole, counted against the budget until it is dropped.
+pub struct BufferedBody {
+    bytes: Bytes,
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+impl BufferedBody {
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
 /// Collects a request body, refusing it as soon as it passes `limit_bytes` (so at most that
-/// much is ever buffered, declared length or not) or when it has not all arrived within
-/// `deadline`.
+/// much is ever buffered, declared length or not), when it has not all arrived within
+/// `deadline`, or when holding the next piece would pass the `budget` of all bodies held
+/// at once. Each piece is counted as it arrives: a body that is refused gives its bytes
+/// back at once, and a slow one holds only what it sent.
 pub async fn read_body(
     body: Body,
     limit_bytes: usize,
     deadline: Duration,
-) -> Result<Bytes, BodyError> {
-    let collect = http_body_util::Limited::new(body, limit_bytes).collect();
-    match tokio::time::timeout(deadline, collect).await {
-        Err(_) => Err(BodyError::TimedOut { limit: deadline }),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error))
-            if error
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(BodyError::TooLarge { limit_bytes })
+    budget: &BodyBudget,
+) -> Result<BufferedBody, BodyError> {
+    use http_body::Body as _;
+    if body.size_hint().lower() > limit_bytes as u64 {
+        return Err(BodyError::TooLarge { limit_bytes });
+    }
+    let read = async {
+        let mut body = body;
+        let mut collected = bytes::BytesMut::new();
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(|_| BodyError::Unreadable)?.into_data() else {
+                continue; // trailers carry nothing a handler reads
+            };
+            if collected.len() + data.len() > limit_bytes {
+                return Err(BodyError::TooLarge { limit_bytes });
+            }
+            let Ok(size) = u32::try_from(data.len()) else {
+                return Err(BodyError::TooLarge { limit_bytes });
+            };
+            let permit = budget.0.clone().try_acquire_many_owned(size).map_err(|_| {
+                crate::telemetry::meters::request_refused_for_buffered_bodies();
+                BodyError::ServerBusy
+            })?;
+            match &mut held {
+                Some(held) => held.merge(permit),
+                None => held = Some(permit),
+            }
+            collected.extend_from_slice(&data);
         }
-        Ok(Err(_)) => Err(BodyError::Unreadable),
+        Ok(BufferedBody {
+            bytes: collected.freeze(),
+            _held: held,
+        })
+    };
+    tokio::time::timeout(deadline, read)
+        .await
+        .map_err(|_| BodyError::TimedOut { limit: deadline })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(chunks: &[&'static [u8]]) -> Body {
+        let stream = futures_util::stream::iter(
+            chunks
+                .iter()
+                .map(|chunk| Ok::<_, std::io::Error>(Bytes::from_static(chunk)))
+                .collect::<Vec<_>>(),
+        );
+        Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn bodies_held_at_once_stay_within_the_budget() {
+        let budget = BodyBudget::new(10);
+        let deadline = Duration::from_secs(5);
+        let first = read_body(body(&[b"12345", b"678"]), 100, deadline, &budget)
+            .await
+            .expect("fits");
+        assert_eq!(first.bytes().as_ref(), b"12345678");
+        assert_eq!(budget.available(), 2);
+        assert_eq!(
+            read_body(body(&[b"abc"]), 100, deadline, &budget)
+                .await
+                .err(),
+            Some(BodyError::ServerBusy)
+        );
+        assert_eq!(budget.available(), 2, "a refused body gives its bytes back");
+        drop(first);
+        assert_eq!(budget.available(), 10);
+        assert!(read_body(body(&[b"abc"]), 100, deadline, &budget)
+            .await
+            .is_ok());
+        assert_eq!(
+            read_body(body(&[b"abcdef"]), 5, deadline, &budget)
+                .await
+                .err(),
+            Some(BodyError::TooLarge { limit_bytes: 5 })
+        );
+        assert_eq!(budget.available(), 10);
     }
 }

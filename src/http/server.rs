@@ -4,19 +4,25 @@
 //!
 //! - A request's head must arrive within `FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS` (hyper's
 //!   own timer, also running while a kept-alive connection waits for its next request).
-//! - A connection with no request in flight and nothing received for
-//!   `FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS` is closed; so is one whose response has made
-//!   no progress for `FORMS_HTTP_SEND_TIMEOUT_SECONDS` (a client that stopped reading).
+//! - A connection with no request in flight for `FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS` is
+//!   closed. Over HTTP/1 a connection that has begun to send its next request's head is
+//!   left to the header timeout; over HTTP/2 nothing but a request counts (pings, settings
+//!   and window updates keep no connection open). So is one whose response has made no
+//!   progress for `FORMS_HTTP_SEND_TIMEOUT_SECONDS` (a client that stopped reading).
 //!   Bodies are read under their own deadline ([`super::read_body`]).
 //! - At most `FORMS_HTTP_MAX_CONNECTIONS` connections are served at once (WebSockets
 //!   included, for as long as they live); beyond it new ones wait in the listen backlog.
+//!   One client address (an IPv6 /64) holds at most
+//!   `FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS` of them; a connection past that is closed at
+//!   once, so one client cannot take every place.
 //!   The open-file limit is raised at start-up so that the connections, the database pool
 //!   and the workers' outbound requests all fit.
 //! - On shutdown the listener closes, idle connections close at once, requests in flight
 //!   get `FORMS_SHUTDOWN_TIMEOUT_SECONDS` to finish, then whatever is left is dropped.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,6 +41,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 
 use crate::config::Config;
+use crate::telemetry::meters;
 
 /// The server's limits, from the configuration.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +50,8 @@ pub struct Limits {
     pub keep_alive_timeout: Duration,
     pub send_timeout: Duration,
     pub max_connections: usize,
+    /// 0: no cap per address.
+    pub max_connections_per_address: usize,
     pub shutdown_timeout: Duration,
 }
 
@@ -53,6 +62,7 @@ impl Limits {
             keep_alive_timeout: config.http.keep_alive_timeout,
             send_timeout: config.http.send_timeout,
             max_connections: config.http.max_connections,
+            max_connections_per_address: config.http.max_connections_per_address,
             shutdown_timeout: config.http.shutdown_timeout,
         }
     }
@@ -107,6 +117,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let addresses = AddressCounts::new(limits.max_connections_per_address);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -141,8 +152,14 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        let Some(address_slot) = addresses.take(peer.ip()) else {
+            // Closed at once: the client learns no more than a reset would tell it.
+            meters::connection_refused_for_its_address();
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let state = Arc::new(ConnectionState::new(permit));
+        let state = Arc::new(ConnectionState::new(permit, address_slot));
         let io = TokioIo::new(Watched {
             inner: stream,
             state: state.clone(),
@@ -231,13 +248,22 @@ struct ConnectionState {
     write_blocked_since: AtomicU64,
     /// A WebSocket took the connection over: it manages its own lifetime.
     upgraded: AtomicBool,
+    /// The client opened with HTTP/2's preface: bytes received are no sign of a request.
+    http2: AtomicBool,
+    /// The first bytes received, until there are enough to tell the protocol by.
+    opening: std::sync::Mutex<Vec<u8>>,
     /// The connection's place under `FORMS_HTTP_MAX_CONNECTIONS`, held as long as the
     /// socket lives (an upgraded connection's socket outlives hyper's connection).
     _slot: OwnedSemaphorePermit,
+    /// Its place among its address's connections, held as long.
+    _address_slot: AddressSlot,
 }
 
+/// What an HTTP/2 client sends first (RFC 9113 3.4); no HTTP/1 request starts so.
+const HTTP2_PREFACE_START: &[u8] = b"PRI * HTTP/2.0";
+
 impl ConnectionState {
-    fn new(slot: OwnedSemaphorePermit) -> ConnectionState {
+    fn new(slot: OwnedSemaphorePermit, address_slot: AddressSlot) -> ConnectionState {
         ConnectionState {
             opened: Instant::now(),
             in_flight: AtomicUsize::new(0),
@@ -245,7 +271,26 @@ impl ConnectionState {
             received_since_idle: AtomicBool::new(false),
             write_blocked_since: AtomicU64::new(0),
             upgraded: AtomicBool::new(false),
+            http2: AtomicBool::new(false),
+            opening: std::sync::Mutex::new(Vec::new()),
             _slot: slot,
+            _address_slot: address_slot,
+        }
+    }
+
+    /// Notes the first bytes of the connection until the protocol is known.
+    fn note_opening(&self, received: &[u8]) {
+        let mut opening = self
+            .opening
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if opening.len() >= HTTP2_PREFACE_START.len() {
+            return;
+        }
+        let wanted = HTTP2_PREFACE_START.len() - opening.len();
+        opening.extend_from_slice(&received[..received.len().min(wanted)]);
+        if opening.len() == HTTP2_PREFACE_START.len() && opening[..] == *HTTP2_PREFACE_START {
+            self.http2.store(true, Ordering::SeqCst);
         }
     }
 
@@ -312,8 +357,12 @@ async fn watchdog(state: &ConnectionState, limits: Limits) -> &'static str {
             return std::future::pending().await;
         }
         let now = state.elapsed_ms();
+        // Over HTTP/2 a request in progress is always in flight (its stream is handed to
+        // the service as soon as its headers arrive): whatever else arrives (pings,
+        // settings) is no request.
         let idle = state.in_flight.load(Ordering::SeqCst) == 0
-            && !state.received_since_idle.load(Ordering::SeqCst);
+            && (state.http2.load(Ordering::SeqCst)
+                || !state.received_since_idle.load(Ordering::SeqCst));
         if idle && now.saturating_sub(state.idle_since.load(Ordering::SeqCst)) >= keep_alive {
             return "idle past the keep-alive timeout";
         }
@@ -340,6 +389,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(result, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.state.received_since_idle.store(true, Ordering::SeqCst);
+            self.state.note_opening(&buf.filled()[before..]);
         }
         result
     }
@@ -395,5 +445,134 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Connections open per client address, for `FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS`.
+#[derive(Clone)]
+struct AddressCounts {
+    cap: usize,
+    open: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// One connection's place among its address's; given back when dropped.
+struct AddressSlot {
+    counts: Option<(AddressCounts, IpAddr)>,
+}
+
+impl AddressCounts {
+    fn new(cap: usize) -> AddressCounts {
+        AddressCounts {
+            cap,
+            open: Arc::default(),
+        }
+    }
+
+    /// A place for a connection from `peer`, or `None` when its address holds the cap.
+    fn take(&self, peer: IpAddr) -> Option<AddressSlot> {
+        if self.cap == 0 {
+            return Some(AddressSlot { counts: None });
+        }
+        let key = address_key(peer);
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = open.entry(key).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            counts: Some((self.clone(), key)),
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let Some((counts, key)) = &self.counts else {
+            return;
+        };
+        let mut open = counts
+            .open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = open.get_mut(key) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(key);
+            }
+        }
+    }
+}
+
+/// The address a cap counts by: an IPv4 address (also when it arrives IPv4-mapped), or an
+/// IPv6 address's /64, which one client is usually given whole.
+fn address_key(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let segments = v6.segments();
+                IpAddr::V6(std::net::Ipv6Addr::new(
+                    segments[0],
+                    segments[1],
+                    segments[2],
+                    segments[3],
+                    0,
+                    0,
+                    0,
+                    0,
+                ))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_address_holds_at_most_its_cap_and_gets_places_back() {
+        let counts = AddressCounts::new(2);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        let b: IpAddr = "192.0.2.2".parse().unwrap();
+        let first = counts.take(a).expect("first");
+        let _second = counts.take(a).expect("second");
+        assert!(counts.take(a).is_none(), "third refused");
+        assert!(counts.take(b).is_some(), "another address is not affected");
+        drop(first);
+        assert!(counts.take(a).is_some(), "a place given back is free again");
+        assert!(AddressCounts::new(0).take(a).is_some());
+    }
+
+    #[test]
+    fn ipv6_counts_by_its_64_and_mapped_ipv4_as_ipv4() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:2:bbbb::2".parse().unwrap();
+        assert_eq!(address_key(one), address_key(other));
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert_eq!(address_key(mapped), "192.0.2.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn the_http2_preface_is_recognised_however_it_is_split() {
+        let counts = AddressCounts::new(0);
+        let slot = || counts.take("127.0.0.1".parse().unwrap()).expect("uncapped");
+        let permit = || {
+            Arc::new(Semaphore::new(1))
+                .try_acquire_owned()
+                .expect("free")
+        };
+        let state = ConnectionState::new(permit(), slot());
+        state.note_opening(b"PRI * HT");
+        state.note_opening(b"TP/2.0\r\n\r\nSM\r\n\r\n");
+        assert!(state.http2.load(Ordering::SeqCst));
+        let state = ConnectionState::new(permit(), slot());
+        state.note_opening(b"POST /f/contact HTTP/1.1\r\n");
+        assert!(!state.http2.load(Ordering::SeqCst));
     }
 }

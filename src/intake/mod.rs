@@ -104,10 +104,28 @@ async fn accept(
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(ApiError::RequestBodyTooLarge { limit_bytes });
     }
-    let body = crate::http::read_body(body, limit_bytes, app.config.http.body_read_timeout).await?;
+    let body = crate::http::read_body(
+        body,
+        limit_bytes,
+        app.config.http.body_read_timeout,
+        &app.body_budget,
+    )
+    .await?;
     let now = app.clock.now();
-    let attempt = prepare(app, peer, endpoint_id, headers, body, now, endpoint).await;
-    app.committer.submit(attempt).await
+    let attempt = prepare(
+        app,
+        peer,
+        endpoint_id,
+        headers,
+        body.bytes().clone(),
+        now,
+        endpoint,
+    )
+    .await;
+    let answer = app.committer.submit(attempt).await;
+    // The body counts against the budget of bodies held until its submission is answered.
+    drop(body);
+    answer
 }
 
 /// Steps 2 to 13 as far as they need no database: what the committer must count and

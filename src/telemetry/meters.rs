@@ -72,6 +72,10 @@ pub fn install() {
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(
+        "hymical_http_refused_total",
+        "Connections and requests the HTTP server refused to protect the others: `address_connections` (a client address already held FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS connections), `buffered_bodies` (FORMS_HTTP_MAX_BUFFERED_BODY_BYTES were held)."
+    );
+    describe_counter!(
         "hymical_intake_requests_total",
         "Form submissions answered, by HTTP status."
     );
@@ -253,6 +257,16 @@ impl Drop for Held {
 /// A webhook request in flight, counted while the value lives.
 pub fn in_flight() -> Held {
     Held::start("hymical_workers_in_flight")
+}
+
+/// A connection closed at once: its address held its cap of connections.
+pub fn connection_refused_for_its_address() {
+    metrics::counter!("hymical_http_refused_total", "reason" => "address_connections").increment(1);
+}
+
+/// A request refused with 503: the bodies buffered at once were at their bound.
+pub fn request_refused_for_buffered_bodies() {
+    metrics::counter!("hymical_http_refused_total", "reason" => "buffered_bodies").increment(1);
 }
 
 /// A subscription operation, counted while the value lives.

@@ -180,7 +180,7 @@ fn serve_help_lists_the_environment_variables() {
         .unwrap();
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
-    for variable in hymical_forms::testing::config::KNOWN_VARIABLES {
+    for variable in hymical_forms::testing::config::Config::known_variables() {
         assert!(
             help.contains(variable),
             "{variable} missing from serve --help:\n{help}"

@@ -837,6 +837,7 @@ async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_
     use futures_util::StreamExt;
     use hymical_forms::testing::graphql::fanout::{member_stream, Groups, Operation, Rendered};
     use hymical_forms::testing::graphql::loaders::Loaders;
+    use hymical_forms::testing::graphql::OperationDb;
 
     let app = app().await;
     app.webhook_endpoint("contact", "http://127.0.0.1:9/hook")
@@ -852,7 +853,12 @@ async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_
     let key = operation.group_key().expect("a live subscription shares");
     let make = {
         let (app, operation) = (app.app.clone(), operation.clone());
-        move || operation.request().data(Loaders::uncached(&app))
+        move || {
+            operation
+                .request()
+                .data(OperationDb(app.graphql_db.clone()))
+                .data(Loaders::uncached(&app.graphql_db))
+        }
     };
     let join = || {
         member_stream(

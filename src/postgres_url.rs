@@ -1,5 +1,7 @@
-//! TLS to PostgreSQL, as libpq's `sslmode` and `sslrootcert` URL parameters ask for it,
-//! through rustls (no OpenSSL on the machine).
+//! A PostgreSQL connection URL as libpq reads it, split into what tokio-postgres takes and
+//! the TLS that libpq's `sslmode` and `sslrootcert` parameters ask for, through rustls (no
+//! OpenSSL on the machine). Below both the configuration, which checks the URL at start-up,
+//! and the pool, which connects with it.
 //!
 //! | `sslmode` | encrypted | server certificate checked | host name checked |
 //! | --- | --- | --- | --- |

@@ -1,0 +1,72 @@
+//! `FORMS_DATABASE_*`, `FORMS_DATA_DIR`, `FORMS_AUTO_MIGRATE`: where the database is and how
+//! the pool uses it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::reader::Reader;
+use super::Secret;
+
+#[derive(Debug, Clone)]
+pub struct DatabaseConfig {
+    /// `None`: the embedded cluster under `data_dir`.
+    pub url: Option<Secret>,
+    pub pool_size: u32,
+    pub statement_timeout: Duration,
+    /// How long opening a connection may take.
+    pub connect_timeout: Duration,
+    /// `idle_in_transaction_session_timeout` of every connection: a transaction left
+    /// open (a client that stopped reading an export, say) ends after this long.
+    pub idle_in_transaction_timeout: Duration,
+    pub data_dir: PathBuf,
+    pub auto_migrate: bool,
+}
+
+impl DatabaseConfig {
+    /// The client-side deadline of one database call: a little past the server's own
+    /// statement timeout, so that the server's clean error normally comes first and only
+    /// a silent network ends a call here.
+    pub fn call_timeout(&self) -> Duration {
+        self.statement_timeout + CALL_TIMEOUT_MARGIN
+    }
+}
+
+/// See [`DatabaseConfig::call_timeout`].
+pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
+
+pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
+    DatabaseConfig {
+        url: url(r),
+        pool_size: r.integer("FORMS_DATABASE_POOL_SIZE", 16, 1, 10_000) as u32,
+        statement_timeout: r.seconds("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", 30.0),
+        connect_timeout: r.seconds("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", 5.0),
+        idle_in_transaction_timeout: r
+            .seconds("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60.0),
+        data_dir: PathBuf::from(
+            r.raw("FORMS_DATA_DIR")
+                .unwrap_or_else(|| "./.hymical".into()),
+        ),
+        auto_migrate: r.boolean("FORMS_AUTO_MIGRATE", false),
+    }
+}
+
+fn url(r: &mut Reader) -> Option<Secret> {
+    const NAME: &str = "FORMS_DATABASE_URL";
+    let raw = r.raw(NAME)?;
+    let rule = "a postgres:// or postgresql:// URL, or unset for the embedded cluster";
+    // The URL may hold a password: problems are described, the value never repeated.
+    if !(raw.starts_with("postgres://") || raw.starts_with("postgresql://")) {
+        r.fail(
+            NAME,
+            "the value does not start with postgres:// or postgresql://".into(),
+            rule,
+        );
+        return None;
+    }
+    // Also reads `sslrootcert`, so a missing certificate file is reported here.
+    if let Err(problem) = crate::postgres_url::parse(&raw) {
+        r.fail(NAME, problem, rule);
+        return None;
+    }
+    Some(Secret::new(raw))
+}

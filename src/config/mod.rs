@@ -1,0 +1,524 @@
+//! Typed configuration, read once at start-up from `FORMS_*` variables (docs/configuration.md).
+//!
+//! Every value is validated here and nowhere else, one file per section. An invalid value
+//! is reported with the variable's name, what is wrong with the value and the rule it
+//! broke; secret values (the database URL, which may carry a password, and the rate-limit
+//! HMAC key) are never echoed.
+
+mod database;
+mod delivery;
+mod graphql;
+mod http;
+mod intake;
+mod reader;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
+pub use delivery::{WebhookConfig, WorkerConfig};
+pub use graphql::GraphqlConfig;
+pub use http::HttpConfig;
+pub use intake::{IntakeConfig, RateLimitConfig};
+use reader::Reader;
+
+/// Read by the test suite (docs/configuration.md), never by the service: they share the
+/// prefix and are not typos.
+const TEST_SUITE_VARIABLES: &[&str] = &[
+    "FORMS_TEST_DATABASE_URL",
+    "FORMS_FAULTS",
+    "FORMS_SOAK_SECONDS",
+];
+
+/// The reference every variable is documented in; `serve --help` lists them from it.
+const REFERENCE: &str = include_str!("../../docs/configuration.md");
+
+/// Every variable with its default and the first sentence of its meaning, from the
+/// reference's tables, for `serve --help`.
+pub fn variables_help() -> String {
+    let plain = |cell: &str| cell.trim().replace(['`', '*'], "");
+    let mut help = String::from(
+        "Configuration: environment variables (also read from ./.env); docs/configuration.md has each rule in full.\n",
+    );
+    for line in REFERENCE
+        .lines()
+        .filter(|line| line.starts_with("| `FORMS_"))
+    {
+        let cells: Vec<&str> = line.split('|').collect();
+        let [_, name, default, _, meaning, ..] = cells.as_slice() else {
+            continue;
+        };
+        let name = plain(name);
+        if TEST_SUITE_VARIABLES.contains(&name.as_str()) {
+            continue;
+        }
+        let meaning = plain(meaning);
+        let first = meaning
+            .split_once(". ")
+            .map_or(meaning.as_str(), |(first, _)| first)
+            .trim_end_matches('.');
+        help.push_str(&format!(
+            "  {name} [default: {}]\n      {first}.\n",
+            plain(default)
+        ));
+    }
+    help
+}
+
+/// A value that must never be printed: `Debug` and `Display` show a placeholder.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub database: DatabaseConfig,
+    pub http: HttpConfig,
+    pub api_enabled: bool,
+    pub intake: IntakeConfig,
+    pub webhook: WebhookConfig,
+    pub worker: WorkerConfig,
+    pub rate_limit: RateLimitConfig,
+    pub submission_retention_days: u32,
+    /// How long delivery events stay resumable for subscribers (`afterEventId`).
+    pub event_retention: Duration,
+    pub export_max_submissions: u64,
+    /// Exports streaming at once; each holds a database connection of its own.
+    pub export_max_concurrent: usize,
+    pub graphql: GraphqlConfig,
+    pub log_format: LogFormat,
+    pub metrics: MetricsConfig,
+    /// Non-fatal findings (for example a short lease), logged once logging is up.
+    pub warnings: Vec<String>,
+}
+
+/// One variable that failed its rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub variable: &'static str,
+    /// What is wrong with the value, without repeating a secret value.
+    pub problem: String,
+    pub rule: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {}; rule: {}",
+            self.variable, self.problem, self.rule
+        )
+    }
+}
+
+/// Where `/metrics` is served and whether it needs a management key.
+#[derive(Debug, Clone)]
+pub struct MetricsConfig {
+    /// A listener of its own; `None`: `/metrics` on the API's listener (`FORMS_BIND`).
+    pub bind: Option<SocketAddr>,
+    pub require_key: bool,
+}
+
+/// Every invalid variable found in one pass, so an operator fixes them all at once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invalid configuration:")?;
+        for error in &self.0 {
+            writeln!(f, "  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The rules that only `serve` has: a process must have something to do.
+    pub fn check_serve(&self) -> Result<(), ConfigErrors> {
+        if self.api_enabled || self.worker.enabled {
+            return Ok(());
+        }
+        Err(ConfigErrors(vec![ConfigError {
+            variable: "FORMS_WORKER_ENABLED",
+            problem: "false, and so is FORMS_API_ENABLED: this process would do nothing".into(),
+            rule: "at least one of FORMS_API_ENABLED and FORMS_WORKER_ENABLED must be true".into(),
+        }]))
+    }
+
+    /// Reads the process environment (after an optional `.env` was loaded by the caller).
+    pub fn from_env() -> Result<Config, ConfigErrors> {
+        Config::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads through `lookup`, so tests can supply variables without touching the process
+    /// environment. An empty value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigErrors> {
+        let mut reader = Reader::new(&lookup);
+        let config = read(&mut reader);
+        if !reader.errors.is_empty() {
+            return Err(ConfigErrors(reader.errors));
+        }
+        Ok(config)
+    }
+
+    /// Every variable the service reads: those a read of an empty environment asks for.
+    pub fn known_variables() -> Vec<&'static str> {
+        let unset = |_: &str| None;
+        let mut reader = Reader::new(&unset);
+        read(&mut reader);
+        reader.asked
+    }
+
+    /// `FORMS_*` names present in the environment that this service does not read (the
+    /// test suite's own variables share the prefix and are not typos): a typo would
+    /// otherwise silently fall back to a default.
+    pub fn unknown_variables(names: impl Iterator<Item = String>) -> BTreeSet<String> {
+        let known = Config::known_variables();
+        names
+            .filter(|name| {
+                name.starts_with("FORMS_")
+                    && !known.contains(&name.as_str())
+                    && !TEST_SUITE_VARIABLES.contains(&name.as_str())
+            })
+            .collect()
+    }
+}
+
+/// Reads every section, then the rules between sections. Failures are recorded in `r`;
+/// the value returned is only meaningful when there are none.
+fn read(r: &mut Reader) -> Config {
+    let database = database::read(r);
+    let http = http::read(r);
+    let api_enabled = r.boolean("FORMS_API_ENABLED", true);
+    let metrics = MetricsConfig {
+        bind: r.socket_addr("FORMS_METRICS_BIND"),
+        require_key: r.boolean("FORMS_METRICS_REQUIRE_KEY", true),
+    };
+    let intake = intake::read(r);
+    let webhook = delivery::read_webhook(r);
+    let worker = delivery::read_worker(r);
+    let rate_limit = intake::read_rate_limits(r);
+    let submission_retention_days =
+        r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
+    let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
+    let export_max_submissions = r.integer("FORMS_EXPORT_MAX_SUBMISSIONS", 10_000, 1, 100_000_000);
+    let export_max_concurrent = r.integer("FORMS_EXPORT_MAX_CONCURRENT", 2, 1, 1_000) as usize;
+    let graphql = graphql::read(r, database.pool_size);
+    let log_format = r.log_format("FORMS_LOG_FORMAT");
+
+    let warnings = delivery::check(r, &webhook, &worker);
+    // An export keeps its transaction open while it waits for the client to take the
+    // next chunk; the send deadline must end it first.
+    if !r.failed(&[
+        "FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+        "FORMS_HTTP_SEND_TIMEOUT_SECONDS",
+    ]) && database.idle_in_transaction_timeout <= http.send_timeout
+    {
+        r.fail(
+            "FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+            format!(
+                "{} does not exceed the send timeout of {} seconds",
+                database.idle_in_transaction_timeout.as_secs_f64(),
+                http.send_timeout.as_secs_f64()
+            ),
+            "must exceed FORMS_HTTP_SEND_TIMEOUT_SECONDS",
+        );
+    }
+    // A body of the largest size intake accepts must fit in the buffered-bodies budget.
+    if !r.failed(&["FORMS_HTTP_MAX_BUFFERED_BODY_BYTES", "FORMS_MAX_BODY_BYTES"])
+        && http.max_buffered_body_bytes < intake.max_body_bytes
+    {
+        r.fail(
+            "FORMS_HTTP_MAX_BUFFERED_BODY_BYTES",
+            format!(
+                "{} is below FORMS_MAX_BODY_BYTES ({})",
+                http.max_buffered_body_bytes, intake.max_body_bytes
+            ),
+            "at least FORMS_MAX_BODY_BYTES",
+        );
+    }
+    if metrics.bind.is_some_and(|metrics| metrics == http.bind) {
+        r.fail(
+            "FORMS_METRICS_BIND",
+            format!("{} is FORMS_BIND's address too", http.bind),
+            "another address or port than FORMS_BIND, or unset to serve /metrics on FORMS_BIND",
+        );
+    }
+    Config {
+        database,
+        http,
+        api_enabled,
+        intake,
+        webhook,
+        worker,
+        rate_limit,
+        submission_retention_days,
+        event_retention: Duration::from_secs(event_retention_hours * 3600),
+        export_max_submissions,
+        export_max_concurrent,
+        graphql,
+        log_format,
+        metrics,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn defaults_match_the_documentation() {
+        let config = load(&[]).expect("defaults are valid");
+        assert!(config.database.url.is_none());
+        assert_eq!(config.database.pool_size, 16);
+        assert_eq!(config.http.bind, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.http.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(config.http.keep_alive_timeout, Duration::from_secs(5));
+        assert_eq!(config.http.body_read_timeout, Duration::from_secs(30));
+        assert_eq!(config.http.send_timeout, Duration::from_secs(30));
+        assert_eq!(config.http.max_connections, 16_384);
+        assert_eq!(config.http.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(config.database.connect_timeout, Duration::from_secs(5));
+        assert_eq!(
+            config.database.idle_in_transaction_timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(config.worker.endpoint_concurrency, 8);
+        assert_eq!(config.export_max_concurrent, 2);
+        assert_eq!(config.graphql.max_expanded_fields, 5_000);
+        assert_eq!(config.graphql.max_fragments, 100);
+        assert_eq!(config.database.data_dir, PathBuf::from("./.hymical"));
+        assert!(!config.database.auto_migrate);
+        assert!(config.api_enabled && config.worker.enabled);
+        assert_eq!(config.intake.max_body_bytes, 262_144);
+        assert_eq!(config.intake.max_fields, 100);
+        assert_eq!(config.intake.max_field_name_length, 128);
+        assert_eq!(config.intake.max_field_value_length, 16_384);
+        assert_eq!(config.webhook.connect_timeout, Duration::from_secs(5));
+        assert_eq!(config.webhook.read_timeout, Duration::from_secs(10));
+        assert_eq!(config.webhook.max_attempts, 5);
+        assert_eq!(config.webhook.retry_initial, Duration::from_secs(10));
+        assert_eq!(config.webhook.retry_max, Duration::from_secs(3600));
+        assert_eq!(config.worker.lease, Duration::from_secs(60));
+        assert_eq!(config.worker.concurrency, 32);
+        assert_eq!(config.worker.batch_size, 10);
+        assert_eq!(config.worker.poll_interval, Duration::from_secs(1));
+        assert!(!config.webhook.allow_private_targets);
+        assert!(config.rate_limit.enabled);
+        assert_eq!(config.rate_limit.ip_requests, 60);
+        assert_eq!(config.rate_limit.ip_window_seconds, 60);
+        assert_eq!(config.rate_limit.endpoint_requests, 600);
+        assert_eq!(config.rate_limit.endpoint_window_seconds, 60);
+        assert!(config.rate_limit.ip_secret.is_none());
+        assert_eq!(config.rate_limit.trusted_proxy_hops, 0);
+        assert_eq!(config.submission_retention_days, 0);
+        assert_eq!(config.export_max_submissions, 10_000);
+        assert_eq!(config.graphql.max_depth, 12);
+        assert_eq!(config.graphql.max_complexity, 5_000);
+        assert_eq!(config.graphql.max_database_calls, 50);
+        assert_eq!(config.graphql.database_connections, 8);
+        assert_eq!(config.http.max_connections_per_address, 1_024);
+        assert_eq!(config.http.max_buffered_body_bytes, 64 << 20);
+        assert_eq!(config.graphql.max_page_size, 100);
+        assert_eq!(config.log_format, LogFormat::Text);
+        assert!(config.warnings.is_empty());
+    }
+
+    #[test]
+    fn every_invalid_value_names_its_variable() {
+        // (variable, value, text the problem or rule must contain)
+        let cases: &[(&str, &str, &str)] = &[
+            ("FORMS_DATABASE_URL", "mysql://u:hunter2@h/db", "postgres://"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h:notaport/db", "valid"),
+            ("FORMS_DATABASE_POOL_SIZE", "0", "out of range"),
+            ("FORMS_DATABASE_POOL_SIZE", "many", "not a whole number"),
+            ("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "10", "must exceed FORMS_HTTP_SEND_TIMEOUT_SECONDS"),
+            ("FORMS_BIND", "localhost:8080", "literal IP"),
+            ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "x", "not a number"),
+            ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "11", "at most FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS"),
+            ("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_HTTP_SEND_TIMEOUT_SECONDS", "-2", "greater than 0"),
+            ("FORMS_HTTP_MAX_CONNECTIONS", "0", "from 1"),
+            ("FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS", "-1", "not a whole number"),
+            ("FORMS_HTTP_MAX_BUFFERED_BODY_BYTES", "1000", "at least FORMS_MAX_BODY_BYTES"),
+            ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_BIND", "127.0.0.1", "HOST:PORT"),
+            ("FORMS_AUTO_MIGRATE", "maybe", "true or false"),
+            ("FORMS_API_ENABLED", "2", "true or false"),
+            ("FORMS_WORKER_ENABLED", "enabled", "true or false"),
+            ("FORMS_MAX_BODY_BYTES", "0", "from 1"),
+            ("FORMS_MAX_BODY_BYTES", "-5", "not a whole number"),
+            ("FORMS_MAX_FIELDS", "0", "from 1"),
+            ("FORMS_MAX_FIELD_NAME_LENGTH", "0", "from 1"),
+            ("FORMS_MAX_FIELD_VALUE_LENGTH", "1.5", "not a whole number"),
+            ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "soon", "not a number"),
+            ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "-1", "greater than 0"),
+            ("FORMS_WEBHOOK_MAX_ATTEMPTS", "0", "from 1"),
+            ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0", "greater than 0"),
+            ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "NaN", "greater than 0"),
+            ("FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS", "-5", "from 0"),
+            ("FORMS_WEBHOOK_SECRET_OVERLAP_SECONDS", "9999999999", "from 0"),
+            ("FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES", "many", "from 0"),
+            ("FORMS_WORKER_LEASE_SECONDS", "0", "greater than 0"),
+            ("FORMS_WORKER_LEASE_SECONDS", "15", "must exceed FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS + FORMS_WEBHOOK_READ_TIMEOUT_SECONDS"),
+            ("FORMS_WORKER_CONCURRENCY", "0", "from 1"),
+            ("FORMS_WORKER_BATCH_SIZE", "0", "from 1"),
+            ("FORMS_WORKER_POLL_SECONDS", "0", "greater than 0"),
+            ("FORMS_ENDPOINT_CACHE_SECONDS", "0", "greater than 0"),
+            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "0", "from 1"),
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "please", "true or false"),
+            ("FORMS_RATE_LIMIT_ENABLED", "nah", "true or false"),
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "0", "from 1"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "0", "from 1"),
+            ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "0", "from 1"),
+            ("FORMS_RATE_LIMIT_ENDPOINT_WINDOW_SECONDS", "x", "not a whole number"),
+            ("FORMS_RATE_LIMIT_IP_SECRET", "short-secret", "at least 16 characters"),
+            ("FORMS_TRUSTED_PROXY_HOPS", "-1", "not a whole number"),
+            ("FORMS_SUBMISSION_RETENTION_DAYS", "-3", "not a whole number"),
+            ("FORMS_EVENT_RETENTION_HOURS", "0", "from 1"),
+            ("FORMS_EXPORT_MAX_SUBMISSIONS", "0", "from 1"),
+            ("FORMS_EXPORT_MAX_CONCURRENT", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_DEPTH", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_COMPLEXITY", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_PAGE_SIZE", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_EXPANDED_FIELDS", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_FRAGMENTS", "0", "from 1"),
+            ("FORMS_GRAPHQL_MAX_DATABASE_CALLS", "0", "from 1"),
+            ("FORMS_GRAPHQL_DATABASE_CONNECTIONS", "16", "less than FORMS_DATABASE_POOL_SIZE"),
+            ("FORMS_LOG_FORMAT", "xml", "text or json"),
+            ("FORMS_METRICS_BIND", "metrics:9100", "literal IP"),
+            ("FORMS_METRICS_BIND", "127.0.0.1:8080", "another address or port than FORMS_BIND"),
+            ("FORMS_METRICS_REQUIRE_KEY", "sometimes", "true or false"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify", "not one of"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "cannot be read"),
+        ];
+        for (variable, value, expected) in cases {
+            let errors = load(&[(variable, value)]).expect_err(variable).0;
+            assert_eq!(errors.len(), 1, "{variable}={value}: {errors:?}");
+            assert_eq!(errors[0].variable, *variable);
+            let message = errors[0].to_string();
+            assert!(message.starts_with(variable), "{message}");
+            assert!(message.contains(expected), "{variable}={value}: {message}");
+        }
+    }
+
+    #[test]
+    fn every_known_variable_is_covered_by_the_invalid_value_table() {
+        // Keeps the table above honest when a variable is added. The data dir accepts
+        // any path, so it has no invalid value.
+        let source = include_str!("mod.rs");
+        for variable in Config::known_variables() {
+            if variable == "FORMS_DATA_DIR" {
+                continue;
+            }
+            let needle = format!("(\"{variable}\", \"");
+            assert!(source.contains(&needle), "{variable} has no invalid case");
+        }
+    }
+
+    #[test]
+    fn secrets_are_never_echoed() {
+        let errors = load(&[
+            ("FORMS_DATABASE_URL", "mysql://user:hunter2@db/forms"),
+            ("FORMS_RATE_LIMIT_IP_SECRET", "tooshort-hun"),
+        ])
+        .expect_err("both invalid");
+        let text = errors.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!text.contains("tooshort"), "{text}");
+        let config = load(&[("FORMS_DATABASE_URL", "postgres://u:hunter2@db/forms")]).unwrap();
+        assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn all_errors_are_reported_together() {
+        let errors = load(&[("FORMS_MAX_FIELDS", "0"), ("FORMS_LOG_FORMAT", "xml")])
+            .expect_err("two invalid")
+            .0;
+        let names: Vec<_> = errors.iter().map(|e| e.variable).collect();
+        assert_eq!(names, ["FORMS_MAX_FIELDS", "FORMS_LOG_FORMAT"]);
+    }
+
+    #[test]
+    fn lease_below_twice_the_request_budget_warns() {
+        let config = load(&[("FORMS_WORKER_LEASE_SECONDS", "20")]).expect("valid");
+        assert_eq!(config.warnings.len(), 1);
+        assert!(config.warnings[0].contains("FORMS_WORKER_LEASE_SECONDS"));
+        let config = load(&[("FORMS_WORKER_LEASE_SECONDS", "30")]).expect("valid");
+        assert!(config.warnings.is_empty());
+    }
+
+    #[test]
+    fn empty_values_mean_default() {
+        let config = load(&[
+            ("FORMS_MAX_FIELDS", ""),
+            ("FORMS_RATE_LIMIT_IP_SECRET", " "),
+        ])
+        .unwrap();
+        assert_eq!(config.intake.max_fields, 100);
+        assert!(config.rate_limit.ip_secret.is_none());
+    }
+
+    /// The configuration reference lists every variable the service reads.
+    #[test]
+    fn every_variable_is_documented() {
+        let reference = include_str!("../../docs/configuration.md");
+        for variable in Config::known_variables().iter().chain(TEST_SUITE_VARIABLES) {
+            assert!(
+                reference.contains(&format!("`{variable}`")),
+                "{variable} is missing from docs/configuration.md"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_forms_variables_are_reported() {
+        let names = [
+            "FORMS_BIND",
+            "FORMS_BINDD",
+            "PATH",
+            "FORMS_TEST_DATABASE_URL",
+        ]
+        .map(String::from);
+        let unknown = Config::unknown_variables(names.into_iter());
+        assert_eq!(unknown.into_iter().collect::<Vec<_>>(), ["FORMS_BINDD"]);
+    }
+}
