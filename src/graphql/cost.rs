@@ -11,7 +11,8 @@
 //! before anything else looks at the document.
 //!
 //! A document that fails validation gets at most [`MAX_VALIDATION_ERRORS`] errors back,
-//! however many it has: the schema's extension [`CappedValidationErrors`] cuts the list.
+//! however many it has, and one too deep or too costly is refused with the figures: the
+//! schema's extension [`ValidationLimits`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -71,24 +72,52 @@ pub fn admit(
     Ok(operation.map(|op| op.node.ty))
 }
 
-/// The schema's extension that keeps validation errors to [`MAX_VALIDATION_ERRORS`].
-pub struct CappedValidationErrors;
+/// The schema's extension that judges a validated document's depth and complexity against
+/// the limits (as the library's own limits would, but with `QUERY_TOO_COMPLEX` and the
+/// figures), and keeps validation errors to [`MAX_VALIDATION_ERRORS`].
+pub struct ValidationLimits {
+    pub max_depth: usize,
+    pub max_complexity: usize,
+}
 
-impl ExtensionFactory for CappedValidationErrors {
+impl ExtensionFactory for ValidationLimits {
     fn create(&self) -> Arc<dyn Extension> {
-        Arc::new(CappedValidationErrors)
+        Arc::new(ValidationLimits {
+            max_depth: self.max_depth,
+            max_complexity: self.max_complexity,
+        })
     }
 }
 
 #[async_trait::async_trait]
-impl Extension for CappedValidationErrors {
+impl Extension for ValidationLimits {
     async fn validation(
         &self,
         ctx: &ExtensionContext<'_>,
         next: NextValidation<'_>,
     ) -> Result<ValidationResult, Vec<ServerError>> {
-        next.run(ctx).await.map_err(cap_errors)
+        let result = next.run(ctx).await.map_err(cap_errors)?;
+        let refuse = |reason: String| vec![refusal(too_complex(reason))];
+        if result.complexity > self.max_complexity {
+            return Err(refuse(format!(
+                "it costs {}, more than FORMS_GRAPHQL_MAX_COMPLEXITY ({}); ask for smaller pages or fewer fields",
+                result.complexity, self.max_complexity
+            )));
+        }
+        if result.depth > self.max_depth {
+            return Err(refuse(format!(
+                "it is nested {} deep, more than FORMS_GRAPHQL_MAX_DEPTH ({})",
+                result.depth, self.max_depth
+            )));
+        }
+        Ok(result)
     }
+}
+
+/// A refused document as a request error of its answer.
+fn refusal(error: ApiError) -> ServerError {
+    use async_graphql::ErrorExtensions;
+    error.extend().into_server_error(async_graphql::Pos::default())
 }
 
 /// The first [`MAX_VALIDATION_ERRORS`] errors, and one more saying how many were left out.

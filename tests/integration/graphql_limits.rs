@@ -148,3 +148,179 @@ async fn public_intake_keeps_its_latency_while_bombs_arrive() {
     bombs.await.unwrap();
     assert!(slowest < Duration::from_secs(1), "intake took {slowest:?}");
 }
+
+/// `endpoints(first:100){nodes{deliveryCounts{pending}}}` repeated under 499 aliases
+/// (34 KB): each alias costs its hundred rows' counts, so the whole is refused before any
+/// statement runs; one such page costs the same statements for 3 endpoints as for 30, and
+/// its counts are right.
+#[tokio::test(flavor = "multi_thread")]
+async fn list_fields_cost_what_their_pages_may_hold() {
+    use hymical_forms::testing::db::StatementLog;
+    let db = crate::harness::TestDb::new().await;
+    let counter = Arc::new(StatementLog::default());
+    let app = TestApp::start_counted(
+        db,
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+        Some(counter.clone()),
+    )
+    .await;
+    let (_, key) = app.create_key("ops").await;
+    for n in [0, 2] {
+        app.insert_endpoint(&crate::harness::endpoint(&format!("form-{n}")))
+            .await;
+    }
+    // No worker runs here: its deliveries stay pending.
+    app.webhook_endpoint("form-1", "https://receiver.example/hook")
+        .await;
+    for n in 0..4 {
+        let response = app
+            .post_form(
+                "form-1",
+                Some("application/x-www-form-urlencoded"),
+                format!("n={n}"),
+                &[],
+            )
+            .await;
+        assert_eq!(response.status(), 202);
+    }
+    let page = "{ endpoints(first: 100) { nodes { id deliveryCounts { pending } } } }";
+    // Warm the pool, then the cost of authenticating alone.
+    app.gql(&key, page, json!({})).await;
+    counter.reset();
+    app.gql(&key, "{ version }", json!({})).await;
+    let authentication = counter.statements();
+
+    let aliases: String = (0..499)
+        .map(|i| format!("a{i}: endpoints(first: 100) {{ nodes {{ deliveryCounts {{ pending }} }} }} "))
+        .collect();
+    let attack = format!("{{ {aliases} }}");
+    assert!(attack.len() > 30_000);
+    counter.reset();
+    let refused = app.gql(&key, &attack, json!({})).await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
+        "{refused}"
+    );
+    assert!(refused.get("data").is_none());
+    assert_eq!(
+        counter.statements(),
+        authentication,
+        "the refused document reached the database"
+    );
+
+    counter.reset();
+    let small = app.gql(&key, page, json!({})).await;
+    let small_cost = counter.statements();
+    let nodes = small["data"]["endpoints"]["nodes"].as_array().expect("nodes");
+    for node in nodes {
+        let expected = if node["id"] == "form-1" { 4 } else { 0 };
+        assert_eq!(node["deliveryCounts"]["pending"], expected, "{node}");
+    }
+    for n in 3..30 {
+        app.insert_endpoint(&crate::harness::endpoint(&format!("form-{n}")))
+            .await;
+    }
+    counter.reset();
+    let large = app.gql(&key, page, json!({})).await;
+    assert_eq!(large["data"]["endpoints"]["nodes"].as_array().map(Vec::len), Some(30));
+    assert_eq!(
+        counter.statements(),
+        small_cost,
+        "the counts of 30 endpoints cost more statements than those of 3"
+    );
+}
+
+/// One operation makes at most `FORMS_GRAPHQL_MAX_DATABASE_CALLS` calls: the fields past
+/// its allowance fail with `QUERY_TOO_COMPLEX`, the others are answered, and the next
+/// operation has a whole allowance again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operation_has_an_allowance_of_database_calls() {
+    let app = TestApp::start_with(
+        &[("FORMS_GRAPHQL_MAX_DATABASE_CALLS", "3")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("ops").await;
+    // Each root `deliveryCounts` is a call of its own.
+    let aliases: String = (0..5)
+        .map(|i| format!("c{i}: deliveryCounts {{ pending }} "))
+        .collect();
+    let answer = app.gql(&key, &format!("{{ {aliases} }}"), json!({})).await;
+    let errors = answer["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 2, "{answer}");
+    for error in errors {
+        assert_eq!(error["extensions"]["code"], "QUERY_TOO_COMPLEX", "{answer}");
+    }
+    let answered = (0..5)
+        .filter(|i| answer["data"][format!("c{i}")]["pending"] == 0)
+        .count();
+    assert_eq!(answered, 3, "{answer}");
+    let again = app.gql(&key, "{ deliveryCounts { pending } }", json!({})).await;
+    assert!(again.get("errors").is_none(), "{again}");
+}
+
+/// A document written to fail validation everywhere gets the first 50 errors and one
+/// saying how many more there were, not one error per mistake.
+#[tokio::test(flavor = "multi_thread")]
+async fn validation_errors_are_capped() {
+    let app = TestApp::start().await;
+    let (_, key) = app.create_key("ops").await;
+    let unknown: String = (0..300).map(|i| format!("f{i} ")).collect();
+    let answer = app.gql(&key, &format!("{{ {unknown} }}"), json!({})).await;
+    let errors = answer["errors"].as_array().expect("errors");
+    assert_eq!(errors.len(), 51, "{answer}");
+    assert_eq!(
+        errors[50]["message"],
+        "250 more validation errors were left out"
+    );
+    assert!(answer.get("data").is_none());
+}
+
+/// GraphQL's handles share a part of the pool: with it in use, a GraphQL call waits while
+/// a call of intake or the workers (the whole pool) goes straight through.
+#[tokio::test(flavor = "multi_thread")]
+async fn graphql_holds_only_its_share_of_the_pool() {
+    use diesel_async::RunQueryDsl;
+    let db = crate::harness::TestDb::new().await;
+    let (_, pool) = crate::harness::pool(&db, None).await;
+    let share = pool.share(1);
+    // Each shared call notes when its work began and ended.
+    let sleep = |share: hymical_forms::testing::db::Db| async move {
+        share
+            .run(async |conn| {
+                let began = Instant::now();
+                diesel::sql_query("SELECT pg_sleep(0.5)")
+                    .execute(conn)
+                    .await?;
+                Ok((began, Instant::now()))
+            })
+            .await
+    };
+    let holding = tokio::spawn(sleep(share.clone()));
+    // Until the first call holds the share's one connection.
+    for _ in 0..200 {
+        if pool.usage().in_use > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let second = tokio::spawn(sleep(share.clone()));
+    pool.run(async |conn| {
+        diesel::sql_query("SELECT 1").execute(conn).await?;
+        Ok(())
+    })
+    .await
+    .expect("the rest of the pool answers");
+    let direct_done = Instant::now();
+    let (_, first_ended) = holding.await.unwrap().expect("first");
+    let (second_began, _) = second.await.unwrap().expect("second");
+    assert!(
+        direct_done < first_ended,
+        "the direct call waited for the share"
+    );
+    assert!(
+        second_began >= first_ended,
+        "two calls held a share of one at once"
+    );
+}

@@ -263,29 +263,36 @@ async fn depth_and_complexity_bombs_are_refused_before_execution() {
     counter.reset();
     let body = app.gql(&key, &deep, json!({})).await;
     assert!(body.get("data").is_none(), "{body}");
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
+        "{body}"
+    );
     assert!(
         body["errors"][0]["message"]
             .as_str()
             .unwrap()
-            .to_lowercase()
-            .contains("nested too deep"),
+            .contains("FORMS_GRAPHQL_MAX_DEPTH"),
         "{body}"
     );
+    // Five pages of a hundred: each row's fields count once per row it may hold.
     let wide = format!(
         "{{ {} }}",
-        (0..2100)
-            .map(|i| format!("a{i}: version"))
+        (0..5)
+            .map(|i| format!("a{i}: deliveries(first: 100) {{ edges {{ node {{ id state attempts cycleAttempts createdAt completedAt nextAttemptAt destinationUrl claimExpiresAt }} }} }}"))
             .collect::<Vec<_>>()
             .join(" ")
     );
     let body = app.gql(&key, &wide, json!({})).await;
     assert!(body.get("data").is_none());
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
+        "{body}"
+    );
     assert!(
         body["errors"][0]["message"]
             .as_str()
             .unwrap()
-            .to_lowercase()
-            .contains("complex"),
+            .contains("FORMS_GRAPHQL_MAX_COMPLEXITY"),
         "{body}"
     );
     // Only the key checks touched the database.

@@ -89,6 +89,16 @@ async fn each_protocol_rule_has_its_close_code() {
         (4409, "Subscriber for dup already exists".into())
     );
 
+    // A long id quoted in the reason: the reason is cut to what a close frame holds, so the
+    // client still reads 4409 (a longer one would be an invalid frame, seen as 1006).
+    let long_id = "é".repeat(150);
+    let mut client = WsClient::ready(&url, &key).await;
+    client.subscribe_events(&long_id, "").await;
+    client.subscribe_events(&long_id, "").await;
+    let (code, reason) = client.closed(SHORT).await;
+    assert_eq!(code, 4409, "{reason}");
+    assert!(reason.len() <= 123 && reason.starts_with("Subscriber for éé"), "{reason}");
+
     // ping → pong with the payload, before and after the acknowledgement.
     let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
     client
