@@ -84,7 +84,11 @@ fn main() {
 
     let (addr, key) = runtime.block_on(async {
         let config = Config::from_lookup(|_| None).expect("config");
-        let new_key = hymical_forms::testing::auth::generate("bench", chrono::Utc::now());
+        let new_key = hymical_forms::testing::auth::generate(
+            "bench",
+            hymical_forms::testing::model::state::KeyRole::Admin,
+            chrono::Utc::now(),
+        );
         let mut conn = db::connect_one(&cluster.url).await.expect("connection");
         db::keys::insert(&mut conn, &new_key.row)
             .await

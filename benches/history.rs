@@ -268,7 +268,11 @@ async fn start_server(url: &Secret) -> (SocketAddr, String) {
             .map(|(_, v)| v.to_string())
     })
     .expect("config");
-    let new_key = hymical_forms::testing::auth::generate("bench", chrono::Utc::now());
+    let new_key = hymical_forms::testing::auth::generate(
+        "bench",
+        hymical_forms::testing::model::state::KeyRole::Admin,
+        chrono::Utc::now(),
+    );
     let mut conn = db::connect_one(url).await.expect("connection");
     db::keys::insert(&mut conn, &new_key.row)
         .await

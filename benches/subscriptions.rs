@@ -126,7 +126,11 @@ fn main() {
         ))
         .await
         .expect("endpoints");
-        let new_key = hymical_forms::testing::auth::generate("bench", chrono::Utc::now());
+        let new_key = hymical_forms::testing::auth::generate(
+            "bench",
+            hymical_forms::testing::model::state::KeyRole::Admin,
+            chrono::Utc::now(),
+        );
         db::keys::insert(&mut conn, &new_key.row)
             .await
             .expect("key");

@@ -12,6 +12,7 @@ use crate::config::Secret;
 use crate::db::{self, models::ManagementKeyRow, Db};
 use crate::error::ApiError;
 use crate::model::ids::KeyId;
+use crate::model::state::KeyRole;
 
 pub const KEY_PREFIX: &str = "hym_live_";
 /// `hym_live_` and the first 8 characters of the random part: enough to tell keys apart
@@ -26,7 +27,7 @@ pub struct NewKey {
     pub key: Secret,
 }
 
-pub fn generate(name: &str, now: DateTime<Utc>) -> NewKey {
+pub fn generate(name: &str, role: KeyRole, now: DateTime<Utc>) -> NewKey {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let key = format!(
@@ -42,6 +43,7 @@ pub fn generate(name: &str, now: DateTime<Utc>) -> NewKey {
             created_at: now,
             revoked_at: None,
             last_used_at: None,
+            role,
         },
         key: Secret::new(key),
     }
@@ -82,6 +84,22 @@ pub fn bearer_credential(authorization: Option<&str>) -> Result<&str, ApiError> 
 #[derive(Debug, Clone)]
 pub struct AuthenticatedKey {
     pub id: KeyId,
+    pub name: String,
+    pub role: KeyRole,
+}
+
+impl AuthenticatedKey {
+    /// Whether it may change state or take data out in bulk (mutations, exports): an
+    /// `admin` key may; a `read` key gets `insufficient_role`.
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        match self.role {
+            KeyRole::Admin => Ok(()),
+            KeyRole::Read => Err(ApiError::InsufficientRole {
+                role: self.role,
+                required: KeyRole::Admin,
+            }),
+        }
+    }
 }
 
 /// Checks a key against the database on every call, so a revocation takes effect on the
@@ -119,7 +137,11 @@ pub async fn authenticate_key(
             tracing::warn!(key_id = %row.id, error = %error.summary(), "could not record key use");
         }
     }
-    Ok(AuthenticatedKey { id: row.id })
+    Ok(AuthenticatedKey {
+        id: row.id,
+        name: row.name,
+        role: row.role,
+    })
 }
 
 /// Authenticates a management request from its headers (never from the query string).
@@ -207,7 +229,7 @@ mod tests {
 
     #[test]
     fn generated_keys_have_the_documented_shape() {
-        let new = generate("ops", Utc::now());
+        let new = generate("ops", KeyRole::Admin, Utc::now());
         let key = new.key.expose();
         assert!(key.starts_with("hym_live_"));
         assert_eq!(key.len(), 9 + 43);
@@ -224,7 +246,10 @@ mod tests {
 
     #[test]
     fn malformed_keys_are_recognised() {
-        let good = generate("x", Utc::now()).key.expose().to_string();
+        let good = generate("x", KeyRole::Read, Utc::now())
+            .key
+            .expose()
+            .to_string();
         assert!(is_well_formed(&good));
         assert!(!is_well_formed(&good[..good.len() - 1]));
         assert!(!is_well_formed(&format!("{good}A")));

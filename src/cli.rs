@@ -13,6 +13,7 @@ use crate::clock::{format_timestamp, Clock, SystemClock};
 use crate::config::{Config, Secret};
 use crate::db;
 use crate::embedded;
+use crate::model::state::KeyRole;
 use crate::services::{Plan, Services};
 use crate::{delivery, graphql, http, telemetry};
 
@@ -69,11 +70,19 @@ enum KeysCommand {
     Create {
         #[arg(long)]
         name: String,
+        /// `admin`: everything. `read`: queries and subscriptions only (a dashboard's key;
+        /// every mutation and export is refused with `insufficient_role`).
+        #[arg(long, default_value = "admin", value_parser = key_role)]
+        role: KeyRole,
     },
     /// List keys (never the key itself).
     List,
     /// Revoke a key by its id (`mk_…`); revoking twice is harmless.
     Revoke { key_id: String },
+}
+
+fn key_role(text: &str) -> Result<KeyRole, String> {
+    KeyRole::parse(text).ok_or_else(|| format!("{text:?} is not a role: admin or read"))
 }
 
 /// Exit status for a configuration that failed validation.
@@ -367,7 +376,7 @@ async fn create_first_key(db: &db::Db, now: chrono::DateTime<chrono::Utc>) -> an
     if db.run(async |conn| db::keys::count(conn).await).await? > 0 {
         return Ok(());
     }
-    let new = auth::generate("first key (embedded start)", now);
+    let new = auth::generate("first key (embedded start)", KeyRole::Admin, now);
     db.run(async |conn| db::keys::insert(conn, &new.row).await)
         .await?;
     // Printed to standard output, never logged: this is the one time the key is shown.
@@ -437,22 +446,23 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
     let mut connection = db::connect_one(&database.url).await?;
     let now = SystemClock.now();
     match action {
-        KeysCommand::Create { name } => {
+        KeysCommand::Create { name, role } => {
             let Ok(name) = crate::model::endpoint::name(&name) else {
                 bail!("--name must be 1 to 200 characters");
             };
-            let new = auth::generate(&name, now);
+            let new = auth::generate(&name, role, now);
             db::keys::insert(&mut connection, &new.row).await?;
             println!("id:  {}", new.row.id);
             println!("key: {}", new.key.expose());
+            println!("role: {role}");
             println!(
                 "The key is shown only this once; the database keeps only its SHA-256 digest."
             );
         }
         KeysCommand::List => {
             println!(
-                "{:35}  {:24}  {:17}  {:27}  {:27}  STATUS",
-                "ID", "NAME", "PREFIX", "CREATED", "LAST USED"
+                "{:35}  {:24}  {:5}  {:17}  {:27}  {:27}  STATUS",
+                "ID", "NAME", "ROLE", "PREFIX", "CREATED", "LAST USED"
             );
             for key in db::keys::list(&mut connection).await? {
                 let status = match key.revoked_at {
@@ -460,9 +470,10 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
                     None => "active".to_string(),
                 };
                 println!(
-                    "{:35}  {:24}  {:17}  {:27}  {:27}  {status}",
+                    "{:35}  {:24}  {:5}  {:17}  {:27}  {:27}  {status}",
                     key.id,
                     key.name,
+                    key.role.as_str(),
                     key.display_prefix,
                     format_timestamp(key.created_at),
                     key.last_used_at

@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 
 use crate::db::DbError;
 use crate::feed::FeedError;
-use crate::model::state::DeliveryState;
+use crate::model::state::{DeliveryState, KeyRole};
 
 #[derive(Debug, thiserror::Error, Serialize)]
 #[serde(untagged)]
@@ -29,6 +29,10 @@ pub enum ApiError {
     AuthenticationRequired,
     #[error("The management API key is not valid.")]
     InvalidApiKey,
+    #[error(
+        "This management API key has the {role} role; this needs a key with the {required} role."
+    )]
+    InsufficientRole { role: KeyRole, required: KeyRole },
     #[error(
         "The server is too busy to take this request; retry after {retry_after_seconds} seconds."
     )]
@@ -248,6 +252,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::AuthenticationRequired => "authentication_required",
             ApiError::InvalidApiKey => "invalid_api_key",
+            ApiError::InsufficientRole { .. } => "insufficient_role",
             ApiError::StorageUnavailable(_) => "storage_unavailable",
             ApiError::ServerBusy { .. } => "server_busy",
             ApiError::Internal(_) => "internal_error",
@@ -318,7 +323,9 @@ impl ApiError {
             | ApiError::EndpointHasDeliveriesInProgress { .. }
             | ApiError::DeliveryNotReplayable { .. }
             | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
-            ApiError::OriginNotAllowed { .. } => StatusCode::FORBIDDEN,
+            ApiError::OriginNotAllowed { .. } | ApiError::InsufficientRole { .. } => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidIdempotencyKey
             | ApiError::MalformedFormBody { .. }
@@ -635,10 +642,11 @@ mod tests {
             ApiError::EndpointDeleted { .. } => 40,
             ApiError::EndpointHasDeliveriesInProgress { .. } => 41,
             ApiError::ServerBusy { .. } => 42,
+            ApiError::InsufficientRole { .. } => 43,
         }
     }
 
-    const VARIANTS: usize = 43;
+    const VARIANTS: usize = 44;
 
     fn s(text: &str) -> String {
         text.to_string()
@@ -674,6 +682,15 @@ mod tests {
                 S::SERVICE_UNAVAILABLE,
                 "storage_unavailable",
                 json!({}),
+            ),
+            (
+                ApiError::InsufficientRole {
+                    role: KeyRole::Read,
+                    required: KeyRole::Admin,
+                },
+                S::FORBIDDEN,
+                "insufficient_role",
+                json!({ "role": "read", "required": "admin" }),
             ),
             (
                 ApiError::ServerBusy {

@@ -10,7 +10,7 @@ use super::schema::{
 };
 use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, KeyId, SubmissionId};
 use crate::model::state::{
-    AttemptOutcome, DeliveryState, EndpointEventKind, EventKind, PauseReason,
+    AttemptOutcome, DeliveryState, EndpointEventKind, EventKind, KeyRole, PauseReason,
 };
 
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
@@ -195,6 +195,7 @@ pub struct ManagementKeyRow {
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
+    pub role: KeyRole,
 }
 
 /// An event, with the delivery it is about as it was when the event was read: subscribers

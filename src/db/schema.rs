@@ -115,6 +115,8 @@ diesel::table! {
         created_at -> Timestamptz,
         revoked_at -> Nullable<Timestamptz>,
         last_used_at -> Nullable<Timestamptz>,
+        #[max_length = 16]
+        role -> Varchar,
     }
 }
 

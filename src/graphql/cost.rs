@@ -117,7 +117,9 @@ impl Extension for ValidationLimits {
 /// A refused document as a request error of its answer.
 fn refusal(error: ApiError) -> ServerError {
     use async_graphql::ErrorExtensions;
-    error.extend().into_server_error(async_graphql::Pos::default())
+    error
+        .extend()
+        .into_server_error(async_graphql::Pos::default())
 }
 
 /// The first [`MAX_VALIDATION_ERRORS`] errors, and one more saying how many were left out.
@@ -323,7 +325,11 @@ mod tests {
             }
             admit(&mut request, &limits())
         };
-        assert_eq!(kind(None).ok(), Some(None), "no name among two: nothing runs");
+        assert_eq!(
+            kind(None).ok(),
+            Some(None),
+            "no name among two: nothing runs"
+        );
         assert_eq!(kind(Some("B")).ok(), Some(Some(OperationType::Mutation)));
         assert_eq!(kind(Some("C")).ok(), Some(None));
         let single = admit(

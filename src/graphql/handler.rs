@@ -149,6 +149,12 @@ fn unauthorized(error: ApiError, answer: Answer) -> Response {
     response
 }
 
+/// A key whose role does not allow the operation: a GraphQL error body with the REST status.
+fn forbidden(error: ApiError, answer: Answer) -> Response {
+    let body = json!({ "errors": [error.graphql_json()] });
+    json_response(error.status(), answer, &body)
+}
+
 fn wants_graphiql(method: &Method, headers: &HeaderMap, query: Option<&str>) -> bool {
     method == Method::GET
         && crate::pages::accepts_html(headers)
@@ -198,6 +204,11 @@ async fn handle(
             return json_response(status, answer, &json!({ "errors": [error.graphql_json()] }));
         }
     };
+    if operation == Some(OperationType::Mutation) {
+        if let Err(error) = key.require_admin() {
+            return forbidden(error, answer);
+        }
+    }
     // Mutations change state, so GET (which browsers and caches send freely) may not carry one.
     if parts.method == Method::GET && operation == Some(OperationType::Mutation) {
         return refusal_response(

@@ -6,10 +6,11 @@ use async_graphql::{Context, InputObject, Object, Result, ID};
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
 use super::types::{
-    deliveries_page, submissions_page, Delivery, DeliveryActivityMinute, DeliveryCounts,
+    deliveries_page, submissions_page, ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts,
     DeliveryState, Endpoint, Submission, Timestamp,
 };
 use super::{app, database, scope, time_range, ResultExt};
+use crate::auth::AuthenticatedKey;
 use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
@@ -43,6 +44,17 @@ impl QueryRoot {
     /// The version of the running service.
     async fn version(&self) -> &'static str {
         env!("CARGO_PKG_VERSION")
+    }
+
+    /// The management key this operation was authenticated with: a dashboard learns its
+    /// role here and offers only what the role allows.
+    async fn api_key(&self, ctx: &Context<'_>) -> ApiKey {
+        let key = ctx.data_unchecked::<AuthenticatedKey>();
+        ApiKey {
+            id: ID(key.id.to_string()),
+            name: key.name.clone(),
+            role: key.role,
+        }
     }
 
     async fn endpoint(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Endpoint>> {

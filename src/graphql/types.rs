@@ -16,7 +16,9 @@ use crate::db;
 use crate::db::deliveries::DeliveryFilter;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
 use crate::db::submissions::SubmissionFilter;
-pub use crate::model::state::{AttemptOutcome, DeliveryState, EndpointEventKind, PauseReason};
+pub use crate::model::state::{
+    AttemptOutcome, DeliveryState, EndpointEventKind, KeyRole, PauseReason,
+};
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
@@ -378,6 +380,16 @@ impl DeliveryCounts {
     async fn failed(&self) -> i64 {
         self.0.failed
     }
+}
+
+/// A management key, described (the key itself is shown once, when made).
+#[derive(SimpleObject)]
+pub struct ApiKey {
+    pub id: ID,
+    pub name: String,
+    /// `ADMIN`: everything. `READ`: queries and subscriptions only; every mutation and
+    /// export is refused with `INSUFFICIENT_ROLE`.
+    pub role: KeyRole,
 }
 
 /// One minute of deliveries ending.

@@ -398,6 +398,14 @@ impl Connection {
                 return Step::Continue;
             }
         };
+        if kind == Some(async_graphql::parser::types::OperationType::Mutation) {
+            if let Err(error) = key.require_admin() {
+                let frame = error_frame(id, &json!([error.graphql_json()]).to_string());
+                self.operations
+                    .insert(id.clone(), stream::once(async move { frame }).boxed());
+                return Step::Continue;
+            }
+        }
         if self.operations.len() >= MAX_OPERATIONS {
             let refusal = json!([{ "message": format!("at most {MAX_OPERATIONS} operations can run on one connection") }]);
             let frame = error_frame(id, &refusal.to_string());

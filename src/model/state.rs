@@ -57,6 +57,18 @@ macro_rules! db_vocabulary {
 }
 
 db_vocabulary! {
+    /// What a management key may do.
+    #[graphql(name = "KeyRole")]
+    pub enum KeyRole ("key role") {
+        /// Everything: queries, subscriptions, mutations, exports.
+        Admin => "admin",
+        /// Queries and subscriptions only: what a dashboard needs. A leaked read key can
+        /// change nothing and export nothing.
+        Read => "read",
+    }
+}
+
+db_vocabulary! {
     /// Where a delivery is in its life.
     pub enum DeliveryState ("delivery state") {
         /// Owed, waiting for its next attempt time.

@@ -75,7 +75,11 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
             .expect("endpoint");
     }
     let key = {
-        let new = hymical_forms::testing::auth::generate("resume", chrono::Utc::now());
+        let new = hymical_forms::testing::auth::generate(
+            "resume",
+            hymical_forms::testing::model::state::KeyRole::Admin,
+            chrono::Utc::now(),
+        );
         let mut conn = db.connect().await;
         hymical_forms::testing::db::keys::insert(&mut conn, &new.row)
             .await

@@ -83,7 +83,12 @@ async fn graphql_needs_a_usable_management_key() {
             .await
             .unwrap();
     }
-    let unknown = hymical_forms::testing::auth::generate("never stored", chrono::Utc::now()).key;
+    let unknown = hymical_forms::testing::auth::generate(
+        "never stored",
+        hymical_forms::testing::model::state::KeyRole::Admin,
+        chrono::Utc::now(),
+    )
+    .key;
     let cases: Vec<(Option<String>, &str)> = vec![
         (None, "AUTHENTICATION_REQUIRED"),
         (Some(format!("Basic {key}")), "AUTHENTICATION_REQUIRED"),

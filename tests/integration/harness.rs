@@ -15,6 +15,7 @@ use hymical_forms::testing::clock::{Clock, SystemClock};
 use hymical_forms::testing::config::{Config, Secret};
 use hymical_forms::testing::db;
 use hymical_forms::testing::embedded;
+use hymical_forms::testing::model::state::KeyRole;
 use hymical_forms::testing::services::{Plan, Services};
 
 struct TestServer {
@@ -378,9 +379,15 @@ impl TestApp {
         format!("http://{}{}", self.addr, path)
     }
 
-    /// Creates a management key directly in the database and returns the key.
+    /// Creates an admin management key directly in the database and returns its id and
+    /// the key.
     pub async fn create_key(&self, name: &str) -> (String, String) {
-        let new = hymical_forms::testing::auth::generate(name, self.app.clock.now());
+        self.create_key_with_role(name, KeyRole::Admin).await
+    }
+
+    /// [`TestApp::create_key`] with a role.
+    pub async fn create_key_with_role(&self, name: &str, role: KeyRole) -> (String, String) {
+        let new = hymical_forms::testing::auth::generate(name, role, self.app.clock.now());
         let mut connection = self.db.connect().await;
         db::keys::insert(&mut connection, &new.row)
             .await

@@ -113,3 +113,153 @@ async fn create_list_revoke() {
     assert!(!ok);
     assert!(stderr.contains("--name"), "{stderr}");
 }
+
+/// Every mutation field the schema has, read from the SDL the code builds: a mutation added
+/// later is walked here without anyone remembering to.
+fn schema_mutations() -> Vec<String> {
+    let sdl = hymical_forms::testing::graphql::sdl();
+    let start = sdl.find("type Mutation {").expect("a Mutation type");
+    let body = &sdl[start..];
+    let body = &body[..body.find("\n}").expect("its end")];
+    body.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let line = line.trim();
+            // Field definitions start with a name; descriptions are quoted.
+            let name: String = line
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            (!name.is_empty() && line[name.len()..].starts_with(['(', ':'])).then_some(name)
+        })
+        .collect()
+}
+
+/// A `read` key (`keys create --role read`) runs queries and subscriptions, and is refused
+/// every mutation of the schema (walked from the SDL), over HTTP and WebSocket, and every
+/// export, with `INSUFFICIENT_ROLE` and 403, before anything runs. `keys list` shows roles.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_key_reads_and_changes_nothing() {
+    use hymical_forms::testing::model::state::KeyRole;
+    let app = TestApp::start_on(TestDb::new().await, &[], Arc::new(SystemClock)).await;
+    app.insert_endpoint(&crate::harness::endpoint("contact"))
+        .await;
+    let (_, admin) = app.create_key_with_role("ops", KeyRole::Admin).await;
+
+    let (ok, stdout, stderr) = run(
+        &app.db,
+        &["keys", "create", "--name", "dashboard", "--role", "read"],
+    );
+    assert!(ok, "{stderr}");
+    let key = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("key: "))
+        .expect("key line")
+        .to_string();
+    assert!(stdout.contains("role: read"), "{stdout}");
+    let (ok, _, stderr) = run(&app.db, &["keys", "create", "--name", "x", "--role", "root"]);
+    assert!(!ok && stderr.contains("admin or read"), "{stderr}");
+    let (_, listing, _) = run(&app.db, &["keys", "list"]);
+    let line = listing
+        .lines()
+        .find(|l| l.contains("dashboard"))
+        .expect("listed");
+    assert!(line.contains(" read "), "{line}");
+    assert!(listing.lines().next().unwrap_or_default().contains("ROLE"));
+    let bearer = format!("Bearer {key}");
+
+    // Queries: yes, and the key knows its role.
+    let (status, body) = app
+        .graphql(
+            Some(&bearer),
+            "{ apiKey { name role } endpoints { nodes { id } } deliveryCounts { pending } }",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["apiKey"]["role"], "READ", "{body}");
+    assert_eq!(body["data"]["endpoints"]["nodes"][0]["id"], "contact");
+
+    // Every mutation: no, before its arguments are even looked at.
+    let mutations = schema_mutations();
+    assert!(mutations.len() >= 10, "{mutations:?}");
+    assert!(mutations.contains(&"deleteEndpoint".to_string()));
+    for mutation in &mutations {
+        let document = format!("mutation {{ {mutation} }}");
+        let (status, body) = app.graphql(Some(&bearer), &document).await;
+        assert_eq!(status, 403, "{mutation}: {body}");
+        assert_eq!(
+            body["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
+            "{mutation}: {body}"
+        );
+        assert!(body.get("data").is_none(), "{mutation}: {body}");
+        // The same document with an admin key reaches validation (it lacks its arguments
+        // and selection): the refusal above was the role's.
+        let (_, body) = app.graphql(Some(&format!("Bearer {admin}")), &document).await;
+        assert_ne!(
+            body["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
+            "{mutation}: {body}"
+        );
+    }
+    // A well-formed, named mutation among queries changes nothing either.
+    let (status, body) = app
+        .graphql(
+            Some(&bearer),
+            r#"query Q { version } mutation Delete { deleteEndpoint(input: { id: "contact", history: ERASE }) { deletedEndpointId } }"#,
+        )
+        .await;
+    assert_eq!(status, 200, "without an operation name nothing runs: {body}");
+    let response = app
+        .http
+        .post(app.url("/graphql"))
+        .header("authorization", &bearer)
+        .json(&serde_json::json!({
+            "query": r#"query Q { version } mutation Delete { deleteEndpoint(input: { id: "contact", history: ERASE }) { deletedEndpointId } }"#,
+            "operationName": "Delete",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    let (_, body) = app
+        .graphql(Some(&bearer), r#"{ endpoint(id: "contact") { id } }"#)
+        .await;
+    assert_eq!(body["data"]["endpoint"]["id"], "contact", "still there");
+
+    // Over WebSocket: subscriptions yes, mutations no (the connection stays open).
+    let url = format!("ws://{}/graphql/ws", app.addr);
+    let mut client = crate::ws_client::WsClient::ready(&url, &key).await;
+    client
+        .send(serde_json::json!({ "type": "subscribe", "id": "m", "payload": {
+            "query": r#"mutation { pauseEndpoint(endpointId: "contact") { endpoint { id } } }"#
+        } }))
+        .await;
+    let refused = client.next_json().await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        refused["payload"][0]["extensions"]["code"],
+        "INSUFFICIENT_ROLE"
+    );
+    client.subscribe_events("live", "").await;
+    client.send(serde_json::json!({ "type": "ping" })).await;
+    assert_eq!(client.next_non_ka().await["type"], "pong");
+
+    // Exports: no.
+    let export = app
+        .http
+        .get(app.url("/submissions/export?format=json"))
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 403);
+    let body: serde_json::Value = export.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_role", "{body}");
+    let export = app
+        .http
+        .get(app.url("/submissions/export?format=json"))
+        .header("authorization", format!("Bearer {admin}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 200);
+}

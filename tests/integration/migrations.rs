@@ -385,6 +385,16 @@ async fn every_check_and_unique_constraint_refuses() {
         "management_api_keys_key_digest_unique",
     )
     .await;
+    refused(
+        c,
+        &format!(
+            "INSERT INTO management_api_keys (id, name, display_prefix, key_digest, role) VALUES ('mk_{}', 'ops', 'hym_live_abcdefgh', '{}', 'root')",
+            "5".repeat(32),
+            "5".repeat(64)
+        ),
+        "management_api_keys_role_check",
+    )
+    .await;
 
     // delivery_state_counts (kept by triggers; the checks still hold for direct writes)
     refused(

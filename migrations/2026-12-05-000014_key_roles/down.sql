@@ -1,0 +1,1 @@
+ALTER TABLE management_api_keys DROP COLUMN role;
