@@ -246,6 +246,23 @@ pub enum ReplayOutcome {
         submission_erased: bool,
         endpoint_deleted: bool,
     },
+    /// Replayable but for where it was to go: retargeted, and its endpoint has no webhook.
+    EndpointWithoutWebhook(EndpointId),
+}
+
+/// Where a replayed delivery goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayTarget {
+    /// Where it was first sent, signed with the secret it was accepted under.
+    Snapshot,
+    /// The endpoint's webhook URL and secret as they are now.
+    Current,
+}
+
+impl ReplayTarget {
+    fn retarget(self) -> bool {
+        self == ReplayTarget::Current
+    }
 }
 
 static REPLAY_ONE: SqlText = sql!("replay_one.sql", with_events);
@@ -255,11 +272,16 @@ struct ReplayOne;
 pub async fn replay(
     conn: &mut AsyncPgConnection,
     id: &DeliveryId,
+    target: ReplayTarget,
     now: Option<DateTime<Utc>>,
 ) -> Result<ReplayOutcome, DbError> {
     let replayed: Option<DeliveryRow> = Statement::<ReplayOne, DeliveryRowSql, _>::new(
         &REPLAY_ONE,
-        (bind::<Text, _>(id), bind::<Nullable<Timestamptz>, _>(now)),
+        (
+            bind::<Text, _>(id),
+            bind::<Nullable<Timestamptz>, _>(now),
+            bind::<diesel::sql_types::Bool, _>(target.retarget()),
+        ),
     )
     .get_result(conn)
     .await
@@ -267,25 +289,41 @@ pub async fn replay(
     if let Some(row) = replayed {
         return Ok(ReplayOutcome::Replayed(row));
     }
-    let current: Option<(DeliveryState, Option<SubmissionId>, Option<DateTime<Utc>>)> =
-        webhook_deliveries::table
-            .inner_join(super::schema::endpoints::table)
-            .filter(webhook_deliveries::id.eq(id))
-            .select((
-                webhook_deliveries::state,
-                webhook_deliveries::submission_id,
-                super::schema::endpoints::deleted_at,
-            ))
-            .first(conn)
-            .await
-            .optional()?;
+    type Found = (
+        DeliveryState,
+        Option<SubmissionId>,
+        EndpointId,
+        Option<DateTime<Utc>>,
+        Option<String>,
+    );
+    let current: Option<Found> = webhook_deliveries::table
+        .inner_join(super::schema::endpoints::table)
+        .filter(webhook_deliveries::id.eq(id))
+        .select((
+            webhook_deliveries::state,
+            webhook_deliveries::submission_id,
+            webhook_deliveries::endpoint_id,
+            super::schema::endpoints::deleted_at,
+            super::schema::endpoints::webhook_url,
+        ))
+        .first(conn)
+        .await
+        .optional()?;
     Ok(match current {
         None => ReplayOutcome::NotFound,
-        Some((state, submission_id, deleted_at)) => ReplayOutcome::NotReplayable {
-            state,
-            submission_erased: submission_id.is_none(),
-            endpoint_deleted: deleted_at.is_some(),
-        },
+        Some((state, submission_id, endpoint_id, deleted_at, webhook_url)) => {
+            let replayable =
+                state == DeliveryState::Failed && submission_id.is_some() && deleted_at.is_none();
+            if replayable && target.retarget() && webhook_url.is_none() {
+                ReplayOutcome::EndpointWithoutWebhook(endpoint_id)
+            } else {
+                ReplayOutcome::NotReplayable {
+                    state,
+                    submission_erased: submission_id.is_none(),
+                    endpoint_deleted: deleted_at.is_some(),
+                }
+            }
+        }
     })
 }
 
@@ -307,6 +345,7 @@ struct ReplayableCount;
 pub async fn count_replayable(
     conn: &mut AsyncPgConnection,
     filter: &ReplayFilter,
+    target: ReplayTarget,
 ) -> Result<usize, DbError> {
     let count: i64 = Statement::<ReplayableCount, BigInt, _>::new(
         &REPLAYABLE_COUNT,
@@ -316,6 +355,7 @@ pub async fn count_replayable(
             bind::<Nullable<Timestamptz>, _>(filter.failed_before),
             bind::<Nullable<Timestamptz>, _>(filter.created_after),
             bind::<Nullable<Timestamptz>, _>(filter.created_before),
+            bind::<diesel::sql_types::Bool, _>(target.retarget()),
         ),
     )
     .get_result(conn)
@@ -331,6 +371,7 @@ struct ReplayMatching;
 pub async fn replay_matching(
     conn: &mut AsyncPgConnection,
     filter: &ReplayFilter,
+    target: ReplayTarget,
     now: Option<DateTime<Utc>>,
 ) -> Result<usize, DbError> {
     let (replayed, _notified): (i64, i64) = Statement::<ReplayMatching, (BigInt, BigInt), _>::new(
@@ -342,6 +383,7 @@ pub async fn replay_matching(
             bind::<Nullable<Timestamptz>, _>(now),
             bind::<Nullable<Timestamptz>, _>(filter.created_after),
             bind::<Nullable<Timestamptz>, _>(filter.created_before),
+            bind::<diesel::sql_types::Bool, _>(target.retarget()),
         ),
     )
     .get_result(conn)

@@ -10,7 +10,7 @@ use super::types::{
 };
 use super::{app, database, scope, time_range, ResultExt};
 use crate::db;
-use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome};
+use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
 use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
 use crate::db::models::EndpointRow;
 use crate::db::submissions::EraseOutcome;
@@ -55,6 +55,29 @@ pub struct ReplayFilter {
     pub failed_before: Option<Timestamp>,
     pub created_after: Option<Timestamp>,
     pub created_before: Option<Timestamp>,
+}
+
+/// Where a replayed delivery goes.
+#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplayDestination {
+    /// Where it was first sent, signed with the secret it was accepted under: the URL and
+    /// secret captured when its submission was accepted. What a replay does when
+    /// `destination` is left out or `null`.
+    #[default]
+    Snapshot,
+    /// The endpoint's webhook URL and current secret as they are now, for a receiver that
+    /// moved or a secret that was rotated because it leaked. The delivery keeps this new
+    /// destination from then on.
+    Current,
+}
+
+impl ReplayDestination {
+    fn target(self) -> ReplayTarget {
+        match self {
+            ReplayDestination::Snapshot => ReplayTarget::Snapshot,
+            ReplayDestination::Current => ReplayTarget::Current,
+        }
+    }
 }
 
 /// The API's error for a setting that breaks its rule, naming the input field.
@@ -535,15 +558,23 @@ impl MutationRoot {
         }
     }
 
-    /// Puts a failed delivery back in the queue with a fresh retry cycle.
-    async fn replay_delivery(&self, ctx: &Context<'_>, id: ID) -> Result<ReplayDeliveryPayload> {
+    /// Puts a failed delivery back in the queue with a fresh retry cycle. It goes where it
+    /// was first sent, signed with the secret it was accepted under, unless `destination`
+    /// is `CURRENT` (left out or `null`: `SNAPSHOT`).
+    async fn replay_delivery(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        destination: Option<ReplayDestination>,
+    ) -> Result<ReplayDeliveryPayload> {
         let app = app(ctx);
+        let target = destination.unwrap_or_default().target();
         let now = app.clock.pinned();
         let Some(delivery) = DeliveryId::parse(&id) else {
             return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql();
         };
         match database(ctx)
-            .run(async |conn| db::deliveries::replay(conn, &delivery, now).await)
+            .run(async |conn| db::deliveries::replay(conn, &delivery, target, now).await)
             .await
             .gql()?
         {
@@ -551,6 +582,12 @@ impl MutationRoot {
                 delivery: Delivery(row),
             }),
             ReplayOutcome::NotFound => Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql(),
+            ReplayOutcome::EndpointWithoutWebhook(endpoint_id) => {
+                Err(ApiError::EndpointHasNoWebhook {
+                    endpoint_id: endpoint_id.to_string(),
+                })
+                .gql()
+            }
             ReplayOutcome::NotReplayable {
                 state,
                 submission_erased,
@@ -570,14 +607,18 @@ impl MutationRoot {
 
     /// Replays every failed delivery matching the filter, in one statement. With `dryRun`
     /// (`true`; left out or `null`: `false`) nothing changes and `count` says how many it
-    /// would replay now, to confirm first.
+    /// would replay now, to confirm first. With `destination: CURRENT` each goes to its
+    /// endpoint's webhook as it is now, and deliveries of an endpoint without a webhook
+    /// are left failed (and not counted).
     async fn replay_deliveries(
         &self,
         ctx: &Context<'_>,
         filter: ReplayFilter,
         dry_run: Option<bool>,
+        destination: Option<ReplayDestination>,
     ) -> Result<ReplayDeliveriesPayload> {
         let app = app(ctx);
+        let target = destination.unwrap_or_default().target();
         let (failed_after, failed_before) = time_range(filter.failed_after, filter.failed_before)?;
         let (created_after, created_before) =
             time_range(filter.created_after, filter.created_before)?;
@@ -595,9 +636,9 @@ impl MutationRoot {
         let count = database(ctx)
             .run(async |conn| {
                 if dry_run == Some(true) {
-                    db::deliveries::count_replayable(conn, &query).await
+                    db::deliveries::count_replayable(conn, &query, target).await
                 } else {
-                    db::deliveries::replay_matching(conn, &query, now).await
+                    db::deliveries::replay_matching(conn, &query, target, now).await
                 }
             })
             .await

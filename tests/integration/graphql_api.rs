@@ -867,3 +867,149 @@ async fn delivery_activity_counts_deliveries_ending_per_minute() {
         json!({"pending": 1, "processing": 0, "delivered": 0, "failed": 0})
     );
 }
+
+/// A replay goes where its delivery was first sent, signed with the secret it was accepted
+/// under; with `destination: CURRENT` (one or in bulk) it goes to the endpoint's webhook as
+/// it is now, after a rotation and a move, and only the new secret verifies it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
+    use crate::receiver::Receiver;
+    use hymical_forms::testing::delivery::payload::signature;
+    let old_receiver = Receiver::start().await;
+    let new_receiver = Receiver::start().await;
+    let (app, key) = app_with_key(&[
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+        ("FORMS_WEBHOOK_MAX_ATTEMPTS", "1"),
+    ])
+    .await;
+    let created = app
+        .gql(
+            &key,
+            CREATE,
+            json!({"input": {"id": "contact", "name": "Contact", "webhookUrl": old_receiver.url("/status/503")}}),
+        )
+        .await;
+    let leaked = created["data"]["createEndpoint"]["webhookSecret"]
+        .as_str()
+        .expect("secret")
+        .to_string();
+    for n in 0..3 {
+        app.submit("contact", &format!("n={n}")).await;
+    }
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 3);
+    old_receiver.wait_for(3).await;
+    let failed: Vec<String> = app.db.deliveries().await.into_iter().map(|d| d.id).collect();
+    for id in &failed {
+        assert_eq!(app.db.delivery(id).await.state, "failed");
+    }
+
+    // The secret leaked and the receiver moved: rotate without overlap, change the URL.
+    let rotated = app
+        .gql(
+            &key,
+            "mutation { rotateWebhookSecret(endpointId: \"contact\", overlapSeconds: 0) { webhookSecret } }",
+            json!({}),
+        )
+        .await;
+    let rotated = rotated["data"]["rotateWebhookSecret"]["webhookSecret"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{rotated}"))
+        .to_string();
+    let moved = app
+        .gql(
+            &key,
+            UPDATE,
+            json!({"input": {"id": "contact", "webhookUrl": new_receiver.url("/hook")}}),
+        )
+        .await;
+    // A new URL gets a secret of its own; without one the rotated secret stays current.
+    let fresh = moved["data"]["updateEndpoint"]["webhookSecret"]
+        .as_str()
+        .map_or(rotated, str::to_string);
+    assert_ne!(fresh, leaked);
+    let replay = "mutation($id: ID!, $to: ReplayDestination) { replayDelivery(id: $id, destination: $to) { delivery { state destinationUrl } } }";
+
+    // The default: the snapshot, old place and old secret.
+    let body = app.gql(&key, replay, json!({"id": failed[0]})).await;
+    assert_eq!(
+        body["data"]["replayDelivery"]["delivery"]["destinationUrl"],
+        old_receiver.url("/status/503"),
+        "{body}"
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let at_old = old_receiver.wait_for(4).await;
+    let snapshot = &at_old[3];
+    assert_eq!(
+        snapshot.headers["hymical-signature"].to_str().unwrap(),
+        signature(&leaked, &snapshot.body)
+    );
+
+    // One to where the endpoint is now: new place, signed with the new secret only.
+    let body = app
+        .gql(&key, replay, json!({"id": failed[1], "to": "CURRENT"}))
+        .await;
+    assert_eq!(
+        body["data"]["replayDelivery"]["delivery"],
+        json!({"state": "PENDING", "destinationUrl": new_receiver.url("/hook")}),
+        "{body}"
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let at_new = new_receiver.wait_for(1).await;
+    let current = &at_new[0];
+    let hymical = current.headers["hymical-signature"].to_str().unwrap();
+    assert_eq!(hymical, signature(&fresh, &current.body));
+    assert_ne!(hymical, signature(&leaked, &current.body));
+    assert_eq!(app.db.delivery(&failed[1]).await.state, "delivered");
+    assert_eq!(old_receiver.received().len(), 4, "nothing more to the old place");
+
+    // In bulk: the two still failed (the snapshot replay failed again at the old place).
+    let bulk = "mutation($dry: Boolean, $to: ReplayDestination) { replayDeliveries(filter: { endpointId: \"contact\" }, dryRun: $dry, destination: $to) { count } }";
+    let body = app
+        .gql(&key, bulk, json!({"dry": true, "to": "CURRENT"}))
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 2, "{body}");
+    let body = app.gql(&key, bulk, json!({"to": "CURRENT"})).await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 2, "{body}");
+    assert_eq!(worker.run_once().await.unwrap(), 2);
+    let at_new = new_receiver.wait_for(3).await;
+    for received in &at_new[1..] {
+        assert_eq!(
+            received.headers["hymical-signature"].to_str().unwrap(),
+            signature(&fresh, &received.body)
+        );
+    }
+    assert_eq!(old_receiver.received().len(), 4);
+
+    // Without a webhook there is nowhere current to go; the snapshot still is.
+    app.gql(
+        &key,
+        UPDATE,
+        json!({"input": {"id": "contact", "webhookUrl": null}}),
+    )
+    .await;
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(format!(
+        "UPDATE webhook_deliveries SET state = 'failed', completed_at = now() WHERE id = '{}'",
+        failed[0]
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let body = app
+        .gql(&key, replay, json!({"id": failed[0], "to": "CURRENT"}))
+        .await;
+    assert_eq!(code(&body), "ENDPOINT_HAS_NO_WEBHOOK", "{body}");
+    assert_eq!(body["errors"][0]["extensions"]["details"]["endpoint_id"], "contact");
+    let body = app
+        .gql(&key, bulk, json!({"dry": true, "to": "CURRENT"}))
+        .await;
+    assert_eq!(body["data"]["replayDeliveries"]["count"], 0, "{body}");
+    let body = app.gql(&key, replay, json!({"id": failed[0]})).await;
+    assert_eq!(
+        body["data"]["replayDelivery"]["delivery"]["state"],
+        "PENDING",
+        "{body}"
+    );
+}

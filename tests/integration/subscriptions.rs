@@ -97,7 +97,10 @@ async fn each_protocol_rule_has_its_close_code() {
     client.subscribe_events(&long_id, "").await;
     let (code, reason) = client.closed(SHORT).await;
     assert_eq!(code, 4409, "{reason}");
-    assert!(reason.len() <= 123 && reason.starts_with("Subscriber for éé"), "{reason}");
+    assert!(
+        reason.len() <= 123 && reason.starts_with("Subscriber for éé"),
+        "{reason}"
+    );
 
     // ping → pong with the payload, before and after the acknowledgement.
     let mut client = WsClient::connect(&url, "graphql-transport-ws").await;
@@ -986,7 +989,7 @@ async fn sockets_with_the_same_live_subscription_all_get_each_event() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_change_the_service_makes_writes_its_event() {
-    use hymical_forms::testing::db::deliveries::{self, ReplayFilter};
+    use hymical_forms::testing::db::deliveries::{self, ReplayFilter, ReplayTarget};
     use hymical_forms::testing::db::models::ClaimedDelivery;
     use hymical_forms::testing::db::queue::{self, AttemptRecord, OwnerTransition};
     use hymical_forms::testing::model::ids::ClaimToken;
@@ -1046,7 +1049,7 @@ async fn every_change_the_service_makes_writes_its_event() {
     // Replayed, claimed, and failed without an attempt (as when its submission was erased
     // meanwhile); then replayed in bulk.
     assert!(matches!(
-        deliveries::replay(&mut conn, &first.id, Some(later))
+        deliveries::replay(&mut conn, &first.id, ReplayTarget::Snapshot, Some(later))
             .await
             .unwrap(),
         deliveries::ReplayOutcome::Replayed(_)
@@ -1058,9 +1061,14 @@ async fn every_change_the_service_makes_writes_its_event() {
             .unwrap()
     );
     // Bulk replay.
-    let replayed = deliveries::replay_matching(&mut conn, &ReplayFilter::default(), Some(later))
-        .await
-        .unwrap();
+    let replayed = deliveries::replay_matching(
+        &mut conn,
+        &ReplayFilter::default(),
+        ReplayTarget::Snapshot,
+        Some(later),
+    )
+    .await
+    .unwrap();
     assert_eq!(replayed, 1);
     // kind state (previous) attempts/cycle outcome, one line per event.
     type Stored = (String, String, Option<String>, i32, i32, Option<String>);
