@@ -11,6 +11,8 @@ use crate::feed::EventFeed;
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
+use crate::intake::{Intake, IntakeState};
+use axum::extract::FromRef;
 
 pub struct App {
     pub config: Config,
@@ -28,15 +30,20 @@ pub struct App {
     pub revocations: Arc<KeyRevocations>,
     /// One permit per export that may stream at once (`FORMS_EXPORT_MAX_CONCURRENT`).
     pub exports: Arc<tokio::sync::Semaphore>,
-    /// The endpoints intake has read, kept current by the LISTEN connection.
-    pub endpoints: Arc<EndpointCache>,
-    /// Intake's group commit: the queue its writers take batches from.
-    pub committer: Committer,
     /// The request bodies held at once, all requests together.
     pub body_budget: BodyBudget,
+    /// Intake's part: its endpoint cache and group commit, and what it shares with the rest.
+    pub intake: IntakeState,
 }
 
 pub type AppState = Arc<App>;
+
+/// Intake's handlers take their part of the state only.
+impl FromRef<AppState> for IntakeState {
+    fn from_ref(app: &AppState) -> IntakeState {
+        app.intake.clone()
+    }
+}
 
 impl App {
     pub fn new(
@@ -58,6 +65,15 @@ impl App {
     ) -> AppState {
         // Before anything is counted.
         crate::telemetry::meters::install();
+        let body_budget = BodyBudget::new(config.http.max_buffered_body_bytes);
+        let intake = IntakeState(Arc::new(Intake {
+            config: config.clone(),
+            db: db.clone(),
+            clock: clock.clone(),
+            endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
+            committer: Committer::default(),
+            body_budget: body_budget.clone(),
+        }));
         Arc::new(App {
             connection,
             graphql_db: db.share(config.graphql.database_connections),
@@ -66,9 +82,8 @@ impl App {
             events: Arc::new(events),
             revocations: Arc::new(KeyRevocations::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
-            endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
-            committer: Committer::default(),
-            body_budget: BodyBudget::new(config.http.max_buffered_body_bytes),
+            body_budget,
+            intake,
             config,
         })
     }

@@ -67,7 +67,7 @@ impl Services {
         // subscriptions, and keeps intake's endpoint cache current.
         let feed = app.events.clone();
         let wake = worker_wake.clone();
-        let endpoints = app.endpoints.clone();
+        let endpoints = app.intake.endpoints.clone();
         tasks.spawn(listen::run(
             app.connection.clone(),
             &[DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED],
@@ -157,7 +157,7 @@ impl Services {
         // queued, once its server has answered them.
         let api_drained = CancellationToken::new();
         if api {
-            for writer in app.committer.writers(
+            for writer in app.intake.committer.writers(
                 app.db.clone(),
                 app.clock.clone(),
                 api_drained.clone(),

@@ -41,7 +41,7 @@ pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
-    for writer in app.committer.writers(
+    for writer in app.intake.committer.writers(
         app.db.clone(),
         app.clock.clone(),
         tokio_util::sync::CancellationToken::new(),

@@ -129,7 +129,7 @@ where
         .await
         .gql()?
         .gql()?;
-    app(ctx).endpoints.invalidate(id);
+    app(ctx).intake.endpoints.invalidate(id);
     updated
         .ok_or(ApiError::EndpointNotFound {
             endpoint_id: id.0.clone(),
@@ -233,7 +233,7 @@ impl MutationRoot {
             .await
             .gql()?;
         // This process's intake sees the new endpoint at once; others on notification.
-        app.endpoints.invalidate(&input.id);
+        app.intake.endpoints.invalidate(&input.id);
         let row = match inserted {
             (true, Some(row)) => row,
             (true, None) => {
@@ -528,7 +528,7 @@ impl MutationRoot {
             .run(async |conn| db::endpoints::delete(conn, &target, cancel, history, now).await)
             .await
             .gql()?;
-        app.endpoints.invalidate(&input.id);
+        app.intake.endpoints.invalidate(&input.id);
         match outcome {
             DeleteOutcome::Deleted { cancelled } => {
                 tracing::warn!(endpoint_id = %target, history = ?history, cancelled, "endpoint deleted");

@@ -26,11 +26,13 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use crate::app::AppState;
-use crate::clock::format_timestamp;
+use crate::clock::{format_timestamp, Clock};
+use crate::config::Config;
 use crate::db::models::{EndpointRow, KeyedSubmission};
 use crate::db::submissions::NewSubmission;
+use crate::db::Db;
 use crate::error::ApiError;
+use crate::http::BodyBudget;
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
@@ -38,7 +40,37 @@ use committer::{Attempt, Counted, EndpointStage, Work};
 use fields::{Honeypot, NormalisedFields};
 use rate_limit::Limit;
 
-pub fn routes() -> Router<AppState> {
+/// What intake's handlers share: their part of the application's state (the application
+/// hands it over through [`axum::extract::FromRef`], so intake needs nothing above it).
+pub struct Intake {
+    pub config: Config,
+    pub db: Db,
+    pub clock: Arc<dyn Clock>,
+    /// The endpoints intake has read, kept current by the LISTEN connection.
+    pub endpoints: Arc<endpoint_cache::EndpointCache>,
+    /// The group commit: the queue its writers take batches from.
+    pub committer: committer::Committer,
+    /// The request bodies held at once, shared with every other route that reads one.
+    pub body_budget: BodyBudget,
+}
+
+/// [`Intake`] as the handlers' state.
+#[derive(Clone)]
+pub struct IntakeState(pub Arc<Intake>);
+
+impl std::ops::Deref for IntakeState {
+    type Target = Intake;
+
+    fn deref(&self) -> &Intake {
+        &self.0
+    }
+}
+
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    IntakeState: axum::extract::FromRef<S>,
+{
     Router::new()
         .route("/f/{endpoint_id}", post(submit).options(preflight))
         .route_layer(middleware::from_fn(count_submissions))
@@ -66,7 +98,7 @@ pub struct Accepted {
 }
 
 async fn submit(
-    State(app): State<AppState>,
+    State(intake): State<IntakeState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     endpoint_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
@@ -74,7 +106,15 @@ async fn submit(
 ) -> Response {
     let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
     let mut endpoint = None;
-    let result = accept(&app, peer.ip(), endpoint_id, &headers, body, &mut endpoint).await;
+    let result = accept(
+        &intake,
+        peer.ip(),
+        endpoint_id,
+        &headers,
+        body,
+        &mut endpoint,
+    )
+    .await;
     let mut response = match result {
         Ok(accepted) => success_response(accepted, endpoint.as_deref(), &headers),
         Err(error) => error.into_response(),
@@ -90,7 +130,7 @@ async fn submit(
 /// The checks of intake in order (docs/intake.md). `endpoint` receives the endpoint once it is
 /// known, for the CORS headers of whatever the answer is.
 async fn accept(
-    app: &AppState,
+    intake: &Intake,
     peer: IpAddr,
     endpoint_id: Option<String>,
     headers: &HeaderMap,
@@ -98,7 +138,7 @@ async fn accept(
     endpoint: &mut Option<Arc<EndpointRow>>,
 ) -> Result<Accepted, ApiError> {
     // 1. Body size: a declared length is judged before any byte is read.
-    let limit_bytes = app.config.intake.max_body_bytes;
+    let limit_bytes = intake.config.intake.max_body_bytes;
     let declared =
         header_text(headers, header::CONTENT_LENGTH).and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit_bytes as u64) {
@@ -107,13 +147,13 @@ async fn accept(
     let body = crate::http::read_body(
         body,
         limit_bytes,
-        app.config.http.body_read_timeout,
-        &app.body_budget,
+        intake.config.http.body_read_timeout,
+        &intake.body_budget,
     )
     .await?;
-    let now = app.clock.now();
+    let now = intake.clock.now();
     let attempt = prepare(
-        app,
+        intake,
         peer,
         endpoint_id,
         headers,
@@ -122,7 +162,7 @@ async fn accept(
         endpoint,
     )
     .await;
-    let answer = app.committer.submit(attempt).await;
+    let answer = intake.committer.submit(attempt).await;
     // The body counts against the budget of bodies held until its submission is answered.
     drop(body);
     answer
@@ -133,7 +173,7 @@ async fn accept(
 /// them). Only an endpoint the cache does not hold is read here.
 #[allow(clippy::too_many_arguments)]
 async fn prepare(
-    app: &AppState,
+    intake: &Intake,
     peer: IpAddr,
     endpoint_id: Option<String>,
     headers: &HeaderMap,
@@ -141,7 +181,7 @@ async fn prepare(
     now: DateTime<Utc>,
     endpoint: &mut Option<Arc<EndpointRow>>,
 ) -> Attempt {
-    let limits = &app.config.rate_limit;
+    let limits = &intake.config.rate_limit;
     // 2. Per-source limit.
     let source = limits.enabled.then(|| {
         let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
@@ -156,7 +196,7 @@ async fn prepare(
     });
     let stage = async {
         // 3. Id syntax; 4. lookup.
-        let found = find_endpoint(app, endpoint_id.as_deref()).await?;
+        let found = find_endpoint(intake, endpoint_id.as_deref()).await?;
         let found = &**endpoint.insert(found);
         // 5. Per-endpoint limit.
         let counted = limits.enabled.then(|| Counted {
@@ -167,7 +207,7 @@ async fn prepare(
             },
             now,
         });
-        let outcome = after_limits(app, found, headers, body, now).await;
+        let outcome = after_limits(intake, found, headers, body, now).await;
         Ok::<_, ApiError>(EndpointStage { counted, outcome })
     };
     Attempt {
@@ -178,7 +218,7 @@ async fn prepare(
 
 /// Steps 6 to 13.
 async fn after_limits(
-    app: &AppState,
+    intake: &Intake,
     endpoint: &EndpointRow,
     headers: &HeaderMap,
     body: Bytes,
@@ -206,7 +246,7 @@ async fn after_limits(
 
     // 10. Parse; 11. rules; 12. honeypot.
     let mut pairs = parse::parse(media_type, content_type.unwrap_or_default(), body).await?;
-    fields::check_rules(&pairs, &app.config.intake)?;
+    fields::check_rules(&pairs, &intake.config.intake)?;
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
         // Answer exactly as a success would, so the bot learns nothing; store nothing.
         return Ok(Work::Answer(Accepted {
@@ -244,12 +284,16 @@ async fn after_limits(
 
 /// Steps 3 and 4: the path's endpoint id, well-formed and naming an endpoint (read
 /// through the cache). A deleted endpoint kept for its history is not found either.
-async fn find_endpoint(app: &AppState, raw_id: Option<&str>) -> Result<Arc<EndpointRow>, ApiError> {
+async fn find_endpoint(
+    intake: &Intake,
+    raw_id: Option<&str>,
+) -> Result<Arc<EndpointRow>, ApiError> {
     let endpoint_id = raw_id
         .and_then(EndpointId::parse)
         .ok_or(ApiError::InvalidEndpointId)?;
-    app.endpoints
-        .find(&app.db, &endpoint_id)
+    intake
+        .endpoints
+        .find(&intake.db, &endpoint_id)
         .await?
         .filter(|endpoint| endpoint.deleted_at.is_none())
         .ok_or_else(|| ApiError::EndpointNotFound {
@@ -322,14 +366,14 @@ fn success_response(
 
 /// `OPTIONS /f/{endpoint_id}`: answers CORS preflights.
 async fn preflight(
-    State(app): State<AppState>,
+    State(intake): State<IntakeState>,
     endpoint_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Response {
     let origin = header_text(&headers, header::ORIGIN);
     let result = async {
         let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
-        let endpoint = find_endpoint(&app, endpoint_id.as_deref()).await?;
+        let endpoint = find_endpoint(&intake, endpoint_id.as_deref()).await?;
         if !browser::origin_allowed(&endpoint, origin) {
             let endpoint_id = endpoint.id.to_string();
             return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));

@@ -1,4 +1,5 @@
-//! What the process counts, and `/metrics`, in the Prometheus text format.
+//! What the process counts, rendered in the Prometheus text format for `/metrics` (served
+//! by the router, `router/metrics.rs`).
 //!
 //! Every metric name is written here and nowhere else; the rest of the code calls the
 //! functions below. Labels are closed vocabularies (an HTTP status, an attempt outcome, a
@@ -14,17 +15,9 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::app::AppState;
-use crate::auth;
 use crate::db;
-use crate::error::ApiError;
 use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
 
 /// Seconds; from a fast loopback answer to the slowest request timeout.
@@ -279,22 +272,9 @@ pub fn event_feed_lag(lag: Duration) {
     metrics::gauge!("hymical_event_feed_lag_seconds").set(lag.as_secs_f64());
 }
 
-/// `/metrics`, on whichever listener serves it.
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(scrape))
-}
-
-/// The Prometheus text format, version 0.0.4.
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    if app.config.metrics.require_key {
-        auth::authenticate_headers(&app.db, &headers, app.clock.now()).await?;
-    }
-    let queue = app
-        .db
-        .run(async |conn| db::deliveries::queue_figures(conn).await)
-        .await?;
+/// The queue and the pool as a scrape reports them: read when the scrape asks, so every
+/// process reports the same queue.
+pub fn record_queue_and_pool(queue: &db::deliveries::QueueFigures, pool: db::PoolUsage) {
     for (state, count) in [
         (DeliveryState::Pending, queue.counts.pending),
         (DeliveryState::Processing, queue.counts.processing),
@@ -305,14 +285,14 @@ async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Respo
     }
     metrics::gauge!("hymical_delivery_oldest_due_seconds").set(queue.oldest_due_seconds);
     metrics::gauge!("hymical_endpoints_paused").set(queue.paused_endpoints as f64);
-    let pool = app.db.usage();
     metrics::gauge!("hymical_db_pool_connections", "state" => "in_use").set(f64::from(pool.in_use));
     metrics::gauge!("hymical_db_pool_connections", "state" => "idle").set(f64::from(pool.idle));
     metrics::gauge!("hymical_db_pool_waiting").set(pool.waiting as f64);
+}
+
+/// Everything counted, in the Prometheus text format (version 0.0.4), with the process's
+/// own figures read now.
+pub fn render() -> String {
     PROCESS.collect();
-    let mut response = RECORDER.render().into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-    Ok(response)
+    RECORDER.render()
 }

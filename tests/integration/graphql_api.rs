@@ -900,7 +900,13 @@ async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
     let worker = app.worker(None);
     assert_eq!(worker.run_once().await.unwrap(), 3);
     old_receiver.wait_for(3).await;
-    let failed: Vec<String> = app.db.deliveries().await.into_iter().map(|d| d.id).collect();
+    let failed: Vec<String> = app
+        .db
+        .deliveries()
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
     for id in &failed {
         assert_eq!(app.db.delivery(id).await.state, "failed");
     }
@@ -962,7 +968,11 @@ async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
     assert_eq!(hymical, signature(&fresh, &current.body));
     assert_ne!(hymical, signature(&leaked, &current.body));
     assert_eq!(app.db.delivery(&failed[1]).await.state, "delivered");
-    assert_eq!(old_receiver.received().len(), 4, "nothing more to the old place");
+    assert_eq!(
+        old_receiver.received().len(),
+        4,
+        "nothing more to the old place"
+    );
 
     // In bulk: the two still failed (the snapshot replay failed again at the old place).
     let bulk = "mutation($dry: Boolean, $to: ReplayDestination) { replayDeliveries(filter: { endpointId: \"contact\" }, dryRun: $dry, destination: $to) { count } }";
@@ -1001,15 +1011,17 @@ async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
         .gql(&key, replay, json!({"id": failed[0], "to": "CURRENT"}))
         .await;
     assert_eq!(code(&body), "ENDPOINT_HAS_NO_WEBHOOK", "{body}");
-    assert_eq!(body["errors"][0]["extensions"]["details"]["endpoint_id"], "contact");
+    assert_eq!(
+        body["errors"][0]["extensions"]["details"]["endpoint_id"],
+        "contact"
+    );
     let body = app
         .gql(&key, bulk, json!({"dry": true, "to": "CURRENT"}))
         .await;
     assert_eq!(body["data"]["replayDeliveries"]["count"], 0, "{body}");
     let body = app.gql(&key, replay, json!({"id": failed[0]})).await;
     assert_eq!(
-        body["data"]["replayDelivery"]["delivery"]["state"],
-        "PENDING",
+        body["data"]["replayDelivery"]["delivery"]["state"], "PENDING",
         "{body}"
     );
 }

@@ -192,7 +192,9 @@ async fn list_fields_cost_what_their_pages_may_hold() {
     let authentication = counter.statements();
 
     let aliases: String = (0..499)
-        .map(|i| format!("a{i}: endpoints(first: 100) {{ nodes {{ deliveryCounts {{ pending }} }} }} "))
+        .map(|i| {
+            format!("a{i}: endpoints(first: 100) {{ nodes {{ deliveryCounts {{ pending }} }} }} ")
+        })
         .collect();
     let attack = format!("{{ {aliases} }}");
     assert!(attack.len() > 30_000);
@@ -212,7 +214,9 @@ async fn list_fields_cost_what_their_pages_may_hold() {
     counter.reset();
     let small = app.gql(&key, page, json!({})).await;
     let small_cost = counter.statements();
-    let nodes = small["data"]["endpoints"]["nodes"].as_array().expect("nodes");
+    let nodes = small["data"]["endpoints"]["nodes"]
+        .as_array()
+        .expect("nodes");
     for node in nodes {
         let expected = if node["id"] == "form-1" { 4 } else { 0 };
         assert_eq!(node["deliveryCounts"]["pending"], expected, "{node}");
@@ -223,7 +227,10 @@ async fn list_fields_cost_what_their_pages_may_hold() {
     }
     counter.reset();
     let large = app.gql(&key, page, json!({})).await;
-    assert_eq!(large["data"]["endpoints"]["nodes"].as_array().map(Vec::len), Some(30));
+    assert_eq!(
+        large["data"]["endpoints"]["nodes"].as_array().map(Vec::len),
+        Some(30)
+    );
     assert_eq!(
         counter.statements(),
         small_cost,
@@ -256,7 +263,9 @@ async fn an_operation_has_an_allowance_of_database_calls() {
         .filter(|i| answer["data"][format!("c{i}")]["pending"] == 0)
         .count();
     assert_eq!(answered, 3, "{answer}");
-    let again = app.gql(&key, "{ deliveryCounts { pending } }", json!({})).await;
+    let again = app
+        .gql(&key, "{ deliveryCounts { pending } }", json!({}))
+        .await;
     assert!(again.get("errors").is_none(), "{again}");
 }
 

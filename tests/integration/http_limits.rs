@@ -284,7 +284,9 @@ async fn one_address_holds_at_most_its_share_of_connections() {
         .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         .await;
     assert!(
-        closed_after(&mut third, Duration::from_secs(5)).await.is_some(),
+        closed_after(&mut third, Duration::from_secs(5))
+            .await
+            .is_some(),
         "a third connection from one address was kept"
     );
     let mut other = from("127.0.0.2").await;

@@ -37,6 +37,7 @@ mod intake_rate_limits;
 mod keys;
 mod metrics;
 mod migrations;
+mod module_graph;
 mod operations;
 mod pgbouncer;
 mod proxy;

@@ -21,8 +21,9 @@ use tracing::Span;
 use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
-use crate::telemetry::meters;
 use crate::{export, graphql, intake, pages};
+
+mod metrics;
 
 /// Every request carries one, in its log line and in the answer, so an operator can find
 /// the line a client's report is about.
@@ -38,7 +39,7 @@ pub fn router(app: AppState) -> Router {
         .merge(graphql::routes(schema))
         .merge(pages::console::routes());
     if app.config.metrics.bind.is_none() {
-        routes = routes.merge(meters::routes());
+        routes = routes.merge(metrics::routes());
     }
     wrap(routes, app)
 }
@@ -48,7 +49,7 @@ pub fn metrics_router(app: AppState) -> Router {
     wrap(
         Router::new()
             .route("/health", get(health))
-            .merge(meters::routes()),
+            .merge(metrics::routes()),
         app,
     )
 }
