@@ -157,7 +157,10 @@ async fn a_read_key_reads_and_changes_nothing() {
         .expect("key line")
         .to_string();
     assert!(stdout.contains("role: read"), "{stdout}");
-    let (ok, _, stderr) = run(&app.db, &["keys", "create", "--name", "x", "--role", "root"]);
+    let (ok, _, stderr) = run(
+        &app.db,
+        &["keys", "create", "--name", "x", "--role", "root"],
+    );
     assert!(!ok && stderr.contains("admin or read"), "{stderr}");
     let (_, listing, _) = run(&app.db, &["keys", "list"]);
     let line = listing
@@ -194,7 +197,9 @@ async fn a_read_key_reads_and_changes_nothing() {
         assert!(body.get("data").is_none(), "{mutation}: {body}");
         // The same document with an admin key reaches validation (it lacks its arguments
         // and selection): the refusal above was the role's.
-        let (_, body) = app.graphql(Some(&format!("Bearer {admin}")), &document).await;
+        let (_, body) = app
+            .graphql(Some(&format!("Bearer {admin}")), &document)
+            .await;
         assert_ne!(
             body["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
             "{mutation}: {body}"
@@ -207,7 +212,10 @@ async fn a_read_key_reads_and_changes_nothing() {
             r#"query Q { version } mutation Delete { deleteEndpoint(input: { id: "contact", history: ERASE }) { deletedEndpointId } }"#,
         )
         .await;
-    assert_eq!(status, 200, "without an operation name nothing runs: {body}");
+    assert_eq!(
+        status, 200,
+        "without an operation name nothing runs: {body}"
+    );
     let response = app
         .http
         .post(app.url("/graphql"))
@@ -229,9 +237,11 @@ async fn a_read_key_reads_and_changes_nothing() {
     let url = format!("ws://{}/graphql/ws", app.addr);
     let mut client = crate::ws_client::WsClient::ready(&url, &key).await;
     client
-        .send(serde_json::json!({ "type": "subscribe", "id": "m", "payload": {
+        .send(
+            serde_json::json!({ "type": "subscribe", "id": "m", "payload": {
             "query": r#"mutation { pauseEndpoint(endpointId: "contact") { endpoint { id } } }"#
-        } }))
+        } }),
+        )
         .await;
     let refused = client.next_json().await;
     assert_eq!(refused["type"], "error", "{refused}");
