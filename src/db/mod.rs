@@ -2,6 +2,9 @@
 //! the rows, and the queries of each concern (the worker's queue apart from the management
 //! reads). No other module builds a query; hand-written statements live in `sql/`.
 
+mod error;
+pub use error::DbError;
+
 pub mod deliveries;
 pub mod endpoints;
 pub mod events;
@@ -28,50 +31,6 @@ use crate::postgres_url as tls;
 
 type Manager = AsyncDieselConnectionManager<AsyncPgConnection>;
 pub type DbPool = bb8::Pool<Manager>;
-
-/// A failure to reach or use the database. Callers map every variant to
-/// `503 storage_unavailable`; the text is for logs and never reaches a client.
-///
-/// The wrapped errors are part of the message, not sources: a chain printer (`{:#}`)
-/// would print them twice.
-#[derive(Debug, thiserror::Error)]
-pub enum DbError {
-    #[error("database query failed: {0}")]
-    Query(diesel::result::Error),
-    #[error("no database connection available: {0}")]
-    Pool(String),
-    #[error("cannot connect to the database: {0}")]
-    Connect(diesel::ConnectionError),
-    #[error("the database did not answer within {0:?}")]
-    Deadline(Duration),
-    #[error("the database refuses connections")]
-    Unreachable,
-    /// Every connection of a share of the pool (GraphQL's) stayed in use past the
-    /// checkout timeout.
-    #[error("every connection of this share of the pool is in use")]
-    ShareExhausted,
-    /// One operation asked for more calls than its allowance ([`Db::for_operation`]).
-    #[error("the operation needs more than {limit} database calls")]
-    CallsExhausted { limit: usize },
-}
-
-impl From<diesel::result::Error> for DbError {
-    fn from(error: diesel::result::Error) -> Self {
-        DbError::Query(error)
-    }
-}
-
-impl From<diesel::ConnectionError> for DbError {
-    fn from(error: diesel::ConnectionError) -> Self {
-        DbError::Connect(error)
-    }
-}
-
-impl From<bb8::RunError<diesel_async::pooled_connection::PoolError>> for DbError {
-    fn from(error: bb8::RunError<diesel_async::pooled_connection::PoolError>) -> Self {
-        DbError::Pool(error.to_string())
-    }
-}
 
 /// How long a request waits for a free connection before it is answered with 503.
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);

@@ -35,8 +35,9 @@ use crate::db::rate_limits::{BatchCounters, CountedRequest, Counter, Counts};
 use crate::db::submissions::{IntakeClaim, NewSubmission, Written};
 use crate::db::{self, Db, DbError};
 use crate::delivery::handoff::{self, Handoff, Reservation};
-use crate::error::{ApiError, RateLimitScope};
+use crate::error::ApiError;
 use crate::model::ids::{ClaimToken, DeliveryId, SubmissionId};
+use crate::model::rate_limit::RateLimitScope;
 use crate::telemetry::meters::{self, IntakeStatement};
 
 /// The most submissions one batch writes. Past this a batch's statement grows for little

@@ -33,6 +33,7 @@ pub mod destination;
 pub mod endpoint;
 pub mod fields;
 pub mod ids;
+pub mod rate_limit;
 pub mod state;
 
 /// A stored value no variant or format of this build spells: the read fails with this

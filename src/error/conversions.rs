@@ -1,0 +1,55 @@
+//! How the failures of lower layers become API errors: a database failure is
+//! `storage_unavailable` (or, for a row this build cannot read, `internal_error`; for an
+//! operation past its allowance of calls, `query_too_complex`), the event feed's are its
+//! own.
+
+use super::ApiError;
+use crate::db::DbError;
+use crate::feed::FeedError;
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(error: diesel::result::Error) -> Self {
+        ApiError::from(DbError::Query(error))
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(error: DbError) -> Self {
+        ApiError::from(std::sync::Arc::new(error))
+    }
+}
+
+/// A DataLoader's shared failure.
+impl From<std::sync::Arc<DbError>> for ApiError {
+    fn from(error: std::sync::Arc<DbError>) -> Self {
+        if let DbError::CallsExhausted { limit } = *error {
+            return ApiError::QueryTooComplex {
+                reason: format!(
+                    "it needs more than {limit} database calls (FORMS_GRAPHQL_MAX_DATABASE_CALLS)"
+                ),
+            };
+        }
+        // A row this build cannot read is no outage: trying again will not help.
+        if error.is_unreadable_row() {
+            ApiError::Internal(error.summary())
+        } else {
+            ApiError::StorageUnavailable(error)
+        }
+    }
+}
+
+impl From<FeedError> for ApiError {
+    fn from(error: FeedError) -> Self {
+        match error {
+            FeedError::HistoryExpired {
+                after,
+                pruned_through,
+            } => ApiError::EventHistoryExpired {
+                after_event_id: after,
+                pruned_through,
+            },
+            FeedError::Storage(error) => ApiError::from(error),
+            FeedError::Closing => ApiError::Internal("the server is shutting down".into()),
+        }
+    }
+}
