@@ -55,26 +55,22 @@ pub async fn run_on_schedule(
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) {
-    let mut wait = Duration::from_secs(60);
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => return,
-        }
-        wait = SCHEDULE_EVERY;
+    let (db, clock) = (&db, &clock);
+    crate::clock::every(Duration::from_secs(60), SCHEDULE_EVERY, &shutdown, || async move {
         // The configuration caps the days far below an unrepresentable cutoff.
         let Some(cutoff) = cutoff(clock.now(), days) else {
             tracing::error!(
                 days,
                 "the retention cutoff is out of range; retention skipped"
             );
-            continue;
+            return;
         };
-        match apply(&db, cutoff, 1000, false).await {
+        match apply(db, cutoff, 1000, false).await {
             Ok(deleted) => tracing::info!(deleted, days, "retention applied"),
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
             }
         }
-    }
+    })
+    .await
 }

@@ -93,12 +93,9 @@ pub async fn sweep_expired_counters(
     shutdown: CancellationToken,
 ) {
     let longest = limits.ip_window_seconds.max(limits.endpoint_window_seconds);
-    let every = Duration::from_secs(u64::from(longest).clamp(10, 300));
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.cancelled() => return,
-        }
+    let period = Duration::from_secs(u64::from(longest).clamp(10, 300));
+    let (db, clock) = (&db, &clock);
+    crate::clock::every(period, period, &shutdown, || async move {
         let cutoff = sweep_cutoff(clock.now(), longest);
         let result = db
             .run(async |conn| db::rate_limits::sweep(conn, cutoff).await)
@@ -110,7 +107,8 @@ pub async fn sweep_expired_counters(
                 tracing::warn!(error = %error.summary(), "could not sweep rate-limit counters")
             }
         }
-    }
+    })
+    .await
 }
 
 /// Counters of windows that started before this may go: those that ended a whole window

@@ -1,0 +1,54 @@
+//! Delivery events are kept for `FORMS_EVENT_RETENTION_HOURS` (how far back a subscriber
+//! may resume); older ones are deleted in batches, at start and hourly.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::db::events;
+use crate::db::{Db, DbError};
+
+/// Pruning runs this often, deleting this many events per statement.
+const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
+const PRUNE_BATCH: i64 = 10_000;
+
+/// Deletes events older than `retention`, at start and hourly, until `shutdown`.
+pub async fn prune_on_schedule(
+    db: Db,
+    retention: Duration,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
+    // The configuration bounds the retention to a year: always representable.
+    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    let (db, clock) = (&db, &clock);
+    crate::clock::every(Duration::ZERO, PRUNE_INTERVAL, &shutdown, || async move {
+        match clock.now().checked_sub_signed(retention) {
+            Some(cutoff) => match prune(db, cutoff).await {
+                Ok(0) => {}
+                Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
+                Err(error) => {
+                    tracing::warn!(error = %error.summary(), "cannot prune delivery events")
+                }
+            },
+            None => tracing::error!("the event retention reaches before any time; nothing pruned"),
+        }
+    })
+    .await
+}
+
+/// Deletes every event older than `cutoff`, a batch per statement; returns how many.
+pub async fn prune(db: &Db, cutoff: chrono::DateTime<chrono::Utc>) -> Result<i64, DbError> {
+    let mut total = 0;
+    loop {
+        let pruned = db
+            .run(async |conn| events::prune_before(conn, cutoff, PRUNE_BATCH).await)
+            .await?;
+        total += pruned;
+        if pruned < PRUNE_BATCH {
+            return Ok(total);
+        }
+    }
+}
