@@ -36,7 +36,7 @@ use crate::http::BodyBudget;
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 
-use committer::{Attempt, Counted, EndpointStage, Work};
+use committer::{Counted, EndpointStage, IntakeRequest, Work};
 use fields::{Honeypot, NormalisedFields};
 use rate_limit::Limit;
 
@@ -152,7 +152,7 @@ async fn accept(
     )
     .await?;
     let now = intake.clock.now();
-    let attempt = prepare(
+    let request = prepare(
         intake,
         peer,
         endpoint_id,
@@ -162,7 +162,7 @@ async fn accept(
         endpoint,
     )
     .await;
-    let answer = intake.committer.submit(attempt).await;
+    let answer = intake.committer.submit(request).await;
     // The body counts against the budget of bodies held until its submission is answered.
     drop(body);
     answer
@@ -180,7 +180,7 @@ async fn prepare(
     body: Bytes,
     now: DateTime<Utc>,
     endpoint: &mut Option<Arc<EndpointRow>>,
-) -> Attempt {
+) -> IntakeRequest {
     let limits = &intake.config.rate_limit;
     // 2. Per-source limit.
     let source = limits.enabled.then(|| {
@@ -210,7 +210,7 @@ async fn prepare(
         let outcome = after_limits(intake, found, headers, body, now).await;
         Ok::<_, ApiError>(EndpointStage { counted, outcome })
     };
-    Attempt {
+    IntakeRequest {
         source,
         endpoint: stage.await,
     }
