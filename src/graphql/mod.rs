@@ -4,6 +4,7 @@
 pub mod cost;
 pub mod fanout;
 pub mod handler;
+pub mod listing;
 pub mod loaders;
 pub mod mutation;
 pub mod pagination;

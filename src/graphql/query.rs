@@ -3,11 +3,12 @@
 use async_graphql::connection::Connection;
 use async_graphql::{Context, InputObject, Object, Result, ID};
 
+use super::listing;
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
 use super::types::{
-    deliveries_page, submissions_page, ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts,
-    DeliveryState, Endpoint, Submission, Timestamp,
+    ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts, DeliveryState, Endpoint, Submission,
+    Timestamp,
 };
 use super::{app, database, scope, time_range, ResultExt};
 use crate::auth::AuthenticatedKey;
@@ -61,8 +62,7 @@ impl QueryRoot {
         let Some(id) = EndpointId::parse(&id) else {
             return Ok(None);
         };
-        let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.endpoints.load_one(id).await.gql()?.map(Endpoint))
+        Endpoint::load(ctx, &id).await
     }
 
     /// Every endpoint, newest first; those deleted with their history kept only with
@@ -123,7 +123,7 @@ impl QueryRoot {
             received_after,
             received_before,
         };
-        submissions_page(ctx, &query, page).await
+        listing::page::<listing::Submissions>(ctx, &query, page).await
     }
 
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
@@ -160,7 +160,7 @@ impl QueryRoot {
             created_after,
             created_before,
         };
-        deliveries_page(ctx, &query, page).await
+        listing::page::<listing::Deliveries>(ctx, &query, page).await
     }
 
     /// How many deliveries are in each state, for one endpoint or all.

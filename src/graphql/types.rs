@@ -8,18 +8,16 @@ use async_graphql::{
 };
 use chrono::{DateTime, Utc};
 
-use super::loaders::{prime_deliveries, prime_submissions, FirstPage, LoadError, Loaders};
-use super::pagination::PageRequest;
+use super::listing;
+use super::loaders::Loaders;
 use super::{app, database, ResultExt};
 use crate::clock::format_timestamp;
 use crate::db;
-use crate::db::deliveries::DeliveryFilter;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
-use crate::db::submissions::SubmissionFilter;
+use crate::model::ids::EndpointId;
 pub use crate::model::state::{
     AttemptOutcome, DeliveryState, EndpointEventKind, KeyRole, PauseReason,
 };
-use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +44,20 @@ impl ScalarType for Timestamp {
 }
 
 pub struct Endpoint(pub EndpointRow);
+
+impl Endpoint {
+    /// The endpoint with this id, through the request's loader (every endpoint a response
+    /// names loads in one query); `None` once erased.
+    pub async fn load(ctx: &Context<'_>, id: &EndpointId) -> Result<Option<Endpoint>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders
+            .endpoints
+            .load_one(id.clone())
+            .await
+            .gql()?
+            .map(Endpoint))
+    }
+}
 
 #[Object]
 impl Endpoint {
@@ -135,21 +147,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
-        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
-        if page.after.is_some() {
-            let filter = SubmissionFilter {
-                endpoint_id: Some(self.0.id.clone()),
-                ..SubmissionFilter::default()
-            };
-            return submissions_page(ctx, &filter, page).await;
-        }
-        let loader = &ctx.data_unchecked::<Loaders>().endpoint_submissions;
-        let rows = first_page(loader, &self.0.id, &page).await?;
-        Ok(page.connection(
-            rows,
-            |row| (row.received_at, row.id.to_string()),
-            Submission,
-        ))
+        listing::endpoint_page::<listing::Submissions>(ctx, &self.0.id, first, after).await
     }
 
     /// How many of this endpoint's deliveries are in each state.
@@ -172,17 +170,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
-        let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
-        if page.after.is_some() {
-            let filter = DeliveryFilter {
-                endpoint_id: Some(self.0.id.clone()),
-                ..DeliveryFilter::default()
-            };
-            return deliveries_page(ctx, &filter, page).await;
-        }
-        let loader = &ctx.data_unchecked::<Loaders>().endpoint_deliveries;
-        let rows = first_page(loader, &self.0.id, &page).await?;
-        Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Delivery))
+        listing::endpoint_page::<listing::Deliveries>(ctx, &self.0.id, first, after).await
     }
 }
 
@@ -201,13 +189,7 @@ impl Submission {
         ID(self.0.id.to_string())
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
-        let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders
-            .endpoints
-            .load_one(self.0.endpoint_id.clone())
-            .await
-            .gql()?
-            .map(Endpoint))
+        Endpoint::load(ctx, &self.0.endpoint_id).await
     }
     async fn received_at(&self) -> Timestamp {
         Timestamp(self.0.received_at)
@@ -280,13 +262,7 @@ impl Delivery {
             .map(Submission))
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
-        let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders
-            .endpoints
-            .load_one(self.0.endpoint_id.clone())
-            .await
-            .gql()?
-            .map(Endpoint))
+        Endpoint::load(ctx, &self.0.endpoint_id).await
     }
     /// The URL captured when the submission was accepted.
     async fn destination_url(&self) -> &str {
@@ -528,58 +504,4 @@ pub struct ReplayDeliveriesPayload {
 #[derive(SimpleObject)]
 pub struct DeleteSubmissionPayload {
     pub deleted_submission_id: ID,
-}
-
-/// One endpoint's first page, through a loader that loads the first pages of every
-/// endpoint a response lists together, in one statement.
-async fn first_page<L, Row>(
-    loader: &DataLoader<L, HashMapCache>,
-    endpoint: &crate::model::ids::EndpointId,
-    page: &PageRequest,
-) -> Result<Vec<Row>>
-where
-    L: Loader<FirstPage, Value = Vec<Row>, Error = LoadError>,
-    Row: Clone + Send + Sync + 'static,
-{
-    Ok(loader
-        .load_one((endpoint.clone(), page.fetch_limit()))
-        .await
-        .gql()?
-        .unwrap_or_default())
-}
-
-pub async fn submissions_page(
-    ctx: &Context<'_>,
-    filter: &SubmissionFilter,
-    page: PageRequest,
-) -> Result<Connection<String, Submission>> {
-    let after = page.after.clone();
-    let rows = database(ctx)
-        .run(async |conn| db::submissions::page(conn, filter, after, page.fetch_limit()).await)
-        .await
-        .gql()?;
-    prime_submissions(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
-        .await
-        .gql()?;
-    Ok(page.connection(
-        rows,
-        |row| (row.received_at, row.id.to_string()),
-        Submission,
-    ))
-}
-
-pub async fn deliveries_page(
-    ctx: &Context<'_>,
-    filter: &DeliveryFilter,
-    page: PageRequest,
-) -> Result<Connection<String, Delivery>> {
-    let after = page.after.clone();
-    let rows = database(ctx)
-        .run(async |conn| db::deliveries::page(conn, filter, after, page.fetch_limit()).await)
-        .await
-        .gql()?;
-    prime_deliveries(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
-        .await
-        .gql()?;
-    Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Delivery))
 }
