@@ -1,6 +1,7 @@
 //! Turning a request body into ordered (name, value) pairs, repeated names kept in order.
 
 use bytes::Bytes;
+use serde::Deserialize;
 
 use crate::error::ApiError;
 
@@ -89,8 +90,9 @@ pub fn parse_urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> 
         .collect()
 }
 
-/// `multipart/form-data` through multer. A part with a filename is refused by name: a
-/// file is never silently dropped.
+/// `multipart/form-data` through multer. A part with a file name (`filename` or
+/// `filename*`, see [`disposition_names_a_file`]) is refused by name: a file is never
+/// silently dropped.
 pub async fn parse_multipart(
     content_type: &str,
     body: Bytes,
@@ -108,7 +110,10 @@ pub async fn parse_multipart(
             Err(error) => return Err(malformed(multipart_reason(&error))),
         };
         let name = field.name().unwrap_or_default().to_string();
-        if field.file_name().is_some() {
+        // Not multer's `file_name()`: it knows only `filename=` (so `filename*=` slipped
+        // through as text) and finds it by searching the header's text, quoted strings
+        // included (so a name that contains `; filename=` read as a file).
+        if part_is_a_file(field.headers())? {
             return Err(ApiError::FileUploadNotSupported { field: name });
         }
         let bytes = field
@@ -122,6 +127,109 @@ pub async fn parse_multipart(
     Ok(pairs)
 }
 
+/// Whether a part's headers say it is a file: its `Content-Disposition` names a file
+/// ([`disposition_names_a_file`]). A part without the header is no file (its name is
+/// empty, which the field rules refuse). multer keeps the last of a repeated header, the
+/// same one its `name()` reads.
+fn part_is_a_file(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
+    let Some(disposition) = headers.get(axum::http::header::CONTENT_DISPOSITION) else {
+        return Ok(false);
+    };
+    disposition_names_a_file(disposition.as_bytes())
+        .ok_or_else(|| malformed(MALFORMED_PART_HEADERS))
+}
+
+const MALFORMED_PART_HEADERS: &str = "a multipart part has malformed headers";
+
+/// Whether a `Content-Disposition` value has a file-name parameter: `filename`, or the
+/// extended `filename*` of RFC 5987/8187 (`filename*=UTF-8''cv.pdf`) and its RFC 2231
+/// continuations (`filename*0`, `filename*0*`), parameter names compared without regard
+/// to case. `None` when the value does not parse as a disposition type followed by
+/// `; name=value` parameters, each value a token or a quoted string.
+///
+/// Parameters are split properly: a quoted string (with `\` escaping the next byte) may
+/// hold `;`, `=` and anything else, so `name="x; filename*=y"` is one parameter, `name`,
+/// and no file. Anything the split cannot place (a parameter without `=`, a stray quote,
+/// text after a quoted string) is malformed rather than guessed at, so no reading of an
+/// odd header can turn a file into a text field.
+fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
+    let is_space = |byte: &u8| matches!(byte, b' ' | b'\t');
+    let skip_spaces = |mut at: usize| {
+        while value.get(at).is_some_and(is_space) {
+            at += 1;
+        }
+        at
+    };
+    let token_end = |mut at: usize| {
+        while value.get(at).copied().is_some_and(is_token_byte) {
+            at += 1;
+        }
+        at
+    };
+    // The disposition type (`form-data`): a token.
+    let mut at = skip_spaces(0);
+    let type_end = token_end(at);
+    if type_end == at {
+        return None;
+    }
+    at = skip_spaces(type_end);
+    let mut names_a_file = false;
+    while at < value.len() {
+        if value[at] != b';' {
+            return None;
+        }
+        at = skip_spaces(at + 1);
+        // A trailing or doubled `;` adds no parameter.
+        if at == value.len() || value[at] == b';' {
+            continue;
+        }
+        let name_start = at;
+        at = token_end(at);
+        if at == name_start {
+            return None;
+        }
+        let name = &value[name_start..at];
+        at = skip_spaces(at);
+        if value.get(at) != Some(&b'=') {
+            return None;
+        }
+        at = skip_spaces(at + 1);
+        if value.get(at) == Some(&b'"') {
+            at += 1;
+            loop {
+                match value.get(at) {
+                    None => return None,
+                    Some(b'"') => break,
+                    // A quoted pair: the escaped byte, whatever it is, is text.
+                    Some(b'\\') => at += 2,
+                    Some(_) => at += 1,
+                }
+            }
+            at += 1;
+        } else {
+            // A bare value may be empty (`name=`), as older clients send it.
+            at = token_end(at);
+        }
+        at = skip_spaces(at);
+        names_a_file |= is_file_name_parameter(name);
+    }
+    Some(names_a_file)
+}
+
+/// `filename`, `filename*`, `filename*0`, `filename*0*`, … in any case.
+fn is_file_name_parameter(name: &[u8]) -> bool {
+    const FILENAME: &[u8] = b"filename";
+    name.len() >= FILENAME.len()
+        && name[..FILENAME.len()].eq_ignore_ascii_case(FILENAME)
+        && (name.len() == FILENAME.len() || name[FILENAME.len()] == b'*')
+}
+
+/// An RFC 9110 `tchar`: what a parameter name, a disposition type and a bare parameter
+/// value are made of.
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
+}
+
 /// multer's messages describe the structure only, but they are mapped to fixed texts so
 /// nothing of the body can ever be echoed.
 fn multipart_reason(error: &multer::Error) -> &'static str {
@@ -130,7 +238,7 @@ fn multipart_reason(error: &multer::Error) -> &'static str {
             "the multipart body ends before its closing boundary"
         }
         multer::Error::IncompleteHeaders | multer::Error::ReadHeaderFailed(_) => {
-            "a multipart part has malformed headers"
+            MALFORMED_PART_HEADERS
         }
         multer::Error::DecodeHeaderName { .. } | multer::Error::DecodeHeaderValue { .. } => {
             "a multipart header could not be decoded"
@@ -140,37 +248,100 @@ fn multipart_reason(error: &multer::Error) -> &'static str {
 }
 
 /// A JSON object whose values are strings or arrays of strings. An empty array adds no
-/// value (and so no field).
+/// value (and so no field). Every entry is read in document order, a repeated key
+/// included: `{"a":"1","a":"2"}` is the pairs `a=1` and `a=2`, as `a=1&a=2` would be,
+/// where a `serde_json::Value` map would keep only the last.
 pub fn parse_json(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
-    let value: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| malformed("the body is not valid JSON"))?;
-    let serde_json::Value::Object(object) = value else {
+    // The whole document is read before any value is judged, so a body that is not JSON
+    // at all is "not valid JSON" wherever its first wrong value is.
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let top_level = JsonTopLevel::deserialize(&mut deserializer)
+        .and_then(|top_level| deserializer.end().map(|()| top_level))
+        .map_err(|_| malformed("the body is not valid JSON"))?;
+    let JsonTopLevel::Object(entries) = top_level else {
         return Err(malformed("the JSON body must be an object"));
     };
-    let mut pairs = Vec::new();
-    for (name, value) in object {
+    let not_strings = || malformed("JSON values must be strings or arrays of strings");
+    let mut pairs = Vec::with_capacity(entries.len());
+    for (name, value) in entries {
         match value {
             serde_json::Value::String(text) => pairs.push((name, text)),
             serde_json::Value::Array(items) => {
                 for item in items {
                     match item {
                         serde_json::Value::String(text) => pairs.push((name.clone(), text)),
-                        _ => {
-                            return Err(malformed(
-                                "JSON values must be strings or arrays of strings",
-                            ))
-                        }
+                        _ => return Err(not_strings()),
                     }
                 }
             }
-            _ => {
-                return Err(malformed(
-                    "JSON values must be strings or arrays of strings",
-                ))
-            }
+            _ => return Err(not_strings()),
         }
     }
     Ok(pairs)
+}
+
+/// A JSON document's top level as [`parse_json`] needs it: an object's entries in
+/// document order with repeated keys kept, or the fact that it is something else.
+enum JsonTopLevel {
+    Object(Vec<(String, serde_json::Value)>),
+    NotAnObject,
+}
+
+impl<'de> Deserialize<'de> for JsonTopLevel {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonTopLevelVisitor)
+    }
+}
+
+/// Collects an object's entries one by one; any other value is read to its end (so its
+/// syntax is still checked) and answered as [`JsonTopLevel::NotAnObject`]. Every kind of
+/// value has its `visit_` method: serde's default for a missing one is a type error, which
+/// would be taken for invalid JSON.
+struct JsonTopLevelVisitor;
+
+impl<'de> serde::de::Visitor<'de> for JsonTopLevelVisitor {
+    type Value = JsonTopLevel;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsonTopLevel, A::Error> {
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some(entry) = map.next_entry::<String, serde_json::Value>()? {
+            entries.push(entry);
+        }
+        Ok(JsonTopLevel::Object(entries))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsonTopLevel, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<JsonTopLevel, E> {
+        Ok(JsonTopLevel::NotAnObject)
+    }
 }
 
 #[cfg(test)]
@@ -276,6 +447,154 @@ mod tests {
             .await,
             Err(ApiError::MalformedFormBody { .. })
         ));
+    }
+
+    /// One part with `disposition` as its `Content-Disposition`, through the parser.
+    async fn one_part(disposition: &str) -> Result<Vec<(String, String)>, ApiError> {
+        let body =
+            format!("--XyZ\r\nContent-Disposition: {disposition}\r\n\r\nvalue\r\n--XyZ--\r\n");
+        parse_multipart("multipart/form-data; boundary=XyZ", Bytes::from(body)).await
+    }
+
+    #[tokio::test]
+    async fn multipart_extended_file_names_are_files() {
+        for disposition in [
+            "form-data; name=\"cv\"; filename*=UTF-8''cv.pdf",
+            "form-data; name=\"cv\"; FILENAME*=utf-8'en'%E2%82%AC.pdf",
+            "form-data; name=\"cv\"; FileName=\"cv.pdf\"",
+            "form-data; name=\"cv\"; filename*0=\"c\"; filename*1=\"v.pdf\"",
+            "form-data; name=\"cv\"; filename*0*=UTF-8''cv.pdf",
+            "form-data;name=cv;filename*=UTF-8''cv.pdf",
+            "form-data; name=\"cv\" ; filename = \"\"",
+            "form-data; name=\"cv\"; filename*=\"x; name=y\"",
+        ] {
+            match one_part(disposition).await {
+                Err(ApiError::FileUploadNotSupported { field }) => {
+                    assert_eq!(field, "cv", "{disposition}")
+                }
+                other => panic!("{disposition}: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn multipart_quoted_names_that_mention_a_file_name_are_text() {
+        for (disposition, name) in [
+            ("form-data; name=\"x; filename*=y\"", "x; filename*=y"),
+            ("form-data; name=\"x; filename=y\"", "x; filename=y"),
+            ("form-data; name=\"x\\\"; filename=y\"", "x\"; filename=y"),
+            ("form-data; name=\"cv\"; filenames=\"no\"", "cv"),
+            ("form-data; name=\"cv\"; file=\"no\";", "cv"),
+        ] {
+            assert_eq!(
+                one_part(disposition).await.unwrap(),
+                pairs(&[(name, "value")]),
+                "{disposition}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn multipart_dispositions_that_do_not_parse_are_malformed() {
+        for disposition in [
+            // The quote never closes: where the parameters end cannot be told.
+            "form-data; name=\"cv; filename*=UTF-8''cv.pdf",
+            // Text after a quoted string, a missing `;`, a parameter without `=`.
+            "form-data; name=\"cv\" filename*=UTF-8''cv.pdf",
+            "form-data; name=cv filename=cv.pdf",
+            "form-data; name=\"cv\"; filename",
+            "form-data filename=cv.pdf",
+            "; name=\"cv\"",
+            "form-data; name=c\"v",
+            "form-data; name=\"cv\\",
+        ] {
+            match one_part(disposition).await {
+                Err(ApiError::MalformedFormBody { reason }) => {
+                    assert_eq!(reason, MALFORMED_PART_HEADERS, "{disposition}")
+                }
+                other => panic!("{disposition}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn json_repeated_keys_keep_every_value_in_order() {
+        assert_eq!(
+            parse_json(br#"{"a":"1","a":"2"}"#).unwrap(),
+            pairs(&[("a", "1"), ("a", "2")])
+        );
+        let parsed =
+            parse_json(br#"{"a": "1", "b": "x", "a": ["2", "3"], "a": [], "a": "4"}"#).unwrap();
+        assert_eq!(
+            parsed,
+            pairs(&[("a", "1"), ("b", "x"), ("a", "2"), ("a", "3"), ("a", "4")])
+        );
+        assert_eq!(
+            parsed,
+            parse_urlencoded(b"a=1&b=x&a=2&a=3&a=4").unwrap(),
+            "the same pairs as the same form urlencoded"
+        );
+        // A repeated key is held to the same value rules as any other.
+        assert!(matches!(
+            parse_json(br#"{"a": "1", "a": 2}"#),
+            Err(ApiError::MalformedFormBody { .. })
+        ));
+    }
+
+    #[test]
+    fn json_refusals_keep_their_reasons() {
+        let reason = |body: &[u8]| match parse_json(body) {
+            Err(ApiError::MalformedFormBody { reason }) => reason,
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(body)),
+        };
+        for not_json in [
+            &b""[..],
+            b"{",
+            b"[",
+            b"[1, {\"a\": }]",
+            b"{\"a\": 1,",
+            b"{\"a\": \"1\"} x",
+            b"{\"a\": \"1\"}{}",
+            b"{\"a\": \"\\ud800\"}",
+        ] {
+            assert_eq!(
+                reason(not_json),
+                "the body is not valid JSON",
+                "{not_json:?}"
+            );
+        }
+        for not_an_object in [
+            &b"[]"[..],
+            b"[1, {\"a\": [null]}]",
+            b"\"x\"",
+            b"1",
+            b"-1",
+            b"1.5",
+            b"true",
+            b"null",
+        ] {
+            assert_eq!(
+                reason(not_an_object),
+                "the JSON body must be an object",
+                "{not_an_object:?}"
+            );
+        }
+        for not_strings in [
+            &b"{\"a\": 1}"[..],
+            b"{\"a\": [\"x\", 1]}",
+            b"{\"a\": [[\"x\"]]}",
+            b"{\"a\": {\"b\": \"c\"}}",
+            b"{\"a\": \"1\", \"a\": null}",
+        ] {
+            assert_eq!(
+                reason(not_strings),
+                "JSON values must be strings or arrays of strings",
+                "{not_strings:?}"
+            );
+        }
+        // Nesting past serde_json's recursion limit is not JSON this parser reads.
+        let deep = format!("{{\"a\": {}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(reason(deep.as_bytes()), "the body is not valid JSON");
     }
 
     #[test]

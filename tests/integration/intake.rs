@@ -446,3 +446,153 @@ async fn submissions_reuse_prepared_statements() {
         prepared.len()
     );
 }
+
+/// What the API shows of a stored submission: `fieldCount` and `fields`.
+async fn stored_through_graphql(app: &TestApp, key: &str, submission_id: &str) -> Value {
+    let body = app
+        .gql(
+            key,
+            "query($id: ID!) { submission(id: $id) { fieldCount fields { name values } } }",
+            json!({"id": submission_id}),
+        )
+        .await;
+    assert!(body.get("errors").is_none(), "{body}");
+    body["data"]["submission"].clone()
+}
+
+/// A repeated JSON key keeps every value, in order, as a repeated urlencoded name does,
+/// under the same count limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_repeated_keys_keep_every_value_in_order() {
+    let (app, _) = app_with_endpoint(&[
+        ("FORMS_MAX_FIELDS", "4"),
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+    ])
+    .await;
+    let (_, key) = app.create_key("reader").await;
+
+    let response = app
+        .post_form("contact", JSON, r#"{"a":"1","a":"2"}"#, &[])
+        .await;
+    assert_eq!(response.status(), 202);
+    let receipt: Value = response.json().await.unwrap();
+    assert_eq!(receipt["field_count"], 2, "{receipt}");
+    let stored =
+        stored_through_graphql(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
+    assert_eq!(
+        stored,
+        json!({"fieldCount": 2, "fields": [{"name": "a", "values": ["1", "2"]}]})
+    );
+
+    // Repeats among other keys, strings and arrays alike: the same as the same form
+    // urlencoded.
+    let as_json = app
+        .post_form(
+            "contact",
+            JSON,
+            r#"{"a": "1", "b": "x", "a": ["2", "3"], "a": []}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(as_json.status(), 202);
+    let as_json: Value = as_json.json().await.unwrap();
+    let as_form = app.post_form("contact", FORM, "a=1&b=x&a=2&a=3", &[]).await;
+    assert_eq!(as_form.status(), 202);
+    let as_form: Value = as_form.json().await.unwrap();
+    let json_stored =
+        stored_through_graphql(&app, &key, as_json["submission_id"].as_str().unwrap()).await;
+    assert_eq!(
+        json_stored,
+        json!({"fieldCount": 4, "fields": [
+            {"name": "a", "values": ["1", "2", "3"]},
+            {"name": "b", "values": ["x"]}
+        ]})
+    );
+    assert_eq!(
+        json_stored,
+        stored_through_graphql(&app, &key, as_form["submission_id"].as_str().unwrap()).await
+    );
+    assert_eq!(app.stored_counts().await.0, 3);
+
+    // Every repeated value counts towards the limit, one by one; nothing more is stored.
+    let response = app
+        .post_form(
+            "contact",
+            JSON,
+            r#"{"a": "1", "a": "2", "a": ["3", "4"], "a": "5"}"#,
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_fields");
+    assert_eq!(body["error"]["details"], json!({"limit": 4, "received": 5}));
+    assert_eq!(app.stored_counts().await.0, 3);
+}
+
+/// A part with `filename*=` (or any file-name parameter, in any case) is a file and
+/// refused; a quoted name that merely contains such text is a text field.
+#[tokio::test(flavor = "multi_thread")]
+async fn multipart_extended_file_names_are_refused_and_nothing_is_stored() {
+    let (app, _) = app_with_endpoint(&[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
+    let part = |disposition: &str| {
+        format!(
+            "--B\r\nContent-Disposition: {disposition}\r\nContent-Type: application/pdf\r\n\r\n%PDF-1.7\r\n--B\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\na@example.com\r\n--B--\r\n"
+        )
+    };
+    for disposition in [
+        "form-data; name=\"cv\"; filename*=UTF-8''cv.pdf",
+        "form-data; name=\"cv\"; FILENAME*=utf-8''cv.pdf",
+        "form-data; name=\"cv\"; Filename=\"cv.pdf\"",
+        "form-data; name=\"cv\"; filename*0=\"cv\"; filename*1=\".pdf\"",
+    ] {
+        let response = app
+            .post_form(
+                "contact",
+                Some("multipart/form-data; boundary=B"),
+                part(disposition),
+                &[],
+            )
+            .await;
+        assert_eq!(response.status(), 422, "{disposition}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "file_upload_not_supported", "{body}");
+        assert_eq!(body["error"]["details"], json!({"field": "cv"}));
+        assert_eq!(app.stored_counts().await, (0, 0), "{disposition}");
+    }
+
+    // A quote that never closes hides where the parameters end: refused, not guessed at.
+    let response = app
+        .post_form(
+            "contact",
+            Some("multipart/form-data; boundary=B"),
+            part("form-data; name=\"cv; filename*=UTF-8''cv.pdf"),
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "malformed_form_body");
+    assert_eq!(app.stored_counts().await, (0, 0));
+
+    // The text inside a quoted name is the name, whatever it says.
+    let response = app
+        .post_form(
+            "contact",
+            Some("multipart/form-data; boundary=B"),
+            part("form-data; name=\"x; filename*=y\""),
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+    let mut conn = app.db.connect().await;
+    let stored: StoredSubmission =
+        diesel::sql_query("SELECT id, fields::text AS fields, received_at FROM submissions")
+            .get_result(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(
+        stored.fields,
+        r#"{"x; filename*=y":["%PDF-1.7"],"email":["a@example.com"]}"#
+    );
+}
