@@ -623,6 +623,22 @@ mod tests {
     }
 
     proptest! {
+        // Any header value reads as file or not, or as malformed; it never panics.
+        #[test]
+        fn any_disposition_is_read_without_panic(value in proptest::collection::vec(any::<u8>(), 0..160)) {
+            let _ = disposition_names_a_file(&value);
+        }
+
+        // Whatever a quoted name holds (`;`, `=`, `filename*=`, quoted pairs), it is the
+        // name's text and never a file-name parameter.
+        #[test]
+        fn a_quoted_name_is_never_a_file(inside in "([^\"\\\\]|\\\\.|; ?[Ff]ile[Nn]ame\\*?=)*") {
+            let disposition = format!("form-data; name=\"{inside}\"");
+            prop_assert_eq!(disposition_names_a_file(disposition.as_bytes()), Some(false), "{}", disposition);
+            let file = format!("{disposition}; filename*=UTF-8''cv.pdf");
+            prop_assert_eq!(disposition_names_a_file(file.as_bytes()), Some(true), "{}", file);
+        }
+
         // Arbitrary bytes never panic and only ever yield pairs or a client error.
         #[test]
         fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
