@@ -28,6 +28,10 @@ pub struct App {
     pub events: Arc<EventFeed>,
     /// Long-lived sessions (subscriptions) that end when their key is revoked.
     pub revocations: Arc<KeyRevocations>,
+    /// One permit per GraphQL query or mutation over HTTP in progress at once
+    /// (`FORMS_GRAPHQL_CONCURRENT_OPERATIONS`): parsing and validating documents is CPU
+    /// work, and this bounds how much of the machine it may take.
+    pub graphql_operations: Arc<tokio::sync::Semaphore>,
     /// One permit per export that may stream at once (`FORMS_EXPORT_MAX_CONCURRENT`).
     pub exports: Arc<tokio::sync::Semaphore>,
     /// The request bodies held at once, all requests together.
@@ -82,6 +86,9 @@ impl App {
             events: Arc::new(events),
             revocations: Arc::new(KeyRevocations::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(config.export_max_concurrent)),
+            graphql_operations: Arc::new(tokio::sync::Semaphore::new(
+                config.graphql.concurrent_operations,
+            )),
             body_budget,
             intake,
             config,

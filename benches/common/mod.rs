@@ -298,6 +298,7 @@ pub struct LoadResult {
     /// Request latency, ms.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub max_ms: f64,
     /// Intake's group commit during the load, when the caller scraped `/metrics` around it.
     pub batches: Option<BatchFigures>,
     /// What the figures above are worked out from, so that measurements can be combined.
@@ -328,6 +329,7 @@ impl LoadResult {
             cpu_machine_us: raw.cpu_machine_s / count * 1e6,
             p50_ms: percentile(0.5),
             p99_ms: percentile(0.99),
+            max_ms: percentile(1.0),
             batches: None,
             raw,
         }

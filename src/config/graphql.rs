@@ -16,6 +16,9 @@ pub struct GraphqlConfig {
     /// Pooled connections GraphQL may hold at once, all operations together: the rest of
     /// the pool is kept for intake and the workers.
     pub database_connections: usize,
+    /// Queries and mutations over HTTP being parsed, validated or run at once; more wait
+    /// their turn. Parsing a large document is CPU work that no other limit bounds.
+    pub concurrent_operations: usize,
 }
 
 pub(super) fn read(r: &mut Reader, pool_size: u32) -> GraphqlConfig {
@@ -32,6 +35,12 @@ pub(super) fn read(r: &mut Reader, pool_size: u32) -> GraphqlConfig {
         max_fragments: r.integer("FORMS_GRAPHQL_MAX_FRAGMENTS", 100, 1, 100_000) as usize,
         max_database_calls: r.integer("FORMS_GRAPHQL_MAX_DATABASE_CALLS", 50, 1, 100_000) as usize,
         database_connections: r.integer(NAME, default_share, 1, 10_000) as usize,
+        concurrent_operations: r.integer(
+            "FORMS_GRAPHQL_CONCURRENT_OPERATIONS",
+            half_the_cores(),
+            1,
+            10_000,
+        ) as usize,
     };
     if !r.failed(&[NAME, "FORMS_DATABASE_POOL_SIZE"]) && config.database_connections as u64 > most {
         r.fail(
@@ -44,4 +53,12 @@ pub(super) fn read(r: &mut Reader, pool_size: u32) -> GraphqlConfig {
         );
     }
     config
+}
+
+/// Half the CPUs this process may use, at least one: the default share of GraphQL's
+/// operations, so that parsing and validating documents can never take every core from
+/// intake and the workers.
+fn half_the_cores() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    (cores as u64 / 2).max(1)
 }

@@ -423,6 +423,7 @@ mod tests {
             ("FORMS_GRAPHQL_MAX_FRAGMENTS", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_DATABASE_CALLS", "0", "from 1"),
             ("FORMS_GRAPHQL_DATABASE_CONNECTIONS", "16", "less than FORMS_DATABASE_POOL_SIZE"),
+            ("FORMS_GRAPHQL_CONCURRENT_OPERATIONS", "0", "from 1"),
             ("FORMS_LOG_FORMAT", "xml", "text or json"),
             ("FORMS_METRICS_BIND", "metrics:9100", "literal IP"),
             ("FORMS_METRICS_BIND", "127.0.0.1:8080", "another address or port than FORMS_BIND"),

@@ -296,6 +296,7 @@ mod tests {
             max_fragments: 100,
             max_database_calls: 50,
             database_connections: 8,
+            concurrent_operations: 1,
         }
     }
 

@@ -45,6 +45,10 @@ pub fn routes(schema: FormsSchema) -> Router<AppState> {
 
 const GRAPHQL_RESPONSE_JSON: &str = "application/graphql-response+json";
 
+/// How long an operation waits for a place among `FORMS_GRAPHQL_CONCURRENT_OPERATIONS`
+/// before it is answered 503 with `Retry-After`.
+const OPERATION_QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The response media type the client asked for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Answer {
@@ -192,6 +196,19 @@ async fn handle(
     {
         Ok(request) => request,
         Err(refusal) => return refusal_response(refusal, answer),
+    };
+    // Parsing, validating and running the document happen within one of the operations'
+    // places: the CPU they take is bounded, whoever sends what.
+    let Ok(Ok(_place)) =
+        tokio::time::timeout(OPERATION_QUEUE_WAIT, app.graphql_operations.acquire()).await
+    else {
+        return refusal_response(
+            Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is too busy to take this request; retry shortly",
+            ),
+            answer,
+        );
     };
     let operation = match super::cost::admit(&mut graphql_request, &app.config.graphql) {
         Ok(operation) => operation,

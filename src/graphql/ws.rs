@@ -296,7 +296,7 @@ impl Connection {
             }
             (Protocol::GraphQLWS, "pong") => Step::Continue,
             (Protocol::GraphQLWS, "subscribe") | (Protocol::SubscriptionsTransportWS, "start") => {
-                self.on_subscribe(&message)
+                self.on_subscribe(&message).await
             }
             (Protocol::GraphQLWS, "complete") | (Protocol::SubscriptionsTransportWS, "stop") => {
                 match message.get("id") {
@@ -371,7 +371,7 @@ impl Connection {
         }
     }
 
-    fn on_subscribe(&mut self, message: &Map<String, Value>) -> Step {
+    async fn on_subscribe(&mut self, message: &Map<String, Value>) -> Step {
         let Some(key) = self.key.clone() else {
             return Step::Close(Close::new(4401, "Unauthorized"));
         };
@@ -389,7 +389,13 @@ impl Connection {
             ));
         }
         let protocol = self.protocol;
-        let kind = match super::cost::admit(&mut operation.request(), &self.app.config.graphql) {
+        // The document is parsed within one of GraphQL's operation places, as over HTTP:
+        // parsing a large document is CPU work the place bounds.
+        let admitted = match self.app.graphql_operations.acquire().await {
+            Ok(_place) => super::cost::admit(&mut operation.request(), &self.app.config.graphql),
+            Err(_) => return Step::Close(Close::new(1001, "The server is shutting down")),
+        };
+        let kind = match admitted {
             Ok(kind) => kind,
             Err(error) => {
                 let frame = error_frame(id, &json!([error.graphql_json()]).to_string());
