@@ -176,7 +176,7 @@ async fn handle(
         return crate::pages::graphiql::page();
     }
     // Nothing is read or executed before the key is checked.
-    let key = match auth::authenticate_headers(&app.db, &parts.headers, app.clock.now()).await {
+    let key = match auth::authenticate_headers(&app.graphql_db, &parts.headers, app.clock.now()).await {
         Ok(key) => key,
         Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
             return unauthorized(error, answer)

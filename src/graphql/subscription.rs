@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::{Stream, StreamExt};
 
 use super::types::{AttemptOutcome, Delivery, DeliveryState, EndpointEvent, Timestamp};
-use super::{app, ResultExt};
+use super::{app, database, ResultExt};
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
 use crate::error::ApiError;
@@ -62,7 +62,8 @@ impl SubscriptionRoot {
         };
         Ok(app
             .events
-            .subscribe(app.db.clone(), filter, after, started)
+            // Its catch-up reads (a resume, a lag) are GraphQL's, from GraphQL's share.
+            .subscribe(database(ctx).clone(), filter, after, started)
             .map(move |event| {
                 if let (Ok(event), Some(cursor)) = (&event, &cursor) {
                     cursor.current.store(event.id, Ordering::SeqCst);
@@ -97,7 +98,7 @@ impl SubscriptionRoot {
         let app = app(ctx);
         Ok(app
             .events
-            .subscribe_endpoint_events(app.db.clone(), endpoint, after)
+            .subscribe_endpoint_events(database(ctx).clone(), endpoint, after)
             .map(|event| event.map(EndpointEvent).map_err(ApiError::from).gql()))
     }
 }

@@ -336,7 +336,7 @@ impl Connection {
         });
         let authenticated = match auth::bearer_credential(authorization) {
             Ok(credential) => {
-                auth::authenticate_key(&self.app.db, credential, self.app.clock.now()).await
+                auth::authenticate_key(&self.app.graphql_db, credential, self.app.clock.now()).await
             }
             Err(error) => Err(error),
         };
