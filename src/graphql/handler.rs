@@ -176,13 +176,14 @@ async fn handle(
         return crate::pages::graphiql::page();
     }
     // Nothing is read or executed before the key is checked.
-    let key = match auth::authenticate_headers(&app.graphql_db, &parts.headers, app.clock.now()).await {
-        Ok(key) => key,
-        Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
-            return unauthorized(error, answer)
-        }
-        Err(error) => return error.into_response(),
-    };
+    let key =
+        match auth::authenticate_headers(&app.graphql_db, &parts.headers, app.clock.now()).await {
+            Ok(key) => key,
+            Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
+                return unauthorized(error, answer)
+            }
+            Err(error) => return error.into_response(),
+        };
     let mut graphql_request = match parse_request(
         &parts.method,
         &parts.headers,
