@@ -90,7 +90,9 @@ fn main() {
     let paths: Vec<String> = (0..100).map(|e| format!("/f/bench-{e}")).collect();
 
     let aliases: String = (0..499)
-        .map(|i| format!("a{i}: endpoints(first: 100) {{ nodes {{ deliveryCounts {{ pending }} }} }} "))
+        .map(|i| {
+            format!("a{i}: endpoints(first: 100) {{ nodes {{ deliveryCounts {{ pending }} }} }} ")
+        })
         .collect();
     let attack = format!("{{ {aliases} }}");
     let heavy = "{ a: endpoints(first: 100) { nodes { id name deliveryCounts { pending processing delivered failed } } } \
