@@ -38,6 +38,21 @@ export function svg(tag, attributes, ...children) {
   return node;
 }
 
+// The one escaping of values written into HTML source, which only the form snippet does
+// (text an operator pastes into a page of their own, so a stored value must not become
+// markup there): safe in text and in single- or double-quoted attribute values.
+const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+export function escapeHtml(value) {
+  return String(value).replace(/[&<>"']/g, (character) => HTML_ESCAPES[character]);
+}
+
+// A template tag for HTML source: every interpolated value goes through escapeHtml, so
+// none can be pasted in raw by forgetting to. html`<input name="${name}">`
+export function html(strings, ...values) {
+  return strings.reduce((source, piece, i) => source + escapeHtml(values[i - 1]) + piece);
+}
+
 export function replace(node, ...children) {
   node.replaceChildren();
   append(node, children);

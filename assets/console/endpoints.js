@@ -4,7 +4,7 @@
 // erased), and the form snippet for a static site.
 
 import { graphql } from "./api.js";
-import { confirmation, copyButton, h, replace, time } from "./dom.js";
+import { confirmation, copyButton, h, html, replace, time } from "./dom.js";
 import { explain } from "./words.js";
 
 const FIELDS = `id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField
@@ -63,15 +63,19 @@ function errorLine(id) {
   return h("p", { class: "error", role: "alert", id });
 }
 
-// The snippet an operator pastes into a static site.
+// The snippet an operator pastes into a static site: HTML source, so every value in it
+// (the action URL with the endpoint id, the honeypot name) is written through the html
+// tag's escaping. The API refuses honeypot names that need it, but an older release
+// stored whatever it was given.
 export function formSnippet(endpoint) {
+  const action = `${location.origin}/f/${encodeURIComponent(endpoint.id)}`;
   const lines = [
-    `<form action="${location.origin}/f/${endpoint.id}" method="post">`,
+    html`<form action="${action}" method="post">`,
     `  <label>Email <input name="email" type="email" required></label>`,
     `  <label>Message <textarea name="message"></textarea></label>`,
   ];
   if (endpoint.honeypotField) {
-    lines.push(`  <input name="${endpoint.honeypotField}" type="text" tabindex="-1" autocomplete="off" hidden>`);
+    lines.push(html`  <input name="${endpoint.honeypotField}" type="text" tabindex="-1" autocomplete="off" hidden>`);
   }
   lines.push(`  <button type="submit">Send</button>`, `</form>`);
   return lines.join("\n");
@@ -79,12 +83,15 @@ export function formSnippet(endpoint) {
 
 function snippetBlock(endpoint) {
   const text = formSnippet(endpoint);
+  // Shown as text, never parsed: the page displays the source the operator copies.
+  const code = h("code");
+  code.textContent = text;
   return h(
     "section",
     { class: "snippet" },
     h("h2", {}, "Form snippet"),
     h("p", { class: "hint" }, "Paste into any page; rename or add fields as you like. Every field is delivered."),
-    h("pre", { id: "form-snippet" }, h("code", {}, text)),
+    h("pre", { id: "form-snippet" }, code),
     copyButton("Copy snippet", () => text),
   );
 }
@@ -129,7 +136,8 @@ function settingsInputs(endpoint = {}) {
     input("redirectUrl", "Redirect URL", endpoint.redirectUrl, { type: "url" }, "Where a browser goes after submitting. Empty: a plain thank-you answer."),
     h("div", { class: "field" }, h("label", { for: "field-allowedOrigins" }, "Allowed origins"), origins,
       h("p", { class: "hint" }, "One per line, such as https://example.com. Empty: any origin.")),
-    input("honeypotField", "Honeypot field", endpoint.honeypotField, { maxlength: 200 }, "A hidden field only bots fill in; such submissions are dropped quietly."),
+    input("honeypotField", "Honeypot field", endpoint.honeypotField, { maxlength: 128, pattern: "[A-Za-z][A-Za-z0-9_.\\[\\]\\-]*", autocomplete: "off", spellcheck: "false" },
+      "A hidden field only bots fill in; such submissions are dropped quietly. A letter, then letters, digits, -, _, ., [ and ]."),
     h("div", { class: "field checkbox" }, active, h("label", { for: "field-isActive" }, "Accepting submissions")),
   ];
 }

@@ -120,18 +120,39 @@ pub fn new_secret() -> String {
 /// The column `endpoints.honeypot_field` holds at most this many characters.
 const HONEYPOT_FIELD_MAX_LENGTH: usize = 128;
 
-/// The honeypot field: a field name like any other (within `max_length`, the field-name
-/// limit), and no longer than its column, whatever that limit is raised to.
+/// The honeypot field: a field name the console's form snippet writes into an `<input
+/// name="…">` that an operator pastes into a public page, so it is held to what such a
+/// name needs: an ASCII letter, then ASCII letters, digits, `-`, `_`, `.`, `[` and `]`.
+/// Nothing that could end the attribute or start markup (`"`, `'`, `<`, `>`, `&`,
+/// spaces) gets in. Within `max_length` (the field-name limit), and no longer than its
+/// column, whatever that limit is raised to. Values stored before this rule are still
+/// read as they are (the console escapes what it writes).
 pub fn honeypot_field(name: &str, max_length: usize) -> Result<String, SettingError> {
+    let refused = || {
+        invalid(
+            Setting::HoneypotField,
+            "must start with an ASCII letter and hold only ASCII letters, digits, '-', '_', '.', '[' and ']'",
+        )
+    };
     match fields::name_problem(name, max_length.min(HONEYPOT_FIELD_MAX_LENGTH)) {
-        None => Ok(name.to_string()),
-        Some(NameProblem::Empty | NameProblem::TooLong { .. } | NameProblem::ControlCharacter) => {
-            Err(invalid(
+        None => {}
+        Some(NameProblem::Empty | NameProblem::ControlCharacter) => return Err(refused()),
+        Some(NameProblem::TooLong { .. }) => {
+            return Err(invalid(
                 Setting::HoneypotField,
-                "must be a valid field name",
+                "must be no longer than a field name may be",
             ))
         }
     }
+    let mut characters = name.chars();
+    let starts_with_a_letter = characters.next().is_some_and(|c| c.is_ascii_alphabetic());
+    if !starts_with_a_letter
+        || !characters
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '[' | ']'))
+    {
+        return Err(refused());
+    }
+    Ok(name.to_string())
 }
 
 #[cfg(test)]
@@ -176,5 +197,62 @@ mod tests {
         // A raised field-name limit does not let a name past the column's 128 characters.
         assert!(honeypot_field(&"h".repeat(128), 1024).is_ok());
         assert!(honeypot_field(&"h".repeat(129), 1024).is_err());
+    }
+
+    #[test]
+    fn honeypot_fields_are_plain_form_field_names() {
+        for good in [
+            "website",
+            "W",
+            "url2",
+            "contact-fax",
+            "contact_fax",
+            "contact.fax",
+            "contact[fax]",
+            "a-_.[]9",
+        ] {
+            assert_eq!(honeypot_field(good, 128).unwrap(), good);
+        }
+        let refusal = SettingError::Invalid {
+            setting: Setting::HoneypotField,
+            reason: "must start with an ASCII letter and hold only ASCII letters, digits, '-', '_', '.', '[' and ']'",
+        };
+        for hostile in [
+            "\"><img src=x onerror=alert(4)>",
+            "a\"b",
+            "a'b",
+            "a<b",
+            "a>b",
+            "a&amp;b",
+            "a b",
+            "a\tb",
+            "a/b",
+            "a=b",
+            "a`b",
+            "1website",
+            "-website",
+            "_website",
+            "[website]",
+            ".website",
+            "wébsite",
+            "ｗebsite",
+            "website\u{200b}",
+            "",
+        ] {
+            assert_eq!(
+                honeypot_field(hostile, 128),
+                Err(refusal.clone()),
+                "{hostile:?}"
+            );
+        }
+        // The length limit is the field-name limit (and the column's), checked first.
+        assert!(honeypot_field(&"h".repeat(8), 8).is_ok());
+        assert_eq!(
+            honeypot_field(&"h".repeat(9), 8),
+            Err(SettingError::Invalid {
+                setting: Setting::HoneypotField,
+                reason: "must be no longer than a field name may be",
+            })
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! of them from the page, read a submission whose values are markup, export, the overview
 //! at desktop and phone width, and a revoked key signing the console out; and an
 //! endpoint paused by its receiver's 410, resumed, rotated, paused by hand and deleted,
-//! all from its page.
+//! all from its page; and the form snippet of an endpoint whose honeypot name, stored by
+//! an older release, is markup.
 //!
 //! Screenshots of the main views are written to a temporary directory, or to
 //! `docs/console/` with `FORMS_UPDATE_SCREENSHOTS=1` (how the ones there were made).
@@ -17,8 +18,13 @@ use std::time::{Duration, Instant};
 use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 
+use std::sync::Arc;
+
+use hymical_forms::testing::clock::SystemClock;
+use serde_json::json;
+
 use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
-use crate::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
+use crate::harness::{forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
 use crate::receiver::Receiver;
 
 fn cli(db: &TestDb, args: &[&str]) -> String {
@@ -612,5 +618,174 @@ async fn the_console_shows_a_pause_and_resumes_rotates_and_deletes_the_endpoint(
         .await,
         0
     );
+    client.close().await.unwrap();
+}
+
+/// A honeypot name that is markup: it closes the attribute and the tag, adds an image
+/// whose error handler runs script, and carries an entity, a quote of the other kind and a
+/// script element, so each escape the snippet needs is exercised.
+const HOSTILE_HONEYPOT: &str =
+    "\"><img src=x onerror=alert(4)> ' &amp; </form><script>alert(5)</script>";
+
+const CREATE_ENDPOINT: &str = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id honeypotField } } }";
+const UPDATE_ENDPOINT: &str = "mutation($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { id honeypotField } } }";
+
+/// The API refuses a honeypot name that is not a plain form field name, at creation and
+/// in an update, with `INVALID_INPUT` naming `honeypotField`, and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_refuses_a_honeypot_name_that_is_not_a_plain_field_name() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("console").await;
+    let refused = |body: &serde_json::Value| {
+        let error = &body["errors"][0]["extensions"];
+        assert_eq!(error["code"], "INVALID_INPUT", "{body}");
+        assert_eq!(error["details"]["field"], "honeypotField", "{body}");
+        assert!(
+            !body.to_string().contains("onerror"),
+            "the refused value is not echoed: {body}"
+        );
+    };
+    for hostile in [HOSTILE_HONEYPOT, "web site", "1website", "wébsite"] {
+        let body = app
+            .gql(
+                &key,
+                CREATE_ENDPOINT,
+                json!({"input": {"id": "contact", "name": "Contact", "honeypotField": hostile}}),
+            )
+            .await;
+        refused(&body);
+    }
+    assert_eq!(app.db.count("SELECT count(*) AS n FROM endpoints").await, 0);
+
+    let body = app
+        .gql(
+            &key,
+            CREATE_ENDPOINT,
+            json!({"input": {"id": "contact", "name": "Contact", "honeypotField": "contact[fax]"}}),
+        )
+        .await;
+    assert_eq!(
+        body["data"]["createEndpoint"]["endpoint"]["honeypotField"], "contact[fax]",
+        "{body}"
+    );
+    let body = app
+        .gql(
+            &key,
+            UPDATE_ENDPOINT,
+            json!({"input": {"id": "contact", "honeypotField": HOSTILE_HONEYPOT}}),
+        )
+        .await;
+    refused(&body);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM endpoints WHERE honeypot_field = 'contact[fax]'")
+            .await,
+        1,
+        "the refused update changed nothing"
+    );
+}
+
+/// An endpoint whose honeypot name is markup, as an older release could store it: the
+/// snippet shown on its page, parsed as HTML by the browser, is one form with exactly one
+/// honeypot input named by that very text, and no image or script; nothing ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_form_snippet_escapes_a_hostile_honeypot_name_stored_by_an_older_release() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("console").await;
+    let body = app
+        .gql(
+            &key,
+            CREATE_ENDPOINT,
+            json!({"input": {"id": "contact", "name": "Contact", "honeypotField": "website"}}),
+        )
+        .await;
+    assert!(body.get("errors").is_none(), "{body}");
+    // What the API no longer accepts, written as an older release would have stored it.
+    // (Diesel's `execute` in a block of its own: fantoccini's `Client::execute` is the one
+    // this file means everywhere else.)
+    {
+        use diesel_async::RunQueryDsl;
+        let mut conn = app.db.connect().await;
+        let updated = diesel::sql_query("UPDATE endpoints SET honeypot_field = $1 WHERE id = $2")
+            .bind::<diesel::sql_types::Text, _>(HOSTILE_HONEYPOT)
+            .bind::<diesel::sql_types::Text, _>("contact")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(updated, 1);
+    }
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    client.goto(&app.url("/console")).await.unwrap();
+    type_into(&client, "#key", &key).await;
+    click(&client, "#sign-in button").await;
+    wait_for_text(&client, "#view h1", "Overview").await;
+    // Every dialog the page could open is recorded instead; the endpoint's page is opened
+    // in this same document (a hash change), so the record survives.
+    client
+        .execute(
+            "window.dialogs = [];
+             for (const name of ['alert', 'confirm', 'prompt']) {
+               window[name] = (...args) => { window.dialogs.push([name, ...args]); };
+             }
+             location.hash = '#/endpoints/contact';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    wait_for_text(&client, "#form-snippet", "/f/contact").await;
+    // The settings form shows the stored name as it is, as the input's value.
+    let shown = client
+        .find(Locator::Css("#field-honeypotField"))
+        .await
+        .unwrap()
+        .prop("value")
+        .await
+        .unwrap();
+    assert_eq!(shown.as_deref(), Some(HOSTILE_HONEYPOT));
+
+    let parsed = client
+        .execute(
+            "const pre = document.querySelector('#form-snippet');
+             const text = pre.textContent;
+             const doc = new DOMParser().parseFromString(text, 'text/html');
+             const form = doc.querySelector('form');
+             return {
+               text,
+               elementsInThePage: pre.querySelectorAll('*').length,
+               forms: doc.querySelectorAll('form').length,
+               action: form && form.getAttribute('action'),
+               inputs: doc.querySelectorAll('input').length,
+               honeypots: [...doc.querySelectorAll('input[type=text][hidden]')].map((i) => i.getAttribute('name')),
+               images: doc.querySelectorAll('img').length,
+               scripts: doc.querySelectorAll('script').length,
+               dialogs: window.dialogs,
+             };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let text = parsed["text"].as_str().unwrap();
+    assert_eq!(
+        parsed["elementsInThePage"], 1,
+        "the snippet is text in one code element, not markup: {parsed}"
+    );
+    assert_eq!(parsed["forms"], 1, "{text}");
+    assert_eq!(parsed["action"], app.url("/f/contact"), "{text}");
+    assert_eq!(parsed["inputs"], 2, "the email and the honeypot: {text}");
+    assert_eq!(parsed["honeypots"], json!([HOSTILE_HONEYPOT]), "{text}");
+    assert_eq!(parsed["images"], 0, "{text}");
+    assert_eq!(parsed["scripts"], 0, "{text}");
+    assert_eq!(parsed["dialogs"], json!([]), "no dialog was asked for");
+    assert!(client.get_alert_text().await.is_err(), "no dialog is open");
     client.close().await.unwrap();
 }
