@@ -6,12 +6,25 @@
 import { ApiError, fromGraphqlErrors, fromRestError, isKeyRefused } from "./words.js";
 
 const STORAGE = "hymical-console-key";
+// The key's role (`ADMIN` or `READ`), as the server said at sign-in. It only decides what
+// the console offers: the server refuses a read key's mutations and exports whatever the
+// page shows.
+const ROLE = "hymical-console-role";
 let onKeyRefused = () => {};
 
 export const session = {
   key: () => sessionStorage.getItem(STORAGE),
-  signIn: (key) => sessionStorage.setItem(STORAGE, key),
-  signOut: () => sessionStorage.removeItem(STORAGE),
+  role: () => sessionStorage.getItem(ROLE),
+  // Whether the key may change things (mutations, exports): only an admin key may.
+  canChange: () => sessionStorage.getItem(ROLE) === "ADMIN",
+  signIn: (key, role) => {
+    sessionStorage.setItem(STORAGE, key);
+    sessionStorage.setItem(ROLE, role);
+  },
+  signOut: () => {
+    sessionStorage.removeItem(STORAGE);
+    sessionStorage.removeItem(ROLE);
+  },
   // Called with the error when the server refuses the key (revoked, say).
   whenRefused: (handler) => (onKeyRefused = handler),
 };

@@ -3,7 +3,7 @@
 // timeline and its events as they happen; replaying one, and replaying every failed
 // delivery the filters match after confirming how many that is.
 
-import { graphql } from "./api.js";
+import { graphql, session } from "./api.js";
 import { h, replace, stateBadge, throttle, time } from "./dom.js";
 import { subscribe } from "./live.js";
 import { explain } from "./words.js";
@@ -207,7 +207,12 @@ export function list(view, route, shell) {
       if (stopped) return;
       endpointNames = new Map(data.endpoints.nodes.map((e) => [e.id, e.name]));
       if (!controls.firstChild) {
-        replace(controls, filterForm(filter, data.endpoints.nodes, shell), bulkReplay(filter, shell, () => reload()));
+        replace(
+          controls,
+          filterForm(filter, data.endpoints.nodes, shell),
+          // Replays change state: offered to an admin key only.
+          session.canChange() ? bulkReplay(filter, shell, () => reload()) : null,
+        );
       }
       rows.clear();
       const edges = data.deliveries.edges;
@@ -306,7 +311,7 @@ export function detail(view, route, shell) {
       }
       const error = h("p", { class: "error", role: "alert" });
       let replay = null;
-      if (delivery.state === "FAILED" && delivery.submission) {
+      if (delivery.state === "FAILED" && delivery.submission && session.canChange()) {
         replay = h("button", { type: "button", id: "replay" }, "Replay");
         replay.addEventListener("click", async () => {
           replay.disabled = true;

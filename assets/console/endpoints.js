@@ -3,7 +3,7 @@
 // and activating, pausing and resuming its deliveries, deleting it (history kept or
 // erased), and the form snippet for a static site.
 
-import { graphql } from "./api.js";
+import { graphql, session } from "./api.js";
 import { confirmation, copyButton, h, html, replace, time } from "./dom.js";
 import { explain } from "./words.js";
 
@@ -154,18 +154,28 @@ function readSettings(form) {
   };
 }
 
+// What a read-only key sees where an admin key would find a form or a button.
+function readOnly(what) {
+  return h("p", { class: "hint read-only" }, `This key is read-only: it cannot ${what}. Sign in with an admin key to do so.`);
+}
+
 export function list(view, route) {
   const after = route.params.get("after");
   const body = h("div", { class: "loading" }, "Loading…");
   replace(
     view,
-    h("div", { class: "title-row" }, h("h1", {}, "Endpoints"), h("a", { class: "button", href: "#/endpoints/new", id: "new-endpoint" }, "New endpoint")),
+    h(
+      "div",
+      { class: "title-row" },
+      h("h1", {}, "Endpoints"),
+      session.canChange() ? h("a", { class: "button", href: "#/endpoints/new", id: "new-endpoint" }, "New endpoint") : null,
+    ),
     body,
   );
   graphql(LIST, { first: PAGE_SIZE, after })
     .then(({ endpoints }) => {
       if (!endpoints.nodes.length && !after) {
-        replace(body, h("p", { class: "empty" }, "No endpoints yet. Create one to get a form address."));
+        replace(body, h("p", { class: "empty" }, session.canChange() ? "No endpoints yet. Create one to get a form address." : "No endpoints yet."));
         return;
       }
       replace(
@@ -213,6 +223,10 @@ export function list(view, route) {
 }
 
 export function create(view, _route, shell) {
+  if (!session.canChange()) {
+    replace(view, h("h1", {}, "New endpoint"), readOnly("create endpoints"));
+    return;
+  }
   const error = errorLine("form-error");
   const form = h(
     "form",
@@ -409,6 +423,15 @@ export function detail(view, route, shell) {
     }
 
     const tombstone = endpoint.deliveryState === "DELETED";
+    // A read-only key is offered what it may do: look, and go to the lists.
+    const changes = session.canChange();
+    if (!changes) {
+      replace(
+        actions,
+        h("a", { class: "button secondary", href: `#/deliveries?endpoint=${encodeURIComponent(id)}` }, "Deliveries"),
+        h("a", { class: "button secondary", href: `#/submissions?endpoint=${encodeURIComponent(id)}` }, "Submissions"),
+      );
+    }
     replace(
       body,
       secret ? secretBlock(secret, what) : null,
@@ -429,7 +452,7 @@ export function detail(view, route, shell) {
       actions,
       actionError,
       tombstone ? null : snippetBlock(endpoint),
-      tombstone ? null : form,
+      tombstone ? null : changes ? form : readOnly("change its settings"),
     );
     body.className = "";
   }

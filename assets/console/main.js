@@ -12,6 +12,8 @@ import * as deliveries from "./deliveries.js";
 import * as submissions from "./submissions.js";
 
 const root = document.getElementById("app");
+// The key being signed in with: its role decides which actions the console offers.
+const WHO = "{ apiKey { name role } }";
 let cleanup = () => {};
 
 const ROUTES = [
@@ -103,8 +105,8 @@ function signInPage(message) {
     button.disabled = true;
     error.textContent = "";
     try {
-      await graphql("{ version }", {}, key);
-      session.signIn(key);
+      const { apiKey } = await graphql(WHO, {}, key);
+      session.signIn(key, apiKey.role);
       render();
     } catch (failure) {
       error.textContent = explain(failure);
@@ -137,9 +139,12 @@ function header(active) {
     ),
   );
   const signOutButton = h("button", { type: "button", class: "secondary", id: "sign-out" }, "Sign out");
+  const role = session.canChange()
+    ? null
+    : h("span", { id: "key-role", class: "key-role", title: "This key can read everything and change nothing." }, "Read-only key");
   signOutButton.addEventListener("click", () => signOut(""));
   return {
-    node: h("header", { class: "top" }, h("a", { href: "#/overview", class: "brand" }, "Hymical Forms"), nav, status, signOutButton),
+    node: h("header", { class: "top" }, h("a", { href: "#/overview", class: "brand" }, "Hymical Forms"), nav, status, role, signOutButton),
     unlisten,
   };
 }
@@ -147,6 +152,16 @@ function header(active) {
 function render() {
   if (!session.key()) {
     signInPage("");
+    return;
+  }
+  // A tab signed in before roles were read asks once.
+  if (!session.role()) {
+    graphql(WHO)
+      .then(({ apiKey }) => {
+        session.signIn(session.key(), apiKey.role);
+        render();
+      })
+      .catch((error) => signInPage(explain(error)));
     return;
   }
   cleanup();

@@ -3,7 +3,7 @@
 // follows every delivery event; events only schedule a reload of that query (at most one
 // a second), so the figures are always the server's, never a count kept in the page.
 
-import { graphql } from "./api.js";
+import { graphql, session } from "./api.js";
 import { h, replace, svg, throttle } from "./dom.js";
 import { subscribe } from "./live.js";
 import { explain } from "./words.js";
@@ -36,7 +36,9 @@ function countCards(counts) {
 
 function endpointTable(endpoints) {
   if (!endpoints.nodes.length) {
-    return h("p", { class: "empty" }, "No endpoints yet. ", h("a", { href: "#/endpoints/new" }, "Create one"), ".");
+    return session.canChange()
+      ? h("p", { class: "empty" }, "No endpoints yet. ", h("a", { href: "#/endpoints/new" }, "Create one"), ".")
+      : h("p", { class: "empty" }, "No endpoints yet.");
   }
   return h(
     "div",

@@ -2,7 +2,7 @@
 // submission's fields (the only view with submitted values, each a text node, so markup
 // in a value shows as text), and the export of the filtered list as CSV or JSON.
 
-import { downloadExport, graphql } from "./api.js";
+import { downloadExport, graphql, session } from "./api.js";
 import { h, replace, stateBadge, time } from "./dom.js";
 import { explain } from "./words.js";
 
@@ -71,7 +71,8 @@ export function list(view, route, shell) {
       replace(
         controls,
         form,
-        h("div", { class: "field actions" }, exportButton("csv"), exportButton("json")),
+        // An export takes every submission out at once: offered to an admin key only.
+        session.canChange() ? h("div", { class: "field actions" }, exportButton("csv"), exportButton("json")) : null,
         status,
       );
       const edges = data.submissions.edges;

@@ -215,7 +215,7 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
     wait_for_text(&client, "#sign-in-error", "That key was refused").await;
     shots.take(&client, "sign-in-refused").await;
 
-    // The printed key signs in; it is kept in this tab's session storage only.
+    // The printed key signs in; it (and its role) is kept in this tab's session storage only.
     type_into(&client, "#key", &key).await;
     click(&client, "#sign-in button").await;
     wait_for_text(&client, "#view h1", "Overview").await;
@@ -226,7 +226,7 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
         )
         .await
         .unwrap();
-    assert_eq!(storage[0], 1);
+    assert_eq!(storage[0], 2);
     assert_eq!(storage[1], 0);
     assert!(!storage[2].as_str().unwrap().contains(&key));
 
@@ -788,4 +788,114 @@ async fn the_form_snippet_escapes_a_hostile_honeypot_name_stored_by_an_older_rel
     assert_eq!(parsed["dialogs"], json!([]), "no dialog was asked for");
     assert!(client.get_alert_text().await.is_err(), "no dialog is open");
     client.close().await.unwrap();
+}
+
+/// The controls that change something, on each page: with a read key none may show, with
+/// an admin key each does (so their absence is the role's, not a page that never loaded).
+const WRITE_CONTROLS: &[(&str, &str, &[&str])] = &[
+    // (page, what shows once it has loaded, the write controls on it)
+    ("#/endpoints", "tr[data-endpoint='contact']", &["#new-endpoint"]),
+    (
+        "#/endpoints/contact",
+        "#form-snippet",
+        &[
+            "#endpoint-form",
+            "#delete-endpoint",
+            "#toggle-active",
+            "#toggle-paused",
+            "#rotate",
+        ],
+    ),
+    ("#/deliveries", "#deliveries", &["#bulk-replay-start"]),
+    ("#/submissions", "#submissions", &["#export-csv", "#export-json"]),
+];
+
+/// Each write control of every page: how many the page shows, once it has loaded.
+async fn write_controls_shown(client: &Client, console: &str, failed: &str) -> Vec<(String, usize)> {
+    let mut shown = Vec::new();
+    let delivery_page = format!("#/deliveries/{failed}");
+    let pages = WRITE_CONTROLS
+        .iter()
+        .map(|(page, loaded, controls)| (page.to_string(), *loaded, controls.to_vec()))
+        .chain([(delivery_page, "#delivery-state", vec!["#replay"])]);
+    for (page, loaded, controls) in pages {
+        client.goto(&format!("{console}{page}")).await.unwrap();
+        client
+            .wait()
+            .at_most(Duration::from_secs(30))
+            .for_element(Locator::Css(loaded))
+            .await
+            .unwrap_or_else(|e| panic!("{page}: {loaded}: {e}"));
+        for control in controls {
+            let found = client.find_all(Locator::Css(control)).await.unwrap().len();
+            shown.push((format!("{page} {control}"), found));
+        }
+    }
+    shown
+}
+
+/// Signed in with a read key (`keys create --role read`), the console says so and offers
+/// no action that changes anything (no create, edit, pause, rotate, delete, replay or
+/// export); signed in with an admin key, the same pages offer every one of them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_key_sees_the_console_without_its_write_actions() {
+    use hymical_forms::testing::model::state::KeyRole;
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, admin) = app.create_key_with_role("operator", KeyRole::Admin).await;
+    let (_, reader) = app.create_key_with_role("dashboard", KeyRole::Read).await;
+    app.webhook_endpoint("contact", "https://receiver.example/hook")
+        .await;
+    app.submit("contact", "email=a%40example.com").await;
+    // A failed delivery: what an admin key could replay.
+    let failed = app.db.deliveries().await[0].id.clone();
+    {
+        use diesel_async::RunQueryDsl;
+        let mut conn = app.db.connect().await;
+        diesel::sql_query(
+            "UPDATE webhook_deliveries SET state = 'failed', completed_at = now() WHERE id = $1",
+        )
+        .bind::<diesel::sql_types::Text, _>(&failed)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+
+    let driver = start_driver().await;
+    let console = app.url("/console");
+    for (key, read_only) in [(&reader, true), (&admin, false)] {
+        let client = browser(&driver).await;
+        client.goto(&console).await.unwrap();
+        type_into(&client, "#key", key).await;
+        click(&client, "#sign-in button").await;
+        wait_for_text(&client, "#view h1", "Overview").await;
+        let badge = client.find_all(Locator::Css("#key-role")).await.unwrap();
+        assert_eq!(badge.len(), usize::from(read_only));
+        if read_only {
+            wait_for_text(&client, "#key-role", "Read-only key").await;
+        }
+        for (control, shown) in write_controls_shown(&client, &console, &failed).await {
+            if read_only {
+                assert_eq!(shown, 0, "a read key is offered {control}");
+            } else {
+                assert_eq!(shown, 1, "an admin key is not offered {control}");
+            }
+        }
+        if read_only {
+            client
+                .goto(&format!("{console}#/endpoints/new"))
+                .await
+                .unwrap();
+            wait_for_text(&client, "#view .read-only", "read-only").await;
+            assert!(client
+                .find_all(Locator::Css("#endpoint-form"))
+                .await
+                .unwrap()
+                .is_empty());
+        }
+        client.close().await.unwrap();
+    }
 }
