@@ -34,7 +34,7 @@ impl Drop for Driver {
 
 pub async fn start_driver() -> Driver {
     let binary = find(&["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"]).expect(
-        "chromedriver is not installed: apt-get install chromium chromium-driver (.ci/run does)",
+        "chromedriver is not installed: apt-get install chromium chromium-driver (`cargo xtask setup` does)",
     );
     let port = free_port();
     let child = Command::new(binary)
@@ -58,7 +58,7 @@ pub async fn start_driver() -> Driver {
 
 pub async fn browser(driver: &Driver) -> Client {
     let chromium = find(&["/usr/bin/chromium", "/usr/bin/chromium-browser"])
-        .expect("chromium is not installed: apt-get install chromium (.ci/run does)");
+        .expect("chromium is not installed: apt-get install chromium (`cargo xtask setup` does)");
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".into(),

@@ -22,7 +22,7 @@ fn libfaketime() -> String {
             return path;
         }
     }
-    panic!("libfaketime is not installed (Debian: apt-get install faketime)");
+    panic!("libfaketime is not installed: apt-get install faketime (`cargo xtask setup` does)");
 }
 
 fn worker_vars(offset: &str, preload: &str) -> Vec<(&'static str, String)> {

@@ -19,7 +19,7 @@ fn pgbouncer_binary() -> PathBuf {
         .iter()
         .map(PathBuf::from)
         .find(|path| path.is_file())
-        .expect("pgbouncer is not installed: apt-get install pgbouncer (.ci/run does)")
+        .expect("pgbouncer is not installed: apt-get install pgbouncer (`cargo xtask setup` does)")
 }
 
 struct PgBouncer {
