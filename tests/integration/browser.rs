@@ -1,5 +1,5 @@
 //! Pages of the binary in a real browser: headless Chromium driven over WebDriver
-//! (Debian's `chromium` and `chromium-driver`, installed by `.ci/run`), with every host
+//! (Debian's `chromium` and `chromium-driver`, installed by `cargo xtask setup`), with every host
 //! but 127.0.0.1 unresolvable, so a page that reached for the internet would break.
 
 use std::process::{Child, Command, Stdio};

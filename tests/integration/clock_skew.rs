@@ -10,7 +10,7 @@ use hymical_forms::testing::clock::SystemClock;
 use crate::harness::{ServeProcess, TestApp};
 use crate::receiver::Receiver;
 
-/// libfaketime's preload library, installed by `.ci/run` (Debian: `faketime`).
+/// libfaketime's preload library, installed by `cargo xtask setup` (Debian: `faketime`).
 fn libfaketime() -> String {
     for dir in [
         "/usr/lib/x86_64-linux-gnu/faketime",
