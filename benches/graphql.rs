@@ -17,7 +17,6 @@ use std::time::Instant;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use hymical_forms::testing::config::Config;
-use hymical_forms::testing::db;
 
 mod common;
 use common::{env_number, BenchCluster};
@@ -84,16 +83,7 @@ fn main() {
 
     let (addr, key) = runtime.block_on(async {
         let config = Config::from_lookup(|_| None).expect("config");
-        let new_key = hymical_forms::testing::auth::generate(
-            "bench",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        let mut conn = db::connect_one(&cluster.url).await.expect("connection");
-        db::keys::insert(&mut conn, &new_key.row)
-            .await
-            .expect("key");
-        drop(conn);
+        let key = common::admin_key(&cluster.url).await;
         let app = common::app_state(&cluster.url, config, 8).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -107,7 +97,7 @@ fn main() {
             )
             .await;
         });
-        (addr, new_key.key.expose().to_string())
+        (addr, key)
     });
 
     let client = reqwest::Client::new();

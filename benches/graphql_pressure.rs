@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use hymical_forms::testing::config::Config;
-use hymical_forms::testing::db;
 
 mod common;
 use common::{env_number, offer_spread_load, BenchCluster, LoadResult};
@@ -74,18 +73,10 @@ fn main() {
     })
     .expect("config");
     let (addr, key) = runtime.block_on(async {
-        let new_key = hymical_forms::testing::auth::generate(
-            "bench",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        let mut conn = db::connect_one(&cluster.url).await.expect("connection");
-        db::keys::insert(&mut conn, &new_key.row)
-            .await
-            .expect("key");
+        let key = common::admin_key(&cluster.url).await;
         let pool_size = config.database.pool_size;
         let app = common::app_state(&cluster.url, config, pool_size).await;
-        (common::serve(app).await, new_key.key.expose().to_string())
+        (common::serve(app).await, key)
     });
     let paths: Vec<String> = (0..100).map(|e| format!("/f/bench-{e}")).collect();
 

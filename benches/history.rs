@@ -268,17 +268,9 @@ async fn start_server(url: &Secret) -> (SocketAddr, String) {
             .map(|(_, v)| v.to_string())
     })
     .expect("config");
-    let new_key = hymical_forms::testing::auth::generate(
-        "bench",
-        hymical_forms::testing::model::state::KeyRole::Admin,
-        chrono::Utc::now(),
-    );
-    let mut conn = db::connect_one(url).await.expect("connection");
-    db::keys::insert(&mut conn, &new_key.row)
-        .await
-        .expect("key");
+    let key = common::admin_key(url).await;
     let app = common::app_state(url, config, 32).await;
-    (common::serve(app).await, new_key.key.expose().to_string())
+    (common::serve(app).await, key)
 }
 
 /// The worker's claim and record statements, one delivery per transaction.

@@ -34,6 +34,20 @@ pub async fn app_state(
     )
 }
 
+/// An admin management key stored in the database at `url`; returns the key.
+pub async fn admin_key(url: &Secret) -> String {
+    let new_key = hymical_forms::testing::auth::generate(
+        "bench",
+        hymical_forms::testing::model::state::KeyRole::Admin,
+        chrono::Utc::now(),
+    );
+    let mut conn = db::connect_one(url).await.expect("connection");
+    db::keys::insert(&mut conn, &new_key.row)
+        .await
+        .expect("key");
+    new_key.key.expose().to_string()
+}
+
 /// Serves `app` on a loopback port with the service's own HTTP server, and starts intake's
 /// writers (group commit) as `serve` does.
 pub async fn serve(app: hymical_forms::testing::app::AppState) -> SocketAddr {
