@@ -794,7 +794,11 @@ async fn the_form_snippet_escapes_a_hostile_honeypot_name_stored_by_an_older_rel
 /// an admin key each does (so their absence is the role's, not a page that never loaded).
 const WRITE_CONTROLS: &[(&str, &str, &[&str])] = &[
     // (page, what shows once it has loaded, the write controls on it)
-    ("#/endpoints", "tr[data-endpoint='contact']", &["#new-endpoint"]),
+    (
+        "#/endpoints",
+        "tr[data-endpoint='contact']",
+        &["#new-endpoint"],
+    ),
     (
         "#/endpoints/contact",
         "#form-snippet",
@@ -807,11 +811,19 @@ const WRITE_CONTROLS: &[(&str, &str, &[&str])] = &[
         ],
     ),
     ("#/deliveries", "#deliveries", &["#bulk-replay-start"]),
-    ("#/submissions", "#submissions", &["#export-csv", "#export-json"]),
+    (
+        "#/submissions",
+        "#submissions",
+        &["#export-csv", "#export-json"],
+    ),
 ];
 
 /// Each write control of every page: how many the page shows, once it has loaded.
-async fn write_controls_shown(client: &Client, console: &str, failed: &str) -> Vec<(String, usize)> {
+async fn write_controls_shown(
+    client: &Client,
+    console: &str,
+    failed: &str,
+) -> Vec<(String, usize)> {
     let mut shown = Vec::new();
     let delivery_page = format!("#/deliveries/{failed}");
     let pages = WRITE_CONTROLS
