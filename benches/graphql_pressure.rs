@@ -7,7 +7,7 @@
 //! rounds so that the machine's drift falls on all of them alike:
 //! - alone;
 //! - beside `BENCH_GRAPHQL_CLIENTS` (4) clients each sending, as fast as it is answered,
-//!   the alias attack of issue 36: `endpoints(first:100){nodes{deliveryCounts{pending}}}`
+//!   the alias attack found from outside: `endpoints(first:100){nodes{deliveryCounts{pending}}}`
 //!   under 499 aliases (34 KB; about 50,000 queries before list fields were priced);
 //! - beside as many clients each sending the costliest kind of document the limits admit:
 //!   two pages of 100 endpoints with their counts and a page of 100 deliveries with their
