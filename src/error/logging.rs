@@ -60,3 +60,71 @@ pub async fn logging_storage_once<F: std::future::Future>(operation: F) -> F::Ou
         })
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use async_graphql::ErrorExtensions;
+
+    use super::*;
+    use crate::db::DbError;
+
+    /// What the log received, line by line.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Captured {
+        fn lines(&self) -> Vec<String> {
+            let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        }
+    }
+
+    #[test]
+    fn an_operations_storage_failures_are_one_line() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        // Forty fields of one operation fail on an exhausted share of the pool.
+        runtime.block_on(logging_storage_once(async {
+            for _ in 0..40 {
+                let _ = ApiError::from(DbError::ShareExhausted).extend();
+            }
+        }));
+        let lines = captured.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("storage unavailable"), "{lines:?}");
+        assert!(lines[0].contains("failed_fields=40"), "{lines:?}");
+        // Outside an operation each failure is its own line, as before.
+        let _ = ApiError::from(DbError::Unreachable).extend();
+        assert_eq!(captured.lines().len(), 2);
+        // An operation without storage failures writes nothing.
+        runtime.block_on(logging_storage_once(async {}));
+        assert_eq!(captured.lines().len(), 2);
+    }
+}
