@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::listing;
 use super::loaders::Loaders;
-use super::{app, database, ResultExt};
+use super::{app, ResultExt};
 use crate::clock::format_timestamp;
 use crate::db;
 use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
@@ -479,14 +479,10 @@ impl EndpointEvent {
     async fn occurred_at(&self) -> Timestamp {
         Timestamp(self.0.occurred_at)
     }
-    /// The endpoint as it is when the event is sent; null once erased.
+    /// The endpoint as it is when the event is sent; null once erased. (A subscription's
+    /// loaders keep no cache: each event reads it as it is then.)
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
-        let id = &self.0.endpoint_id;
-        Ok(database(ctx)
-            .run(async |conn| db::endpoints::find(conn, id).await)
-            .await
-            .gql()?
-            .map(Endpoint))
+        Endpoint::load(ctx, &self.0.endpoint_id).await
     }
 }
 
