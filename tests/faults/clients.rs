@@ -142,12 +142,21 @@ async fn ten_thousand_idle_connections_leave_intake_at_its_latency() {
     let before = intake_latencies(&url, 200).await;
     let count = 10_000;
     let mut idle = Vec::with_capacity(count);
-    // In batches well inside the listen backlog, so that none is dropped by the kernel.
-    for _ in 0..count / 100 {
-        let batch = futures_util::future::join_all(
-            (0..100).map(|_| TcpStream::connect(("127.0.0.1", server.port))),
-        )
-        .await;
+    // In batches well inside the listen backlog, so that none is dropped by the kernel;
+    // from ten loopback addresses, a thousand each: one address may hold at most
+    // FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS (1024) connections.
+    let connect_from = |source: [u8; 4], port: u16| async move {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(std::net::SocketAddr::from((source, 0)))?;
+        socket
+            .connect(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
+            .await
+    };
+    for batch_number in 0..count / 100 {
+        let source = [127, 0, 0, 2 + (batch_number % 10) as u8];
+        let batch =
+            futures_util::future::join_all((0..100).map(|_| connect_from(source, server.port)))
+                .await;
         for stream in batch {
             idle.push(stream.expect("idle connection"));
         }
