@@ -208,6 +208,11 @@ impl Connection {
                     }
                 }
                 Some((_, outgoing)) = self.operations.next(), if !self.operations.is_empty() => {
+                    // A stopping server ends every subscription's stream too: what it last
+                    // says (the feed is closing) is no result for the client, the close is.
+                    if closing.has_changed().unwrap_or(true) {
+                        return Close::new(1001, "The server is shutting down");
+                    }
                     if self.send_ready(outgoing).await.is_err() {
                         return Close::new(1000, "");
                     }
