@@ -3,7 +3,7 @@
 //!
 //! The test suite runs real programs that `cargo test` cannot build or install: a
 //! PostgreSQL server, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
-//! Python 3 with venv, systemd-analyze. `cargo xtask setup` looks for each of them and
+//! Python 3 with venv, aiosmtpd, systemd-analyze. `cargo xtask setup` looks for each of them and
 //! installs the Debian packages of the missing ones in one `apt-get install` (as root;
 //! otherwise it prints the command to run). `cargo xtask test [ARGS…]` does the same, then
 //! `cargo test [ARGS…]` and, without ARGS, a short coverage-guided fuzzing pass: the
@@ -69,6 +69,11 @@ const NEEDS: &[Need] = &[
         name: "python3 venv and ensurepip",
         packages: &["python3-venv"],
         find: python3_venv,
+    },
+    Need {
+        name: "aiosmtpd, for Debian's /usr/bin/python3",
+        packages: &["python3-aiosmtpd"],
+        find: aiosmtpd,
     },
     Need {
         name: "chromium",
@@ -383,6 +388,21 @@ fn python3_venv() -> Option<String> {
         .status()
         .is_ok_and(|status| status.success());
     ok.then(|| "python3 -c 'import ensurepip, venv'".to_string())
+}
+
+/// tests/integration/email.rs sends mail to an aiosmtpd server (tests/smtp-server/serve.py).
+/// Checked, and run by the tests, with /usr/bin/python3, the interpreter apt installs
+/// packages for: a pyenv or virtualenv `python3` earlier on PATH does not see Debian's
+/// dist-packages, so `python3 -c 'import aiosmtpd'` would call it missing after every
+/// install.
+fn aiosmtpd() -> Option<String> {
+    let ok = Command::new("/usr/bin/python3")
+        .args(["-c", "import aiosmtpd"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    ok.then(|| "/usr/bin/python3 -c 'import aiosmtpd'".to_string())
 }
 
 fn chromium() -> Option<String> {
