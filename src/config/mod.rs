@@ -2,8 +2,8 @@
 //!
 //! Every value is validated here and nowhere else, one file per section. An invalid value
 //! is reported with the variable's name, what is wrong with the value and the rule it
-//! broke; secret values (the database URL, which may carry a password, and the rate-limit
-//! HMAC key) are never echoed.
+//! broke; secret values (the database URL, which may carry a password, the rate-limit
+//! HMAC key and the SMTP password) are never echoed.
 
 mod database;
 mod delivery;
@@ -11,6 +11,7 @@ mod graphql;
 mod http;
 mod intake;
 mod reader;
+mod smtp;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -23,6 +24,7 @@ pub use graphql::GraphqlConfig;
 pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
 use reader::Reader;
+pub use smtp::{SmtpConfig, SmtpTls};
 
 /// Read by the test suite (docs/configuration.md), never by the service: they share the
 /// prefix and are not typos.
@@ -101,6 +103,12 @@ pub struct Config {
     pub intake: IntakeConfig,
     pub webhook: WebhookConfig,
     pub worker: WorkerConfig,
+    /// The mail server of email destinations; `None`: `FORMS_SMTP_HOST` is unset and no
+    /// email is sent.
+    // Read by the delivery worker once email destinations land; until then only the
+    // tests (the `testing` feature) build a `Mailer` from it.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub smtp: Option<SmtpConfig>,
     pub rate_limit: RateLimitConfig,
     pub submission_retention_days: u32,
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
@@ -221,6 +229,7 @@ fn read(r: &mut Reader) -> Config {
     let intake = intake::read(r);
     let webhook = delivery::read_webhook(r);
     let worker = delivery::read_worker(r);
+    let smtp = smtp::read(r);
     let rate_limit = intake::read_rate_limits(r);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
@@ -275,6 +284,7 @@ fn read(r: &mut Reader) -> Config {
         intake,
         webhook,
         worker,
+        smtp,
         rate_limit,
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),
@@ -357,6 +367,7 @@ mod tests {
         assert_eq!(config.graphql.max_page_size, 100);
         assert_eq!(config.log_format, LogFormat::Text);
         assert!(config.warnings.is_empty());
+        assert!(config.smtp.is_none());
     }
 
     #[test]
@@ -430,6 +441,17 @@ mod tests {
             ("FORMS_METRICS_REQUIRE_KEY", "sometimes", "true or false"),
             ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify", "not one of"),
             ("FORMS_DATABASE_URL", "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem", "cannot be read"),
+            // Alone, each SMTP variable but the host is also an error for being set
+            // without FORMS_SMTP_HOST; src/config/smtp.rs tests them with the host.
+            ("FORMS_SMTP_HOST", "smtp.example.com:587", "without a port"),
+            ("FORMS_SMTP_PORT", "0", "from 1"),
+            ("FORMS_SMTP_TLS", "ssl", "starttls, tls or none"),
+            ("FORMS_SMTP_ALLOW_PLAINTEXT", "sometimes", "true or false"),
+            ("FORMS_SMTP_USERNAME", "forms\r\n", "control character"),
+            ("FORMS_SMTP_PASSWORD", "hunter2hunter2", "only with FORMS_SMTP_HOST"),
+            ("FORMS_SMTP_FROM", "forms at example.com", "not an email address"),
+            ("FORMS_SMTP_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_SMTP_CA_FILE", "/nonexistent/smtp-ca.pem", "cannot be read"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

@@ -1,0 +1,536 @@
+//! Email over SMTP against a real server: the `Mailer`, configured through
+//! `Config::from_lookup` and `FORMS_SMTP_*`, sends to aiosmtpd (tests/smtp-server/serve.py,
+//! Debian's python3-aiosmtpd, installed by `cargo xtask setup`), which is scripted to
+//! accept, defer, refuse, hang, require STARTTLS or AUTH, and which writes each message it
+//! accepts, with its envelope and its MIME parts as Python's email package reads them, for
+//! the test to read back.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use hymical_forms::testing::config::Config;
+use hymical_forms::testing::delivery::email::{
+    notification, MailOutcome, Mailer, Notification, OutgoingEmail,
+};
+use serde_json::{json, Value};
+
+/// Debian's interpreter, explicitly: a pyenv `python3` first on PATH does not see the
+/// packages apt installs (python3-aiosmtpd).
+const PYTHON: &str = "/usr/bin/python3";
+
+const DELIVERY_ID: &str = "whd_0190f1a2b3c4d5e6f708192a3b4c5d6e";
+
+/// A running serve.py, killed when dropped.
+struct SmtpServer {
+    child: Child,
+    /// Kept open: the server's standard output stays a live pipe.
+    _stdout: BufReader<ChildStdout>,
+    port: u16,
+    spool: tempfile::TempDir,
+}
+
+impl SmtpServer {
+    fn start(args: &[&str]) -> SmtpServer {
+        let spool = tempfile::tempdir().unwrap();
+        let log_path = spool.path().join("server.log");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/smtp-server/serve.py");
+        let mut child = Command::new(PYTHON)
+            .arg(script)
+            .arg("--spool")
+            .arg(spool.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!(
+                    "{PYTHON} cannot run ({error}): apt-get install python3-aiosmtpd \
+                     (`cargo xtask setup` does)"
+                )
+            });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut first_line = String::new();
+        stdout.read_line(&mut first_line).unwrap();
+        let Ok(port) = first_line.trim().parse() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "the SMTP server did not start; is aiosmtpd installed? apt-get install \
+                 python3-aiosmtpd (`cargo xtask setup` does). Its output:\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        };
+        SmtpServer {
+            child,
+            _stdout: stdout,
+            port,
+            spool,
+        }
+    }
+
+    /// The messages it accepted, in order: the summary serve.py wrote, with the raw bytes
+    /// under "raw".
+    fn messages(&self) -> Vec<Value> {
+        let mut summaries: Vec<PathBuf> = std::fs::read_dir(self.spool.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+            .collect();
+        summaries.sort();
+        summaries
+            .iter()
+            .map(|path| {
+                let mut summary: Value =
+                    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+                let raw = std::fs::read(path.with_extension("eml")).unwrap();
+                summary["raw"] = Value::String(String::from_utf8(raw).unwrap());
+                summary
+            })
+            .collect()
+    }
+
+    fn port(&self) -> String {
+        self.port.to_string()
+    }
+}
+
+impl Drop for SmtpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A mailer from `FORMS_SMTP_*` as an operator sets them: plaintext to the loopback
+/// server unless `vars` say otherwise (a later pair replaces an earlier one).
+fn mailer(server: &SmtpServer, vars: &[(&str, &str)]) -> Mailer {
+    let port = server.port();
+    let all: HashMap<String, String> = [
+        ("FORMS_SMTP_HOST", "127.0.0.1"),
+        ("FORMS_SMTP_PORT", port.as_str()),
+        ("FORMS_SMTP_TLS", "none"),
+        ("FORMS_SMTP_FROM", "Hymical Forms <forms@example.com>"),
+        ("FORMS_SMTP_TIMEOUT_SECONDS", "10"),
+    ]
+    .into_iter()
+    .chain(vars.iter().copied())
+    .map(|(name, value)| (name.to_string(), value.to_string()))
+    .collect();
+    let config = Config::from_lookup(|name| all.get(name).cloned()).unwrap();
+    Mailer::new(config.smtp.as_ref().expect("FORMS_SMTP_HOST is set")).unwrap()
+}
+
+fn submission(
+    mailer: &Mailer,
+    fields: &Value,
+    to: &[&str],
+    reply_to_field: Option<&str>,
+) -> OutgoingEmail {
+    notification(&Notification {
+        endpoint_name: "Contact form",
+        endpoint_id: "contact-form",
+        submission_id: "sub_48984534f33749c49a88de2d59400dce",
+        received_at: Utc.with_ymd_and_hms(2026, 8, 24, 14, 34, 27).unwrap(),
+        fields,
+        to: to.iter().map(|to| to.to_string()).collect(),
+        reply_to_field,
+        delivery_id: DELIVERY_ID,
+        message_domain: mailer.message_domain(),
+    })
+}
+
+fn simple(mailer: &Mailer) -> OutgoingEmail {
+    submission(
+        mailer,
+        &json!({"email": ["visitor@example.org"], "message": ["Hello"]}),
+        &["ops@example.com"],
+        Some("email"),
+    )
+}
+
+/// Every value of the header `name` in a spooled message.
+fn headers<'a>(message: &'a Value, name: &str) -> Vec<&'a str> {
+    message["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pair| pair[0].as_str().unwrap().eq_ignore_ascii_case(name))
+        .map(|pair| pair[1].as_str().unwrap())
+        .collect()
+}
+
+fn header<'a>(message: &'a Value, name: &str) -> &'a str {
+    let values = headers(message, name);
+    assert_eq!(values.len(), 1, "{name}: {values:?}");
+    values[0]
+}
+
+fn assert_accepted(outcome: &MailOutcome) {
+    assert!(
+        matches!(outcome, MailOutcome::Accepted { code: 250, text } if text.contains("accepted")),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_notification_arrives_with_every_field_escaped() {
+    let server = SmtpServer::start(&[]);
+    let mailer = mailer(&server, &[]);
+    let fields = json!({
+        "name": ["Ada Lovelace"],
+        "message": ["<b>x</b> & \"q\""],
+        "email": ["visitor@example.org"],
+        "topics": ["billing", "api"],
+    });
+    let email = submission(
+        &mailer,
+        &fields,
+        &["ops@example.com", "Second Desk <desk@example.net>"],
+        Some("email"),
+    );
+    assert_accepted(&mailer.send(&email).await);
+
+    let messages = server.messages();
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(message["mail_from"], "forms@example.com");
+    assert_eq!(
+        message["rcpt_tos"],
+        json!(["ops@example.com", "desk@example.net"])
+    );
+    assert_eq!(header(message, "Subject"), "New submission to Contact form");
+    assert_eq!(header(message, "From"), "Hymical Forms <forms@example.com>");
+    assert_eq!(
+        header(message, "To"),
+        "ops@example.com, Second Desk <desk@example.net>"
+    );
+    assert_eq!(header(message, "Reply-To"), "visitor@example.org");
+    assert_eq!(
+        header(message, "Message-ID"),
+        format!("<{DELIVERY_ID}@example.com>")
+    );
+    assert!(!header(message, "Date").is_empty());
+    assert_eq!(message["content_type"], "multipart/alternative");
+
+    let parts = message["parts"].as_array().unwrap();
+    let types: Vec<&str> = parts
+        .iter()
+        .map(|part| part["content_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["text/plain", "text/html"]);
+    // Python keeps the wire's CRLF in decoded text.
+    let plain = parts[0]["text"].as_str().unwrap().replace("\r\n", "\n");
+    let html = parts[1]["text"].as_str().unwrap().replace("\r\n", "\n");
+    let (plain, html) = (plain.as_str(), html.as_str());
+    for text in [
+        "name:",
+        "Ada Lovelace",
+        "message:",
+        "<b>x</b> & \"q\"",
+        "email:",
+        "topics:",
+        "  billing\n  api\n",
+    ] {
+        assert!(plain.contains(text), "{text:?} in {plain}");
+    }
+    for text in [
+        "Ada Lovelace",
+        "&lt;b&gt;x&lt;/b&gt; &amp; &quot;q&quot;",
+        ">billing</div><div style=\"white-space:pre-wrap\">api<",
+        "<code>sub_48984534f33749c49a88de2d59400dce</code>",
+    ] {
+        assert!(html.contains(text), "{text:?} in {html}");
+    }
+    assert!(!html.contains("<b>x</b>"), "{html}");
+    // Fields appear in stored order in both parts.
+    for (part, names) in [
+        (plain, ["\nname:", "\nmessage:", "\nemail:", "\ntopics:"]),
+        (html, [">name<", ">message<", ">email<", ">topics<"]),
+    ] {
+        let at: Vec<usize> = names.iter().map(|name| part.find(name).unwrap()).collect();
+        assert!(at.windows(2).all(|pair| pair[0] < pair[1]), "{part}");
+    }
+}
+
+#[tokio::test]
+async fn a_reply_to_field_cannot_add_a_header_or_a_recipient() {
+    let server = SmtpServer::start(&[]);
+    let mailer = mailer(&server, &[]);
+    for value in ["a@x.com\r\nBcc: b@y.com", "a@x.com, b@y.com", "A <a@x.com>"] {
+        let fields = json!({ "email": [value] });
+        let email = submission(&mailer, &fields, &["ops@example.com"], Some("email"));
+        assert_eq!(email.reply_to, None, "{value:?}");
+        assert_accepted(&mailer.send(&email).await);
+    }
+    let messages = server.messages();
+    assert_eq!(messages.len(), 3);
+    for message in &messages {
+        assert!(headers(message, "Reply-To").is_empty(), "{message}");
+        assert!(headers(message, "Bcc").is_empty(), "{message}");
+        assert_eq!(message["rcpt_tos"], json!(["ops@example.com"]));
+        let raw = message["raw"].as_str().unwrap();
+        let (head, _) = raw.split_once("\r\n\r\n").unwrap();
+        assert!(
+            !head.contains("b@y.com") && !head.contains("a@x.com"),
+            "{head}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_deferred_message_is_sent_once_on_retry_with_the_same_message_id() {
+    let server = SmtpServer::start(&["--script", "451,250"]);
+    let mailer = mailer(&server, &[]);
+    let first = simple(&mailer);
+    let outcome = mailer.send(&first).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Deferred { code: 451, text } if text.contains("Scripted deferral of DATA")),
+        "{outcome:?}"
+    );
+    assert!(server.messages().is_empty());
+
+    // The retry builds the message again from the same stored delivery.
+    let retry = simple(&mailer);
+    assert_eq!(retry.message_id, first.message_id);
+    assert_accepted(&mailer.send(&retry).await);
+    let messages = server.messages();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(header(&messages[0], "Message-ID"), first.message_id);
+}
+
+#[tokio::test]
+async fn a_rejected_message_carries_the_servers_reply() {
+    let server = SmtpServer::start(&["--script", "550"]);
+    let mailer = mailer(&server, &[]);
+    let outcome = mailer.send(&simple(&mailer)).await;
+    assert_eq!(
+        outcome,
+        MailOutcome::Rejected {
+            code: 550,
+            text: "5.7.1 Scripted rejection of DATA".to_string()
+        }
+    );
+    assert!(server.messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_recipient_decides_for_the_whole_message() {
+    let server = SmtpServer::start(&["--reply-rcpt", "250,550,451"]);
+    let mailer = mailer(&server, &[]);
+    let fields = json!({"message": ["Hello"]});
+    let both = submission(
+        &mailer,
+        &fields,
+        &["ops@example.com", "gone@example.net"],
+        None,
+    );
+    let outcome = mailer.send(&both).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Rejected { code: 550, text } if text.contains("RCPT")),
+        "{outcome:?}"
+    );
+    let outcome = mailer.send(&simple(&mailer)).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Deferred { code: 451, text } if text.contains("RCPT")),
+        "{outcome:?}"
+    );
+    // The recipient that was accepted got nothing: no DATA followed.
+    assert!(server.messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_server_that_stops_answering_times_out() {
+    for hang in ["greeting", "data"] {
+        let server = SmtpServer::start(&["--hang", hang]);
+        let mailer = mailer(&server, &[("FORMS_SMTP_TIMEOUT_SECONDS", "1")]);
+        let started = Instant::now();
+        let outcome = mailer.send(&simple(&mailer)).await;
+        assert_eq!(outcome, MailOutcome::TimedOut, "hang {hang}");
+        // Loose on purpose: only that the deadline ends the attempt.
+        assert!(started.elapsed() < Duration::from_secs(10), "hang {hang}");
+        assert!(server.messages().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_closed_port_is_a_connection_failure() {
+    let server = SmtpServer::start(&[]);
+    let mailer = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let closed = listener.local_addr().unwrap().port().to_string();
+        drop(listener);
+        mailer(&server, &[("FORMS_SMTP_PORT", closed.as_str())])
+    };
+    let outcome = mailer.send(&simple(&mailer)).await;
+    assert!(
+        matches!(&outcome, MailOutcome::ConnectionFailed { reason } if !reason.is_empty()),
+        "{outcome:?}"
+    );
+}
+
+/// A CA and a server certificate it signed for localhost and 127.0.0.1, as PEM files.
+struct Certificates {
+    dir: tempfile::TempDir,
+}
+
+impl Certificates {
+    fn new() -> Certificates {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "Hymical test mail CA");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let server_params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .unwrap();
+        let server_key = rcgen::KeyPair::generate().unwrap();
+        let server = server_params.signed_by(&server_key, &issuer).unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), server.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), server_key.serialize_pem()).unwrap();
+        Certificates { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).to_string_lossy().into_owned()
+    }
+}
+
+#[tokio::test]
+async fn starttls_is_verified_against_the_configured_ca() {
+    let certificates = Certificates::new();
+    let (cert, key, ca) = (
+        certificates.path("server.pem"),
+        certificates.path("server.key"),
+        certificates.path("ca.pem"),
+    );
+    let server = SmtpServer::start(&["--starttls", &cert, &key]);
+    // By name, so the certificate's DNS name is what is checked.
+    let trusting = mailer(
+        &server,
+        &[
+            ("FORMS_SMTP_HOST", "localhost"),
+            ("FORMS_SMTP_TLS", "starttls"),
+            ("FORMS_SMTP_CA_FILE", &ca),
+        ],
+    );
+    assert_accepted(&trusting.send(&simple(&trusting)).await);
+    assert_eq!(server.messages().len(), 1);
+
+    // The same server, trusted through the Mozilla roots only: its CA is nobody's.
+    let default_roots = mailer(&server, &[("FORMS_SMTP_TLS", "starttls")]);
+    let outcome = default_roots.send(&simple(&default_roots)).await;
+    assert!(
+        matches!(&outcome, MailOutcome::ConnectionFailed { reason } if reason.contains("certificate")),
+        "{outcome:?}"
+    );
+    assert_eq!(server.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn implicit_tls_is_verified_against_the_configured_ca() {
+    let certificates = Certificates::new();
+    let (cert, key, ca) = (
+        certificates.path("server.pem"),
+        certificates.path("server.key"),
+        certificates.path("ca.pem"),
+    );
+    let server = SmtpServer::start(&["--tls", &cert, &key]);
+    let mailer = mailer(
+        &server,
+        &[("FORMS_SMTP_TLS", "tls"), ("FORMS_SMTP_CA_FILE", &ca)],
+    );
+    assert_accepted(&mailer.send(&simple(&mailer)).await);
+    assert_eq!(server.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn tls_is_never_given_up_for_plaintext() {
+    let certificates = Certificates::new();
+    let ca = certificates.path("ca.pem");
+    let server = SmtpServer::start(&[]);
+    for (mode, expected) in [("starttls", "STARTTLS"), ("tls", "")] {
+        let mailer = mailer(
+            &server,
+            &[("FORMS_SMTP_TLS", mode), ("FORMS_SMTP_CA_FILE", &ca)],
+        );
+        let outcome = mailer.send(&simple(&mailer)).await;
+        assert!(
+            matches!(&outcome, MailOutcome::ConnectionFailed { reason } if reason.contains(expected)),
+            "{mode}: {outcome:?}"
+        );
+    }
+    assert!(server.messages().is_empty());
+}
+
+#[tokio::test]
+async fn auth_with_the_right_and_a_wrong_password() {
+    let certificates = Certificates::new();
+    let (cert, key, ca) = (
+        certificates.path("server.pem"),
+        certificates.path("server.key"),
+        certificates.path("ca.pem"),
+    );
+    let server = SmtpServer::start(&["--starttls", &cert, &key, "--auth", "forms:correct horse"]);
+    let with_password = |password: &str| {
+        mailer(
+            &server,
+            &[
+                ("FORMS_SMTP_TLS", "starttls"),
+                ("FORMS_SMTP_CA_FILE", &ca),
+                ("FORMS_SMTP_USERNAME", "forms"),
+                ("FORMS_SMTP_PASSWORD", password),
+            ],
+        )
+    };
+
+    let right = with_password("correct horse");
+    assert_accepted(&right.send(&simple(&right)).await);
+
+    let wrong = with_password("battery staple");
+    let outcome = wrong.send(&simple(&wrong)).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Rejected { code: 535, text } if !text.contains("staple")),
+        "{outcome:?}"
+    );
+
+    // No credentials at all: the server wants AUTH before MAIL.
+    let anonymous = mailer(
+        &server,
+        &[("FORMS_SMTP_TLS", "starttls"), ("FORMS_SMTP_CA_FILE", &ca)],
+    );
+    let outcome = anonymous.send(&simple(&anonymous)).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Rejected { code: 530, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(server.messages().len(), 1);
+}
+
+#[tokio::test]
+async fn a_message_that_cannot_be_made_is_never_sent() {
+    let server = SmtpServer::start(&[]);
+    let mailer = mailer(&server, &[]);
+    let mut email = simple(&mailer);
+    email.to = vec!["ops@example.com\r\nBcc: b@y.com".to_string()];
+    let outcome = mailer.send(&email).await;
+    assert!(
+        matches!(&outcome, MailOutcome::Unsendable { reason } if !reason.contains("b@y.com")),
+        "{outcome:?}"
+    );
+    email.to.clear();
+    assert!(matches!(
+        mailer.send(&email).await,
+        MailOutcome::Unsendable { .. }
+    ));
+    assert!(server.messages().is_empty());
+}
