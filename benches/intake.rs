@@ -75,18 +75,19 @@ fn main() {
     runtime.block_on(async {
         let mut conn = db::connect_one(&url).await.expect("connect");
         for name in &names {
+            let id =
+                hymical_forms::testing::model::ids::EndpointId::parse(name).expect("endpoint id");
+            let webhook = db::models::DestinationRow::webhook(
+                id.clone(),
+                1,
+                "https://receiver.example/hook".into(),
+                format!("whsec_{}", "ab".repeat(32)),
+                chrono::Utc::now(),
+            );
             db::endpoints::insert(
                 &mut conn,
-                &db::models::EndpointRow {
-                    webhook_url: Some("https://receiver.example/hook".into()),
-                    webhook_secret: Some(format!("whsec_{}", "ab".repeat(32))),
-                    ..db::models::EndpointRow::new(
-                        hymical_forms::testing::model::ids::EndpointId::parse(name)
-                            .expect("endpoint id"),
-                        name.clone(),
-                        chrono::Utc::now(),
-                    )
-                },
+                &db::models::EndpointRow::new(id, name.clone(), chrono::Utc::now()),
+                Some(webhook),
             )
             .await
             .expect("endpoint");

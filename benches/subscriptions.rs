@@ -251,12 +251,13 @@ impl Server {
         .expect("config");
         let pool_size = config.database.pool_size;
         let app = common::app_state(url, config, pool_size).await;
-        let workers = worker.then(|| {
-            hymical_forms::testing::delivery::client::WebhookClient::new(
+        let workers = worker.then(|| hymical_forms::testing::delivery::Senders {
+            webhook: hymical_forms::testing::delivery::client::WebhookClient::new(
                 &app.config.webhook,
                 Arc::new(hymical_forms::testing::delivery::client::SystemResolver),
             )
-            .expect("webhook client")
+            .expect("webhook client"),
+            mail: None,
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

@@ -322,13 +322,19 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         }
     };
     let workers = if config.worker.enabled {
-        Some(
-            delivery::client::WebhookClient::new(
+        Some(delivery::Senders {
+            webhook: delivery::client::WebhookClient::new(
                 &config.webhook,
                 Arc::new(delivery::client::SystemResolver),
             )
             .context("cannot build the webhook HTTP client")?,
-        )
+            mail: config
+                .smtp
+                .as_ref()
+                .map(delivery::email::Mailer::new)
+                .transpose()
+                .context("cannot set up sending email (FORMS_SMTP_*)")?,
+        })
     } else {
         None
     };

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::AppState;
 use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED};
-use crate::delivery::client::WebhookClient;
+use crate::delivery::Senders;
 use crate::delivery::Worker;
 use crate::http::server::Limits;
 
@@ -36,8 +36,8 @@ pub struct Plan {
     pub http: Option<(TcpListener, Limits)>,
     /// Serve `/metrics` on a listener of its own (`FORMS_METRICS_BIND`).
     pub metrics: Option<(TcpListener, Limits)>,
-    /// Run the delivery workers with this client.
-    pub workers: Option<WebhookClient>,
+    /// Run the delivery workers with these senders.
+    pub workers: Option<Senders>,
     /// Sweep expired rate-limit counters.
     pub sweeper: bool,
     /// Apply submission retention hourly.
@@ -129,13 +129,13 @@ impl Services {
         // With the API and the worker in one process, intake claims new deliveries for
         // the worker when it has nothing else to do (delivery/handoff.rs).
         let mut handoff = None;
-        if let (Some(client), Some(wake)) = (plan.workers, worker_wake) {
+        if let (Some(senders), Some(wake)) = (plan.workers, worker_wake) {
             let worker = Worker::new(
                 app.db.clone(),
                 app.config.worker.clone(),
                 app.config.webhook.clone(),
                 app.clock.clone(),
-                client,
+                senders,
                 wake,
             );
             let handed = api.then(|| {

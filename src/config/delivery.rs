@@ -27,8 +27,10 @@ pub struct WorkerConfig {
     pub concurrency: usize,
     pub batch_size: u32,
     pub poll_interval: Duration,
-    /// Requests in flight to one endpoint at once, across every worker process.
-    pub endpoint_concurrency: u32,
+    /// Requests in flight to one destination at once (unless it sets its own), across
+    /// every worker process (`FORMS_WORKER_ENDPOINT_CONCURRENCY`, named when a destination
+    /// was an endpoint).
+    pub destination_concurrency: u32,
 }
 
 pub(super) fn read_webhook(r: &mut Reader) -> WebhookConfig {
@@ -61,7 +63,8 @@ pub(super) fn read_worker(r: &mut Reader) -> WorkerConfig {
         concurrency: r.integer("FORMS_WORKER_CONCURRENCY", 32, 1, 100_000) as usize,
         batch_size: r.integer("FORMS_WORKER_BATCH_SIZE", 10, 1, 10_000) as u32,
         poll_interval: r.seconds("FORMS_WORKER_POLL_SECONDS", 1.0),
-        endpoint_concurrency: r.integer("FORMS_WORKER_ENDPOINT_CONCURRENCY", 8, 1, 100_000) as u32,
+        destination_concurrency: r.integer("FORMS_WORKER_ENDPOINT_CONCURRENCY", 8, 1, 100_000)
+            as u32,
     }
 }
 

@@ -105,9 +105,6 @@ pub struct Config {
     pub worker: WorkerConfig,
     /// The mail server of email destinations; `None`: `FORMS_SMTP_HOST` is unset and no
     /// email is sent.
-    // Read by the delivery worker once email destinations land; until then only the
-    // tests (the `testing` feature) build a `Mailer` from it.
-    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     pub smtp: Option<SmtpConfig>,
     pub rate_limit: RateLimitConfig,
     pub submission_retention_days: u32,
@@ -328,7 +325,7 @@ mod tests {
             config.database.idle_in_transaction_timeout,
             Duration::from_secs(60)
         );
-        assert_eq!(config.worker.endpoint_concurrency, 8);
+        assert_eq!(config.worker.destination_concurrency, 8);
         assert_eq!(config.export_max_concurrent, 2);
         assert_eq!(config.graphql.max_expanded_fields, 5_000);
         assert_eq!(config.graphql.max_fragments, 100);

@@ -6,19 +6,42 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql};
+use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql, DestinationRow};
 use super::schema::webhook_deliveries;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
-use crate::model::state::DeliveryState;
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::state::{DeliveryState, DestinationKind};
 
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
     pub endpoint_id: Option<EndpointId>,
+    pub destination: Option<DestinationScope>,
     pub state: Option<DeliveryState>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
+}
+
+/// The deliveries of one destination.
+#[derive(Debug, Clone)]
+pub struct DestinationScope {
+    pub id: DestinationId,
+    /// Set when the destination is the one the upgrade to destinations made from its
+    /// endpoint's webhook (position 1, a webhook): the endpoint and the destination's
+    /// creation, so that the endpoint's history recorded before, which names no
+    /// destination, is listed with it.
+    pub upgraded_webhook: Option<(EndpointId, DateTime<Utc>)>,
+}
+
+impl DestinationScope {
+    pub fn of(destination: &DestinationRow) -> DestinationScope {
+        let upgraded = destination.position == 1 && destination.kind == DestinationKind::Webhook;
+        DestinationScope {
+            id: destination.id.clone(),
+            upgraded_webhook: upgraded
+                .then(|| (destination.endpoint_id.clone(), destination.created_at)),
+        }
+    }
 }
 
 pub async fn find_many(
@@ -32,12 +55,22 @@ pub async fn find_many(
         .await?)
 }
 
+/// The deliveries of the given submissions, each submission's in its destinations' order
+/// (a delivery written before destinations existed, which has none, first: it went to the
+/// endpoint's first webhook).
 pub async fn for_submissions(
     conn: &mut AsyncPgConnection,
     submission_ids: &[SubmissionId],
 ) -> Result<Vec<DeliveryRow>, DbError> {
+    use super::schema::destinations;
     Ok(webhook_deliveries::table
+        .left_join(destinations::table)
         .filter(webhook_deliveries::submission_id.eq_any(submission_ids))
+        .order((
+            webhook_deliveries::submission_id,
+            destinations::position.nullable().asc().nulls_first(),
+            webhook_deliveries::id,
+        ))
         .select(DeliveryRow::as_select())
         .load(conn)
         .await?)
@@ -72,6 +105,18 @@ pub async fn page(
         .into_boxed();
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
+    }
+    if let Some(destination) = &filter.destination {
+        let own = webhook_deliveries::destination_id.eq(destination.id.clone());
+        query = match &destination.upgraded_webhook {
+            None => query.filter(own),
+            Some((endpoint_id, created_at)) => query.filter(
+                own.or(webhook_deliveries::destination_id
+                    .is_null()
+                    .and(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()))
+                    .and(webhook_deliveries::created_at.ge(*created_at))),
+            ),
+        };
     }
     if let Some(state) = filter.state {
         query = query.filter(webhook_deliveries::state.eq(state));
@@ -240,14 +285,19 @@ pub enum ReplayOutcome {
     Replayed(DeliveryRow),
     NotFound,
     /// Not `failed`, or its submission was erased (`submission_erased`), or its endpoint
-    /// deleted (`endpoint_deleted`).
+    /// deleted (`endpoint_deleted`), or it has no destination to go to
+    /// (`destination_removed`: retargeted to a destination removed since, or history of an
+    /// endpoint that has no webhook destination at all). `webhook_gone`: it was a
+    /// webhook's, retargeted, and its endpoint has no webhook destination left (what
+    /// `ENDPOINT_HAS_NO_WEBHOOK` has always said).
     NotReplayable {
         state: DeliveryState,
+        endpoint_id: EndpointId,
         submission_erased: bool,
         endpoint_deleted: bool,
+        destination_removed: bool,
+        webhook_gone: bool,
     },
-    /// Replayable but for where it was to go: retargeted, and its endpoint has no webhook.
-    EndpointWithoutWebhook(EndpointId),
 }
 
 /// Where a replayed delivery goes.
@@ -255,7 +305,7 @@ pub enum ReplayOutcome {
 pub enum ReplayTarget {
     /// Where it was first sent, signed with the secret it was accepted under.
     Snapshot,
-    /// The endpoint's webhook URL and secret as they are now.
+    /// Its destination's URL and secret (or recipients) as they are now.
     Current,
 }
 
@@ -293,8 +343,8 @@ pub async fn replay(
         DeliveryState,
         Option<SubmissionId>,
         EndpointId,
+        Option<DestinationId>,
         Option<DateTime<Utc>>,
-        Option<String>,
     );
     let current: Option<Found> = webhook_deliveries::table
         .inner_join(super::schema::endpoints::table)
@@ -303,27 +353,40 @@ pub async fn replay(
             webhook_deliveries::state,
             webhook_deliveries::submission_id,
             webhook_deliveries::endpoint_id,
+            webhook_deliveries::destination_id,
             super::schema::endpoints::deleted_at,
-            super::schema::endpoints::webhook_url,
         ))
         .first(conn)
         .await
         .optional()?;
-    Ok(match current {
-        None => ReplayOutcome::NotFound,
-        Some((state, submission_id, endpoint_id, deleted_at, webhook_url)) => {
-            let replayable =
-                state == DeliveryState::Failed && submission_id.is_some() && deleted_at.is_none();
-            if replayable && target.retarget() && webhook_url.is_none() {
-                ReplayOutcome::EndpointWithoutWebhook(endpoint_id)
-            } else {
-                ReplayOutcome::NotReplayable {
-                    state,
-                    submission_erased: submission_id.is_none(),
-                    endpoint_deleted: deleted_at.is_some(),
-                }
-            }
-        }
+    let Some((state, submission_id, endpoint_id, destination_id, deleted_at)) = current else {
+        return Ok(ReplayOutcome::NotFound);
+    };
+    // Its destination (history before destinations: its endpoint's first webhook's), and
+    // whether that one is there to go to.
+    let destination = match destination_id {
+        Some(id) => super::destinations::find_many(conn, &[id]).await?.pop(),
+        None => super::destinations::first_webhook(conn, &endpoint_id).await?,
+    };
+    let usable = destination
+        .as_ref()
+        .is_some_and(|d| !target.retarget() || d.removed_at.is_none());
+    let was_webhook = destination
+        .as_ref()
+        .is_none_or(|d| d.kind == DestinationKind::Webhook);
+    let webhook_gone = !usable
+        && target.retarget()
+        && was_webhook
+        && super::destinations::first_webhook(conn, &endpoint_id)
+            .await?
+            .is_none();
+    Ok(ReplayOutcome::NotReplayable {
+        state,
+        endpoint_id,
+        submission_erased: submission_id.is_none(),
+        endpoint_deleted: deleted_at.is_some(),
+        destination_removed: !usable,
+        webhook_gone,
     })
 }
 
@@ -332,6 +395,7 @@ pub async fn replay(
 #[derive(Debug, Clone, Default)]
 pub struct ReplayFilter {
     pub endpoint_id: Option<EndpointId>,
+    pub destination_id: Option<DestinationId>,
     pub failed_after: Option<DateTime<Utc>>,
     pub failed_before: Option<DateTime<Utc>>,
     pub created_after: Option<DateTime<Utc>>,
@@ -356,6 +420,7 @@ pub async fn count_replayable(
             bind::<Nullable<Timestamptz>, _>(filter.created_after),
             bind::<Nullable<Timestamptz>, _>(filter.created_before),
             bind::<diesel::sql_types::Bool, _>(target.retarget()),
+            bind::<Nullable<Text>, _>(filter.destination_id.as_ref()),
         ),
     )
     .get_result(conn)
@@ -384,6 +449,7 @@ pub async fn replay_matching(
             bind::<Nullable<Timestamptz>, _>(filter.created_after),
             bind::<Nullable<Timestamptz>, _>(filter.created_before),
             bind::<diesel::sql_types::Bool, _>(target.retarget()),
+            bind::<Nullable<Text>, _>(filter.destination_id.as_ref()),
         ),
     )
     .get_result(conn)

@@ -4,11 +4,11 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{EndpointEventRow, EndpointRow};
-use super::schema::{endpoint_events, endpoints};
+use super::models::{DestinationRow, EndpointEventRow, EndpointRow};
+use super::schema::{destinations, endpoint_events, endpoints};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::EndpointId;
+use crate::model::ids::{DestinationId, EndpointId};
 use crate::model::state::{DeliveryState, EndpointEventKind, PauseReason};
 
 pub async fn find(
@@ -23,9 +23,30 @@ pub async fn find(
         .optional()?)
 }
 
+/// The endpoint, and whether it has a destination not removed (for intake's cache).
+pub async fn find_for_intake(
+    conn: &mut AsyncPgConnection,
+    id: &EndpointId,
+) -> Result<Option<(EndpointRow, bool)>, DbError> {
+    let has_destinations = diesel::dsl::exists(
+        destinations::table
+            .filter(destinations::endpoint_id.eq(id))
+            .filter(destinations::removed_at.is_null()),
+    );
+    Ok(endpoints::table
+        .find(id)
+        .select((EndpointRow::as_select(), has_destinations))
+        .first(conn)
+        .await
+        .optional()?)
+}
+
 /// Tells every process's intake that the endpoint changed (listen.rs); inside a
 /// transaction it is sent at commit.
-async fn notify_changed(conn: &mut AsyncPgConnection, id: &EndpointId) -> QueryResult<()> {
+pub(super) async fn notify_changed(
+    conn: &mut AsyncPgConnection,
+    id: &EndpointId,
+) -> QueryResult<()> {
     diesel::sql_query("SELECT pg_notify($1, $2)")
         .bind::<diesel::sql_types::Text, _>(super::listen::ENDPOINT_CHANGED)
         .bind::<diesel::sql_types::Text, _>(id.as_str())
@@ -34,24 +55,36 @@ async fn notify_changed(conn: &mut AsyncPgConnection, id: &EndpointId) -> QueryR
         .map(|_| ())
 }
 
-/// Inserts a new endpoint; `Ok(false)` when its id is taken.
-pub async fn insert(conn: &mut AsyncPgConnection, endpoint: &EndpointRow) -> Result<bool, DbError> {
-    match diesel::insert_into(endpoints::table)
-        .values(endpoint)
-        .execute(conn)
-        .await
-    {
-        // A process may hold "no such endpoint" for this id.
-        Ok(_) => notify_changed(conn, &endpoint.id)
-            .await
-            .map(|()| true)
-            .map_err(DbError::from),
-        Err(diesel::result::Error::DatabaseError(
-            diesel::result::DatabaseErrorKind::UniqueViolation,
-            info,
-        )) if info.constraint_name() == Some("endpoints_pkey") => Ok(false),
-        Err(error) => Err(error.into()),
-    }
+/// Inserts a new endpoint with its webhook destination, if it has one, in one
+/// transaction; `Ok(false)` when its id is taken.
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    endpoint: &EndpointRow,
+    webhook: Option<DestinationRow>,
+) -> Result<bool, DbError> {
+    use diesel_async::AsyncConnection;
+    let endpoint = endpoint.clone();
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            // A taken id inserts nothing (rather than failing, which would abort the
+            // transaction).
+            let inserted = diesel::insert_into(endpoints::table)
+                .values(&endpoint)
+                .on_conflict(endpoints::id)
+                .do_nothing()
+                .execute(conn)
+                .await?;
+            if inserted == 0 {
+                return Ok(false);
+            }
+            if let Some(webhook) = webhook {
+                super::destinations::append(conn, webhook).await?;
+            }
+            // A process may hold "no such endpoint" for this id.
+            notify_changed(conn, &endpoint.id).await?;
+            Ok(true)
+        })
+        .await?)
 }
 
 pub async fn find_many(
@@ -94,16 +127,25 @@ pub async fn page(
         .await?)
 }
 
-/// Locks the endpoint, lets `change` compute its new state from the current one, and
-/// writes it, all in one transaction. `Ok(None)` when no endpoint has the id.
+/// Locks the endpoint and its first webhook destination (what `Endpoint.webhookUrl`
+/// reads and writes), lets `change` compute their new state from the current one, and
+/// writes it, all in one transaction: the endpoint's settings; the webhook updated in
+/// place, added (after the endpoint's other destinations) or removed (what it still owes
+/// goes out as accepted). `Ok(None)` when no endpoint has the id.
 pub async fn update_with<E, F>(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
+    now: DateTime<Utc>,
     change: F,
-) -> Result<Option<EndpointRow>, E>
+) -> Result<Option<(EndpointRow, Option<DestinationRow>)>, E>
 where
     E: From<diesel::result::Error> + Send + 'static,
-    F: FnOnce(EndpointRow) -> Result<EndpointRow, E> + Send + 'static,
+    F: FnOnce(
+            EndpointRow,
+            Option<DestinationRow>,
+        ) -> Result<(EndpointRow, Option<DestinationRow>), E>
+        + Send
+        + 'static,
 {
     use diesel_async::AsyncConnection;
     let id = id.clone();
@@ -119,24 +161,35 @@ where
         let Some(current) = current else {
             return Ok(None);
         };
-        let next = change(current)?;
+        let webhook = super::destinations::first_webhook(conn, &id).await?;
+        let (next, next_webhook) = change(current, webhook.clone())?;
         let row = diesel::update(endpoints::table.find(&id))
             .set((
                 endpoints::name.eq(next.name),
                 endpoints::is_active.eq(next.is_active),
-                endpoints::webhook_url.eq(next.webhook_url),
-                endpoints::webhook_secret.eq(next.webhook_secret),
                 endpoints::redirect_url.eq(next.redirect_url),
                 endpoints::allowed_origins.eq(next.allowed_origins),
                 endpoints::honeypot_field.eq(next.honeypot_field),
-                endpoints::previous_webhook_secret.eq(next.previous_webhook_secret),
-                endpoints::previous_secret_expires_at.eq(next.previous_secret_expires_at),
             ))
             .returning(EndpointRow::as_returning())
             .get_result(conn)
             .await?;
+        let written = match (webhook, next_webhook) {
+            (None, None) => None,
+            (Some(old), None) => {
+                super::destinations::remove(conn, &old.id, false, now).await?;
+                None
+            }
+            (None, Some(new)) => Some(super::destinations::append(conn, new).await?),
+            (Some(old), Some(new)) => {
+                super::destinations::update_with::<diesel::result::Error, _>(conn, &old.id, |_| {
+                    Ok(new)
+                })
+                .await?
+            }
+        };
         notify_changed(conn, &id).await?;
-        Ok(Some(row))
+        Ok(Some((row, written)))
     })
     .await
 }
@@ -148,14 +201,17 @@ where
 /// waits for anything else.
 const ENDPOINT_EVENTS_LOCK: (i32, i32) = (1752788325, 0);
 
-/// The class of the claim's per-endpoint advisory locks (migration fair_claiming).
-const CLAIM_LOCK_CLASS: i32 = 1752788324;
+/// The class of the claim's per-destination advisory locks (migrations fair_claiming and
+/// destinations).
+pub(super) const CLAIM_LOCK_CLASS: i32 = 1752788324;
 
 /// Writes one endpoint event (under the lock) and notifies, in the caller's transaction;
-/// the caller commits right after.
-async fn write_event(
+/// the caller commits right after. `destination`: the destination a pause or resume was
+/// of.
+pub(super) async fn write_event(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
+    destination: Option<&DestinationId>,
     kind: EndpointEventKind,
     reason: Option<PauseReason>,
     at: DateTime<Utc>,
@@ -171,6 +227,7 @@ async fn write_event(
             endpoint_events::kind.eq(kind),
             endpoint_events::reason.eq(reason),
             endpoint_events::occurred_at.eq(at),
+            endpoint_events::destination_id.eq(destination),
         ))
         .execute(conn)
         .await?;
@@ -179,7 +236,7 @@ async fn write_event(
 
 /// Reads and locks the endpoint for a change of its settings or state (pause, resume):
 /// a lock that intake's key-share locks do not wait for.
-async fn lock_for_change(
+pub(super) async fn lock_for_change(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
 ) -> QueryResult<Option<EndpointRow>> {
@@ -192,17 +249,19 @@ async fn lock_for_change(
         .optional()
 }
 
-/// What a pause found and did.
+/// What pausing an endpoint found and did.
 #[derive(Debug)]
 pub enum PauseOutcome {
+    /// Its destinations that were running are paused now.
     Paused(EndpointRow),
-    /// Paused already (the row says since when and why); nothing changed.
+    /// Every destination was paused already (or it has none); nothing changed.
     AlreadyPaused(EndpointRow),
     NotFound,
     Deleted,
 }
 
-/// Pauses an endpoint's deliveries: nothing is claimed for it until it is resumed.
+/// Pauses every destination of an endpoint (each with its event): nothing is claimed for
+/// the endpoint until it is resumed.
 pub async fn pause(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
@@ -219,31 +278,22 @@ pub async fn pause(
             if current.deleted_at.is_some() {
                 return Ok(PauseOutcome::Deleted);
             }
-            if current.paused_at.is_some() {
-                return Ok(PauseOutcome::AlreadyPaused(current));
+            let mut paused = false;
+            for destination in super::destinations::lock_of_endpoint(conn, &id).await? {
+                let outcome =
+                    super::destinations::pause_locked(conn, destination, reason, now).await?;
+                paused |= matches!(outcome, super::destinations::PauseOutcome::Paused(_));
             }
-            // A claim taking from this endpoint right now finishes first; one after the
-            // pause commits finds it paused once it holds this lock (claimable_endpoints).
-            diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-                .bind::<diesel::sql_types::Integer, _>(CLAIM_LOCK_CLASS)
-                .bind::<diesel::sql_types::Text, _>(id.as_str())
-                .execute(conn)
-                .await?;
-            let row = diesel::update(endpoints::table.find(&id))
-                .set((
-                    endpoints::paused_at.eq(Some(now)),
-                    endpoints::pause_reason.eq(Some(reason)),
-                ))
-                .returning(EndpointRow::as_returning())
-                .get_result(conn)
-                .await?;
-            write_event(conn, &id, EndpointEventKind::Paused, Some(reason), now).await?;
-            Ok(PauseOutcome::Paused(row))
+            Ok(if paused {
+                PauseOutcome::Paused(current)
+            } else {
+                PauseOutcome::AlreadyPaused(current)
+            })
         })
         .await?)
 }
 
-/// What a resume found and did.
+/// What resuming an endpoint found and did.
 #[derive(Debug)]
 pub enum ResumeOutcome {
     /// With how many held deliveries were made due.
@@ -253,15 +303,12 @@ pub enum ResumeOutcome {
     Deleted,
 }
 
-/// Resumes a paused endpoint: its pending deliveries are due now (their counters as they
-/// were: no attempt was spent while paused), its run of failures starts again from zero,
-/// and the workers are woken.
+/// Resumes every paused destination of an endpoint (db/destinations.rs `resume`).
 pub async fn resume(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
     now: DateTime<Utc>,
 ) -> Result<ResumeOutcome, DbError> {
-    use super::schema::webhook_deliveries;
     use diesel_async::AsyncConnection;
     let id = id.clone();
     Ok(conn
@@ -272,83 +319,23 @@ pub async fn resume(
             if current.deleted_at.is_some() {
                 return Ok(ResumeOutcome::Deleted);
             }
-            if current.paused_at.is_none() {
-                return Ok(ResumeOutcome::NotPaused(current));
+            let mut resumed = false;
+            let mut held = 0;
+            for destination in super::destinations::lock_of_endpoint(conn, &id).await? {
+                if let super::destinations::ResumeOutcome::Resumed(_, n) =
+                    super::destinations::resume_locked(conn, destination, now).await?
+                {
+                    resumed = true;
+                    held += n;
+                }
             }
-            let row = diesel::update(endpoints::table.find(&id))
-                .set((
-                    endpoints::paused_at.eq(None::<DateTime<Utc>>),
-                    endpoints::pause_reason.eq(None::<PauseReason>),
-                    endpoints::consecutive_failed_deliveries.eq(0),
-                ))
-                .returning(EndpointRow::as_returning())
-                .get_result(conn)
-                .await?;
-            diesel::update(
-                webhook_deliveries::table
-                    .filter(webhook_deliveries::endpoint_id.eq(&id))
-                    .filter(webhook_deliveries::state.eq(DeliveryState::Pending))
-                    .filter(webhook_deliveries::next_attempt_at.gt(now)),
-            )
-            .set(webhook_deliveries::next_attempt_at.eq(now))
-            .execute(conn)
-            .await?;
-            let held: i64 = webhook_deliveries::table
-                .filter(webhook_deliveries::endpoint_id.eq(&id))
-                .filter(
-                    webhook_deliveries::state
-                        .eq_any([DeliveryState::Pending, DeliveryState::Processing]),
-                )
-                .count()
-                .get_result(conn)
-                .await?;
-            write_event(conn, &id, EndpointEventKind::Resumed, None, now).await?;
-            diesel::sql_query("SELECT pg_notify($1, '')")
-                .bind::<diesel::sql_types::Text, _>(super::listen::DELIVERY_DUE)
-                .execute(conn)
-                .await?;
-            Ok(ResumeOutcome::Resumed(row, held))
+            Ok(if resumed {
+                ResumeOutcome::Resumed(current, held)
+            } else {
+                ResumeOutcome::NotPaused(current)
+            })
         })
         .await?)
-}
-
-/// One endpoint's share of a batch of recorded attempts, for [`count_failed_deliveries`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailureRun {
-    pub endpoint_id: EndpointId,
-    /// A delivery was delivered and the run may be nonzero: it starts again.
-    pub restarted: bool,
-    /// Deliveries that ended failed (after the last delivered one, if `restarted`).
-    pub failed: i32,
-}
-
-static COUNT_FAILED_DELIVERIES: SqlText = sql!("count_failed_deliveries.sql");
-struct CountFailedDeliveries;
-
-/// Adds a batch's outcomes to each endpoint's run of failed deliveries
-/// (count_failed_deliveries.sql); answers the endpoints, not yet paused, whose run has
-/// reached `threshold` (never, when it is 0).
-pub async fn count_failed_deliveries(
-    conn: &mut AsyncPgConnection,
-    runs: &[FailureRun],
-    threshold: u32,
-) -> Result<Vec<EndpointId>, DbError> {
-    use diesel::sql_types::{Array, Bool, Integer, Text};
-    Ok(Statement::<CountFailedDeliveries, Text, _>::new(
-        &COUNT_FAILED_DELIVERIES,
-        (
-            bind::<Array<Text>, _>(
-                runs.iter()
-                    .map(|run| run.endpoint_id.as_str())
-                    .collect::<Vec<_>>(),
-            ),
-            bind::<Array<Bool>, _>(runs.iter().map(|run| run.restarted).collect::<Vec<_>>()),
-            bind::<Array<Integer>, _>(runs.iter().map(|run| run.failed).collect::<Vec<_>>()),
-            bind::<Integer, _>(i32::try_from(threshold).unwrap_or(i32::MAX)),
-        ),
-    )
-    .load(conn)
-    .await?)
 }
 
 /// What deleting found and did.
@@ -417,7 +404,8 @@ async fn delete_once(
     now: DateTime<Utc>,
 ) -> QueryResult<DeleteOutcome> {
     use super::schema::{
-        delivery_attempts, delivery_events, delivery_state_counts, submissions, webhook_deliveries,
+        delivery_attempts, delivery_events, delivery_state_counts, destination_throttles,
+        submissions, webhook_deliveries,
     };
     use diesel_async::AsyncConnection;
     let id = id.clone();
@@ -477,6 +465,22 @@ async fn delete_once(
         };
         match history {
             History::Keep => {
+                diesel::update(
+                    destinations::table
+                        .filter(destinations::endpoint_id.eq(&id))
+                        .filter(destinations::removed_at.is_null()),
+                )
+                .set((
+                    destinations::removed_at.eq(Some(now)),
+                    destinations::paused_at.eq(None::<DateTime<Utc>>),
+                    destinations::pause_reason.eq(None::<PauseReason>),
+                    destinations::previous_secret.eq(None::<String>),
+                    destinations::previous_secret_expires_at.eq(None::<DateTime<Utc>>),
+                ))
+                .execute(conn)
+                .await?;
+                // The columns of the release before destinations, cleared as the
+                // tombstone check asks.
                 diesel::update(endpoints::table.find(&id))
                     .set((
                         endpoints::deleted_at.eq(Some(now)),
@@ -519,6 +523,18 @@ async fn delete_once(
                 diesel::delete(submissions::table.filter(submissions::endpoint_id.eq(&id)))
                     .execute(conn)
                     .await?;
+                let erased = destinations::table
+                    .filter(destinations::endpoint_id.eq(&id))
+                    .select(destinations::id);
+                diesel::delete(
+                    destination_throttles::table
+                        .filter(destination_throttles::destination_id.eq_any(erased)),
+                )
+                .execute(conn)
+                .await?;
+                diesel::delete(destinations::table.filter(destinations::endpoint_id.eq(&id)))
+                    .execute(conn)
+                    .await?;
                 diesel::delete(endpoint_events::table.filter(endpoint_events::endpoint_id.eq(&id)))
                     .execute(conn)
                     .await?;
@@ -527,7 +543,7 @@ async fn delete_once(
                     .await?;
             }
         }
-        write_event(conn, &id, EndpointEventKind::Deleted, None, now).await?;
+        write_event(conn, &id, None, EndpointEventKind::Deleted, None, now).await?;
         Ok(DeleteOutcome::Deleted { cancelled })
     })
     .await

@@ -299,6 +299,7 @@ impl EventRow {
                 id: delivery_id,
                 submission_id: None,
                 endpoint_id,
+                destination_id: None,
                 destination_url: "https://example.com/hook".into(),
                 state,
                 attempts: 0,

@@ -1,6 +1,6 @@
 //! The Diesel migrations embedded in the binary, and the ways of applying them.
 
-use diesel_async::{AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncMigrationHarness, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 
 use super::{connect_one, DbError};
@@ -49,6 +49,7 @@ pub struct MigrationStatus {
 /// Runs `work` on a harness whose connection holds the migration lock.
 async fn with_lock<T>(
     url: &Secret,
+    applying: bool,
     work: impl FnOnce(&mut AsyncMigrationHarness<AsyncPgConnection>) -> Result<T, MigrationError>,
 ) -> Result<T, MigrationError> {
     let mut connection = connect_one(url).await?;
@@ -61,6 +62,12 @@ async fn with_lock<T>(
             "this database was left by the earlier Python service (hymical-forms 0.2, Alembic revision {revision}); nothing was changed. Stop that service, then run `hymical-forms migrate --adopt` to take the database over"
         )));
     }
+    if applying {
+        if let Err(error) = drop_interrupted_index_builds(&mut connection).await {
+            unlock(&mut connection).await?;
+            return Err(error);
+        }
+    }
     let mut harness = AsyncMigrationHarness::new(connection);
     let result = work(&mut harness);
     let mut connection = harness.into_inner();
@@ -68,13 +75,59 @@ async fn with_lock<T>(
     result
 }
 
-/// Waits for the migration lock (see [`MIGRATION_LOCK_KEY`]).
-async fn lock(connection: &mut AsyncPgConnection) -> Result<(), MigrationError> {
-    diesel::sql_query("SELECT pg_advisory_lock($1)")
-        .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
-        .execute(connection)
-        .await?;
+/// Drops the invalid indexes a failed or killed `CREATE INDEX CONCURRENTLY` leaves behind.
+/// The migrations that build indexes concurrently say `IF NOT EXISTS` (a migration that
+/// runs outside a transaction is not undone when it fails, and must be safe to run again),
+/// which would take such a leftover for a finished index; dropped here, it is rebuilt by
+/// the migration that is still pending. Builds in progress are left alone (another
+/// process's, not ours: ours hold the migration lock).
+async fn drop_interrupted_index_builds(
+    connection: &mut AsyncPgConnection,
+) -> Result<(), MigrationError> {
+    let drops: Vec<Name> = diesel::sql_query(
+        "SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I.%I', n.nspname, c.relname) AS name \
+         FROM pg_index i \
+         JOIN pg_class c ON c.oid = i.indexrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE NOT i.indisvalid AND n.nspname = current_schema() \
+           AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)",
+    )
+    .load(connection)
+    .await?;
+    for drop in drops {
+        // One statement per string: a string of several runs as one transaction, and
+        // CONCURRENTLY refuses to run in one.
+        connection.batch_execute(&drop.name).await?;
+        tracing::warn!(statement = %drop.name, "dropped an index whose concurrent build was interrupted; the pending migration builds it again");
+    }
     Ok(())
+}
+
+/// Waits for the migration lock (see [`MIGRATION_LOCK_KEY`]) by trying it every 200 ms.
+/// Not `pg_advisory_lock`: a session blocked in that call holds a snapshot all the while,
+/// and `CREATE INDEX CONCURRENTLY` in the migrating process waits for every older snapshot
+/// to go, so the two would wait on each other until the deadlock detector failed one.
+async fn lock(connection: &mut AsyncPgConnection) -> Result<(), MigrationError> {
+    #[derive(diesel::QueryableByName)]
+    struct Locked {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        locked: bool,
+    }
+    let mut said = false;
+    loop {
+        let attempt: Locked = diesel::sql_query("SELECT pg_try_advisory_lock($1) AS locked")
+            .bind::<diesel::sql_types::BigInt, _>(MIGRATION_LOCK_KEY)
+            .get_result(connection)
+            .await?;
+        if attempt.locked {
+            return Ok(());
+        }
+        if !said {
+            tracing::info!("another process is migrating the database; waiting for it");
+            said = true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Closing the connection would release the lock too; unlocking says so explicitly.
@@ -225,7 +278,7 @@ fn first_migration_version() -> Result<String, MigrationError> {
 
 /// Every embedded migration, oldest first, with whether it is applied.
 pub async fn status(url: &Secret) -> Result<Vec<MigrationStatus>, MigrationError> {
-    let applied = with_lock(url, |harness| {
+    let applied = with_lock(url, false, |harness| {
         harness.applied_migrations().map_err(migration_failed)
     })
     .await?;
@@ -251,7 +304,7 @@ pub async fn pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
 /// Applies every pending migration; returns the versions applied. Processes that start
 /// together wait for each other on the lock, and the later ones find nothing pending.
 pub async fn run_pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
-    with_lock(url, |harness| {
+    with_lock(url, true, |harness| {
         harness
             .run_pending_migrations(MIGRATIONS)
             .map(|versions| versions.iter().map(|v| v.to_string()).collect())
@@ -263,7 +316,7 @@ pub async fn run_pending(url: &Secret) -> Result<Vec<String>, MigrationError> {
 /// Reverts every applied migration, newest first (used by the migration round-trip test).
 #[cfg(any(test, feature = "testing"))]
 pub async fn revert_all(url: &Secret) -> Result<usize, MigrationError> {
-    with_lock(url, |harness| {
+    with_lock(url, false, |harness| {
         harness
             .revert_all_migrations(MIGRATIONS)
             .map(|reverted| reverted.len())

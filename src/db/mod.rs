@@ -6,6 +6,7 @@ mod error;
 pub use error::DbError;
 
 pub mod deliveries;
+pub mod destinations;
 pub mod endpoints;
 pub mod events;
 pub mod keys;

@@ -5,14 +5,19 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::schema::{
-    delivery_attempts, delivery_events, endpoint_events, endpoints, management_api_keys,
-    submissions, webhook_deliveries,
+    delivery_attempts, delivery_events, destinations, endpoint_events, endpoints,
+    management_api_keys, submissions, webhook_deliveries,
 };
-use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, KeyId, SubmissionId};
+use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, SubmissionId};
 use crate::model::state::{
-    AttemptOutcome, DeliveryState, EndpointEventKind, EventKind, KeyRole, PauseReason,
+    AttemptOutcome, DeliveryState, DestinationEvent, DestinationKind, EndpointEventKind, EventKind,
+    KeyRole, PauseReason,
 };
 
+/// An endpoint: its settings for intake. Where its submissions go is its destinations
+/// ([`DestinationRow`]). (The table still has the webhook and pause columns of the release
+/// before destinations, for its processes during a rolling upgrade; nothing here reads
+/// them.)
 #[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = endpoints)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
@@ -21,65 +26,156 @@ pub struct EndpointRow {
     pub name: String,
     pub is_active: bool,
     pub created_at: DateTime<Utc>,
-    pub webhook_url: Option<String>,
-    pub webhook_secret: Option<String>,
     pub redirect_url: Option<String>,
     /// The column is `text[]` with a CHECK against NULL elements; Diesel's generated type
     /// still admits them, so they are skipped on read.
     pub allowed_origins: Vec<Option<String>>,
     pub honeypot_field: Option<String>,
-    /// The secret a rotation replaced; live (signing beside the current one) until
-    /// `previous_secret_expires_at`.
-    pub previous_webhook_secret: Option<String>,
-    pub previous_secret_expires_at: Option<DateTime<Utc>>,
-    /// Set while its deliveries are paused, with why.
-    pub paused_at: Option<DateTime<Utc>>,
-    pub pause_reason: Option<PauseReason>,
-    /// Its deliveries that ended `failed` since the last one delivered.
-    pub consecutive_failed_deliveries: i32,
     /// Set when it was deleted with its history kept: the row is a tombstone.
     pub deleted_at: Option<DateTime<Utc>>,
 }
 
 impl EndpointRow {
-    /// A new, active endpoint with no webhook and no browser options.
+    /// A new, active endpoint with no browser options.
     pub fn new(id: EndpointId, name: String, created_at: DateTime<Utc>) -> EndpointRow {
         EndpointRow {
             id,
             name,
             is_active: true,
             created_at,
-            webhook_url: None,
-            webhook_secret: None,
             redirect_url: None,
             allowed_origins: Vec::new(),
             honeypot_field: None,
-            previous_webhook_secret: None,
-            previous_secret_expires_at: None,
-            paused_at: None,
-            pause_reason: None,
-            consecutive_failed_deliveries: 0,
             deleted_at: None,
-        }
-    }
-
-    /// The previous secret while it is still live at `now`.
-    pub fn live_previous_secret(&self, now: DateTime<Utc>) -> Option<&str> {
-        match (
-            &self.previous_webhook_secret,
-            self.previous_secret_expires_at,
-        ) {
-            (Some(secret), Some(until)) if until > now => Some(secret),
-            _ => None,
         }
     }
 
     pub fn allowed_origins(&self) -> impl Iterator<Item = &str> {
         self.allowed_origins.iter().flatten().map(String::as_str)
     }
+}
 
-    pub fn has_webhook(&self) -> bool {
-        self.webhook_url.is_some()
+/// One of an endpoint's destinations: a webhook (URL, secrets) or an email address list,
+/// each with its own pause state, run of failures and cap on requests in flight.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = destinations)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct DestinationRow {
+    pub id: DestinationId,
+    pub endpoint_id: EndpointId,
+    pub kind: DestinationKind,
+    /// Its place among the endpoint's destinations (the first webhook is the endpoint's
+    /// `webhookUrl`).
+    pub position: i32,
+    pub url: Option<String>,
+    pub secret: Option<String>,
+    /// The secret a rotation replaced; live (signing beside the current one) until
+    /// `previous_secret_expires_at`.
+    pub previous_secret: Option<String>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// An email destination's addresses (the column admits no NULL element).
+    pub recipients: Option<Vec<Option<String>>>,
+    /// An email destination's field whose value, one plain address, becomes Reply-To.
+    pub reply_to_field: Option<String>,
+    /// Requests in flight to it at once; `None`: the workers' default.
+    pub max_in_flight: Option<i32>,
+    /// The event types it receives (the column admits no NULL element).
+    pub events: Vec<DestinationEvent>,
+    /// Requests started per second, across every process; `None`: unthrottled.
+    pub max_requests_per_second: Option<i32>,
+    /// Set while its deliveries are paused, with why.
+    pub paused_at: Option<DateTime<Utc>>,
+    pub pause_reason: Option<PauseReason>,
+    /// Its deliveries that ended `failed` since the last one delivered.
+    pub consecutive_failed_deliveries: i32,
+    pub created_at: DateTime<Utc>,
+    /// Removed with its history kept: new submissions make no delivery for it.
+    pub removed_at: Option<DateTime<Utc>>,
+}
+
+impl DestinationRow {
+    /// A new email destination (its position is given when it is appended).
+    pub fn email(
+        endpoint_id: EndpointId,
+        recipients: Vec<String>,
+        reply_to_field: Option<String>,
+        created_at: DateTime<Utc>,
+    ) -> DestinationRow {
+        DestinationRow {
+            kind: DestinationKind::Email,
+            url: None,
+            secret: None,
+            recipients: Some(recipients.into_iter().map(Some).collect()),
+            reply_to_field,
+            ..DestinationRow::webhook(endpoint_id, 0, String::new(), String::new(), created_at)
+        }
+    }
+
+    /// A new webhook destination at `position`.
+    pub fn webhook(
+        endpoint_id: EndpointId,
+        position: i32,
+        url: String,
+        secret: String,
+        created_at: DateTime<Utc>,
+    ) -> DestinationRow {
+        DestinationRow {
+            id: DestinationId::generate(),
+            endpoint_id,
+            kind: DestinationKind::Webhook,
+            position,
+            url: Some(url),
+            secret: Some(secret),
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            recipients: None,
+            reply_to_field: None,
+            max_in_flight: None,
+            events: vec![DestinationEvent::SubmissionReceived],
+            max_requests_per_second: None,
+            paused_at: None,
+            pause_reason: None,
+            consecutive_failed_deliveries: 0,
+            created_at,
+            removed_at: None,
+        }
+    }
+
+    /// The webhook with `new_secret` current. The secret it replaces stays live (signing
+    /// `webhook-signature` beside the new one) until `overlap_until`, when given; one
+    /// replaced by an earlier rotation stops signing now.
+    pub fn rotated(
+        self,
+        new_secret: String,
+        overlap_until: Option<DateTime<Utc>>,
+    ) -> DestinationRow {
+        let replaced = self.secret.clone();
+        let (previous_secret, previous_secret_expires_at) = match (replaced, overlap_until) {
+            (Some(old), Some(until)) => (Some(old), Some(until)),
+            _ => (None, None),
+        };
+        DestinationRow {
+            secret: Some(new_secret),
+            previous_secret,
+            previous_secret_expires_at,
+            ..self
+        }
+    }
+
+    /// The previous secret while it is still live at `now`.
+    pub fn live_previous_secret(&self, now: DateTime<Utc>) -> Option<&str> {
+        match (&self.previous_secret, self.previous_secret_expires_at) {
+            (Some(secret), Some(until)) if until > now => Some(secret),
+            _ => None,
+        }
+    }
+
+    pub fn recipients(&self) -> impl Iterator<Item = &str> {
+        self.recipients
+            .iter()
+            .flatten()
+            .flatten()
+            .map(String::as_str)
     }
 }
 
@@ -113,6 +209,8 @@ pub struct DeliveryRow {
     pub id: DeliveryId,
     pub submission_id: Option<SubmissionId>,
     pub endpoint_id: EndpointId,
+    /// `None` for history written before destinations: the endpoint's first webhook.
+    pub destination_id: Option<DestinationId>,
     pub destination_url: String,
     pub state: DeliveryState,
     pub attempts: i32,
@@ -128,6 +226,7 @@ pub type DeliveryRowSql = (
     diesel::sql_types::Text,
     diesel::sql_types::Nullable<diesel::sql_types::Text>,
     diesel::sql_types::Text,
+    diesel::sql_types::Nullable<diesel::sql_types::Text>,
     diesel::sql_types::Text,
     diesel::sql_types::Text,
     diesel::sql_types::Integer,
@@ -146,10 +245,13 @@ pub struct AttemptRow {
     pub attempt_number: i32,
     pub attempted_at: DateTime<Utc>,
     pub outcome: AttemptOutcome,
+    /// A webhook's HTTP status, or an email's SMTP reply code.
     pub response_status: Option<i32>,
     pub error: Option<String>,
     pub duration_ms: i32,
     pub late: bool,
+    /// An email attempt's SMTP reply text (set whenever the server replied).
+    pub reply: Option<String>,
 }
 
 /// A delivery a worker now holds, with what it needs to send it.
@@ -158,8 +260,12 @@ pub struct ClaimedDelivery {
     pub id: DeliveryId,
     pub claim_token: ClaimToken,
     pub endpoint_id: EndpointId,
+    pub destination_id: DestinationId,
+    pub kind: DestinationKind,
+    /// A webhook's URL, or an email's `mailto:` of its recipients, as captured.
     pub destination_url: String,
-    pub signing_secret: String,
+    /// A webhook's snapshot secret; `None` for an email.
+    pub signing_secret: Option<String>,
     pub submission_id: Option<SubmissionId>,
     /// Requests since the delivery last entered the queue: the owner's next state is
     /// decided from it.
@@ -167,14 +273,18 @@ pub struct ClaimedDelivery {
     /// The submission's time and fields; `None` when the submission was erased.
     pub received_at: Option<DateTime<Utc>>,
     pub fields: Option<serde_json::Value>,
-    /// The endpoint's own secrets now, when the delivery goes to the endpoint's current
-    /// URL: the current one and a rotated-out one still in its overlap window. They sign
+    /// The destination's own secrets now, when the delivery goes to its current URL: the
+    /// current one and a rotated-out one still in its overlap window. They sign
     /// `webhook-signature` (the snapshot does when there are none).
-    pub endpoint_secret: Option<String>,
-    pub endpoint_previous_secret: Option<String>,
-    /// The endpoint's run of failed deliveries when this was claimed (a delivery resets a
-    /// nonzero one).
-    pub endpoint_failed_deliveries: i32,
+    pub destination_secret: Option<String>,
+    pub destination_previous_secret: Option<String>,
+    /// The destination's run of failed deliveries when this was claimed (a delivery resets
+    /// a nonzero one).
+    pub destination_failed_deliveries: i32,
+    /// For an email: its endpoint's name (the Subject names it) and the destination's
+    /// Reply-To field. `None` for a webhook.
+    pub endpoint_name: Option<String>,
+    pub reply_to_field: Option<String>,
 }
 
 impl ClaimedDelivery {
@@ -243,4 +353,7 @@ pub struct EndpointEventRow {
     pub kind: EndpointEventKind,
     pub reason: Option<PauseReason>,
     pub occurred_at: DateTime<Utc>,
+    /// The destination a pause or resume was of; `None` for a deletion, and for events
+    /// written before destinations.
+    pub destination_id: Option<DestinationId>,
 }

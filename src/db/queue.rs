@@ -26,39 +26,44 @@ pub struct ClaimRequest {
     pub now: Option<DateTime<Utc>>,
     pub lease: std::time::Duration,
     pub limit: u32,
-    /// Requests in flight allowed per endpoint, across every process.
-    pub endpoint_concurrency: u32,
+    /// Requests in flight allowed per destination (unless it sets its own), across every
+    /// process.
+    pub destination_concurrency: u32,
 }
+
+/// The SQL types of a [`ClaimedDelivery`], in its column order: what the claim and the
+/// outbox statement (a delivery claimed at intake) answer.
+pub type ClaimedDeliverySql = (
+    Text,
+    Text,
+    Text,
+    Text,
+    Text,
+    Text,
+    Nullable<Text>,
+    Nullable<Text>,
+    Integer,
+    Nullable<Timestamptz>,
+    Nullable<Json>,
+    Nullable<Text>,
+    Nullable<Text>,
+    Integer,
+    Nullable<Text>,
+    Nullable<Text>,
+);
 
 /// Claims up to `limit` due deliveries in one statement (claim.sql).
 pub async fn claim(
     conn: &mut AsyncPgConnection,
     request: ClaimRequest,
 ) -> Result<Vec<ClaimedDelivery>, DbError> {
-    let query = Statement::<
-        Claim,
-        (
-            Text,
-            Text,
-            Text,
-            Text,
-            Text,
-            Nullable<Text>,
-            Integer,
-            Nullable<Timestamptz>,
-            Nullable<Json>,
-            Nullable<Text>,
-            Nullable<Text>,
-            Integer,
-        ),
-        _,
-    >::new(
+    let query = Statement::<Claim, ClaimedDeliverySql, _>::new(
         &CLAIM,
         (
             bind::<Nullable<Timestamptz>, _>(request.now),
             bind::<Interval, _>(interval(request.lease)),
             bind::<Integer, _>(clamp_i32(request.limit)),
-            bind::<Integer, _>(clamp_i32(request.endpoint_concurrency)),
+            bind::<Integer, _>(clamp_i32(request.destination_concurrency)),
         ),
     );
     Ok(query.load(conn).await?)
@@ -85,6 +90,8 @@ pub struct AttemptRecord<'a> {
     pub outcome: AttemptOutcome,
     pub response_status: Option<i32>,
     pub error: Option<&'a str>,
+    /// An email attempt's SMTP reply text.
+    pub reply: Option<&'a str>,
 }
 
 /// The delivery's state after the owner's attempt. The owner decides it from the cycle
@@ -209,6 +216,9 @@ pub async fn record_attempts(
                 bind::<Array<Text>, _>(states),
                 bind::<Array<Nullable<Interval>>, _>(waits),
                 bind::<Nullable<Timestamptz>, _>(now),
+                bind::<Array<Nullable<Text>>, _>(
+                    batch.iter().map(|(r, _)| r.reply).collect::<Vec<_>>(),
+                ),
             ),
         )
         .load(conn)

@@ -19,6 +19,8 @@ diesel::table! {
         error -> Nullable<Varchar>,
         duration_ms -> Int4,
         late -> Bool,
+        #[max_length = 500]
+        reply -> Nullable<Varchar>,
     }
 }
 
@@ -62,6 +64,45 @@ diesel::table! {
 }
 
 diesel::table! {
+    destination_throttles (destination_id) {
+        #[max_length = 36]
+        destination_id -> Varchar,
+        next_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    destinations (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 16]
+        kind -> Varchar,
+        position -> Int4,
+        #[max_length = 2048]
+        url -> Nullable<Varchar>,
+        #[max_length = 70]
+        secret -> Nullable<Varchar>,
+        #[max_length = 70]
+        previous_secret -> Nullable<Varchar>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        recipients -> Nullable<Array<Nullable<Text>>>,
+        #[max_length = 128]
+        reply_to_field -> Nullable<Varchar>,
+        max_in_flight -> Nullable<Int4>,
+        events -> Array<Varchar>,
+        max_requests_per_second -> Nullable<Int4>,
+        paused_at -> Nullable<Timestamptz>,
+        #[max_length = 32]
+        pause_reason -> Nullable<Varchar>,
+        consecutive_failed_deliveries -> Int4,
+        created_at -> Timestamptz,
+        removed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     endpoint_events (id) {
         id -> Int8,
         #[max_length = 64]
@@ -71,6 +112,8 @@ diesel::table! {
         #[max_length = 32]
         reason -> Nullable<Varchar>,
         occurred_at -> Timestamptz,
+        #[max_length = 36]
+        destination_id -> Nullable<Varchar>,
     }
 }
 
@@ -158,7 +201,7 @@ diesel::table! {
         #[max_length = 2048]
         destination_url -> Varchar,
         #[max_length = 70]
-        signing_secret -> Varchar,
+        signing_secret -> Nullable<Varchar>,
         #[max_length = 16]
         state -> Varchar,
         attempts -> Int4,
@@ -169,13 +212,17 @@ diesel::table! {
         claim_token -> Nullable<Varchar>,
         created_at -> Timestamptz,
         completed_at -> Nullable<Timestamptz>,
+        #[max_length = 36]
+        destination_id -> Nullable<Varchar>,
     }
 }
 
 diesel::joinable!(delivery_attempts -> submissions (submission_id));
 diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(delivery_state_counts -> endpoints (endpoint_id));
+diesel::joinable!(destinations -> endpoints (endpoint_id));
 diesel::joinable!(submissions -> endpoints (endpoint_id));
+diesel::joinable!(webhook_deliveries -> destinations (destination_id));
 diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
@@ -184,6 +231,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     delivery_event_retention,
     delivery_events,
     delivery_state_counts,
+    destination_throttles,
+    destinations,
     endpoint_events,
     endpoints,
     management_api_keys,

@@ -14,8 +14,8 @@ use super::models::{ClaimedDelivery, KeyedSubmission, SubmissionRow};
 use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{ClaimToken, DeliveryId, EndpointId, SubmissionId};
-use crate::model::state::DeliveryState;
+use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::state::{DeliveryState, DestinationKind};
 
 /// One submission of a batch for [`insert_batch`].
 #[derive(Debug, Clone)]
@@ -27,14 +27,11 @@ pub struct NewSubmission {
     pub fields: serde_json::Value,
     /// The idempotency key and the payload fingerprint, together or not at all.
     pub idempotency: Option<(String, String)>,
-    /// Used when the endpoint has a webhook at the moment of the insert.
+    /// The id of its first delivery (to its endpoint's first destination, should it have
+    /// any at the moment of the insert); the others' are made by the statement.
     pub delivery_id: DeliveryId,
-    /// Whether the endpoint had a webhook when the request was checked (the statement
-    /// decides by the endpoint as it is then): only such a submission may be given a
-    /// claim token.
-    pub expects_delivery: bool,
-    /// Its delivery's claim token, should intake claim it for this process's worker
-    /// (`None` where it may not): made before the statement, so that a claim whose
+    /// Its first delivery's claim token, should intake claim it for this process's
+    /// worker (`None` where it may not): made before the statement, so that a claim whose
     /// answer was lost can still be given back.
     pub claim_token: Option<ClaimToken>,
 }
@@ -50,8 +47,8 @@ pub struct IntakeClaim {
     /// At most this many (0: none).
     pub limit: u32,
     pub lease: std::time::Duration,
-    /// Requests in flight allowed per endpoint.
-    pub endpoint_concurrency: u32,
+    /// Requests in flight allowed per destination (unless it sets its own).
+    pub destination_concurrency: u32,
     /// This process's mark on the workers' wake-up, sent when the statement held claim
     /// locks but left nothing pending: other processes' workers look again, this one's
     /// worker (which gets what was claimed) does not need to.
@@ -62,7 +59,7 @@ impl IntakeClaim {
     pub const NONE: IntakeClaim = IntakeClaim {
         limit: 0,
         lease: std::time::Duration::ZERO,
-        endpoint_concurrency: 0,
+        destination_concurrency: 0,
         wake_mark: None,
     };
 }
@@ -70,13 +67,14 @@ impl IntakeClaim {
 /// One submission [`insert_batch`] wrote.
 pub struct Written {
     pub id: SubmissionId,
+    /// Whether any delivery was queued with it (its endpoint had a destination).
     pub delivery_queued: bool,
-    /// Its delivery, when it was written claimed for this process.
+    /// Its first delivery, when it was written claimed for this process.
     pub claimed: Option<ClaimedDelivery>,
 }
 
-/// Writes every submission of `batch` and, where the endpoint has a webhook, its
-/// delivery, in one statement (outbox_insert_batch.sql), up to `claim.limit` of the
+/// Writes every submission of `batch` and a delivery per destination of its endpoint,
+/// in one statement (outbox_insert_batch.sql), up to `claim.limit` of the
 /// deliveries claimed for this process. Answers every submission written; one missing
 /// from the answer lost an idempotency-key race and wrote nothing. `now`: the time the
 /// deliveries' due time is judged by (`None`: the database's clock).
@@ -115,7 +113,10 @@ pub async fn insert_batch(
     type Row = (
         SubmissionId,
         bool,
+        Option<DeliveryId>,
         Option<ClaimToken>,
+        Option<DestinationId>,
+        Option<DestinationKind>,
         Option<String>,
         Option<String>,
         Option<String>,
@@ -128,6 +129,9 @@ pub async fn insert_batch(
         (
             Text,
             Bool,
+            Nullable<Text>,
+            Nullable<Text>,
+            Nullable<Text>,
             Nullable<Text>,
             Nullable<Text>,
             Nullable<Text>,
@@ -150,7 +154,7 @@ pub async fn insert_batch(
             bind::<Nullable<Timestamptz>, _>(now),
             bind::<Integer, _>(i32::try_from(claim.limit).unwrap_or(i32::MAX)),
             bind::<Interval, _>(super::queue::interval(claim.lease)),
-            bind::<Integer, _>(i32::try_from(claim.endpoint_concurrency).unwrap_or(i32::MAX)),
+            bind::<Integer, _>(i32::try_from(claim.destination_concurrency).unwrap_or(i32::MAX)),
             bind::<Array<Nullable<Text>>, _>(tokens),
             bind::<Text, _>(claim.wake_mark.as_deref().unwrap_or_default()),
             bind::<Array<Text>, _>(&counters.limiters),
@@ -169,34 +173,48 @@ pub async fn insert_batch(
             |(
                 id,
                 delivery_queued,
+                delivery_id,
                 token,
+                destination_id,
+                kind,
                 url,
-                secret,
-                endpoint_secret,
+                signing_secret,
+                destination_secret,
                 previous_secret,
                 failed,
                 _notified,
             )| {
-                let claimed = match (token, url, secret) {
-                    (Some(claim_token), Some(destination_url), Some(signing_secret)) => {
+                let claimed = match (delivery_id, token, destination_id, kind, url) {
+                    (
+                        Some(delivery_id),
+                        Some(claim_token),
+                        Some(destination_id),
+                        Some(kind),
+                        Some(destination_url),
+                    ) => {
                         let submission = by_id
                             .get(&id)
                             .ok_or(DbError::Query(diesel::result::Error::NotFound))?;
                         Some(ClaimedDelivery {
-                            id: submission.delivery_id.clone(),
+                            id: delivery_id,
                             claim_token,
                             endpoint_id: submission.endpoint_id.clone(),
+                            destination_id,
+                            kind,
                             destination_url,
-                            // Claimed only when it goes where the endpoint points after
+                            // Claimed only when it goes where the destination points after
                             // the claim lock: the secrets live then sign it.
-                            endpoint_secret,
-                            endpoint_previous_secret: previous_secret,
+                            destination_secret,
+                            destination_previous_secret: previous_secret,
                             signing_secret,
                             submission_id: Some(id.clone()),
                             cycle_attempts: 0,
                             received_at: Some(submission.received_at),
                             fields: Some(submission.fields.clone()),
-                            endpoint_failed_deliveries: failed.unwrap_or(0),
+                            destination_failed_deliveries: failed.unwrap_or(0),
+                            // Intake claims webhooks only (intake_claim_destination_room).
+                            endpoint_name: None,
+                            reply_to_field: None,
                         })
                     }
                     _ => None,
@@ -320,16 +338,16 @@ pub async fn first_pages(
 pub enum EraseOutcome {
     Erased,
     NotFound,
-    /// Its delivery is still owed (`pending` or `processing`): nothing was erased.
+    /// One of its deliveries is still owed (`pending` or `processing`): nothing was erased.
     DeliveryInProgress {
         state: DeliveryState,
     },
 }
 
-/// Erases a submission unless its delivery is still owed. The delivery row is locked first,
-/// so a replay running at the same moment either finishes before (and the erase is refused)
-/// or finds the submission gone (and the replay is refused). Deliveries and attempts stay,
-/// their `submission_id` set to null.
+/// Erases a submission unless one of its deliveries is still owed. The delivery rows are
+/// locked first, so a replay running at the same moment either finishes before (and the
+/// erase is refused) or finds the submission gone (and the replay is refused). Deliveries
+/// and attempts stay, their `submission_id` set to null.
 pub async fn erase(
     conn: &mut AsyncPgConnection,
     id: &SubmissionId,
@@ -339,14 +357,16 @@ pub async fn erase(
     let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let state: Option<DeliveryState> = webhook_deliveries::table
+            // Every delivery of the submission (one per destination) is locked, in id
+            // order so two erasers cannot deadlock.
+            let states: Vec<DeliveryState> = webhook_deliveries::table
                 .filter(webhook_deliveries::submission_id.eq(&id))
                 .select(webhook_deliveries::state)
+                .order(webhook_deliveries::id)
                 .for_update()
-                .first(conn)
-                .await
-                .optional()?;
-            if let Some(state) = state.filter(|state| !state.is_terminal()) {
+                .load(conn)
+                .await?;
+            if let Some(state) = states.into_iter().find(|state| !state.is_terminal()) {
                 return Ok(EraseOutcome::DeliveryInProgress { state });
             }
             let deleted = diesel::delete(submissions::table.find(&id))

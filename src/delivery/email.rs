@@ -10,7 +10,6 @@
 
 // The delivery worker sends email once destinations land; until then only the tests
 // (through the `testing` feature) reach this module.
-#![cfg_attr(not(feature = "testing"), allow(dead_code))]
 
 use std::error::Error as _;
 use std::fmt::Write as _;

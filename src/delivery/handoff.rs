@@ -70,7 +70,7 @@ pub struct Handoff {
     stopping: CancellationToken,
     sender: mpsc::UnboundedSender<Started>,
     lease: std::time::Duration,
-    endpoint_concurrency: u32,
+    destination_concurrency: u32,
     batch_size: usize,
     /// Marks the wake-ups this process's intake sends only for other processes' workers.
     wake_mark: Arc<str>,
@@ -111,7 +111,7 @@ impl Handoff {
                 stopping,
                 sender,
                 lease: config.lease,
-                endpoint_concurrency: config.endpoint_concurrency,
+                destination_concurrency: config.destination_concurrency,
                 batch_size: config.batch_size as usize,
                 wake_mark,
             },
@@ -139,7 +139,7 @@ impl Handoff {
             claim: IntakeClaim {
                 limit: permits.len() as u32,
                 lease: self.lease,
-                endpoint_concurrency: self.endpoint_concurrency,
+                destination_concurrency: self.destination_concurrency,
                 wake_mark: Some(self.wake_mark.clone()),
             },
             permits,
@@ -234,7 +234,8 @@ pub async fn hand_back<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ids::EndpointId;
+    use crate::model::ids::{DestinationId, EndpointId};
+    use crate::model::state::DestinationKind;
 
     fn handoff(
         slots: &Arc<Semaphore>,
@@ -267,15 +268,19 @@ mod tests {
             id: DeliveryId::generate(),
             claim_token: ClaimToken::generate(),
             endpoint_id: EndpointId::parse("contact").expect("id"),
+            destination_id: DestinationId::generate(),
+            kind: DestinationKind::Webhook,
             destination_url: "https://receiver.example/hook".into(),
-            signing_secret: format!("whsec_{}", "ab".repeat(32)),
+            signing_secret: Some(format!("whsec_{}", "ab".repeat(32))),
             submission_id: None,
             cycle_attempts: 0,
             received_at: None,
             fields: None,
-            endpoint_secret: None,
-            endpoint_previous_secret: None,
-            endpoint_failed_deliveries: 0,
+            destination_secret: None,
+            destination_previous_secret: None,
+            destination_failed_deliveries: 0,
+            endpoint_name: None,
+            reply_to_field: None,
         }
     }
 

@@ -1,9 +1,10 @@
-//! Webhook delivery: the worker pool (`worker.rs`), the webhook HTTP client and its
-//! resolver (`client.rs`, the only outbound HTTP), outcome classification and backoff
-//! (`outcome.rs`), the payload and its signatures (`payload.rs`), the batched recording
-//! of attempts (`recorder.rs`), pausing and resuming endpoints (`pausing.rs`), and intake's
-//! way to hand the worker deliveries it claimed (`handoff.rs`), and sending one email over
-//! SMTP with the notification it carries (`email.rs`).
+//! Delivery to destinations: the worker pool (`worker.rs`), the webhook HTTP client and
+//! its resolver (`client.rs`, the only outbound HTTP), sending one email over SMTP with
+//! the notification it carries (`email.rs`, the only outbound mail), outcome
+//! classification and backoff (`outcome.rs`), the payload and its signatures
+//! (`payload.rs`), the batched recording of attempts (`recorder.rs`), pausing and resuming
+//! destinations (`pausing.rs`), and intake's way to hand the worker deliveries it claimed
+//! (`handoff.rs`).
 
 pub mod client;
 pub mod email;
@@ -15,3 +16,10 @@ pub mod recorder;
 pub mod worker;
 
 pub use worker::Worker;
+
+/// What the workers send with: the webhook client, and the mailer when this process has
+/// a mail server (`FORMS_SMTP_HOST`).
+pub struct Senders {
+    pub webhook: client::WebhookClient,
+    pub mail: Option<email::Mailer>,
+}

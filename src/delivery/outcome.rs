@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::email::MailOutcome;
 use crate::config::WebhookConfig;
 pub use crate::model::state::AttemptOutcome as Outcome;
 
@@ -10,9 +11,13 @@ pub use crate::model::state::AttemptOutcome as Outcome;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptResult {
     pub outcome: Outcome,
+    /// A webhook's HTTP status, or an email's SMTP reply code.
     pub response_status: Option<u16>,
     /// Names the kind of failure, at most 500 characters; never a response body.
     pub error: Option<String>,
+    /// An email attempt's SMTP reply text (one printable line, at most 500 characters),
+    /// whenever the server replied.
+    pub reply: Option<String>,
 }
 
 pub const MAX_ERROR_LENGTH: usize = 500;
@@ -33,12 +38,14 @@ impl AttemptResult {
                 outcome: Outcome::Succeeded,
                 response_status: Some(status),
                 error: None,
+                reply: None,
             }
         } else {
             AttemptResult {
                 outcome: Outcome::HttpError,
                 response_status: Some(status),
                 error: Some(format!("the destination answered HTTP {status}")),
+                reply: None,
             }
         }
     }
@@ -52,18 +59,55 @@ impl AttemptResult {
             outcome,
             response_status: None,
             error: Some(error),
+            reply: None,
+        }
+    }
+
+    /// What an email attempt produced: the mail server's reply decides, as a webhook's
+    /// status does (2xx delivered, 4xx retried, 5xx final); no reply is a timeout or a
+    /// network error, retried; a message that could not be made is final.
+    pub fn from_mail(outcome: MailOutcome) -> AttemptResult {
+        match outcome {
+            MailOutcome::Accepted { code, text } => AttemptResult {
+                outcome: Outcome::Succeeded,
+                response_status: Some(code),
+                error: None,
+                reply: Some(text),
+            },
+            MailOutcome::Deferred { code, text } | MailOutcome::Rejected { code, text } => {
+                AttemptResult {
+                    outcome: Outcome::SmtpError,
+                    response_status: Some(code),
+                    error: Some(format!("the mail server answered {code}")),
+                    reply: Some(text),
+                }
+            }
+            MailOutcome::TimedOut => AttemptResult::failure(
+                Outcome::Timeout,
+                "the mail server did not finish within FORMS_SMTP_TIMEOUT_SECONDS",
+            ),
+            MailOutcome::ConnectionFailed { reason } => {
+                AttemptResult::failure(Outcome::NetworkError, reason)
+            }
+            MailOutcome::Unsendable { reason } => {
+                AttemptResult::failure(Outcome::Unsendable, reason)
+            }
         }
     }
 
     /// Whether another attempt could help: timeouts, network failures, 5xx, 408, 425
     /// and 429. Other 4xx (409 included) and 3xx are final, as is a refused destination.
+    /// For email, an SMTP 4xx (a temporary refusal) is retried and a 5xx is final.
     pub fn is_retryable(&self) -> bool {
         match self.outcome {
-            Outcome::Succeeded | Outcome::BlockedDestination => false,
+            Outcome::Succeeded | Outcome::BlockedDestination | Outcome::Unsendable => false,
             Outcome::Timeout | Outcome::NetworkError => true,
             Outcome::HttpError => self
                 .response_status
                 .is_some_and(|status| status >= 500 || matches!(status, 408 | 425 | 429)),
+            Outcome::SmtpError => self
+                .response_status
+                .is_some_and(|code| (400..500).contains(&code)),
         }
     }
 }

@@ -9,12 +9,12 @@
 //! the database's reach, its attempts are recorded again one by one, so one bad row cannot
 //! fail the others. The writers end when the worker that owns this recorder is gone.
 //!
-//! After a batch is committed and answered, its writer keeps each endpoint's run of
-//! failed deliveries (db/endpoints.rs `count_failed_deliveries`: a delivery ending
-//! `failed` adds one, a delivered one starts the run again) and pauses an endpoint whose
+//! After a batch is committed and answered, its writer keeps each destination's run of
+//! failed deliveries (db/destinations.rs `count_failed_deliveries`: a delivery ending
+//! `failed` adds one, a delivered one starts the run again) and pauses a destination whose
 //! receiver answered `410 Gone` or whose run reached `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`
 //! (pausing.rs). That is a transaction of its own, on a task of its own, only for batches
-//! with a failure, a 410 or a delivery to an endpoint whose run was nonzero when it was
+//! with a failure, a 410 or a delivery to a destination whose run was nonzero when it was
 //! claimed: the common batch (all delivered, no run) costs nothing more. A crash between
 //! the two loses that batch's share of the count, no more.
 
@@ -26,10 +26,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::pausing;
 use crate::clock::Clock;
-use crate::db::endpoints::FailureRun;
+use crate::db::destinations::FailureRun;
 use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
-use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, EndpointId};
+use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
 use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
 
 /// The most attempts one statement records.
@@ -48,10 +48,11 @@ pub struct Attempt {
     pub outcome: AttemptOutcome,
     pub response_status: Option<i32>,
     pub error: Option<String>,
+    pub reply: Option<String>,
     pub transition: OwnerTransition,
-    pub endpoint_id: EndpointId,
-    /// The endpoint's run of failed deliveries was nonzero when this was claimed.
-    pub endpoint_had_failures: bool,
+    pub destination_id: DestinationId,
+    /// The destination's run of failed deliveries was nonzero when this was claimed.
+    pub destination_had_failures: bool,
 }
 
 impl Attempt {
@@ -66,6 +67,7 @@ impl Attempt {
             outcome: self.outcome,
             response_status: self.response_status,
             error: self.error.as_deref(),
+            reply: self.reply.as_deref(),
         }
     }
 }
@@ -148,13 +150,13 @@ async fn write_batches(
             }
         }
         let (attempts, answers) = write_batch(&db, clock.pinned(), batch).await;
-        let (runs, gone) = endpoint_effects(&attempts, &answers);
+        let (runs, gone) = destination_effects(&attempts, &answers);
         if !runs.is_empty() || !gone.is_empty() {
             // On a task of its own: a pause may wait for an endpoint's row lock (a long
             // erase, say), and recording must not wait with it.
             let (task_db, task_clock) = (db.clone(), clock.clone());
             tokio::spawn(async move {
-                follow_endpoints(&task_db, task_clock.as_ref(), pause_after, runs, gone).await;
+                follow_destinations(&task_db, task_clock.as_ref(), pause_after, runs, gone).await;
             });
         }
     }
@@ -208,31 +210,32 @@ async fn write_batch(
     (attempts, recorded)
 }
 
-/// What a recorded batch means for its endpoints: each one's run of failed deliveries,
-/// in batch order (a delivered one restarts it, when it may be nonzero), and the
-/// endpoints whose receiver answered 410 (an owner's or a late worker's answer alike).
-fn endpoint_effects(
+/// What a recorded batch means for its destinations: each one's run of failed
+/// deliveries, in batch order (a delivered one restarts it, when it may be nonzero), and
+/// the destinations whose receiver answered 410 (an owner's or a late worker's answer
+/// alike).
+fn destination_effects(
     attempts: &[Attempt],
     recorded: &[Option<Recorded>],
-) -> (Vec<FailureRun>, Vec<EndpointId>) {
+) -> (Vec<FailureRun>, Vec<DestinationId>) {
     let mut runs: Vec<FailureRun> = Vec::new();
-    let mut gone: Vec<EndpointId> = Vec::new();
+    let mut gone: Vec<DestinationId> = Vec::new();
     for (attempt, recorded) in attempts.iter().zip(recorded) {
         let Some(recorded) = recorded else { continue };
-        if attempt.response_status == Some(410) && !gone.contains(&attempt.endpoint_id) {
-            gone.push(attempt.endpoint_id.clone());
+        if attempt.response_status == Some(410) && !gone.contains(&attempt.destination_id) {
+            gone.push(attempt.destination_id.clone());
         }
         let Recorded::Owner { state, .. } = recorded else {
             continue;
         };
         let at = match runs
             .iter()
-            .position(|r| r.endpoint_id == attempt.endpoint_id)
+            .position(|r| r.destination_id == attempt.destination_id)
         {
             Some(at) => at,
             None => {
                 runs.push(FailureRun {
-                    endpoint_id: attempt.endpoint_id.clone(),
+                    destination_id: attempt.destination_id.clone(),
                     restarted: false,
                     failed: 0,
                 });
@@ -244,7 +247,7 @@ fn endpoint_effects(
             DeliveryState::Failed => run.failed += 1,
             DeliveryState::Delivered => {
                 run.failed = 0;
-                run.restarted |= attempt.endpoint_had_failures;
+                run.restarted |= attempt.destination_had_failures;
             }
             DeliveryState::Pending | DeliveryState::Processing => {}
         }
@@ -253,42 +256,43 @@ fn endpoint_effects(
     (runs, gone)
 }
 
-/// Keeps the runs of failed deliveries and pauses the endpoints a batch says to.
-async fn follow_endpoints(
+/// Keeps the runs of failed deliveries and pauses the destinations a batch says to.
+async fn follow_destinations(
     db: &Db,
     clock: &dyn Clock,
     pause_after: u32,
     mut runs: Vec<FailureRun>,
-    gone: Vec<EndpointId>,
+    gone: Vec<DestinationId>,
 ) {
     // In id order, as the statement locks them.
-    runs.sort_by(|a, b| a.endpoint_id.as_str().cmp(b.endpoint_id.as_str()));
-    let mut pauses: Vec<(EndpointId, PauseReason)> = gone
+    runs.sort_by(|a, b| a.destination_id.as_str().cmp(b.destination_id.as_str()));
+    let mut pauses: Vec<(DestinationId, PauseReason)> = gone
         .into_iter()
-        .map(|endpoint| (endpoint, PauseReason::Gone))
+        .map(|destination| (destination, PauseReason::Gone))
         .collect();
     if !runs.is_empty() {
         match db
             .run(async |conn| {
-                crate::db::endpoints::count_failed_deliveries(conn, &runs, pause_after).await
+                crate::db::destinations::count_failed_deliveries(conn, &runs, pause_after).await
             })
             .await
         {
             Ok(reached) => pauses.extend(
                 reached
                     .into_iter()
-                    .filter(|endpoint| !pauses.iter().any(|(p, _)| p == endpoint))
-                    .map(|endpoint| (endpoint, PauseReason::FailureThreshold))
+                    .filter(|destination| !pauses.iter().any(|(p, _)| p == destination))
+                    .map(|destination| (destination, PauseReason::FailureThreshold))
                     .collect::<Vec<_>>(),
             ),
             Err(error) => {
-                tracing::warn!(error = %error.summary(), "could not count failed deliveries for their endpoints")
+                tracing::warn!(error = %error.summary(), "could not count failed deliveries for their destinations")
             }
         }
     }
-    for (endpoint, reason) in pauses {
-        if let Err(error) = pausing::pause(db, &endpoint, reason, clock.now()).await {
-            tracing::warn!(endpoint_id = %endpoint, reason = reason.as_str(), error = %error.summary(), "could not pause an endpoint");
+    for (destination, reason) in pauses {
+        if let Err(error) = pausing::pause_destination(db, &destination, reason, clock.now()).await
+        {
+            tracing::warn!(destination_id = %destination, reason = reason.as_str(), error = %error.summary(), "could not pause a destination");
         }
     }
 }
@@ -303,6 +307,11 @@ fn found(recorded: Option<Recorded>) -> Answer {
 mod tests {
     use super::*;
 
+    /// A destination id named by a few hex digits.
+    fn destination(name: &str) -> DestinationId {
+        DestinationId::parse(&format!("dst_{name:0<32}")).unwrap()
+    }
+
     fn attempt(endpoint: &str, status: Option<i32>, had_failures: bool) -> Attempt {
         Attempt {
             attempt_id: AttemptId::generate(),
@@ -314,9 +323,10 @@ mod tests {
             outcome: AttemptOutcome::HttpError,
             response_status: status,
             error: None,
+            reply: None,
             transition: OwnerTransition::Failed,
-            endpoint_id: EndpointId::parse(endpoint).unwrap(),
-            endpoint_had_failures: had_failures,
+            destination_id: destination(endpoint),
+            destination_had_failures: had_failures,
         }
     }
 
@@ -351,18 +361,18 @@ mod tests {
             // Not recorded: it counts for nothing.
             None,
         ];
-        let (runs, gone) = endpoint_effects(&attempts, &recorded);
-        let id = |s: &str| EndpointId::parse(s).unwrap();
+        let (runs, gone) = destination_effects(&attempts, &recorded);
+        let id = destination;
         assert_eq!(
             runs,
             vec![
                 FailureRun {
-                    endpoint_id: id("aaa"),
+                    destination_id: id("aaa"),
                     restarted: true,
                     failed: 1
                 },
                 FailureRun {
-                    endpoint_id: id("ccc"),
+                    destination_id: id("ccc"),
                     restarted: false,
                     failed: 1
                 },

@@ -16,17 +16,19 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::client::WebhookClient;
+use super::email::{self, Mailer, Notification};
 use super::handoff::{self, ClaimActivity, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
 use super::recorder::{self, Recorder};
+use super::Senders;
 use crate::clock::Clock;
 use crate::config::{WebhookConfig, WorkerConfig};
 use crate::db::models::ClaimedDelivery;
 use crate::db::queue::{self, ClaimRequest, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
 use crate::model::ids::AttemptId;
-use crate::model::state::DeliveryState;
+use crate::model::state::{DeliveryState, DestinationKind};
 use crate::telemetry::meters;
 
 pub struct Worker {
@@ -35,6 +37,8 @@ pub struct Worker {
     webhook: WebhookConfig,
     clock: Arc<dyn Clock>,
     client: WebhookClient,
+    /// `None` without `FORMS_SMTP_HOST`: email deliveries are then retried until one is.
+    mailer: Option<Mailer>,
     /// Signalled when a delivery may have become due (a notification, a reconnection).
     wake: Arc<Notify>,
     /// One permit per request in flight (`FORMS_WORKER_CONCURRENCY`).
@@ -54,7 +58,7 @@ impl Worker {
         config: WorkerConfig,
         webhook: WebhookConfig,
         clock: Arc<dyn Clock>,
-        client: WebhookClient,
+        senders: Senders,
         wake: Arc<Notify>,
     ) -> Arc<Worker> {
         let slots = Arc::new(Semaphore::new(config.concurrency));
@@ -69,7 +73,8 @@ impl Worker {
             config,
             webhook,
             clock,
-            client,
+            client: senders.webhook,
+            mailer: senders.mail,
             wake,
             slots,
             caught_up: Arc::new(AtomicBool::new(false)),
@@ -116,7 +121,7 @@ impl Worker {
             now: self.clock.pinned(),
             lease: self.config.lease,
             limit: wanted as u32,
-            endpoint_concurrency: self.config.endpoint_concurrency,
+            destination_concurrency: self.config.destination_concurrency,
         };
         let running = self.claims.begin();
         let claimed = self
@@ -266,18 +271,42 @@ impl Worker {
             self.fail_erased(&delivery).await;
             return;
         };
-        let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
         let attempted_at = self.clock.now();
+        let signing_secret = match (delivery.kind, delivery.signing_secret.as_deref()) {
+            (DestinationKind::Webhook, Some(secret)) => secret,
+            (DestinationKind::Email, _) => {
+                let started = Instant::now();
+                let result = self
+                    .send_email(&delivery, submission_id, received_at, fields)
+                    .await;
+                self.record(&delivery, &result, attempted_at, started.elapsed())
+                    .await;
+                return;
+            }
+            (DestinationKind::Webhook, None) => {
+                // The delivery row's CHECK makes this impossible; fail it loudly rather
+                // than send an unsigned request.
+                tracing::error!(delivery_id = %delivery.id, "a webhook delivery has no signing secret");
+                let result = AttemptResult::failure(
+                    crate::model::state::AttemptOutcome::BlockedDestination,
+                    "the delivery has no signing secret",
+                );
+                self.record(&delivery, &result, attempted_at, Duration::ZERO)
+                    .await;
+                return;
+            }
+        };
+        let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
         let live: Vec<&str> = [
-            delivery.endpoint_secret.as_deref(),
-            delivery.endpoint_previous_secret.as_deref(),
+            delivery.destination_secret.as_deref(),
+            delivery.destination_previous_secret.as_deref(),
         ]
         .into_iter()
         .flatten()
         .collect();
         let (signatures, unsigned) = payload::sign(
             delivery.id.as_str(),
-            &delivery.signing_secret,
+            signing_secret,
             &live,
             attempted_at,
             &body,
@@ -293,6 +322,48 @@ impl Worker {
             .await;
         let elapsed = started.elapsed();
         self.record(&delivery, &result, attempted_at, elapsed).await;
+    }
+
+    /// Sends an email delivery: the notification of its submission to the recipients
+    /// captured with it (its `mailto:`), Message-ID from the delivery id so that a retry
+    /// or replay is recognisable. Without a mail server every attempt fails as a network
+    /// error would, and is retried on the schedule until one is configured.
+    async fn send_email(
+        &self,
+        delivery: &ClaimedDelivery,
+        submission_id: &crate::model::ids::SubmissionId,
+        received_at: chrono::DateTime<chrono::Utc>,
+        fields: &serde_json::Value,
+    ) -> AttemptResult {
+        let Some(mailer) = &self.mailer else {
+            return AttemptResult::failure(
+                crate::model::state::AttemptOutcome::NetworkError,
+                "email is not set up on this server (FORMS_SMTP_HOST)",
+            );
+        };
+        let to: Vec<String> = delivery
+            .destination_url
+            .strip_prefix("mailto:")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|address| !address.is_empty())
+            .map(str::to_string)
+            .collect();
+        let message = email::notification(&Notification {
+            endpoint_name: delivery
+                .endpoint_name
+                .as_deref()
+                .unwrap_or(delivery.endpoint_id.as_str()),
+            endpoint_id: delivery.endpoint_id.as_str(),
+            submission_id: submission_id.as_str(),
+            received_at,
+            fields,
+            to,
+            reply_to_field: delivery.reply_to_field.as_deref(),
+            delivery_id: delivery.id.as_str(),
+            message_domain: mailer.message_domain(),
+        });
+        AttemptResult::from_mail(mailer.send(&message).await)
     }
 
     /// Records the attempt, retrying briefly if the database is unavailable: the request
@@ -322,9 +393,10 @@ impl Worker {
             outcome: result.outcome,
             response_status: result.response_status.map(i32::from),
             error: result.error.clone(),
+            reply: result.reply.clone(),
             transition,
-            endpoint_id: delivery.endpoint_id.clone(),
-            endpoint_had_failures: delivery.endpoint_failed_deliveries > 0,
+            destination_id: delivery.destination_id.clone(),
+            destination_had_failures: delivery.destination_failed_deliveries > 0,
         };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {

@@ -127,6 +127,14 @@ pub enum ApiError {
         pending: i64,
         processing: i64,
     },
+    #[error("No destination has this id (or it was removed).")]
+    DestinationNotFound { destination_id: String },
+    #[error("The endpoint has {limit} destinations already; remove one first.")]
+    DestinationLimitReached { endpoint_id: String, limit: usize },
+    #[error("The destination is not a webhook: it has no URL or signing secret.")]
+    DestinationNotWebhook { destination_id: String },
+    #[error("This server has no mail server to send email through (FORMS_SMTP_HOST).")]
+    EmailNotConfigured,
     #[error("No delivery has this id.")]
     DeliveryNotFound { delivery_id: String },
     #[error("No submission has this id.")]
@@ -179,6 +187,9 @@ pub enum ApiError {
 pub enum NotReplayable {
     SubmissionErased,
     EndpointDeleted,
+    /// Retargeted to where its destination is now, and that destination was removed; or
+    /// history of an endpoint with no webhook destination to give it.
+    DestinationRemoved,
 }
 
 /// An internal cause: never a detail, never shown.
@@ -230,6 +241,10 @@ impl ApiError {
             ApiError::EndpointHasDeliveriesInProgress { .. } => {
                 "endpoint_has_deliveries_in_progress"
             }
+            ApiError::DestinationNotFound { .. } => "destination_not_found",
+            ApiError::DestinationLimitReached { .. } => "destination_limit_reached",
+            ApiError::DestinationNotWebhook { .. } => "destination_not_webhook",
+            ApiError::EmailNotConfigured => "email_not_configured",
             ApiError::DeliveryNotFound { .. } => "delivery_not_found",
             ApiError::SubmissionNotFound { .. } => "submission_not_found",
             ApiError::DeliveryNotReplayable { .. } => "delivery_not_replayable",
@@ -261,11 +276,15 @@ impl ApiError {
             ApiError::InvalidEndpointId
             | ApiError::EndpointNotFound { .. }
             | ApiError::DeliveryNotFound { .. }
+            | ApiError::DestinationNotFound { .. }
             | ApiError::SubmissionNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::EndpointInactive { .. }
             | ApiError::IdempotencyConflict { .. }
             | ApiError::EndpointAlreadyExists { .. }
             | ApiError::EndpointHasNoWebhook { .. }
+            | ApiError::DestinationLimitReached { .. }
+            | ApiError::DestinationNotWebhook { .. }
+            | ApiError::EmailNotConfigured
             | ApiError::EndpointDeleted { .. }
             | ApiError::EndpointHasDeliveriesInProgress { .. }
             | ApiError::DeliveryNotReplayable { .. }

@@ -62,10 +62,14 @@ fn variant(error: &ApiError) -> usize {
         ApiError::EndpointHasDeliveriesInProgress { .. } => 41,
         ApiError::ServerBusy { .. } => 42,
         ApiError::InsufficientRole { .. } => 43,
+        ApiError::DestinationNotFound { .. } => 44,
+        ApiError::DestinationLimitReached { .. } => 45,
+        ApiError::DestinationNotWebhook { .. } => 46,
+        ApiError::EmailNotConfigured => 47,
     }
 }
 
-const VARIANTS: usize = 44;
+const VARIANTS: usize = 48;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -287,6 +291,37 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::CONFLICT,
             "endpoint_has_no_webhook",
             json!({ "endpoint_id": "x" }),
+        ),
+        (
+            ApiError::DestinationNotFound {
+                destination_id: s("d"),
+            },
+            S::NOT_FOUND,
+            "destination_not_found",
+            json!({ "destination_id": "d" }),
+        ),
+        (
+            ApiError::DestinationLimitReached {
+                endpoint_id: s("x"),
+                limit: 20,
+            },
+            S::CONFLICT,
+            "destination_limit_reached",
+            json!({ "endpoint_id": "x", "limit": 20 }),
+        ),
+        (
+            ApiError::DestinationNotWebhook {
+                destination_id: s("d"),
+            },
+            S::CONFLICT,
+            "destination_not_webhook",
+            json!({ "destination_id": "d" }),
+        ),
+        (
+            ApiError::EmailNotConfigured,
+            S::CONFLICT,
+            "email_not_configured",
+            json!({}),
         ),
         (
             ApiError::EndpointDeleted {

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 use crate::db::deliveries::DeliveryCounts;
-use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
+use crate::db::models::{AttemptRow, DeliveryRow, DestinationRow, EndpointRow, SubmissionRow};
 use crate::db::{self, Db, DbError};
-use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
 pub type LoadError = Arc<DbError>;
@@ -18,15 +18,27 @@ pub type LoadError = Arc<DbError>;
 pub struct Loaders {
     pub endpoints: DataLoader<EndpointLoader, HashMapCache>,
     pub submissions: DataLoader<SubmissionLoader, HashMapCache>,
-    /// `None` for a submission without a delivery (so the answer is cached too).
-    pub delivery_by_submission: DataLoader<DeliveryBySubmissionLoader, HashMapCache>,
+    /// A submission's deliveries, one per destination, in the destinations' order (empty
+    /// for a submission without any, so the answer is cached too).
+    pub deliveries_of_submission: DataLoader<DeliveriesOfSubmissionLoader, HashMapCache>,
     pub attempts: DataLoader<AttemptLoader, HashMapCache>,
     /// The first page of an endpoint's deliveries, keyed by (endpoint id, rows to fetch).
     pub endpoint_deliveries: DataLoader<EndpointDeliveriesLoader, HashMapCache>,
     /// The first page of an endpoint's submissions, keyed likewise.
     pub endpoint_submissions: DataLoader<EndpointSubmissionsLoader, HashMapCache>,
     pub delivery_counts: DataLoader<DeliveryCountsLoader, HashMapCache>,
+    /// An endpoint's destinations not removed, in order (keyed by endpoint id).
+    pub destinations_of_endpoint: DataLoader<DestinationsOfEndpointLoader, HashMapCache>,
+    /// Destinations by id, removed ones included; and, by [`UpgradedWebhook`], the
+    /// destination the upgrade to destinations made from an endpoint's webhook.
+    pub destinations: DataLoader<DestinationLoader, HashMapCache>,
 }
+
+/// The key of the destination the upgrade to destinations made from an endpoint's webhook
+/// (its position 1, a webhook; see migration destinations): where its deliveries recorded
+/// before that upgrade, which name no destination, went.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct UpgradedWebhook(pub EndpointId);
 
 /// How long a loader waits for more keys before it queries: long enough for the items of
 /// one list level to queue their keys together, short against a request's duration.
@@ -48,11 +60,13 @@ impl Loaders {
         let loaders = Loaders::new(db);
         loaders.endpoints.enable_all_cache(false);
         loaders.submissions.enable_all_cache(false);
-        loaders.delivery_by_submission.enable_all_cache(false);
+        loaders.deliveries_of_submission.enable_all_cache(false);
         loaders.attempts.enable_all_cache(false);
         loaders.endpoint_deliveries.enable_all_cache(false);
         loaders.endpoint_submissions.enable_all_cache(false);
         loaders.delivery_counts.enable_all_cache(false);
+        loaders.destinations_of_endpoint.enable_all_cache(false);
+        loaders.destinations.enable_all_cache(false);
         loaders
     }
 
@@ -60,23 +74,27 @@ impl Loaders {
         Loaders {
             endpoints: loader(EndpointLoader(db.clone())),
             submissions: loader(SubmissionLoader(db.clone())),
-            delivery_by_submission: loader(DeliveryBySubmissionLoader(db.clone())),
+            deliveries_of_submission: loader(DeliveriesOfSubmissionLoader(db.clone())),
             attempts: loader(AttemptLoader(db.clone())),
             endpoint_deliveries: loader(EndpointDeliveriesLoader(db.clone())),
             endpoint_submissions: loader(EndpointSubmissionsLoader(db.clone())),
             delivery_counts: loader(DeliveryCountsLoader(db.clone())),
+            destinations_of_endpoint: loader(DestinationsOfEndpointLoader(db.clone())),
+            destinations: loader::<DestinationId, _>(DestinationLoader(db.clone())),
         }
     }
 }
 
 pub struct EndpointLoader(Db);
 pub struct SubmissionLoader(Db);
-pub struct DeliveryBySubmissionLoader(Db);
+pub struct DeliveriesOfSubmissionLoader(Db);
 pub struct AttemptLoader(Db);
 pub struct EndpointDeliveriesLoader(Db);
 pub struct EndpointSubmissionsLoader(Db);
 /// An endpoint's delivery counts (keyed by endpoint id).
 pub struct DeliveryCountsLoader(Db);
+pub struct DestinationsOfEndpointLoader(Db);
+pub struct DestinationLoader(Db);
 
 /// Every key with an empty value, so that keys without rows are cached too.
 fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V>> {
@@ -188,24 +206,23 @@ impl Loader<SubmissionId> for SubmissionLoader {
     }
 }
 
-impl Loader<SubmissionId> for DeliveryBySubmissionLoader {
-    type Value = Option<DeliveryRow>;
+impl Loader<SubmissionId> for DeliveriesOfSubmissionLoader {
+    type Value = Vec<DeliveryRow>;
     type Error = LoadError;
 
     async fn load(
         &self,
         keys: &[SubmissionId],
-    ) -> Result<HashMap<SubmissionId, Option<DeliveryRow>>, LoadError> {
+    ) -> Result<HashMap<SubmissionId, Vec<DeliveryRow>>, LoadError> {
         let rows = self
             .0
             .run(async |conn| db::deliveries::for_submissions(conn, keys).await)
             .await
             .map_err(Arc::new)?;
-        let mut found: HashMap<SubmissionId, Option<DeliveryRow>> =
-            keys.iter().map(|key| (key.clone(), None)).collect();
+        let mut found = empty_for(keys);
         for row in rows {
             if let Some(submission_id) = row.submission_id.clone() {
-                found.insert(submission_id, Some(row));
+                found.entry(submission_id).or_default().push(row);
             }
         }
         Ok(found)
@@ -226,6 +243,69 @@ impl Loader<EndpointId> for DeliveryCountsLoader {
             .await
             .map_err(Arc::new)?;
         Ok(rows.into_iter().collect())
+    }
+}
+
+impl Loader<EndpointId> for DestinationsOfEndpointLoader {
+    type Value = Vec<DestinationRow>;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[EndpointId],
+    ) -> Result<HashMap<EndpointId, Vec<DestinationRow>>, LoadError> {
+        let rows = self
+            .0
+            .run(async |conn| db::destinations::of_endpoints(conn, keys).await)
+            .await
+            .map_err(Arc::new)?;
+        let mut by_endpoint = empty_for(keys);
+        for row in rows {
+            by_endpoint
+                .entry(row.endpoint_id.clone())
+                .or_default()
+                .push(row);
+        }
+        Ok(by_endpoint)
+    }
+}
+
+impl Loader<DestinationId> for DestinationLoader {
+    type Value = DestinationRow;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[DestinationId],
+    ) -> Result<HashMap<DestinationId, DestinationRow>, LoadError> {
+        let rows = self
+            .0
+            .run(async |conn| db::destinations::find_many(conn, keys).await)
+            .await
+            .map_err(Arc::new)?;
+        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
+    }
+}
+
+impl Loader<UpgradedWebhook> for DestinationLoader {
+    type Value = DestinationRow;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[UpgradedWebhook],
+    ) -> Result<HashMap<UpgradedWebhook, DestinationRow>, LoadError> {
+        let endpoints: Vec<EndpointId> = keys.iter().map(|key| key.0.clone()).collect();
+        let rows = self
+            .0
+            .run(async |conn| db::destinations::first_positions(conn, &endpoints).await)
+            .await
+            .map_err(Arc::new)?;
+        Ok(rows
+            .into_iter()
+            .filter(|row| row.kind == crate::model::state::DestinationKind::Webhook)
+            .map(|row| (UpgradedWebhook(row.endpoint_id.clone()), row))
+            .collect())
     }
 }
 
@@ -311,6 +391,7 @@ pub async fn prime_deliveries(
                 rows.iter().map(|row| row.id.clone())
             )
         ),
+        prime_destinations(loaders, node.field("destination"), rows),
         prime(&loaders.submissions, submission_ids.clone()),
     )?;
     if submission.exists() {
@@ -329,12 +410,12 @@ pub async fn prime_deliveries(
                 .filter(|id| !primed_endpoints.contains(id)),
         );
         let delivery_keys = keys_if(
-            &submission.field("delivery"),
+            &either(submission.field("delivery"), submission.field("deliveries")),
             submissions.iter().map(|row| row.id.clone()),
         );
         futures_util::try_join!(
             prime(&loaders.endpoints, endpoint_ids),
-            prime(&loaders.delivery_by_submission, delivery_keys),
+            prime(&loaders.deliveries_of_submission, delivery_keys),
         )?;
     }
     Ok(())
@@ -347,7 +428,7 @@ pub async fn prime_submissions(
     rows: &[SubmissionRow],
 ) -> Result<(), LoadError> {
     let loaders = ctx.data_unchecked::<Loaders>();
-    let delivery = node.field("delivery");
+    let delivery = either(node.field("delivery"), node.field("deliveries"));
     let submission_ids = keys_if(&delivery, rows.iter().map(|row| row.id.clone()));
     futures_util::try_join!(
         prime(
@@ -357,11 +438,11 @@ pub async fn prime_submissions(
                 rows.iter().map(|row| row.endpoint_id.clone())
             )
         ),
-        prime(&loaders.delivery_by_submission, submission_ids.clone()),
+        prime(&loaders.deliveries_of_submission, submission_ids.clone()),
     )?;
     if delivery.exists() {
         let deliveries: Vec<DeliveryRow> = loaders
-            .delivery_by_submission
+            .deliveries_of_submission
             .load_many(submission_ids)
             .await?
             .into_values()
@@ -382,7 +463,45 @@ pub async fn prime_submissions(
                     deliveries.iter().map(|row| row.endpoint_id.clone())
                 )
             ),
+            prime_destinations(loaders, delivery.field("destination"), &deliveries),
         )?;
     }
+    Ok(())
+}
+
+/// The look-ahead of whichever of two fields the query selects (`delivery` and
+/// `deliveries` read the same loader): the first when both are.
+fn either<'a>(
+    first: async_graphql::Lookahead<'a>,
+    second: async_graphql::Lookahead<'a>,
+) -> async_graphql::Lookahead<'a> {
+    if first.exists() {
+        first
+    } else {
+        second
+    }
+}
+
+/// Primes what `Delivery.destination` of `rows` reads: destinations by id, and for
+/// deliveries recorded before destinations, their endpoints' upgraded webhooks.
+async fn prime_destinations(
+    loaders: &Loaders,
+    field: async_graphql::Lookahead<'_>,
+    rows: &[DeliveryRow],
+) -> Result<(), LoadError> {
+    let ids = keys_if(
+        &field,
+        rows.iter().filter_map(|row| row.destination_id.clone()),
+    );
+    let upgraded = keys_if(
+        &field,
+        rows.iter()
+            .filter(|row| row.destination_id.is_none())
+            .map(|row| UpgradedWebhook(row.endpoint_id.clone())),
+    );
+    futures_util::try_join!(
+        prime(&loaders.destinations, ids),
+        prime(&loaders.destinations, upgraded),
+    )?;
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! protocols (docs/graphql.md, docs/subscriptions.md).
 
 pub mod cost;
+pub mod destination;
+pub mod destination_mutation;
 pub mod fanout;
 pub mod handler;
 pub mod listing;
@@ -21,18 +23,24 @@ use crate::app::AppState;
 use crate::auth::AuthenticatedKey;
 use crate::db::Db;
 use crate::error::ApiError;
+use destination_mutation::DestinationMutation;
 use loaders::Loaders;
 use mutation::MutationRoot;
 use query::QueryRoot;
 use subscription::SubscriptionRoot;
 use types::Timestamp;
 
-pub type FormsSchema = Schema<QueryRoot, MutationRoot, SubscriptionRoot>;
+pub type FormsSchema = Schema<QueryRoot, Mutation, SubscriptionRoot>;
+
+/// Every mutation: the endpoints', replays and erasure (mutation.rs) and the
+/// destinations' (destination_mutation.rs).
+#[derive(async_graphql::MergedObject, Default)]
+pub struct Mutation(MutationRoot, DestinationMutation);
 
 /// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {
     let limits = app.config.graphql.clone();
-    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
+    Schema::build(QueryRoot, Mutation::default(), SubscriptionRoot)
         // Judged by the extension, which answers with the catalogue's code and the figures.
         .extension(cost::ValidationLimits {
             max_depth: limits.max_depth,
@@ -44,7 +52,7 @@ pub fn build_schema(app: AppState) -> FormsSchema {
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, MutationRoot, SubscriptionRoot)
+    Schema::build(QueryRoot, Mutation::default(), SubscriptionRoot)
         .finish()
         .sdl()
 }

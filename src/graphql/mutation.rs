@@ -12,12 +12,12 @@ use super::{app, database, scope, time_range, ResultExt};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
 use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
-use crate::db::models::EndpointRow;
+use crate::db::models::{DestinationRow, EndpointRow};
 use crate::db::submissions::EraseOutcome;
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
 use crate::model::endpoint::{self as rules, SettingError};
-use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::state::{DeliveryState, PauseReason};
 
 #[derive(InputObject)]
@@ -51,6 +51,8 @@ pub struct UpdateEndpointInput {
 #[derive(InputObject)]
 pub struct ReplayFilter {
     pub endpoint_id: Option<ID>,
+    /// Only this destination's deliveries.
+    pub destination_id: Option<ID>,
     pub failed_after: Option<Timestamp>,
     pub failed_before: Option<Timestamp>,
     pub created_after: Option<Timestamp>,
@@ -81,7 +83,7 @@ impl ReplayDestination {
 }
 
 /// The API's error for a setting that breaks its rule, naming the input field.
-fn refused(error: SettingError) -> ApiError {
+pub(super) fn refused(error: SettingError) -> ApiError {
     use rules::Setting;
     match error {
         SettingError::WebhookUrl(reason) => ApiError::InvalidWebhookUrl {
@@ -94,6 +96,11 @@ fn refused(error: SettingError) -> ApiError {
                 Setting::RedirectUrl => "redirectUrl",
                 Setting::AllowedOrigins => "allowedOrigins",
                 Setting::HoneypotField => "honeypotField",
+                Setting::Recipients => "recipients",
+                Setting::ReplyToField => "replyToField",
+                Setting::MaxInFlight => "maxInFlight",
+                Setting::MaxRequestsPerSecond => "maxRequestsPerSecond",
+                Setting::Events => "events",
             }
             .into(),
             reason: reason.into(),
@@ -102,29 +109,48 @@ fn refused(error: SettingError) -> ApiError {
 }
 
 /// The longest overlap a rotation may ask for: 30 days.
-const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
+pub(super) const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
 
-/// Changes an endpoint in one transaction (`db::endpoints::update_with`) and drops this
-/// process's cached copy: `change` computes the new row from the current one. Unknown:
-/// `ENDPOINT_NOT_FOUND`; a tombstone takes no changes (`ENDPOINT_DELETED`).
+/// Changes an endpoint and its first webhook destination in one transaction
+/// (`db::endpoints::update_with`) and drops this process's cached copy: `change` computes
+/// their new state from the current one. Answers the endpoint with its destinations as
+/// they are after the change. Unknown: `ENDPOINT_NOT_FOUND`; a tombstone takes no changes
+/// (`ENDPOINT_DELETED`).
 async fn change_endpoint<F>(
     ctx: &Context<'_>,
     id: &ID,
     target: EndpointId,
     change: F,
-) -> Result<EndpointRow>
+) -> Result<(Endpoint, Option<DestinationRow>)>
 where
-    F: FnOnce(EndpointRow) -> Result<EndpointRow, ApiError> + Send + 'static,
+    F: FnOnce(
+            EndpointRow,
+            Option<DestinationRow>,
+        ) -> Result<(EndpointRow, Option<DestinationRow>), ApiError>
+        + Send
+        + 'static,
 {
+    let now = app(ctx).clock.now();
     let updated = database(ctx)
         .run(async move |conn| {
-            Ok(
-                db::endpoints::update_with::<ApiError, _>(conn, &target, move |current| {
+            let updated = db::endpoints::update_with::<ApiError, _>(
+                conn,
+                &target,
+                now,
+                move |current, webhook| {
                     refuse_deleted(&current)?;
-                    change(current)
-                })
-                .await,
+                    change(current, webhook)
+                },
             )
+            .await;
+            let destinations = match &updated {
+                Ok(Some(_)) => db::destinations::of_endpoints(conn, &[target]).await?,
+                _ => Vec::new(),
+            };
+            Ok(updated.map(|found| {
+                found
+                    .map(|(row, webhook)| (Endpoint::with_destinations(row, destinations), webhook))
+            }))
         })
         .await
         .gql()?
@@ -172,9 +198,10 @@ fn stored_origins(origins: Vec<String>) -> Vec<Option<String>> {
     origins.into_iter().map(Some).collect()
 }
 
+#[derive(Default)]
 pub struct MutationRoot;
 
-#[Object(name = "Mutation")]
+#[Object]
 impl MutationRoot {
     /// Creates an endpoint. A webhook URL gets a new signing secret, returned here only.
     async fn create_endpoint(
@@ -195,11 +222,13 @@ impl MutationRoot {
             .transpose()
             .map_err(refused)
             .gql()?;
+        let now = app.clock.now();
         let webhook_secret = webhook_url.as_ref().map(|_| rules::new_secret());
+        let webhook = webhook_url
+            .zip(webhook_secret.clone())
+            .map(|(url, secret)| DestinationRow::webhook(id.clone(), 1, url, secret, now));
         let endpoint = EndpointRow {
             is_active: input.is_active.unwrap_or(true),
-            webhook_url,
-            webhook_secret: webhook_secret.clone(),
             redirect_url: input
                 .redirect_url
                 .as_deref()
@@ -219,13 +248,13 @@ impl MutationRoot {
                 .transpose()
                 .map_err(refused)
                 .gql()?,
-            ..EndpointRow::new(id, name, app.clock.now())
+            ..EndpointRow::new(id, name, now)
         };
         let inserted = database(ctx)
             .run(async |conn| {
                 // A taken id is an answer, not a failure of the call: taken by a live
                 // endpoint, or by a deleted one whose history is kept.
-                let inserted = db::endpoints::insert(conn, &endpoint).await?;
+                let inserted = db::endpoints::insert(conn, &endpoint, webhook).await?;
                 db::endpoints::find(conn, &endpoint.id)
                     .await
                     .map(|row| (inserted, row))
@@ -234,8 +263,8 @@ impl MutationRoot {
             .gql()?;
         // This process's intake sees the new endpoint at once; others on notification.
         app.intake.endpoints.invalidate(&input.id);
-        let row = match inserted {
-            (true, Some(row)) => row,
+        let endpoint = match inserted {
+            (true, Some(row)) => Endpoint::new(row),
             (true, None) => {
                 return Err(ApiError::Internal("a created endpoint vanished".into())).gql()
             }
@@ -253,7 +282,7 @@ impl MutationRoot {
             }
         };
         Ok(EndpointSecretPayload {
-            endpoint: Endpoint(row),
+            endpoint,
             webhook_secret,
         })
     }
@@ -309,7 +338,8 @@ impl MutationRoot {
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
         let is_active = input.is_active;
-        let row = change_endpoint(ctx, &input.id, id, move |current| {
+        let now = app.clock.now();
+        let (endpoint, webhook) = change_endpoint(ctx, &input.id, id, move |current, webhook| {
             let mut next = current;
             if let Some(name) = name {
                 next.name = name;
@@ -317,25 +347,32 @@ impl MutationRoot {
             if let Some(is_active) = is_active {
                 next.is_active = is_active;
             }
-            match webhook_url {
-                MaybeUndefined::Undefined => {}
-                // A new receiver (or none) has no use for a secret of the
-                // old one: no overlap.
-                MaybeUndefined::Null => {
-                    next.webhook_url = None;
-                    next.webhook_secret = None;
-                    next.previous_webhook_secret = None;
-                    next.previous_secret_expires_at = None;
+            let webhook = match (webhook_url, webhook) {
+                (MaybeUndefined::Undefined, webhook) => webhook,
+                // A new receiver (or none) has no use for a secret of the old one: no
+                // overlap.
+                (MaybeUndefined::Null, _) => None,
+                (MaybeUndefined::Value(url), Some(webhook))
+                    if Some(url.trim()) == webhook.url.as_deref() =>
+                {
+                    Some(webhook)
                 }
-                MaybeUndefined::Value(url) if Some(url.trim()) == next.webhook_url.as_deref() => {}
-                MaybeUndefined::Value(url) => {
-                    next.webhook_url =
-                        Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
-                    next.webhook_secret = Some(secret_for_change);
-                    next.previous_webhook_secret = None;
-                    next.previous_secret_expires_at = None;
+                (MaybeUndefined::Value(url), webhook) => {
+                    let url = rules::webhook_url(&url, allow_private).map_err(refused)?;
+                    Some(match webhook {
+                        Some(webhook) => DestinationRow {
+                            url: Some(url),
+                            secret: Some(secret_for_change),
+                            previous_secret: None,
+                            previous_secret_expires_at: None,
+                            ..webhook
+                        },
+                        None => {
+                            DestinationRow::webhook(next.id.clone(), 0, url, secret_for_change, now)
+                        }
+                    })
                 }
-            }
+            };
             match redirect_url {
                 MaybeUndefined::Undefined => {}
                 MaybeUndefined::Null => next.redirect_url = None,
@@ -349,12 +386,14 @@ impl MutationRoot {
                 MaybeUndefined::Null => next.honeypot_field = None,
                 MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
             }
-            Ok(next)
+            Ok((next, webhook))
         })
         .await?;
-        let made = row.webhook_secret.as_deref() == Some(candidate_secret.as_str());
+        let made = webhook
+            .as_ref()
+            .is_some_and(|w| w.secret.as_deref() == Some(candidate_secret.as_str()));
         Ok(EndpointSecretPayload {
-            endpoint: Endpoint(row),
+            endpoint,
             webhook_secret: made.then_some(candidate_secret),
         })
     }
@@ -399,24 +438,18 @@ impl MutationRoot {
             .and_then(|overlap| now.checked_add_signed(overlap))
             .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
             .gql()?;
-        let row = change_endpoint(ctx, &endpoint_id, target, move |current| {
-            if current.webhook_url.is_none() {
+        let (endpoint, _) = change_endpoint(ctx, &endpoint_id, target, move |current, webhook| {
+            let Some(webhook) = webhook else {
                 return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
-            }
-            let mut next = current;
-            let replaced = next.webhook_secret.replace(new_secret);
-            (
-                next.previous_webhook_secret,
-                next.previous_secret_expires_at,
-            ) = match replaced {
-                Some(old) if !overlap.is_zero() => (Some(old), Some(until)),
-                _ => (None, None),
             };
-            Ok(next)
+            Ok((
+                current,
+                Some(webhook.rotated(new_secret, (!overlap.is_zero()).then_some(until))),
+            ))
         })
         .await?;
         Ok(EndpointSecretPayload {
-            endpoint: Endpoint(row),
+            endpoint,
             webhook_secret: Some(secret),
         })
     }
@@ -430,16 +463,16 @@ impl MutationRoot {
         endpoint_id: ID,
     ) -> Result<EndpointPayload> {
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let row = change_endpoint(ctx, &endpoint_id, target, move |current| {
-            let mut next = current;
-            next.previous_webhook_secret = None;
-            next.previous_secret_expires_at = None;
-            Ok(next)
+        let (endpoint, _) = change_endpoint(ctx, &endpoint_id, target, move |current, webhook| {
+            let webhook = webhook.map(|webhook| DestinationRow {
+                previous_secret: None,
+                previous_secret_expires_at: None,
+                ..webhook
+            });
+            Ok((current, webhook))
         })
         .await?;
-        Ok(EndpointPayload {
-            endpoint: Endpoint(row),
-        })
+        Ok(EndpointPayload { endpoint })
     }
 
     /// Pauses an endpoint's deliveries by hand (reason `OPERATOR`): submissions are still
@@ -458,7 +491,7 @@ impl MutationRoot {
         .gql()?;
         match outcome {
             PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => Ok(EndpointPayload {
-                endpoint: Endpoint(row),
+                endpoint: Endpoint::new(row),
             }),
             PauseOutcome::NotFound => Err(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,
@@ -486,11 +519,11 @@ impl MutationRoot {
             .gql()?;
         match outcome {
             ResumeOutcome::Resumed(row, held) => Ok(ResumeEndpointPayload {
-                endpoint: Endpoint(row),
+                endpoint: Endpoint::new(row),
                 held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
             }),
             ResumeOutcome::NotPaused(row) => Ok(ResumeEndpointPayload {
-                endpoint: Endpoint(row),
+                endpoint: Endpoint::new(row),
                 held_deliveries: 0,
             }),
             ResumeOutcome::NotFound => Err(ApiError::EndpointNotFound {
@@ -582,23 +615,34 @@ impl MutationRoot {
                 delivery: Delivery(row),
             }),
             ReplayOutcome::NotFound => Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql(),
-            ReplayOutcome::EndpointWithoutWebhook(endpoint_id) => {
-                Err(ApiError::EndpointHasNoWebhook {
-                    endpoint_id: endpoint_id.to_string(),
-                })
-                .gql()
-            }
+            ReplayOutcome::NotReplayable {
+                state: DeliveryState::Failed,
+                endpoint_id,
+                endpoint_deleted: false,
+                submission_erased: false,
+                webhook_gone: true,
+                ..
+            } => Err(ApiError::EndpointHasNoWebhook {
+                endpoint_id: endpoint_id.to_string(),
+            })
+            .gql(),
             ReplayOutcome::NotReplayable {
                 state,
                 submission_erased,
                 endpoint_deleted,
+                destination_removed,
+                ..
             } => Err(ApiError::DeliveryNotReplayable {
                 delivery_id: id.0,
                 state,
-                reason: if endpoint_deleted && state == DeliveryState::Failed {
+                reason: if state != DeliveryState::Failed {
+                    None
+                } else if endpoint_deleted {
                     Some(NotReplayable::EndpointDeleted)
+                } else if submission_erased {
+                    Some(NotReplayable::SubmissionErased)
                 } else {
-                    submission_erased.then_some(NotReplayable::SubmissionErased)
+                    destination_removed.then_some(NotReplayable::DestinationRemoved)
                 },
             })
             .gql(),
@@ -625,8 +669,13 @@ impl MutationRoot {
         let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(ReplayDeliveriesPayload { count: 0 });
         };
+        let Some(destination_id) = scope(filter.destination_id.as_ref(), DestinationId::parse)
+        else {
+            return Ok(ReplayDeliveriesPayload { count: 0 });
+        };
         let query = ReplayQuery {
             endpoint_id,
+            destination_id,
             failed_after,
             failed_before,
             created_after,

@@ -16,7 +16,7 @@ use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
 use crate::error::ApiError;
-use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use chrono::{DurationRound, TimeDelta};
 
 /// Exclusive bounds on `receivedAt`.
@@ -33,6 +33,8 @@ pub struct SubmissionFilterInput {
 #[graphql(name = "DeliveryFilter")]
 pub struct DeliveryFilterInput {
     pub endpoint_id: Option<ID>,
+    /// Only this destination's deliveries.
+    pub destination_id: Option<ID>,
     pub state: Option<DeliveryState>,
     pub created_after: Option<Timestamp>,
     pub created_before: Option<Timestamp>,
@@ -85,7 +87,11 @@ impl QueryRoot {
             })
             .await
             .gql()?;
-        Ok(page.connection(rows, |row| (row.created_at, row.id.to_string()), Endpoint))
+        Ok(page.connection(
+            rows,
+            |row| (row.created_at, row.id.to_string()),
+            Endpoint::new,
+        ))
     }
 
     /// The only place submitted field values are returned.
@@ -154,8 +160,16 @@ impl QueryRoot {
         let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(page.empty());
         };
+        let destination = match &filter.destination_id {
+            None => None,
+            Some(id) => match destination_scope(ctx, id).await? {
+                Some(scope) => Some(scope),
+                None => return Ok(page.empty()),
+            },
+        };
         let query = DeliveryQuery {
             endpoint_id,
+            destination,
             state: filter.state,
             created_after,
             created_before,
@@ -234,3 +248,21 @@ impl QueryRoot {
 
 /// An hour: what the console's chart shows, and what the event retention always covers.
 const MAX_ACTIVITY_MINUTES: i32 = 60;
+
+/// The scope of `deliveries(filter: {destinationId})`: `None` when no destination has the
+/// id (the listing is then empty, as for an unknown endpoint).
+async fn destination_scope(
+    ctx: &Context<'_>,
+    id: &ID,
+) -> Result<Option<db::deliveries::DestinationScope>> {
+    let Some(id) = DestinationId::parse(id) else {
+        return Ok(None);
+    };
+    let loaders = ctx.data_unchecked::<Loaders>();
+    Ok(loaders
+        .destinations
+        .load_one(id)
+        .await
+        .gql()?
+        .map(|row| db::deliveries::DestinationScope::of(&row)))
+}

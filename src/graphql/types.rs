@@ -8,15 +8,16 @@ use async_graphql::{
 };
 use chrono::{DateTime, Utc};
 
+pub use super::destination::Destination;
 use super::listing;
-use super::loaders::Loaders;
+use super::loaders::{Loaders, UpgradedWebhook};
 use super::{app, ResultExt};
 use crate::clock::format_timestamp;
 use crate::db;
-use crate::db::models::{AttemptRow, DeliveryRow, EndpointRow, SubmissionRow};
+use crate::db::models::{AttemptRow, DeliveryRow, DestinationRow, EndpointRow, SubmissionRow};
 use crate::model::ids::EndpointId;
 pub use crate::model::state::{
-    AttemptOutcome, DeliveryState, EndpointEventKind, KeyRole, PauseReason,
+    AttemptOutcome, DeliveryState, DestinationKind, EndpointEventKind, KeyRole, PauseReason,
 };
 
 /// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
@@ -43,9 +44,29 @@ impl ScalarType for Timestamp {
     }
 }
 
-pub struct Endpoint(pub EndpointRow);
+pub struct Endpoint {
+    pub row: EndpointRow,
+    /// Its destinations (not removed, in order), when whoever made this knows them as they
+    /// are now (a mutation's answer); otherwise read through the request's loader.
+    known_destinations: Option<Vec<DestinationRow>>,
+}
 
 impl Endpoint {
+    pub fn new(row: EndpointRow) -> Endpoint {
+        Endpoint {
+            row,
+            known_destinations: None,
+        }
+    }
+
+    /// An endpoint with its destinations as the caller just read them.
+    pub fn with_destinations(row: EndpointRow, destinations: Vec<DestinationRow>) -> Endpoint {
+        Endpoint {
+            row,
+            known_destinations: Some(destinations),
+        }
+    }
+
     /// The endpoint with this id, through the request's loader (every endpoint a response
     /// names loads in one query); `None` once erased.
     pub async fn load(ctx: &Context<'_>, id: &EndpointId) -> Result<Option<Endpoint>> {
@@ -55,88 +76,133 @@ impl Endpoint {
             .load_one(id.clone())
             .await
             .gql()?
-            .map(Endpoint))
+            .map(Endpoint::new))
+    }
+
+    /// Its destinations not removed, in order.
+    async fn destination_rows(&self, ctx: &Context<'_>) -> Result<Vec<DestinationRow>> {
+        if let Some(known) = &self.known_destinations {
+            return Ok(known.clone());
+        }
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders
+            .destinations_of_endpoint
+            .load_one(self.row.id.clone())
+            .await
+            .gql()?
+            .unwrap_or_default())
+    }
+
+    /// What the endpoint-wide fields of the single-webhook API describe: its first webhook
+    /// destination, or its first destination when it has no webhook.
+    async fn primary(&self, ctx: &Context<'_>) -> Result<Option<DestinationRow>> {
+        let destinations = self.destination_rows(ctx).await?;
+        Ok(destinations
+            .iter()
+            .find(|d| d.kind == DestinationKind::Webhook)
+            .or(destinations.first())
+            .cloned())
+    }
+
+    async fn first_webhook(&self, ctx: &Context<'_>) -> Result<Option<DestinationRow>> {
+        Ok(self
+            .destination_rows(ctx)
+            .await?
+            .into_iter()
+            .find(|d| d.kind == DestinationKind::Webhook))
     }
 }
 
 #[Object]
 impl Endpoint {
     async fn id(&self) -> ID {
-        ID(self.0.id.to_string())
+        ID(self.row.id.to_string())
     }
     async fn name(&self) -> &str {
-        &self.0.name
+        &self.row.name
     }
     async fn is_active(&self) -> bool {
-        self.0.is_active
+        self.row.is_active
     }
     async fn created_at(&self) -> Timestamp {
-        Timestamp(self.0.created_at)
+        Timestamp(self.row.created_at)
     }
-    async fn webhook_url(&self) -> Option<&str> {
-        self.0.webhook_url.as_deref()
+    /// Its first webhook destination's URL; null without one.
+    async fn webhook_url(&self, ctx: &Context<'_>) -> Result<Option<String>> {
+        Ok(self.first_webhook(ctx).await?.and_then(|d| d.url))
     }
     async fn redirect_url(&self) -> Option<&str> {
-        self.0.redirect_url.as_deref()
+        self.row.redirect_url.as_deref()
     }
     async fn allowed_origins(&self) -> Vec<&str> {
-        self.0.allowed_origins().collect()
+        self.row.allowed_origins().collect()
     }
     async fn honeypot_field(&self) -> Option<&str> {
-        self.0.honeypot_field.as_deref()
+        self.row.honeypot_field.as_deref()
     }
 
-    /// Whether its deliveries go out (`RUNNING`), are held (`PAUSED`: see `pauseReason`
-    /// and `pausedAt`), or it was deleted with its history kept (`DELETED`).
-    async fn delivery_state(&self) -> EndpointDeliveryState {
-        if self.0.deleted_at.is_some() {
-            EndpointDeliveryState::Deleted
-        } else if self.0.paused_at.is_some() {
+    /// Where its submissions are delivered: every destination not removed, in order (the
+    /// first webhook is `webhookUrl`).
+    async fn destinations(&self, ctx: &Context<'_>) -> Result<Vec<Destination>> {
+        Ok(self
+            .destination_rows(ctx)
+            .await?
+            .into_iter()
+            .map(Destination)
+            .collect())
+    }
+
+    /// Whether its deliveries go out (`RUNNING`), are all held (`PAUSED`: every
+    /// destination paused; see `pauseReason` and `pausedAt`), or it was deleted with its
+    /// history kept (`DELETED`).
+    async fn delivery_state(&self, ctx: &Context<'_>) -> Result<EndpointDeliveryState> {
+        if self.row.deleted_at.is_some() {
+            return Ok(EndpointDeliveryState::Deleted);
+        }
+        let destinations = self.destination_rows(ctx).await?;
+        let all_paused =
+            !destinations.is_empty() && destinations.iter().all(|d| d.paused_at.is_some());
+        Ok(if all_paused {
             EndpointDeliveryState::Paused
         } else {
             EndpointDeliveryState::Running
-        }
+        })
     }
-    /// Why its deliveries are paused; null unless they are.
-    async fn pause_reason(&self) -> Option<PauseReason> {
-        self.0.pause_reason
+    /// Why its first webhook destination's deliveries (its first destination's, without a
+    /// webhook) are paused; null unless they are. `Destination.pauseReason` tells each.
+    async fn pause_reason(&self, ctx: &Context<'_>) -> Result<Option<PauseReason>> {
+        Ok(self.primary(ctx).await?.and_then(|d| d.pause_reason))
     }
-    /// Since when its deliveries are paused; null unless they are.
-    async fn paused_at(&self) -> Option<Timestamp> {
-        self.0.paused_at.map(Timestamp)
+    /// Since when that destination's deliveries are paused; null unless they are.
+    async fn paused_at(&self, ctx: &Context<'_>) -> Result<Option<Timestamp>> {
+        Ok(self
+            .primary(ctx)
+            .await?
+            .and_then(|d| d.paused_at)
+            .map(Timestamp))
     }
-    /// Its deliveries that ended failed since the last one was delivered (the run that
-    /// pauses it at `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`).
-    async fn consecutive_failed_deliveries(&self) -> i32 {
-        self.0.consecutive_failed_deliveries
+    /// That destination's deliveries that ended failed since the last one was delivered
+    /// (the run that pauses it at `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`).
+    async fn consecutive_failed_deliveries(&self, ctx: &Context<'_>) -> Result<i32> {
+        Ok(self
+            .primary(ctx)
+            .await?
+            .map_or(0, |d| d.consecutive_failed_deliveries))
     }
     /// When it was deleted with its history kept; null otherwise.
     async fn deleted_at(&self) -> Option<Timestamp> {
-        self.0.deleted_at.map(Timestamp)
+        self.row.deleted_at.map(Timestamp)
     }
-    /// The signing secrets live now, never the secrets themselves: the current one, and
-    /// the one a rotation replaced while its overlap lasts. Empty without a webhook.
-    async fn webhook_secrets(&self, ctx: &Context<'_>) -> Vec<WebhookSecret> {
+    /// Its first webhook destination's signing secrets live now, never the secrets
+    /// themselves: the current one, and the one a rotation replaced while its overlap
+    /// lasts. Empty without a webhook.
+    async fn webhook_secrets(&self, ctx: &Context<'_>) -> Result<Vec<WebhookSecret>> {
         let now = app(ctx).clock.now();
-        let mut live = Vec::new();
-        if let Some(current) = &self.0.webhook_secret {
-            live.push(WebhookSecret::new(
-                current,
-                WebhookSecretRole::Current,
-                None,
-            ));
-        }
-        if let (Some(previous), Some(until)) = (
-            self.0.live_previous_secret(now),
-            self.0.previous_secret_expires_at,
-        ) {
-            live.push(WebhookSecret::new(
-                previous,
-                WebhookSecretRole::Previous,
-                Some(until),
-            ));
-        }
-        live
+        Ok(self
+            .first_webhook(ctx)
+            .await?
+            .map(|webhook| live_secrets(&webhook, now))
+            .unwrap_or_default())
     }
 
     /// This endpoint's submissions, newest first.
@@ -147,7 +213,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
-        listing::endpoint_page::<listing::Submissions>(ctx, &self.0.id, first, after).await
+        listing::endpoint_page::<listing::Submissions>(ctx, &self.row.id, first, after).await
     }
 
     /// How many of this endpoint's deliveries are in each state.
@@ -155,7 +221,7 @@ impl Endpoint {
         let loaders = ctx.data_unchecked::<Loaders>();
         let counts = loaders
             .delivery_counts
-            .load_one(self.0.id.clone())
+            .load_one(self.row.id.clone())
             .await
             .gql()?
             .unwrap_or_default();
@@ -170,7 +236,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
-        listing::endpoint_page::<listing::Deliveries>(ctx, &self.0.id, first, after).await
+        listing::endpoint_page::<listing::Deliveries>(ctx, &self.row.id, first, after).await
     }
 }
 
@@ -226,15 +292,37 @@ impl Submission {
             })
             .unwrap_or_default()
     }
+    /// Its delivery to the endpoint's first destination (the one a single-webhook
+    /// endpoint has); null when none was made. `deliveries` lists them all.
     async fn delivery(&self, ctx: &Context<'_>) -> Result<Option<Delivery>> {
+        Ok(self
+            .delivery_rows(ctx)
+            .await?
+            .into_iter()
+            .next()
+            .map(Delivery))
+    }
+    /// One delivery per destination the endpoint had when the submission was accepted,
+    /// in the destinations' order.
+    async fn deliveries(&self, ctx: &Context<'_>) -> Result<Vec<Delivery>> {
+        Ok(self
+            .delivery_rows(ctx)
+            .await?
+            .into_iter()
+            .map(Delivery)
+            .collect())
+    }
+}
+
+impl Submission {
+    async fn delivery_rows(&self, ctx: &Context<'_>) -> Result<Vec<DeliveryRow>> {
         let loaders = ctx.data_unchecked::<Loaders>();
         Ok(loaders
-            .delivery_by_submission
+            .deliveries_of_submission
             .load_one(self.0.id.clone())
             .await
             .gql()?
-            .flatten()
-            .map(Delivery))
+            .unwrap_or_default())
     }
 }
 
@@ -264,7 +352,28 @@ impl Delivery {
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
         Endpoint::load(ctx, &self.0.endpoint_id).await
     }
-    /// The URL captured when the submission was accepted.
+    /// Where it is delivered: one of its endpoint's destinations (perhaps removed since).
+    /// Null only for a delivery recorded before destinations existed whose endpoint then
+    /// had no webhook.
+    async fn destination(&self, ctx: &Context<'_>) -> Result<Option<Destination>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        let row = match &self.0.destination_id {
+            Some(id) => loaders.destinations.load_one(id.clone()).await.gql()?,
+            // Recorded before destinations: it went to the endpoint's webhook, which the
+            // upgrade made its position-1 destination (created with the endpoint, so never
+            // after the delivery; a webhook added later is not it).
+            None => loaders
+                .destinations
+                .load_one(UpgradedWebhook(self.0.endpoint_id.clone()))
+                .await
+                .gql()?
+                .filter(|row| row.created_at <= self.0.created_at),
+        };
+        Ok(row.map(Destination))
+    }
+    /// Where it is sent, captured when the submission was accepted (or when a replay
+    /// retargeted it): a webhook's URL, or `mailto:` and an email destination's
+    /// recipients.
     async fn destination_url(&self) -> &str {
         &self.0.destination_url
     }
@@ -323,8 +432,19 @@ impl DeliveryAttempt {
     async fn outcome(&self) -> AttemptOutcome {
         self.0.outcome
     }
+    /// A webhook's HTTP status; null for an email attempt and when no answer came.
     async fn http_status(&self) -> Option<i32> {
-        self.0.response_status
+        self.0.response_status.filter(|_| self.0.reply.is_none())
+    }
+    /// An email attempt's SMTP reply code (`250`, `451`, `550`…); null for a webhook and
+    /// when the mail server did not reply.
+    async fn smtp_reply_code(&self) -> Option<i32> {
+        self.0.response_status.filter(|_| self.0.reply.is_some())
+    }
+    /// An email attempt's SMTP reply text, one line of at most 500 characters (what the
+    /// mail server said after the code).
+    async fn smtp_reply(&self) -> Option<&str> {
+        self.0.reply.as_deref()
     }
     /// The kind of failure; never a response body.
     async fn error(&self) -> Option<&str> {
@@ -415,6 +535,30 @@ pub struct WebhookSecret {
     pub live_until: Option<Timestamp>,
 }
 
+/// A webhook destination's secrets live at `now`: the current one, and the one a rotation
+/// replaced while its overlap lasts.
+pub fn live_secrets(webhook: &DestinationRow, now: DateTime<Utc>) -> Vec<WebhookSecret> {
+    let mut live = Vec::new();
+    if let Some(current) = &webhook.secret {
+        live.push(WebhookSecret::new(
+            current,
+            WebhookSecretRole::Current,
+            None,
+        ));
+    }
+    if let (Some(previous), Some(until)) = (
+        webhook.live_previous_secret(now),
+        webhook.previous_secret_expires_at,
+    ) {
+        live.push(WebhookSecret::new(
+            previous,
+            WebhookSecretRole::Previous,
+            Some(until),
+        ));
+    }
+    live
+}
+
 impl WebhookSecret {
     fn new(secret: &str, role: WebhookSecretRole, until: Option<DateTime<Utc>>) -> Self {
         WebhookSecret {
@@ -475,6 +619,20 @@ impl EndpointEvent {
     /// Why, for `PAUSED`.
     async fn reason(&self) -> Option<PauseReason> {
         self.0.reason
+    }
+    /// The destination it concerns, for a destination's own pause or resume; null for an
+    /// event of the whole endpoint.
+    async fn destination(&self, ctx: &Context<'_>) -> Result<Option<Destination>> {
+        let Some(id) = &self.0.destination_id else {
+            return Ok(None);
+        };
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders
+            .destinations
+            .load_one(id.clone())
+            .await
+            .gql()?
+            .map(Destination))
     }
     async fn occurred_at(&self) -> Timestamp {
         Timestamp(self.0.occurred_at)

@@ -20,6 +20,22 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::db::models::EndpointRow;
+
+/// An endpoint as intake uses it: its row, and whether it has a destination (so that a
+/// tripped honeypot's fake receipt says what a real one would).
+#[derive(Debug)]
+pub struct IntakeEndpoint {
+    pub row: EndpointRow,
+    pub has_destinations: bool,
+}
+
+impl std::ops::Deref for IntakeEndpoint {
+    type Target = EndpointRow;
+
+    fn deref(&self) -> &EndpointRow {
+        &self.row
+    }
+}
 use crate::db::{self, Db, DbError};
 use crate::model::ids::EndpointId;
 
@@ -36,7 +52,7 @@ pub struct EndpointCache {
 }
 
 struct Entry {
-    row: Option<Arc<EndpointRow>>,
+    row: Option<Arc<IntakeEndpoint>>,
     read_at: Instant,
 }
 
@@ -60,7 +76,7 @@ impl EndpointCache {
         &self,
         pool: &Db,
         id: &EndpointId,
-    ) -> Result<Option<Arc<EndpointRow>>, DbError> {
+    ) -> Result<Option<Arc<IntakeEndpoint>>, DbError> {
         if let Some(entry) = self.entries().get(id) {
             if entry.read_at.elapsed() < self.max_age {
                 return Ok(entry.row.clone());
@@ -69,9 +85,14 @@ impl EndpointCache {
         let generation = self.generation.load(Ordering::Acquire);
         let read_at = Instant::now();
         let row = pool
-            .run(async |conn| db::endpoints::find(conn, id).await)
+            .run(async |conn| db::endpoints::find_for_intake(conn, id).await)
             .await?
-            .map(Arc::new);
+            .map(|(row, has_destinations)| {
+                Arc::new(IntakeEndpoint {
+                    row,
+                    has_destinations,
+                })
+            });
         let mut entries = self.entries();
         if self.generation.load(Ordering::Acquire) == generation {
             if entries.len() >= MAX_ENTRIES {

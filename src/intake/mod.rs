@@ -28,13 +28,15 @@ use serde_json::json;
 
 use crate::clock::{format_timestamp, Clock};
 use crate::config::Config;
-use crate::db::models::{EndpointRow, KeyedSubmission};
+use crate::db::models::EndpointRow;
+use crate::db::models::KeyedSubmission;
 use crate::db::submissions::NewSubmission;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::http::BodyBudget;
 use crate::model::fields::count_stored_values;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use endpoint_cache::IntakeEndpoint;
 
 use committer::{Counted, EndpointStage, IntakeRequest, Work};
 use fields::{Honeypot, NormalisedFields};
@@ -116,12 +118,12 @@ async fn submit(
     )
     .await;
     let mut response = match result {
-        Ok(accepted) => success_response(accepted, endpoint.as_deref(), &headers),
+        Ok(accepted) => success_response(accepted, endpoint.as_deref().map(|e| &e.row), &headers),
         Err(error) => error.into_response(),
     };
     browser::add_cors_headers(
         response.headers_mut(),
-        endpoint.as_deref(),
+        endpoint.as_deref().map(|e| &e.row),
         header_text(&headers, header::ORIGIN),
     );
     response
@@ -135,7 +137,7 @@ async fn accept(
     endpoint_id: Option<String>,
     headers: &HeaderMap,
     body: Body,
-    endpoint: &mut Option<Arc<EndpointRow>>,
+    endpoint: &mut Option<Arc<IntakeEndpoint>>,
 ) -> Result<Accepted, ApiError> {
     // 1. Body size: a declared length is judged before any byte is read.
     let limit_bytes = intake.config.intake.max_body_bytes;
@@ -179,7 +181,7 @@ async fn prepare(
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
-    endpoint: &mut Option<Arc<EndpointRow>>,
+    endpoint: &mut Option<Arc<IntakeEndpoint>>,
 ) -> IntakeRequest {
     let limits = &intake.config.rate_limit;
     // 2. Per-source limit.
@@ -219,7 +221,7 @@ async fn prepare(
 /// Steps 6 to 13.
 async fn after_limits(
     intake: &Intake,
-    endpoint: &EndpointRow,
+    endpoint: &IntakeEndpoint,
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
@@ -255,7 +257,7 @@ async fn after_limits(
             received_at: now,
             field_count: pairs.len(),
             idempotent_replay: false,
-            delivery_queued: endpoint.has_webhook(),
+            delivery_queued: endpoint.has_destinations,
         }));
     }
     if pairs.is_empty() {
@@ -275,7 +277,6 @@ async fn after_limits(
             fields: fields.to_json(),
             idempotency,
             delivery_id: DeliveryId::generate(),
-            expects_delivery: endpoint.has_webhook(),
             // The committer gives it one when this process may claim at intake.
             claim_token: None,
         },
@@ -287,7 +288,7 @@ async fn after_limits(
 async fn find_endpoint(
     intake: &Intake,
     raw_id: Option<&str>,
-) -> Result<Arc<EndpointRow>, ApiError> {
+) -> Result<Arc<IntakeEndpoint>, ApiError> {
     let endpoint_id = raw_id
         .and_then(EndpointId::parse)
         .ok_or(ApiError::InvalidEndpointId)?;
@@ -389,11 +390,15 @@ async fn preflight(
         }
         Err((endpoint, error)) => (endpoint, error.into_response()),
     };
-    browser::add_cors_headers(response.headers_mut(), endpoint.as_deref(), origin);
+    browser::add_cors_headers(
+        response.headers_mut(),
+        endpoint.as_deref().map(|e| &e.row),
+        origin,
+    );
     response
 }
 
-impl From<ApiError> for (Option<Arc<EndpointRow>>, ApiError) {
+impl From<ApiError> for (Option<Arc<IntakeEndpoint>>, ApiError) {
     fn from(error: ApiError) -> Self {
         (None, error)
     }

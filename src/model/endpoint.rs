@@ -6,11 +6,20 @@ use url::Url;
 
 use super::destination::{self, DestinationError};
 use super::fields::{self, NameProblem};
+use super::state::DestinationEvent;
 
 /// An endpoint lists at most this many allowed origins.
 const MAX_ORIGINS: usize = 100;
 /// Names (of endpoints and of management keys) are 1–200 characters once trimmed.
 const MAX_NAME_LENGTH: usize = 200;
+/// An email destination lists at most this many addresses.
+pub const MAX_RECIPIENTS: usize = 10;
+/// The longest address an email destination takes (RFC 5321's path limit, less `<>`).
+const MAX_ADDRESS_LENGTH: usize = 254;
+/// A destination's cap on requests in flight: 1 to this.
+const MAX_IN_FLIGHT: i32 = 1000;
+/// A destination's throttle: 1 to this many requests a second.
+const MAX_REQUESTS_PER_SECOND: i32 = 10_000;
 
 /// A setting of an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +28,11 @@ pub enum Setting {
     RedirectUrl,
     AllowedOrigins,
     HoneypotField,
+    Recipients,
+    ReplyToField,
+    MaxInFlight,
+    MaxRequestsPerSecond,
+    Events,
 }
 
 /// A setting that breaks its rule.
@@ -117,8 +131,9 @@ pub fn new_secret() -> String {
     format!("whsec_{}", hex::encode(bytes))
 }
 
-/// The column `endpoints.honeypot_field` holds at most this many characters.
-const HONEYPOT_FIELD_MAX_LENGTH: usize = 128;
+/// The columns of field names (`endpoints.honeypot_field`,
+/// `destinations.reply_to_field`) hold at most this many characters.
+const FIELD_SETTING_MAX_LENGTH: usize = 128;
 
 /// The honeypot field: a field name the console's form snippet writes into an `<input
 /// name="…">` that an operator pastes into a public page, so it is held to what such a
@@ -128,18 +143,33 @@ const HONEYPOT_FIELD_MAX_LENGTH: usize = 128;
 /// column, whatever that limit is raised to. Values stored before this rule are still
 /// read as they are (the console escapes what it writes).
 pub fn honeypot_field(name: &str, max_length: usize) -> Result<String, SettingError> {
+    form_field_name(Setting::HoneypotField, name, max_length)
+}
+
+/// The field an email destination takes Reply-To from (the submitter's address): a field
+/// name as the honeypot field's rule has it.
+pub fn reply_to_field(name: &str, max_length: usize) -> Result<String, SettingError> {
+    form_field_name(Setting::ReplyToField, name, max_length)
+}
+
+/// A field name an operator configures and a form carries: see [`honeypot_field`].
+fn form_field_name(
+    setting: Setting,
+    name: &str,
+    max_length: usize,
+) -> Result<String, SettingError> {
     let refused = || {
         invalid(
-            Setting::HoneypotField,
+            setting,
             "must start with an ASCII letter and hold only ASCII letters, digits, '-', '_', '.', '[' and ']'",
         )
     };
-    match fields::name_problem(name, max_length.min(HONEYPOT_FIELD_MAX_LENGTH)) {
+    match fields::name_problem(name, max_length.min(FIELD_SETTING_MAX_LENGTH)) {
         None => {}
         Some(NameProblem::Empty | NameProblem::ControlCharacter) => return Err(refused()),
         Some(NameProblem::TooLong { .. }) => {
             return Err(invalid(
-                Setting::HoneypotField,
+                setting,
                 "must be no longer than a field name may be",
             ))
         }
@@ -153,6 +183,69 @@ pub fn honeypot_field(name: &str, max_length: usize) -> Result<String, SettingEr
         return Err(refused());
     }
     Ok(name.to_string())
+}
+
+/// An email destination's addresses: 1 to 10 plain ASCII addresses (`user@example.com`,
+/// no display name), each at most 254 characters, none twice (letter case aside); stored
+/// trimmed, in the order given. ASCII only: a server without SMTPUTF8 refuses anything
+/// else, and an address that can never be sent to is better refused here.
+pub fn recipients(raw: &[String]) -> Result<Vec<String>, SettingError> {
+    const RULE: &str =
+        "must be 1 to 10 distinct plain email addresses (ASCII, at most 254 characters each)";
+    if raw.is_empty() || raw.len() > MAX_RECIPIENTS {
+        return Err(invalid(Setting::Recipients, RULE));
+    }
+    let mut valid: Vec<String> = Vec::with_capacity(raw.len());
+    for address in raw {
+        let address = address.trim();
+        let plain = !address.is_empty()
+            && address.len() <= MAX_ADDRESS_LENGTH
+            && address.is_ascii()
+            && !address.chars().any(|c| c.is_ascii_control() || c == ' ')
+            && address.parse::<lettre::Address>().is_ok();
+        if !plain || valid.iter().any(|seen| seen.eq_ignore_ascii_case(address)) {
+            return Err(invalid(Setting::Recipients, RULE));
+        }
+        valid.push(address.to_string());
+    }
+    Ok(valid)
+}
+
+/// A destination's cap on requests in flight at once: 1 to 1000.
+pub fn max_in_flight(raw: i32) -> Result<i32, SettingError> {
+    if (1..=MAX_IN_FLIGHT).contains(&raw) {
+        Ok(raw)
+    } else {
+        Err(invalid(Setting::MaxInFlight, "must be from 1 to 1000"))
+    }
+}
+
+/// A destination's throttle: 1 to 10,000 requests a second.
+pub fn max_requests_per_second(raw: i32) -> Result<i32, SettingError> {
+    if (1..=MAX_REQUESTS_PER_SECOND).contains(&raw) {
+        Ok(raw)
+    } else {
+        Err(invalid(
+            Setting::MaxRequestsPerSecond,
+            "must be from 1 to 10000",
+        ))
+    }
+}
+
+/// The event types a destination receives: at least one, each once (stored in the
+/// vocabulary's order).
+pub fn events(raw: &[DestinationEvent]) -> Result<Vec<DestinationEvent>, SettingError> {
+    if raw.is_empty() {
+        return Err(invalid(
+            Setting::Events,
+            "must name at least one event type",
+        ));
+    }
+    Ok(DestinationEvent::ALL
+        .iter()
+        .copied()
+        .filter(|event| raw.contains(event))
+        .collect())
 }
 
 #[cfg(test)]
@@ -253,6 +346,58 @@ mod tests {
                 setting: Setting::HoneypotField,
                 reason: "must be no longer than a field name may be",
             })
+        );
+    }
+
+    #[test]
+    fn recipients_are_plain_distinct_ascii_addresses() {
+        let list = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            recipients(&list(&[" owner@example.com ", "team@example.org"])),
+            Ok(list(&["owner@example.com", "team@example.org"]))
+        );
+        let refused = |items: &[&str]| recipients(&list(items)).is_err();
+        assert!(refused(&[]));
+        assert!(refused(&["a@example.com"; 11]));
+        assert!(
+            refused(&["a@example.com", "A@Example.com"]),
+            "twice, letter case aside"
+        );
+        for hostile in [
+            "",
+            "not-an-address",
+            "Owner <owner@example.com>",
+            "a@example.com, b@example.com",
+            "a@example.com\r\nBcc: b@example.com",
+            "a@example.com\nb@example.com",
+            "a b@example.com",
+            "ü@example.com",
+            "a@exämple.com",
+        ] {
+            assert!(refused(&[hostile]), "{hostile:?}");
+        }
+        let long = format!("{}@example.com", "a".repeat(250));
+        assert!(refused(&[long.as_str()]));
+        assert_eq!(
+            recipients(&list(&["a@example.com"; 10][..1])).map(|v| v.len()),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn destination_limits_and_events() {
+        assert_eq!(max_in_flight(1), Ok(1));
+        assert_eq!(max_in_flight(1000), Ok(1000));
+        assert!(max_in_flight(0).is_err() && max_in_flight(1001).is_err());
+        assert_eq!(max_requests_per_second(10_000), Ok(10_000));
+        assert!(max_requests_per_second(0).is_err() && max_requests_per_second(-5).is_err());
+        assert!(events(&[]).is_err());
+        assert_eq!(
+            events(&[
+                DestinationEvent::SubmissionReceived,
+                DestinationEvent::SubmissionReceived
+            ]),
+            Ok(vec![DestinationEvent::SubmissionReceived])
         );
     }
 }

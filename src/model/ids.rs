@@ -116,7 +116,7 @@ prefixed_id!(
     SubmissionId = "sub_", "submission id", time_ordered
 );
 prefixed_id!(
-    /// `whd_…`: a delivery (one per submission whose endpoint had a webhook).
+    /// `whd_…`: a delivery (one per submission and destination of its endpoint).
     DeliveryId = "whd_", "delivery id", time_ordered
 );
 prefixed_id!(
@@ -126,6 +126,10 @@ prefixed_id!(
 prefixed_id!(
     /// `clm_…`: the token a claim wrote onto its delivery (the fence).
     ClaimToken = "clm_", "claim token"
+);
+prefixed_id!(
+    /// `dst_…`: one of an endpoint's destinations (a webhook or an email address list).
+    DestinationId = "dst_", "destination id"
 );
 prefixed_id!(
     /// `mk_…`: a management API key's id (never the key).

@@ -57,6 +57,24 @@ macro_rules! db_vocabulary {
 }
 
 db_vocabulary! {
+    /// Where a destination delivers.
+    pub enum DestinationKind ("destination kind") {
+        /// A signed JSON request to a URL.
+        Webhook => "webhook",
+        /// An email to a list of addresses.
+        Email => "email",
+    }
+}
+
+db_vocabulary! {
+    /// An event type a destination may receive.
+    pub enum DestinationEvent ("destination event") {
+        /// A submission was accepted (`type: "submission.received"` in the webhook body).
+        SubmissionReceived => "submission.received",
+    }
+}
+
+db_vocabulary! {
     /// What a management key may do.
     #[graphql(name = "KeyRole")]
     pub enum KeyRole ("key role") {
@@ -102,6 +120,12 @@ db_vocabulary! {
         NetworkError => "network_error",
         /// The destination resolved to an address deliveries may not reach; nothing was sent.
         BlockedDestination => "blocked_destination",
+        /// The mail server answered 4xx (retried) or 5xx (final); `smtpReplyCode` and
+        /// `smtpReply` say what.
+        SmtpError => "smtp_error",
+        /// The email could not be made for its recipients (an address no server takes);
+        /// nothing was sent. Final.
+        Unsendable => "unsendable",
     }
 }
 
@@ -174,7 +198,11 @@ mod tests {
         assert_eq!(AttemptOutcome::parse("teapot"), None);
         assert_eq!(EventKind::parse("deleted"), None);
         assert_eq!(DeliveryState::ALL.len(), 4);
-        assert_eq!(AttemptOutcome::ALL.len(), 5);
+        assert_eq!(AttemptOutcome::ALL.len(), 7);
+        for kind in DestinationKind::ALL {
+            assert_eq!(DestinationKind::parse(kind.as_str()), Some(*kind));
+        }
+        assert_eq!(DestinationKind::parse("sms"), None);
         assert_eq!(EventKind::ALL.len(), 8);
         for reason in PauseReason::ALL {
             assert_eq!(PauseReason::parse(reason.as_str()), Some(*reason));

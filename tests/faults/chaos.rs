@@ -77,12 +77,14 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     {
         let mut conn = db.connect().await;
         for id in ["chaos-a", "chaos-b"] {
-            let mut row = endpoint(id);
-            row.webhook_url = Some(receiver.url());
-            row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-                .await
-                .expect("endpoint");
+            let row = endpoint(id);
+            hymical_forms::testing::db::endpoints::insert(
+                &mut conn,
+                &row,
+                crate::harness::webhook(&row, receiver.url(), crate::harness::webhook_secret()),
+            )
+            .await
+            .expect("endpoint");
         }
     }
     let mut servers = vec![

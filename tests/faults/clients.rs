@@ -37,7 +37,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn database_with_endpoint() -> TestDb {
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
-    hymical_forms::testing::db::endpoints::insert(&mut conn, &endpoint("contact"))
+    hymical_forms::testing::db::endpoints::insert(&mut conn, &endpoint("contact"), None)
         .await
         .expect("endpoint");
     db
@@ -197,12 +197,14 @@ async fn idle_sockets_under_a_low_open_file_limit_do_not_starve_the_worker() {
     let db = TestDb::new().await;
     {
         let mut conn = db.connect().await;
-        let mut row = endpoint("contact");
-        row.webhook_url = Some(receiver.url("/ok"));
-        row.webhook_secret = Some(crate::harness::webhook_secret());
-        hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-            .await
-            .expect("endpoint");
+        let row = endpoint("contact");
+        hymical_forms::testing::db::endpoints::insert(
+            &mut conn,
+            &row,
+            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
+        )
+        .await
+        .expect("endpoint");
     }
     let server = ServeProcess::start_limited(
         &db,
@@ -231,10 +233,10 @@ async fn idle_sockets_under_a_low_open_file_limit_do_not_starve_the_worker() {
         diesel::sql_query(format!(
             "WITH s AS (INSERT INTO submissions (id, endpoint_id, received_at, fields)
                  VALUES ('sub_{n:032x}', 'contact', now(), '{{\"n\":[\"1\"]}}') RETURNING id)
-             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url,
-                 signing_secret, next_attempt_at, created_at)
-             SELECT 'whd_{n:032x}', s.id, e.id, e.webhook_url, e.webhook_secret, now(), now()
-             FROM s, endpoints e WHERE e.id = 'contact'"
+             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id,
+                 destination_url, signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_{n:032x}', s.id, ds.endpoint_id, ds.id, ds.url, ds.secret, now(), now()
+             FROM s, destinations ds WHERE ds.endpoint_id = 'contact'"
         ))
         .execute(&mut conn)
         .await

@@ -82,12 +82,14 @@ async fn a_stopped_database_gives_quick_503s_and_full_recovery_without_a_restart
     let receiver = Receiver::start().await;
     {
         let mut conn = test_db.connect().await;
-        let mut row = endpoint("contact");
-        row.webhook_url = Some(receiver.url("/ok"));
-        row.webhook_secret = Some(crate::harness::webhook_secret());
-        db::endpoints::insert(&mut conn, &row)
-            .await
-            .expect("endpoint");
+        let row = endpoint("contact");
+        db::endpoints::insert(
+            &mut conn,
+            &row,
+            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
+        )
+        .await
+        .expect("endpoint");
     }
     let statement_timeout = 2.0;
     let server = ServeProcess::start(

@@ -54,12 +54,14 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
     {
         let mut conn = db.connect().await;
         let mut add = async |id: &str, url: String| {
-            let mut row = endpoint(id);
-            row.webhook_url = Some(url);
-            row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-                .await
-                .expect("endpoint");
+            let row = endpoint(id);
+            hymical_forms::testing::db::endpoints::insert(
+                &mut conn,
+                &row,
+                crate::harness::webhook(&row, url, crate::harness::webhook_secret()),
+            )
+            .await
+            .expect("endpoint");
         };
         for (id, behaviour) in hostile {
             let receiver = HostileReceiver::start(behaviour).await;

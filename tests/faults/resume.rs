@@ -67,12 +67,14 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
     let db = TestDb::new().await;
     {
         let mut conn = db.connect().await;
-        let mut row = endpoint("contact");
-        row.webhook_url = Some(receiver.url("/ok"));
-        row.webhook_secret = Some(crate::harness::webhook_secret());
-        hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-            .await
-            .expect("endpoint");
+        let row = endpoint("contact");
+        hymical_forms::testing::db::endpoints::insert(
+            &mut conn,
+            &row,
+            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
+        )
+        .await
+        .expect("endpoint");
     }
     let key = {
         let new = hymical_forms::testing::auth::generate(

@@ -37,12 +37,18 @@ async fn a_soak_of_steady_intake_and_delivery_stays_flat() {
     {
         let mut conn = db.connect().await;
         for id in ["soak-a", "soak-b", "soak-c"] {
-            let mut row = endpoint(id);
-            row.webhook_url = Some(receiver.url("/ok"));
-            row.webhook_secret = Some(crate::harness::webhook_secret());
-            hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-                .await
-                .expect("endpoint");
+            let row = endpoint(id);
+            hymical_forms::testing::db::endpoints::insert(
+                &mut conn,
+                &row,
+                crate::harness::webhook(
+                    &row,
+                    receiver.url("/ok"),
+                    crate::harness::webhook_secret(),
+                ),
+            )
+            .await
+            .expect("endpoint");
         }
     }
     let server = ServeProcess::start(

@@ -146,8 +146,7 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     let receiver = Receiver::start().await;
     let mut conn = db.connect().await;
     diesel::sql_query(
-        "UPDATE endpoints SET webhook_url = $1 || substring(webhook_url from '/[a-z]+$')
-         WHERE webhook_url IS NOT NULL",
+        "UPDATE destinations SET url = $1 || substring(url from '/[a-z]+$') WHERE kind = 'webhook'",
     )
     .bind::<Text, _>(receiver.url(""))
     .execute(&mut conn)
@@ -233,7 +232,7 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
 
     // A replay of the earlier service's failure continues its numbering.
     diesel::sql_query(
-        "UPDATE endpoints SET webhook_url = $1 || '/status/200' WHERE id = 'broken-hook'",
+        "UPDATE destinations SET url = $1 || '/status/200' WHERE endpoint_id = 'broken-hook'",
     )
     .bind::<Text, _>(receiver.url(""))
     .execute(&mut conn)

@@ -131,7 +131,7 @@ async fn claims_at_intake_keep_the_cap_and_leave_a_paused_endpoint_alone() {
     let (_, key) = app.create_key("scraper").await;
     let mut conn = app.db.connect().await;
     diesel::sql_query(
-        "UPDATE endpoints SET paused_at = now(), pause_reason = 'operator' WHERE id = 'held'",
+        "UPDATE destinations SET paused_at = now(), pause_reason = 'operator' WHERE endpoint_id = 'held'",
     )
     .execute(&mut conn)
     .await
@@ -210,7 +210,7 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     app.submit("roomy", "a=1").await;
     let mut setup = app.db.connect().await;
     for statement in [
-        "UPDATE endpoints SET paused_at = now(), pause_reason = 'operator' WHERE id = 'paused'",
+        "UPDATE destinations SET paused_at = now(), pause_reason = 'operator' WHERE endpoint_id = 'paused'",
         "UPDATE webhook_deliveries SET state = 'processing', claim_token = 'clm_' || md5(id),
              claim_expires_at = now() + interval '1 hour' WHERE endpoint_id IN ('busy', 'roomy')",
     ] {
@@ -221,7 +221,8 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     }
     // Another claim holds `locked`'s claim lock.
     let mut other = app.db.connect().await;
-    diesel::sql_query("SELECT pg_advisory_lock(1752788324, hashtext('locked'))")
+    let locked = "SELECT pg_advisory_lock(1752788324, hashtext(id)) FROM destinations WHERE endpoint_id = 'locked'";
+    diesel::sql_query(locked)
         .execute(&mut other)
         .await
         .expect("lock");
@@ -229,8 +230,17 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     let room = async |cap: i32, limit: i32| -> Vec<Room> {
         let mut conn = app.db.connect().await;
         diesel::sql_query(
-            "SELECT endpoint_id::text AS endpoint_id, free_slots FROM intake_claim_room(
-                 ARRAY['free', 'locked', 'paused', 'queued', 'busy', 'roomy'], now(), $1, $2)",
+            "WITH asked AS (
+                 SELECT ARRAY(
+                     SELECT ds.id FROM destinations ds
+                     ORDER BY array_position(
+                         ARRAY['free', 'locked', 'paused', 'queued', 'busy', 'roomy']::varchar[],
+                         ds.endpoint_id)) AS ids)
+             SELECT ds.endpoint_id::text AS endpoint_id, r.free_slots
+             FROM asked,
+                  intake_claim_destination_room(asked.ids, now(), $1, $2) WITH ORDINALITY AS r
+             JOIN destinations ds ON ds.id = r.destination_id
+             ORDER BY r.ordinality",
         )
         .bind::<diesel::sql_types::Integer, _>(limit)
         .bind::<diesel::sql_types::Integer, _>(cap)
@@ -253,7 +263,8 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     assert_eq!(room(3, 1).await, [entry("free", 3)]);
     assert_eq!(room(3, 0).await, []);
     // Once the other claim lets go, `locked` has room too.
-    diesel::sql_query("SELECT pg_advisory_unlock(1752788324, hashtext('locked'))")
+    let unlocked = "SELECT pg_advisory_unlock(1752788324, hashtext(id)) FROM destinations WHERE endpoint_id = 'locked'";
+    diesel::sql_query(unlocked)
         .execute(&mut other)
         .await
         .expect("unlock");
@@ -264,19 +275,19 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     #[derive(diesel::QueryableByName, Debug, PartialEq)]
     struct Signing {
         #[diesel(sql_type = diesel::sql_types::Text)]
-        webhook_url: String,
+        url: String,
         #[diesel(sql_type = diesel::sql_types::Text)]
-        webhook_secret: String,
+        secret: String,
         #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
         previous_secret: Option<String>,
     }
     let old_secret = format!("whsec_{}", "ab".repeat(32));
     let new_secret = format!("whsec_{}", "cd".repeat(32));
     diesel::sql_query(
-        "UPDATE endpoints SET previous_webhook_secret = $2,
-             previous_secret_expires_at = now() + interval '1 day', webhook_secret = $1,
-             webhook_url = 'https://receiver.example/new'
-         WHERE id = 'free'",
+        "UPDATE destinations SET previous_secret = $2,
+             previous_secret_expires_at = now() + interval '1 day', secret = $1,
+             url = 'https://receiver.example/new'
+         WHERE endpoint_id = 'free'",
     )
     .bind::<diesel::sql_types::Text, _>(&new_secret)
     .bind::<diesel::sql_types::Text, _>(&old_secret)
@@ -285,9 +296,9 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     .expect("rotate");
     let mut conn = app.db.connect().await;
     let signing: Vec<Signing> = diesel::sql_query(
-        "SELECT webhook_url::text AS webhook_url, webhook_secret::text AS webhook_secret,
-                previous_secret::text AS previous_secret
-         FROM intake_claim_room(ARRAY['free'], now(), 1, 1)",
+        "SELECT url::text AS url, secret::text AS secret, previous_secret::text AS previous_secret
+         FROM intake_claim_destination_room(
+             ARRAY(SELECT id FROM destinations WHERE endpoint_id = 'free'), now(), 1, 1)",
     )
     .load(&mut conn)
     .await
@@ -295,8 +306,8 @@ async fn intake_claim_room_follows_the_rules_of_every_claim() {
     assert_eq!(
         signing,
         [Signing {
-            webhook_url: "https://receiver.example/new".into(),
-            webhook_secret: new_secret,
+            url: "https://receiver.example/new".into(),
+            secret: new_secret,
             previous_secret: Some(old_secret),
         }]
     );

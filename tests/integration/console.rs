@@ -505,7 +505,7 @@ async fn the_console_shows_a_pause_and_resumes_rotates_and_deletes_the_endpoint(
     receiver.wait_for(1).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while db
-        .count("SELECT count(*) AS n FROM endpoints WHERE paused_at IS NOT NULL")
+        .count("SELECT count(*) AS n FROM destinations WHERE paused_at IS NOT NULL")
         .await
         == 0
     {

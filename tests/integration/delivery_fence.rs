@@ -66,6 +66,7 @@ impl Attempt {
             outcome: self.outcome,
             response_status: self.status,
             error: None,
+            reply: None,
         }
     }
 }

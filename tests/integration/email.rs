@@ -25,7 +25,7 @@ const PYTHON: &str = "/usr/bin/python3";
 const DELIVERY_ID: &str = "whd_0190f1a2b3c4d5e6f708192a3b4c5d6e";
 
 /// A running serve.py, killed when dropped.
-struct SmtpServer {
+pub struct SmtpServer {
     child: Child,
     /// Kept open: the server's standard output stays a live pipe.
     _stdout: BufReader<ChildStdout>,
@@ -34,7 +34,7 @@ struct SmtpServer {
 }
 
 impl SmtpServer {
-    fn start(args: &[&str]) -> SmtpServer {
+    pub fn start(args: &[&str]) -> SmtpServer {
         let spool = tempfile::tempdir().unwrap();
         let log_path = spool.path().join("server.log");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/smtp-server/serve.py");
@@ -75,7 +75,7 @@ impl SmtpServer {
 
     /// The messages it accepted, in order: the summary serve.py wrote, with the raw bytes
     /// under "raw".
-    fn messages(&self) -> Vec<Value> {
+    pub fn messages(&self) -> Vec<Value> {
         let mut summaries: Vec<PathBuf> = std::fs::read_dir(self.spool.path())
             .unwrap()
             .map(|entry| entry.unwrap().path())
@@ -94,7 +94,7 @@ impl SmtpServer {
             .collect()
     }
 
-    fn port(&self) -> String {
+    pub fn port(&self) -> String {
         self.port.to_string()
     }
 }

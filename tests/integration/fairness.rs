@@ -18,7 +18,7 @@ fn claim_request(limit: u32, cap: u32) -> ClaimRequest {
         now: None,
         lease: LEASE,
         limit,
-        endpoint_concurrency: cap,
+        destination_concurrency: cap,
     }
 }
 

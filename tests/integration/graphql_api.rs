@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use diesel::sql_types::Text;
+use diesel::OptionalExtension;
 use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
@@ -32,13 +33,16 @@ struct Secret {
 
 async fn stored_secret(app: &TestApp, endpoint: &str) -> Option<String> {
     let mut conn = app.db.connect().await;
-    let row: Secret = diesel::sql_query(format!(
-        "SELECT webhook_secret AS secret FROM endpoints WHERE id = '{endpoint}'"
+    let row: Option<Secret> = diesel::sql_query(format!(
+        "SELECT secret FROM destinations
+         WHERE endpoint_id = '{endpoint}' AND kind = 'webhook' AND removed_at IS NULL
+         ORDER BY position LIMIT 1"
     ))
     .get_result(&mut conn)
     .await
+    .optional()
     .unwrap();
-    row.secret
+    row.and_then(|row| row.secret)
 }
 
 #[tokio::test(flavor = "multi_thread")]

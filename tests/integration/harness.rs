@@ -272,7 +272,7 @@ pub async fn claim_at(
             now: Some(now),
             lease,
             limit,
-            endpoint_concurrency: 1_000_000,
+            destination_concurrency: 1_000_000,
         },
     )
     .await
@@ -489,10 +489,36 @@ pub fn webhook_secret() -> String {
     )
 }
 
+/// A webhook destination of `endpoint` to `url` signed with `secret`: its first, as
+/// `webhookUrl` knows it.
+pub fn webhook(
+    endpoint: &db::models::EndpointRow,
+    url: impl Into<String>,
+    secret: impl Into<String>,
+) -> Option<db::models::DestinationRow> {
+    Some(db::models::DestinationRow::webhook(
+        endpoint.id.clone(),
+        1,
+        url.into(),
+        secret.into(),
+        chrono::Utc::now(),
+    ))
+}
+
 impl TestApp {
+    /// Inserts an endpoint without destinations.
     pub async fn insert_endpoint(&self, endpoint: &db::models::EndpointRow) {
+        self.insert_endpoint_with(endpoint, None).await;
+    }
+
+    /// Inserts an endpoint with a webhook destination (see [`webhook`]), or none.
+    pub async fn insert_endpoint_with(
+        &self,
+        endpoint: &db::models::EndpointRow,
+        webhook: Option<db::models::DestinationRow>,
+    ) {
         let mut conn = self.db.connect().await;
-        db::endpoints::insert(&mut conn, endpoint)
+        db::endpoints::insert(&mut conn, endpoint, webhook)
             .await
             .expect("insert endpoint");
     }
@@ -554,23 +580,29 @@ impl TestApp {
         };
         let client =
             WebhookClient::new(&self.app.config.webhook, resolver).expect("webhook client");
+        let mail = self.app.config.smtp.as_ref().map(|smtp| {
+            hymical_forms::testing::delivery::email::Mailer::new(smtp).expect("mailer")
+        });
         hymical_forms::testing::delivery::Worker::new(
             self.app.db.clone(),
             self.app.config.worker.clone(),
             self.app.config.webhook.clone(),
             self.app.clock.clone(),
-            client,
+            hymical_forms::testing::delivery::Senders {
+                webhook: client,
+                mail,
+            },
             Arc::new(tokio::sync::Notify::new()),
         )
     }
 
     /// An active endpoint with a webhook to `url`; returns its secret.
     pub async fn webhook_endpoint(&self, id: &str, url: &str) -> String {
-        let mut new = endpoint(id);
-        new.webhook_url = Some(url.to_string());
-        new.webhook_secret = Some(webhook_secret());
-        self.insert_endpoint(&new).await;
-        new.webhook_secret.unwrap_or_default()
+        let new = endpoint(id);
+        let secret = webhook_secret();
+        self.insert_endpoint_with(&new, webhook(&new, url, secret.clone()))
+            .await;
+        secret
     }
 
     /// Posts one urlencoded form and returns the submission id.

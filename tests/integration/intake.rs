@@ -7,18 +7,20 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{endpoint, webhook_secret, TestApp};
+use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const JSON: Option<&str> = Some("application/json");
 
 async fn app_with_endpoint(vars: &[(&str, &str)]) -> (TestApp, String) {
     let app = TestApp::start_with(vars, Arc::new(SystemClock)).await;
-    let mut contact = endpoint("contact");
-    contact.webhook_url = Some("https://receiver.example/hook".into());
-    contact.webhook_secret = Some(webhook_secret());
-    let secret = contact.webhook_secret.clone().unwrap();
-    app.insert_endpoint(&contact).await;
+    let contact = endpoint("contact");
+    let secret = webhook_secret();
+    app.insert_endpoint_with(
+        &contact,
+        webhook(&contact, "https://receiver.example/hook", secret.clone()),
+    )
+    .await;
     (app, secret)
 }
 

@@ -9,7 +9,7 @@ use hymical_forms::testing::clock::SystemClock;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::harness::{endpoint, webhook_secret, TestApp};
+use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const FIREFOX_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
@@ -160,10 +160,12 @@ async fn honeypot() {
     let app = TestApp::start().await;
     let mut trap = endpoint("trap");
     trap.honeypot_field = Some("website".into());
-    trap.webhook_url = Some("https://receiver.example/hook".into());
-    trap.webhook_secret = Some(webhook_secret());
     trap.redirect_url = Some("https://site.example/thanks".into());
-    app.insert_endpoint(&trap).await;
+    app.insert_endpoint_with(
+        &trap,
+        webhook(&trap, "https://receiver.example/hook", webhook_secret()),
+    )
+    .await;
 
     // Filled in: a success to the bot, nothing stored or delivered.
     let response = app
@@ -241,10 +243,12 @@ fn arbitrary_bodies_never_produce_a_server_error() {
         )
         .await;
         let mut contact = endpoint("contact");
-        contact.webhook_url = Some("https://receiver.example/hook".into());
-        contact.webhook_secret = Some(webhook_secret());
         contact.honeypot_field = Some("h".into());
-        app.insert_endpoint(&contact).await;
+        app.insert_endpoint_with(
+            &contact,
+            webhook(&contact, "https://receiver.example/hook", webhook_secret()),
+        )
+        .await;
         app
     });
     let config = ProptestConfig {

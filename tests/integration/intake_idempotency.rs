@@ -6,7 +6,7 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::harness::{endpoint, webhook_secret, TestApp};
+use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const KEY: &str = "order-2026-0001-abcdef";
@@ -17,10 +17,12 @@ async fn app() -> TestApp {
         Arc::new(SystemClock),
     )
     .await;
-    let mut contact = endpoint("contact");
-    contact.webhook_url = Some("https://receiver.example/hook".into());
-    contact.webhook_secret = Some(webhook_secret());
-    app.insert_endpoint(&contact).await;
+    let contact = endpoint("contact");
+    app.insert_endpoint_with(
+        &contact,
+        webhook(&contact, "https://receiver.example/hook", webhook_secret()),
+    )
+    .await;
     app
 }
 

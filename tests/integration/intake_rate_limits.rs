@@ -419,12 +419,18 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
 
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
-    let mut row = endpoint("counted");
-    row.webhook_url = Some("https://example.com/hook".into());
-    row.webhook_secret = Some(crate::harness::webhook_secret());
-    hymical_forms::testing::db::endpoints::insert(&mut conn, &row)
-        .await
-        .unwrap();
+    let row = endpoint("counted");
+    hymical_forms::testing::db::endpoints::insert(
+        &mut conn,
+        &row,
+        crate::harness::webhook(
+            &row,
+            "https://example.com/hook",
+            crate::harness::webhook_secret(),
+        ),
+    )
+    .await
+    .unwrap();
     let window = Utc.with_ymd_and_hms(2026, 6, 1, 12, 0, 0).unwrap();
     let submission = || NewSubmission {
         id: SubmissionId::generate(),
@@ -433,7 +439,6 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
         fields: serde_json::json!({"n": ["1"]}),
         idempotency: None,
         delivery_id: DeliveryId::generate(),
-        expects_delivery: true,
         claim_token: None,
     };
     // Per request: its source and the endpoint, the source's limit 3, the endpoint's 2.

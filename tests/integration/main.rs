@@ -17,6 +17,7 @@ mod database_tls;
 mod delivery;
 mod delivery_fence;
 mod delivery_processes;
+mod destinations;
 mod email;
 mod embedded;
 mod endpoint_cache;

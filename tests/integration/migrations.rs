@@ -175,7 +175,174 @@ async fn every_check_and_unique_constraint_refuses() {
         "webhook_deliveries_id_format",
     )
     .await;
-    refused(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('whd_{}', '{sub}', 'contact', 'https://example.com/h', '{secret}', now(), now())", "1".repeat(32)), "webhook_deliveries_submission_id_unique").await;
+    // One delivery per (submission, destination): a second delivery of the submission to
+    // another destination is fine, to the same one refused.
+    let dst = |n: &str| format!("dst_{}", n.repeat(32));
+    let hook = dst("a");
+    let mail = dst("b");
+    accepted(c, &format!("INSERT INTO destinations (id, endpoint_id, kind, position, url, secret) VALUES ('{hook}', 'contact', 'webhook', 1, 'https://example.com/h', '{secret}')")).await;
+    accepted(c, &format!("INSERT INTO destinations (id, endpoint_id, kind, position, recipients) VALUES ('{mail}', 'contact', 'email', 2, '{{owner@example.com}}')")).await;
+    let to_destination = |id: &str, destination: &str| {
+        format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('{id}', '{sub}', 'contact', '{destination}', 'https://example.com/h', '{secret}', now(), now())")
+    };
+    accepted(
+        c,
+        &to_destination(&format!("whd_{}", "3".repeat(32)), &hook),
+    )
+    .await;
+    accepted(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, next_attempt_at, created_at) VALUES ('whd_{}', '{sub}', 'contact', '{mail}', 'mailto:owner@example.com', now(), now())", "4".repeat(32))).await;
+    refused(
+        c,
+        &to_destination(&format!("whd_{}", "1".repeat(32)), &hook),
+        "webhook_deliveries_submission_destination_unique",
+    )
+    .await;
+    refused(
+        c,
+        &to_destination(&format!("whd_{}", "5".repeat(32)), &dst("c")),
+        "webhook_deliveries_destination_id_fkey",
+    )
+    .await;
+
+    // destinations
+    let destination = |n: &str, columns: &str, values: &str| {
+        format!("INSERT INTO destinations (id, endpoint_id, position{columns}) VALUES ('{}', 'contact', {n}{values})", dst(n))
+    };
+    refused(
+        c,
+        &destination(
+            "3",
+            ", kind, url, secret",
+            &format!(", 'webhook', 'https://e.com', '{secret}'"),
+        )
+        .replace(&dst("3"), &hook),
+        "destinations_pkey",
+    )
+    .await;
+    refused(c, &format!("INSERT INTO destinations (id, endpoint_id, kind, position, url, secret) VALUES ('dst_x', 'contact', 'webhook', 3, 'https://e.com', '{secret}')"), "destinations_id_format").await;
+    refused(c, &format!("INSERT INTO destinations (id, endpoint_id, kind, position, url, secret) VALUES ('{}', 'nowhere', 'webhook', 3, 'https://e.com', '{secret}')", dst("3")), "destinations_endpoint_id_fkey").await;
+    refused(
+        c,
+        &destination(
+            "1",
+            ", kind, url, secret",
+            &format!(", 'webhook', 'https://e.com', '{secret}'"),
+        )
+        .replace(&dst("1"), &dst("3")),
+        "destinations_endpoint_position_unique",
+    )
+    .await;
+    refused(
+        c,
+        &destination("3", ", kind", ", 'sms'"),
+        "destinations_kind_valid",
+    )
+    .await;
+    refused(
+        c,
+        &destination("3", ", kind, url", ", 'webhook', 'https://e.com'"),
+        "destinations_webhook_fields",
+    )
+    .await;
+    refused(
+        c,
+        &destination(
+            "3",
+            ", kind, recipients, url",
+            ", 'email', '{a@example.com}', 'https://e.com'",
+        ),
+        "destinations_email_fields",
+    )
+    .await;
+    refused(
+        c,
+        &destination("3", ", kind, recipients", ", 'email', '{}'"),
+        "destinations_email_fields",
+    )
+    .await;
+    refused(
+        c,
+        &destination(
+            "3",
+            ", kind, url, secret",
+            ", 'webhook', 'https://e.com', 'whsec_short'",
+        ),
+        "destinations_secret_format",
+    )
+    .await;
+    let webhook = |columns: &str, values: &str| {
+        destination(
+            "3",
+            &format!(", kind, url, secret{columns}"),
+            &format!(", 'webhook', 'https://e.com', '{secret}'{values}"),
+        )
+    };
+    refused(
+        c,
+        &webhook(", previous_secret", &format!(", '{secret}'")),
+        "destinations_previous_secret_and_expiry_together",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(
+            ", previous_secret, previous_secret_expires_at",
+            ", 'whsec_short', now()",
+        ),
+        "destinations_previous_secret_format",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", max_in_flight", ", 0"),
+        "destinations_max_in_flight_positive",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", events", ", '{submission.erased}'"),
+        "destinations_events_known",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", events", ", '{}'"),
+        "destinations_events_known",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", max_requests_per_second", ", 0"),
+        "destinations_max_requests_per_second_positive",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", paused_at", ", now()"),
+        "destinations_pause_reason_with_pause",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", paused_at, pause_reason", ", now(), 'bored'"),
+        "destinations_pause_reason_valid",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(", consecutive_failed_deliveries", ", -1"),
+        "destinations_consecutive_failed_deliveries_non_negative",
+    )
+    .await;
+    refused(
+        c,
+        &webhook(
+            ", removed_at, paused_at, pause_reason",
+            ", now(), now(), 'operator'",
+        ),
+        "destinations_removed_is_bare",
+    )
+    .await;
     refused(c, &format!("INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at) VALUES ('whd_{}', 'sub_{}', 'contact', 'https://e.com', '{secret}', now(), now())", "2".repeat(32), "9".repeat(32)), "webhook_deliveries_submission_id_fkey").await;
     let other = |n: &str| format!("whd_{}", n.repeat(32));
     refused(
@@ -309,7 +476,8 @@ async fn every_check_and_unique_constraint_refuses() {
     )
     .await;
 
-    // ON DELETE SET NULL keeps deliveries and attempts when a submission is erased.
+    // ON DELETE SET NULL keeps deliveries and attempts when a submission is erased (its
+    // three deliveries, to no destination and to the two destinations, and one attempt).
     accepted(c, &format!("DELETE FROM submissions WHERE id = '{sub}'")).await;
     #[derive(diesel::QueryableByName)]
     struct Count {
@@ -320,7 +488,7 @@ async fn every_check_and_unique_constraint_refuses() {
         .get_result(c)
         .await
         .unwrap();
-    assert_eq!(kept.n, 2);
+    assert_eq!(kept.n, 4);
 
     // management_api_keys
     let key = |id: &str, prefix: &str, digest: &str, name: &str| {
@@ -530,4 +698,59 @@ async fn claiming_indexes_are_partial() {
     assert!(find("webhook_deliveries_processing_lease_idx")
         .definition
         .contains("WHERE ((state)::text = 'processing'::text)"));
+}
+
+/// A concurrent index build that failed (or whose process was killed) leaves an invalid
+/// index behind, which `CREATE INDEX CONCURRENTLY IF NOT EXISTS` would take for done: the
+/// runner drops it before applying, and the migration still pending builds it for real.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_concurrent_index_build_is_built_again() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let index = "webhook_deliveries_destination_created_at_id_idx";
+    // As if its migration had never finished: the index is not there, nor the record.
+    conn.batch_execute(&format!("DROP INDEX {index}"))
+        .await
+        .unwrap();
+    conn.batch_execute("DELETE FROM __diesel_schema_migrations WHERE version = '20261205000018'")
+        .await
+        .unwrap();
+    // A build of that name that fails half-way: a unique index over duplicates.
+    conn.batch_execute(
+        "INSERT INTO endpoints (id, name) VALUES ('contact', 'Contact');
+         INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'contact', 'https://example.com/h',
+                    'whsec_' || repeat('ab', 32), now(), now()
+             FROM generate_series(1, 2) AS n"
+    )
+    .await
+    .unwrap();
+    conn.batch_execute(&format!(
+        "CREATE UNIQUE INDEX CONCURRENTLY {index} ON webhook_deliveries ((1))"
+    ))
+    .await
+    .expect_err("the duplicates fail the build");
+    let valid = async |conn: &mut AsyncPgConnection| -> Vec<Name> {
+        diesel::sql_query(format!(
+            "SELECT CASE WHEN i.indisvalid THEN 'valid' ELSE 'invalid' END
+                    || ' ' || pg_get_indexdef(i.indexrelid) AS name
+             FROM pg_index i WHERE i.indexrelid = to_regclass('{index}')"
+        ))
+        .load(conn)
+        .await
+        .unwrap()
+    };
+    assert!(valid(&mut conn).await[0]
+        .name
+        .starts_with("invalid CREATE UNIQUE"));
+
+    let applied = migrations::run_pending(&db.url).await.unwrap();
+    assert_eq!(applied.len(), 1, "{applied:?}");
+    let after = valid(&mut conn).await;
+    assert_eq!(after.len(), 1);
+    assert_eq!(
+        after[0].name,
+        format!("valid CREATE INDEX {index} ON public.webhook_deliveries USING btree (destination_id, created_at, id)")
+    );
 }

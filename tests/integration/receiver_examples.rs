@@ -98,10 +98,13 @@ async fn exercise(name: &str, command: Command) {
     let secret = crate::harness::webhook_secret();
     let program = Program::start(command, &secret);
     program.wait_listening().await;
-    let mut endpoint = crate::harness::endpoint("receiver-example");
-    endpoint.webhook_url = Some(format!("http://127.0.0.1:{}/hooks/forms", program.port));
-    endpoint.webhook_secret = Some(secret.clone());
-    app.insert_endpoint(&endpoint).await;
+    let endpoint = crate::harness::endpoint("receiver-example");
+    let url = format!("http://127.0.0.1:{}/hooks/forms", program.port);
+    app.insert_endpoint_with(
+        &endpoint,
+        crate::harness::webhook(&endpoint, url, secret.clone()),
+    )
+    .await;
 
     let worker = ServeProcess::start(
         &app.db,

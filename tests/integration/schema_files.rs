@@ -71,7 +71,10 @@ fn declared_columns() -> Vec<Column> {
             "Json" => "json",
             "Jsonb" => "jsonb",
             "Text" => "text",
-            "Array<Text>" | "Array<Nullable<Text>>" => "ARRAY",
+            "Array<Text>"
+            | "Array<Nullable<Text>>"
+            | "Array<Varchar>"
+            | "Array<Nullable<Varchar>>" => "ARRAY",
             other => panic!("schema.rs type {other} has no mapping in this test"),
         };
         columns.push(Column {

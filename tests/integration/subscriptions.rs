@@ -1024,6 +1024,7 @@ async fn every_change_the_service_makes_writes_its_event() {
                 outcome: AttemptOutcome::HttpError,
                 response_status: Some(500),
                 error: None,
+                reply: None,
             },
             OwnerTransition::Failed,
             Some(at),

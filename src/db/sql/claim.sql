@@ -3,58 +3,70 @@
 -- and a lease; the counters stay as they are.
 --
 -- Deliveries whose lease ran out come first (they are in flight already, so they need no
--- room under the cap). Then pending deliveries that are due, taken from the endpoints
--- `claimable_endpoints` hands this claim (see migration fair_claiming): at most their free
--- slots from each, and round by round, first the oldest due delivery of every endpoint,
--- then the second of each, so no endpoint's backlog sits in front of another's.
+-- room under the cap). Then pending deliveries that are due, taken from the destinations
+-- `claimable_destinations` hands this claim (see migrations fair_claiming and
+-- destinations): at most their free slots from each, and round by round, first the
+-- oldest due delivery of every destination, then the second of each, so no destination's
+-- backlog sits in front of another's.
+--
+-- A pending delivery without a destination was written by a process of the release
+-- before destinations during an upgrade: it is given its endpoint's first webhook
+-- destination here (`adopted`), and a later claim takes it.
 --
 -- $1 now (NULL: the database's clock), $2 lease (interval), $3 how many, $4 requests in
--- flight allowed per endpoint
+-- flight allowed per destination (unless the destination sets its own)
 --
 -- Every step reads only the rows it claims or looks at, never the whole queue: the
 -- statement runs on a generic plan (its parameters unknown to the planner), and written
 -- plainly (`IN (subquery)`, `UPDATE … FROM`, `endpoint_id = …` with `ORDER BY
 -- next_attempt_at`) that plan hashed or scanned every pending delivery on each claim:
 -- 25 ms a claim with 8,000 queued (docs/BENCHMARKS.md). Hence the id arrays
--- (`= ANY (ARRAY(…))`, an index probe per id) and the per-endpoint range below.
-WITH expired AS MATERIALIZED (
+-- (`= ANY (ARRAY(…))`, an index probe per id) and the per-destination range below.
+WITH adopted AS (
+    UPDATE webhook_deliveries w
+    SET destination_id = (SELECT ds.id FROM destinations ds
+                          WHERE ds.endpoint_id = w.endpoint_id AND ds.kind = 'webhook'
+                            AND ds.removed_at IS NULL
+                          ORDER BY ds.position LIMIT 1)
+    WHERE w.state = 'pending' AND w.destination_id IS NULL
+), expired AS MATERIALIZED (
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
-      -- A paused endpoint's deliveries wait, even those whose lease ran out.
-      AND NOT EXISTS (SELECT 1 FROM endpoints e
-                      WHERE e.id = w.endpoint_id AND e.paused_at IS NOT NULL)
+      -- A paused destination's deliveries wait, even those whose lease ran out.
+      AND NOT EXISTS (SELECT 1 FROM destinations ds
+                      WHERE ds.id = w.destination_id AND ds.paused_at IS NOT NULL)
     ORDER BY w.claim_expires_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
 ), serving AS MATERIALIZED (
-    SELECT s.endpoint_id, s.free_slots
-    FROM claimable_endpoints(coalesce($1, statement_timestamp()), $3, $4) AS s
+    SELECT s.destination_id, s.free_slots
+    FROM claimable_destinations(coalesce($1, statement_timestamp()), $3, $4) AS s
 ), candidates AS (
     SELECT c.id, c.next_attempt_at, c.turn
     FROM serving s
     CROSS JOIN LATERAL (
-        -- This endpoint's head of the queue, read from
-        -- webhook_deliveries_pending_endpoint_due_idx. The endpoint is matched as a range
-        -- (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the order
-        -- names both of that index's columns, because with `=` a generic plan may read
-        -- webhook_deliveries_pending_due_idx in due order instead and filter out every
-        -- other endpoint's due deliveries (thousands per endpoint with a backlog); with
-        -- the range, only the per-endpoint index gives this order without a sort. `ROWS`:
-        -- the numbering reads no row past the limit (with the default `RANGE` frame it
-        -- reads every delivery due at the same instant, such as a replay's).
+        -- This destination's head of the queue, read from
+        -- webhook_deliveries_pending_destination_due_idx. The destination is matched as a
+        -- range (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the
+        -- order names both of that index's columns, because with `=` a generic plan may
+        -- read webhook_deliveries_pending_due_idx in due order instead and filter out every
+        -- other destination's due deliveries (thousands per destination with a backlog);
+        -- with the range, only the per-destination index gives this order without a sort.
+        -- `ROWS`: the numbering reads no row past the limit (with the default `RANGE`
+        -- frame it reads every delivery due at the same instant, such as a replay's).
         SELECT w.id, w.next_attempt_at,
-               row_number() OVER (ORDER BY w.endpoint_id, w.next_attempt_at
+               row_number() OVER (ORDER BY w.destination_id, w.next_attempt_at
                                   ROWS UNBOUNDED PRECEDING) AS turn
         FROM webhook_deliveries w
         WHERE w.state = 'pending'
-          AND w.endpoint_id >= s.endpoint_id AND w.endpoint_id <= s.endpoint_id
+          AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
           AND w.next_attempt_at <= coalesce($1, statement_timestamp())
-        ORDER BY w.endpoint_id, w.next_attempt_at
+        ORDER BY w.destination_id, w.next_attempt_at
         LIMIT s.free_slots
     ) c
 ), due AS MATERIALIZED (
-    -- Rows claimed by whoever held an endpoint before this claim are `processing` by now:
-    -- the lock re-reads them and the state test leaves them out.
+    -- Rows claimed by whoever held a destination before this claim are `processing` by
+    -- now: the lock re-reads them and the state test leaves them out.
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.id = ANY (ARRAY(SELECT c.id FROM candidates c
                             ORDER BY c.turn, c.next_attempt_at
@@ -71,26 +83,44 @@ WITH expired AS MATERIALIZED (
         claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
         claim_expires_at = coalesce($1, statement_timestamp()) + $2
     WHERE d.id = ANY (ARRAY(SELECT p.id FROM picked p))
-    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_url, d.signing_secret,
-              d.submission_id, d.state, d.attempts, d.cycle_attempts,
+    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_id, d.destination_url,
+              d.signing_secret, d.submission_id, d.state, d.attempts, d.cycle_attempts,
               (SELECT p.state FROM picked p WHERE p.id = d.id) AS previous_state
+), throttled AS (
+    -- A throttled destination's rate moves on by the requests this claim starts (see
+    -- throttle_allowance, migration destinations). Concurrent claims of one destination
+    -- update its row in turn, each from the other's result.
+    INSERT INTO destination_throttles AS t (destination_id, next_at)
+    SELECT n.destination_id,
+           coalesce($1, statement_timestamp())
+               + n.started * (interval '1 second' / ds.max_requests_per_second)
+    FROM (SELECT c.destination_id, count(*) AS started FROM claimed c
+          GROUP BY c.destination_id) n
+    JOIN destinations ds ON ds.id = n.destination_id
+    WHERE ds.max_requests_per_second IS NOT NULL
+    ORDER BY n.destination_id
+    ON CONFLICT (destination_id) DO UPDATE
+        SET next_at = greatest(t.next_at, coalesce($1, statement_timestamp()))
+                      + (excluded.next_at - coalesce($1, statement_timestamp()))
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'claimed'::varchar AS kind, state,
            previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
     FROM claimed
 ), result AS (
-    -- With the endpoint's live secrets, when the delivery goes where the endpoint now
+    -- With the destination's kind, its live secrets when the delivery goes where it now
     -- points (a delivery to an earlier URL is never signed with a later receiver's
     -- secret), and its run of failed deliveries.
-    SELECT c.id, c.claim_token, c.endpoint_id, c.destination_url, c.signing_secret,
-           c.submission_id, c.cycle_attempts, s.received_at, s.fields,
-           CASE WHEN e.webhook_url = c.destination_url THEN e.webhook_secret END
-               AS endpoint_secret,
-           CASE WHEN e.webhook_url = c.destination_url
-                 AND e.previous_secret_expires_at > coalesce($1, statement_timestamp())
-                THEN e.previous_webhook_secret END AS endpoint_previous_secret,
-           e.consecutive_failed_deliveries
+    SELECT c.id, c.claim_token, c.endpoint_id, c.destination_id, ds.kind, c.destination_url,
+           c.signing_secret, c.submission_id, c.cycle_attempts, s.received_at, s.fields,
+           CASE WHEN ds.url = c.destination_url THEN ds.secret END AS destination_secret,
+           CASE WHEN ds.url = c.destination_url
+                 AND ds.previous_secret_expires_at > coalesce($1, statement_timestamp())
+                THEN ds.previous_secret END AS destination_previous_secret,
+           ds.consecutive_failed_deliveries,
+           CASE WHEN ds.kind = 'email' THEN e.name END AS endpoint_name,
+           ds.reply_to_field
     FROM claimed c
+    JOIN destinations ds ON ds.id = c.destination_id
     JOIN endpoints e ON e.id = c.endpoint_id
     LEFT JOIN submissions s ON s.id = c.submission_id
 )

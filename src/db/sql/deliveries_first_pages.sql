@@ -1,5 +1,5 @@
 -- The first $2 deliveries (newest first) of each endpoint in $1, in one statement.
-SELECT d.id, d.submission_id, d.endpoint_id, d.destination_url, d.state, d.attempts,
+SELECT d.id, d.submission_id, d.endpoint_id, d.destination_id, d.destination_url, d.state, d.attempts,
        d.cycle_attempts, d.next_attempt_at, d.claim_expires_at, d.created_at, d.completed_at
 FROM unnest($1::text[]) AS e(id)
 CROSS JOIN LATERAL (

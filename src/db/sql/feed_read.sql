@@ -10,7 +10,8 @@ LEFT JOIN LATERAL (
     SELECT ev.id, ev.delivery_id, ev.endpoint_id, ev.kind, ev.state, ev.previous_state,
            ev.attempts, ev.cycle_attempts, ev.outcome, ev.occurred_at,
            d.id AS d_id, d.submission_id AS d_submission_id, d.endpoint_id AS d_endpoint_id,
-           d.destination_url AS d_destination_url, d.state AS d_state,
+           d.destination_id AS d_destination_id, d.destination_url AS d_destination_url,
+           d.state AS d_state,
            d.attempts AS d_attempts, d.cycle_attempts AS d_cycle_attempts,
            d.next_attempt_at AS d_next_attempt_at, d.claim_expires_at AS d_claim_expires_at,
            d.created_at AS d_created_at, d.completed_at AS d_completed_at

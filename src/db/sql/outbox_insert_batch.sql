@@ -1,21 +1,24 @@
 -- The transactional outbox of public intake, for a batch of submissions at once (group
 -- commit: one statement, one transaction, one WAL flush for all of them). Each
--- submission and, when its endpoint has a webhook, its delivery (URL and secret copied
--- from the endpoint as it is now, due at once) are written by this one statement: both
--- rows or neither, for every submission of the batch. The notification on
--- hymical_delivery_due wakes the workers at commit.
+-- submission and one delivery per destination of its endpoint that receives
+-- `submission.received` (a webhook: its URL and
+-- secret as they are now; an email: a `mailto:` of its recipients; each due at once) are
+-- written by this one statement: all the rows or none, for every submission of the
+-- batch. The notification on hymical_delivery_due wakes the workers at commit.
 --
--- Claiming at intake: up to $9 of the new deliveries are written already claimed for the
--- accepting process's worker (`processing`, the token of $12 at its position, a lease of
--- $10), each on an endpoint whose claim lock this statement got and that has room under
--- the cap of $11 requests in flight and no delivery due before it, and only when it goes
--- to the URL the endpoint has after that lock (intake_claim_room, migrations
--- claim_at_intake and intake_claim_room_reads_after_lock); the rest are pending as always.
--- A claimed one gets its `created` and its `claimed` event, in that order, as if a worker
--- had claimed it right after. The workers are woken when a delivery is left pending, and
--- the other processes' workers whenever the statement held an endpoint's claim lock: a
--- claim that ran meanwhile skipped that endpoint (a try-lock), and something of it may
--- have become due since the lock was taken (a replay, a retry).
+-- A submission's first delivery (its first destination's) takes the id of $7 and may be
+-- written already claimed for the accepting process's worker (claiming at intake:
+-- `processing`, the token of $12 at its position, a lease of $10), on a destination whose
+-- claim lock this statement got and that has room under its cap ($11 unless it sets its
+-- own) and no delivery due before it, and only when it goes to the URL the destination
+-- has after that lock (intake_claim_destination_room, migration destinations); up to $9
+-- of them; the rest are pending as always. Its other deliveries get ids made here, ordered
+-- by time as the Rust ids are. A claimed one gets its `created` and its `claimed` event,
+-- in that order, as if a worker had claimed it right after. The workers are woken when a
+-- delivery is left pending, and the other processes' workers whenever the statement held
+-- a destination's claim lock: a claim that ran meanwhile skipped that destination (a
+-- try-lock), and something of it may have become due since the lock was taken (a
+-- replay, a retry).
 --
 -- The unique constraint on (endpoint_id, idempotency_key) decides races between
 -- concurrent first requests with one key, in this batch or another: the loser inserts
@@ -23,17 +26,17 @@
 -- from those with one (`unkeyed_submission`), since they cannot conflict.
 --
 -- $1 submission ids, $2 endpoint ids, $3 received at, $4 fields (json), $5 idempotency
--- keys, $6 payload fingerprints (NULL without a key), $7 delivery ids: one element per
--- submission; $8 the time "due" is judged by (NULL: the database's clock, which every
--- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap
--- per endpoint, $12 the claim token for each submission's delivery should it be claimed
--- (empty when $9 is 0), $13 the accepting process's mark on the wake-up; $14 to $18 the
--- rate-limit counters to add the batch's requests to, one element per counter in the
--- order they are locked (limiter, subject, window start, requests to add, limit; empty
--- with rate limiting off). Answers one row per submission written: its id, whether a
--- delivery was queued with it, and for a claimed one its token, where it goes, the
--- snapshot secret, the endpoint's live secrets after the lock and its run of failed
--- deliveries.
+-- keys, $6 payload fingerprints (NULL without a key), $7 first delivery ids: one element
+-- per submission; $8 the time "due" is judged by (NULL: the database's clock, which every
+-- worker shares); $9 how many to claim at most (0: none), $10 their lease, $11 the cap per
+-- destination, $12 the claim token for each submission's first delivery should it be
+-- claimed (empty when $9 is 0), $13 the accepting process's mark on the wake-up; $14 to
+-- $18 the rate-limit counters to add the batch's requests to, one element per counter in
+-- the order they are locked (limiter, subject, window start, requests to add, limit;
+-- empty with rate limiting off). Answers one row per submission written: its id, whether
+-- a delivery was queued with it, and for a claimed first delivery its token, destination
+-- and kind, where it goes, the snapshot secret, the destination's live secrets after the
+-- lock and its run of failed deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
@@ -64,41 +67,57 @@ WITH input AS (
     SELECT * FROM keyed_submission
     UNION ALL
     SELECT * FROM unkeyed_submission
-), live_endpoint AS MATERIALIZED (
-    -- The batch's endpoints as they are once every change of them that has the row locked
-    -- has committed: a key-share lock (the one the foreign key check takes anyway) waits
-    -- for a concurrent deleteEndpoint, and then the row is read again, so a delivery is
-    -- never queued for an endpoint deleted meanwhile (its submission is kept, as any of
-    -- an endpoint without a webhook) and a delete sees every delivery queued before it.
-    -- The ids come from the parameter, not from `input`: a locking query that reads
-    -- another relation carries a copy of each of its rows for the recheck after a wait,
-    -- and that copy (the whole input row, fields and all) cost more than the lock.
-    SELECT e.id, e.webhook_url, e.webhook_secret
-    FROM endpoints e
-    WHERE e.id = ANY ($2::varchar[]) AND e.deleted_at IS NULL
-    FOR KEY SHARE
+), live_destination AS MATERIALIZED (
+    -- The batch's endpoints' destinations as they are once every change of them that has
+    -- a row locked has committed: a key-share lock (the one the foreign key checks take
+    -- anyway) waits for a concurrent deleteEndpoint or removeDestination, and then the rows
+    -- are read again, so a delivery is never queued for an endpoint deleted or a
+    -- destination removed meanwhile (the submission is kept, as one of an endpoint without
+    -- destinations) and a delete sees every delivery queued before it. The ids come from
+    -- the parameter, not from `input`: a locking query that reads another relation carries
+    -- a copy of each of its rows for the recheck after a wait, and that copy (the whole
+    -- input row, fields and all) cost more than the lock.
+    SELECT ds.id, ds.endpoint_id, ds.kind, ds.position,
+           CASE WHEN ds.kind = 'email'
+                THEN 'mailto:' || array_to_string(ds.recipients, ',') ELSE ds.url END AS url,
+           ds.secret
+    FROM destinations ds
+    JOIN endpoints e ON e.id = ds.endpoint_id
+    WHERE ds.endpoint_id = ANY ($2::varchar[]) AND ds.removed_at IS NULL
+      AND 'submission.received' = ANY (ds.events)
+      AND e.deleted_at IS NULL
+    FOR KEY SHARE OF ds, e
 ), queued AS (
-    SELECT i.delivery_id, s.id AS submission_id, s.endpoint_id, s.received_at, i.position,
-           e.webhook_url, e.webhook_secret,
-           ($12::varchar[])[i.position::integer] AS claim_token,
-           row_number() OVER (PARTITION BY s.endpoint_id ORDER BY i.position) AS turn
+    SELECT CASE WHEN d.first THEN i.delivery_id
+                ELSE 'whd_' || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint),
+                                    12, '0')
+                            || substr(md5(random()::text || i.delivery_id || d.id), 1, 20)
+           END AS delivery_id,
+           s.id AS submission_id, s.endpoint_id, s.received_at, i.position, d.first,
+           d.id AS destination_id, d.url, d.secret,
+           CASE WHEN d.first THEN ($12::varchar[])[i.position::integer] END AS claim_token,
+           row_number() OVER (PARTITION BY d.id, d.first ORDER BY i.position) AS turn
     FROM new_submission s
     JOIN input i ON i.id = s.id
-    JOIN live_endpoint e ON e.id = s.endpoint_id
-    WHERE e.webhook_url IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT ld.*, row_number() OVER (ORDER BY ld.position) = 1 AS first
+        FROM live_destination ld
+        WHERE ld.endpoint_id = s.endpoint_id
+    ) d
 ), room AS MATERIALIZED (
     -- Not called at all when nothing may be claimed (an API-only process, a busy worker).
     SELECT r.*
-    FROM intake_claim_room(
-        ARRAY(SELECT q.endpoint_id FROM queued q WHERE q.turn = 1 ORDER BY q.position),
+    FROM intake_claim_destination_room(
+        ARRAY(SELECT q.destination_id FROM queued q
+              WHERE q.first AND q.turn = 1 ORDER BY q.position),
         coalesce($8, statement_timestamp()), $9, $11) AS r
     WHERE $9 > 0
 ), fitting AS (
     SELECT q.*,
-           coalesce(q.turn <= r.free_slots AND r.webhook_url = q.webhook_url
+           coalesce(q.first AND q.turn <= r.free_slots AND r.url = q.url
                     AND q.claim_token IS NOT NULL, false) AS fits
     FROM queued q
-    LEFT JOIN room r ON r.endpoint_id = q.endpoint_id
+    LEFT JOIN room r ON r.destination_id = q.destination_id
 ), planned AS (
     SELECT f.*,
            f.fits AND row_number() OVER (PARTITION BY f.fits ORDER BY f.position) <= $9
@@ -106,17 +125,17 @@ WITH input AS (
     FROM fitting f
 ), new_delivery AS (
     INSERT INTO webhook_deliveries
-        (id, submission_id, endpoint_id, destination_url, signing_secret, state,
-         attempts, cycle_attempts, next_attempt_at, created_at, claim_token,
+        (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret,
+         state, attempts, cycle_attempts, next_attempt_at, created_at, claim_token,
          claim_expires_at)
-    SELECT p.delivery_id, p.submission_id, p.endpoint_id, p.webhook_url, p.webhook_secret,
+    SELECT p.delivery_id, p.submission_id, p.endpoint_id, p.destination_id, p.url, p.secret,
            CASE WHEN p.claim THEN 'processing' ELSE 'pending' END,
            0, 0, coalesce($8, statement_timestamp()), p.received_at,
            CASE WHEN p.claim THEN p.claim_token END,
            CASE WHEN p.claim THEN coalesce($8, statement_timestamp()) + $10 END
     FROM planned p
-    RETURNING id, submission_id, endpoint_id, state, attempts, cycle_attempts, claim_token,
-              destination_url, signing_secret
+    RETURNING id, submission_id, endpoint_id, destination_id, state, attempts,
+              cycle_attempts, claim_token, destination_url, signing_secret
 ), changes AS (
     SELECT id AS delivery_id, endpoint_id, 'created'::varchar AS kind,
            'pending'::varchar AS state, NULL::varchar AS previous_state, attempts,
@@ -127,7 +146,7 @@ WITH input AS (
     FROM new_delivery
     WHERE state = 'processing'
 ), notified AS (
-    -- Deliveries left for the workers to claim (every worker), or only an endpoint's
+    -- Deliveries left for the workers to claim (every worker), or only a destination's
     -- claim lock held (marked $13: the accepting process's own worker gets what was
     -- claimed and ignores it).
     SELECT pg_notify('hymical_delivery_due', CASE WHEN w.pending THEN '' ELSE $13 END)
@@ -169,10 +188,15 @@ WITH input AS (
             END,
             attempt_limit = excluded.attempt_limit
 ), result AS (
-    SELECT s.id, d.id IS NOT NULL AS delivery_queued, d.claim_token, d.destination_url,
-           d.signing_secret, r.webhook_secret AS endpoint_secret, r.previous_secret,
-           r.consecutive_failed_deliveries, (SELECT count(*) FROM notified) AS notified
+    SELECT s.id,
+           EXISTS (SELECT 1 FROM new_delivery d WHERE d.submission_id = s.id)
+               AS delivery_queued,
+           c.id AS delivery_id, c.claim_token, c.destination_id, ds.kind,
+           c.destination_url, c.signing_secret, r.secret AS destination_secret,
+           r.previous_secret, r.consecutive_failed_deliveries,
+           (SELECT count(*) FROM notified) AS notified
     FROM new_submission s
-    LEFT JOIN new_delivery d ON d.submission_id = s.id
-    LEFT JOIN room r ON d.state = 'processing' AND r.endpoint_id = d.endpoint_id
+    LEFT JOIN new_delivery c ON c.submission_id = s.id AND c.state = 'processing'
+    LEFT JOIN room r ON r.destination_id = c.destination_id
+    LEFT JOIN live_destination ds ON ds.id = c.destination_id
 )

@@ -13,21 +13,22 @@
 -- One element per attempt: $1 claim tokens, $2 delivery ids, $3 attempt ids, $4
 -- destination URLs, $5 attempted at, $6 outcomes, $7 response statuses, $8 error texts,
 -- $9 durations (ms), $10 the owner's next states, $11 the waits before a retry (NULL
--- unless retrying); $12 now (NULL: the database's clock). Answers one row per attempt
+-- unless retrying); $12 now (NULL: the database's clock); $13 SMTP reply texts (NULL but
+-- for an email the server replied to). Answers one row per attempt
 -- recorded: its delivery, number, whether it was the owner's, and the delivery's state.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::varchar[], $4::varchar[],
                 $5::timestamptz[], $6::varchar[], $7::integer[], $8::varchar[],
-                $9::integer[], $10::varchar[], $11::interval[])
+                $9::integer[], $10::varchar[], $11::interval[], $13::varchar[])
          WITH ORDINALITY AS i (claim_token, delivery_id, attempt_id, destination_url,
                                attempted_at, outcome, response_status, error, duration_ms,
-                               next_state, retry_after, position)
+                               next_state, retry_after, reply, position)
 ), locked AS MATERIALIZED (
     SELECT d.id, d.submission_id, d.attempts, d.state,
            (d.claim_token IS NOT DISTINCT FROM i.claim_token) AS owner,
            i.attempt_id, i.destination_url, i.attempted_at, i.outcome, i.response_status,
-           i.error, i.duration_ms, i.next_state, i.retry_after
+           i.error, i.duration_ms, i.next_state, i.retry_after, i.reply
     FROM webhook_deliveries d
     JOIN input i ON i.delivery_id = d.id
     ORDER BY d.id
@@ -35,9 +36,9 @@ WITH input AS (
 ), attempt AS (
     INSERT INTO delivery_attempts
         (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at,
-         outcome, response_status, error, duration_ms, late)
+         outcome, response_status, error, duration_ms, late, reply)
     SELECT attempt_id, id, submission_id, attempts + 1, destination_url, attempted_at,
-           outcome, response_status, error, duration_ms, NOT owner
+           outcome, response_status, error, duration_ms, NOT owner, reply
     FROM locked
     RETURNING delivery_id, attempt_number
 ), updated AS (

@@ -1,6 +1,10 @@
 -- How many submissions retention would delete now: received before $1, and no delivery
--- still needs them (no delivery, or a delivered one; a failed one may be replayed).
+-- still needs them (no delivery at all, or every one delivered; a failed one may be
+-- replayed, a pending or processing one still reads the fields).
 SELECT count(*) AS expired
 FROM submissions s
-LEFT JOIN webhook_deliveries d ON d.submission_id = s.id
-WHERE s.received_at < $1 AND (d.id IS NULL OR d.state = 'delivered')
+WHERE s.received_at < $1
+  AND NOT EXISTS (
+      SELECT 1 FROM webhook_deliveries d
+      WHERE d.submission_id = s.id AND d.state <> 'delivered'
+  )

@@ -4,8 +4,11 @@
 WITH expired AS (
     SELECT s.id
     FROM submissions s
-    LEFT JOIN webhook_deliveries d ON d.submission_id = s.id
-    WHERE s.received_at < $1 AND (d.id IS NULL OR d.state = 'delivered')
+    WHERE s.received_at < $1
+      AND NOT EXISTS (
+          SELECT 1 FROM webhook_deliveries d
+          WHERE d.submission_id = s.id AND d.state <> 'delivered'
+      )
     LIMIT $2
     FOR UPDATE OF s SKIP LOCKED
 ), deleted AS (

@@ -356,20 +356,19 @@ async fn write_batch(
         .into_iter()
         .map(|job| (job.request, job.reply))
         .unzip();
-    // When this process's worker may take claims from intake, each delivery it may claim
-    // gets its token now, so that claims whose answer is lost can be given back. (Without
-    // a token a delivery is never claimed at intake.)
+    // When this process's worker may take claims from intake, each submission's first
+    // delivery (the one it may claim, should its endpoint have a destination) gets its
+    // token now, so that claims whose answer is lost can be given back. (Without a token a
+    // delivery is never claimed at intake.)
     let mut possible_claims: Vec<(DeliveryId, ClaimToken)> = Vec::new();
     if handoff.is_some_and(Handoff::may_claim) {
         for submission in requests
             .iter_mut()
             .filter_map(IntakeRequest::submission_mut)
         {
-            if submission.expects_delivery {
-                let token = ClaimToken::generate();
-                possible_claims.push((submission.delivery_id.clone(), token.clone()));
-                submission.claim_token = Some(token);
-            }
+            let token = ClaimToken::generate();
+            possible_claims.push((submission.delivery_id.clone(), token.clone()));
+            submission.claim_token = Some(token);
         }
     }
     // `Some` when claims may have committed unknown to us, with how long a statement still

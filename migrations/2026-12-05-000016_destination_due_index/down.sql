@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_pending_destination_due_idx;

@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY IF EXISTS webhook_deliveries_destination_created_at_id_idx;

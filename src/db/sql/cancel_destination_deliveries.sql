@@ -1,0 +1,22 @@
+-- Cancels what a destination being removed still owes (db/destinations.rs `remove`, asked
+-- to cancel): its pending and processing deliveries end `failed` now, their claims
+-- cleared, so a worker still sending records its attempt as a late one. Locks in id order,
+-- as the recorder does. $1 the destination, $2 now. Answers how many were cancelled.
+WITH locked AS MATERIALIZED (
+    SELECT d.id, d.state FROM webhook_deliveries d
+    WHERE d.destination_id = $1 AND d.state IN ('pending', 'processing')
+    ORDER BY d.id
+    FOR UPDATE
+), cancelled AS (
+    UPDATE webhook_deliveries d
+    SET state = 'failed', completed_at = $2, claim_token = NULL, claim_expires_at = NULL
+    FROM locked l
+    WHERE d.id = l.id
+    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts, l.state AS previous_state
+), changes AS (
+    SELECT id AS delivery_id, endpoint_id, 'cancelled'::varchar AS kind, state,
+           previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
+    FROM cancelled
+), result AS (
+    SELECT count(*) AS cancelled FROM cancelled
+)

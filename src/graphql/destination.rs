@@ -1,0 +1,99 @@
+//! `Destination`: one of an endpoint's places to deliver to, a webhook or an email address
+//! list, with its own pause state and run of failures.
+
+use async_graphql::{Context, Enum, Object, ID};
+
+use super::app;
+use super::types::{live_secrets, Timestamp, WebhookSecret};
+use crate::db::models::DestinationRow;
+use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
+
+pub struct Destination(pub DestinationRow);
+
+/// Where a destination's deliveries stand.
+#[derive(Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationState {
+    /// Its deliveries go out.
+    Running,
+    /// Its deliveries are held, unattempted, until it is resumed (see `pauseReason`).
+    Paused,
+    /// Removed with its history kept: new submissions make no delivery for it.
+    Removed,
+}
+
+#[Object]
+impl Destination {
+    async fn id(&self) -> ID {
+        ID(self.0.id.to_string())
+    }
+    async fn endpoint_id(&self) -> ID {
+        ID(self.0.endpoint_id.to_string())
+    }
+    async fn kind(&self) -> DestinationKind {
+        self.0.kind
+    }
+    /// Its place among the endpoint's destinations.
+    async fn position(&self) -> i32 {
+        self.0.position
+    }
+    /// A webhook's URL; null for an email destination.
+    async fn url(&self) -> Option<&str> {
+        self.0.url.as_deref()
+    }
+    /// An email destination's addresses; empty for a webhook.
+    async fn recipients(&self) -> Vec<&str> {
+        self.0.recipients().collect()
+    }
+    /// An email destination's field whose value, one plain address, becomes Reply-To;
+    /// null: none (and always for a webhook).
+    async fn reply_to_field(&self) -> Option<&str> {
+        self.0.reply_to_field.as_deref()
+    }
+    /// A webhook's signing secrets live now, never the secrets themselves. Empty for an
+    /// email destination.
+    async fn webhook_secrets(&self, ctx: &Context<'_>) -> Vec<WebhookSecret> {
+        live_secrets(&self.0, app(ctx).clock.now())
+    }
+    /// Requests in flight to it at once, across every worker; null: the workers' default
+    /// (`FORMS_WORKER_ENDPOINT_CONCURRENCY`).
+    async fn max_in_flight(&self) -> Option<i32> {
+        self.0.max_in_flight
+    }
+    /// The event types it receives.
+    async fn events(&self) -> &[DestinationEvent] {
+        &self.0.events
+    }
+    /// At most this many requests start to it each second, across every process; null:
+    /// unthrottled.
+    async fn max_requests_per_second(&self) -> Option<i32> {
+        self.0.max_requests_per_second
+    }
+    async fn state(&self) -> DestinationState {
+        if self.0.removed_at.is_some() {
+            DestinationState::Removed
+        } else if self.0.paused_at.is_some() {
+            DestinationState::Paused
+        } else {
+            DestinationState::Running
+        }
+    }
+    /// Why its deliveries are paused; null unless they are.
+    async fn pause_reason(&self) -> Option<PauseReason> {
+        self.0.pause_reason
+    }
+    /// Since when; null unless paused.
+    async fn paused_at(&self) -> Option<Timestamp> {
+        self.0.paused_at.map(Timestamp)
+    }
+    /// Its deliveries that ended failed since the last one was delivered.
+    async fn consecutive_failed_deliveries(&self) -> i32 {
+        self.0.consecutive_failed_deliveries
+    }
+    async fn created_at(&self) -> Timestamp {
+        Timestamp(self.0.created_at)
+    }
+    /// When it was removed (its history kept); null otherwise.
+    async fn removed_at(&self) -> Option<Timestamp> {
+        self.0.removed_at.map(Timestamp)
+    }
+}

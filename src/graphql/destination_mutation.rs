@@ -1,0 +1,518 @@
+//! The mutations of destinations: add (a webhook or an email address list), change,
+//! remove, pause, resume, rotate a webhook's secret. The rules of their settings are the
+//! domain's (`model::endpoint`); `Endpoint.webhookUrl` and its mutations keep working on
+//! the endpoint's first webhook destination (mutation.rs).
+
+use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
+
+use super::mutation::{refused, MAX_OVERLAP_SECONDS};
+use super::types::Destination;
+use super::{app, database, ResultExt};
+use crate::db;
+use crate::db::destinations::{AddOutcome, PauseOutcome, ResumeOutcome};
+use crate::db::models::DestinationRow;
+use crate::delivery::pausing;
+use crate::error::ApiError;
+use crate::model::endpoint as rules;
+use crate::model::ids::{DestinationId, EndpointId};
+use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
+
+/// An endpoint has at most this many destinations (removed ones not counted): each
+/// submission writes a delivery to every one in its intake transaction.
+pub const MAX_DESTINATIONS: usize = 20;
+
+#[derive(InputObject)]
+pub struct AddWebhookDestinationInput {
+    pub endpoint_id: ID,
+    pub url: String,
+    /// Requests in flight to it at once (1–1000); left out: the workers' default.
+    pub max_in_flight: Option<i32>,
+    /// Left out: `[SUBMISSION_RECEIVED]`.
+    pub events: Option<Vec<DestinationEvent>>,
+    /// Requests started per second (1–10000), across every process; left out:
+    /// unthrottled.
+    pub max_requests_per_second: Option<i32>,
+}
+
+#[derive(InputObject)]
+pub struct AddEmailDestinationInput {
+    pub endpoint_id: ID,
+    /// 1 to 10 plain addresses (`owner@example.com`).
+    pub recipients: Vec<String>,
+    /// The form field whose value, when it is one plain address, becomes the message's
+    /// Reply-To (so answering the email answers the submitter). Left out: `email`;
+    /// `null`: no Reply-To.
+    #[graphql(default_with = "Some(\"email\".to_string())")]
+    pub reply_to_field: Option<String>,
+    /// Left out: `[SUBMISSION_RECEIVED]`.
+    pub events: Option<Vec<DestinationEvent>>,
+    /// Messages started per second (1–10000), across every process; left out:
+    /// unthrottled.
+    pub max_requests_per_second: Option<i32>,
+}
+
+/// A field left out is unchanged; `null` returns an optional one to its default.
+#[derive(InputObject)]
+pub struct UpdateDestinationInput {
+    pub id: ID,
+    /// A webhook's new URL: a different one gets a new signing secret (no overlap: the
+    /// new receiver has no use for the old one's secret). Queued deliveries keep the URL
+    /// and secret they were accepted with.
+    pub url: Option<String>,
+    /// An email destination's new addresses.
+    pub recipients: Option<Vec<String>>,
+    /// An email destination's Reply-To field; `null`: none.
+    pub reply_to_field: MaybeUndefined<String>,
+    pub max_in_flight: MaybeUndefined<i32>,
+    pub events: Option<Vec<DestinationEvent>>,
+    pub max_requests_per_second: MaybeUndefined<i32>,
+}
+
+#[derive(SimpleObject)]
+pub struct DestinationPayload {
+    pub destination: Destination,
+}
+
+#[derive(SimpleObject)]
+pub struct DestinationSecretPayload {
+    pub destination: Destination,
+    /// The signing secret, only when this mutation made a new one; never shown again.
+    pub webhook_secret: Option<String>,
+}
+
+#[derive(SimpleObject)]
+pub struct RemoveDestinationPayload {
+    /// As removed (`state: REMOVED`), its history kept.
+    pub destination: Destination,
+    /// Deliveries still owed that were cancelled (ended `FAILED`, a `CANCELLED` event
+    /// each).
+    pub cancelled_deliveries: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct ResumeDestinationPayload {
+    pub destination: Destination,
+    /// Its deliveries pending or in flight when it resumed (0 when it was not paused).
+    pub held_deliveries: i32,
+}
+
+/// An id that cannot name a destination names none.
+fn destination_or_not_found(id: &ID) -> Result<DestinationId> {
+    DestinationId::parse(id)
+        .ok_or_else(|| ApiError::DestinationNotFound {
+            destination_id: id.0.clone(),
+        })
+        .gql()
+}
+
+fn not_found(id: ID) -> ApiError {
+    ApiError::DestinationNotFound {
+        destination_id: id.0,
+    }
+}
+
+/// The settings shared by both kinds, checked.
+fn checked_events(events: Option<Vec<DestinationEvent>>) -> Result<Option<Vec<DestinationEvent>>> {
+    events
+        .map(|events| rules::events(&events).map_err(refused).gql())
+        .transpose()
+}
+
+fn checked_rate(rate: Option<i32>) -> Result<Option<i32>> {
+    rate.map(|rate| rules::max_requests_per_second(rate).map_err(refused).gql())
+        .transpose()
+}
+
+/// Adds `destination` to its endpoint and tells this process's intake at once.
+async fn add(
+    ctx: &Context<'_>,
+    endpoint_id: &ID,
+    destination: DestinationRow,
+) -> Result<Destination> {
+    let outcome = database(ctx)
+        .run(async |conn| db::destinations::add(conn, destination, MAX_DESTINATIONS).await)
+        .await
+        .gql()?;
+    app(ctx).intake.endpoints.invalidate(endpoint_id);
+    match outcome {
+        AddOutcome::Added(row) => Ok(Destination(*row)),
+        AddOutcome::EndpointNotFound => Err(ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.0.clone(),
+        })
+        .gql(),
+        AddOutcome::EndpointDeleted => Err(ApiError::EndpointDeleted {
+            endpoint_id: endpoint_id.0.clone(),
+        })
+        .gql(),
+        AddOutcome::LimitReached { limit } => Err(ApiError::DestinationLimitReached {
+            endpoint_id: endpoint_id.0.clone(),
+            limit,
+        })
+        .gql(),
+    }
+}
+
+/// Changes a destination (not removed) in one transaction: `change` computes its new
+/// settings from the current ones. Tells this process's intake at once.
+async fn change<F>(ctx: &Context<'_>, id: &ID, change: F) -> Result<DestinationRow>
+where
+    F: FnOnce(DestinationRow) -> Result<DestinationRow, ApiError> + Send + 'static,
+{
+    let target = destination_or_not_found(id)?;
+    let changed = database(ctx)
+        .run(async |conn| Ok(db::destinations::change::<ApiError, _>(conn, &target, change).await))
+        .await
+        .gql()?
+        .gql()?
+        .ok_or_else(|| not_found(id.clone()))
+        .gql()?;
+    app(ctx)
+        .intake
+        .endpoints
+        .invalidate(changed.endpoint_id.as_str());
+    Ok(changed)
+}
+
+/// A webhook destination, or `DESTINATION_NOT_WEBHOOK`.
+fn webhook_only(destination: &DestinationRow) -> Result<(), ApiError> {
+    match destination.kind {
+        DestinationKind::Webhook => Ok(()),
+        DestinationKind::Email => Err(ApiError::DestinationNotWebhook {
+            destination_id: destination.id.to_string(),
+        }),
+    }
+}
+
+#[derive(Default)]
+pub struct DestinationMutation;
+
+#[Object]
+impl DestinationMutation {
+    /// Adds a webhook destination at the end of the endpoint's list: every submission
+    /// accepted from now on is delivered to it too. Its signing secret is returned here
+    /// only. `DESTINATION_LIMIT_REACHED` past 20 destinations.
+    async fn add_webhook_destination(
+        &self,
+        ctx: &Context<'_>,
+        input: AddWebhookDestinationInput,
+    ) -> Result<DestinationSecretPayload> {
+        let app = app(ctx);
+        let endpoint_id = EndpointId::parse(&input.endpoint_id)
+            .ok_or_else(|| ApiError::EndpointNotFound {
+                endpoint_id: input.endpoint_id.0.clone(),
+            })
+            .gql()?;
+        let url = rules::webhook_url(&input.url, app.config.webhook.allow_private_targets)
+            .map_err(refused)
+            .gql()?;
+        let max_in_flight = input
+            .max_in_flight
+            .map(|cap| rules::max_in_flight(cap).map_err(refused).gql())
+            .transpose()?;
+        let events = checked_events(input.events)?;
+        let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
+        let secret = rules::new_secret();
+        let mut destination =
+            DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now());
+        destination.max_in_flight = max_in_flight;
+        destination.max_requests_per_second = max_requests_per_second;
+        if let Some(events) = events {
+            destination.events = events;
+        }
+        let destination = add(ctx, &input.endpoint_id, destination).await?;
+        Ok(DestinationSecretPayload {
+            destination,
+            webhook_secret: Some(secret),
+        })
+    }
+
+    /// Adds an email destination at the end of the endpoint's list: every submission
+    /// accepted from now on is also sent, as a notification listing its fields, to these
+    /// addresses (`FORMS_SMTP_*`). `DESTINATION_LIMIT_REACHED` past 20 destinations.
+    async fn add_email_destination(
+        &self,
+        ctx: &Context<'_>,
+        input: AddEmailDestinationInput,
+    ) -> Result<DestinationPayload> {
+        let app = app(ctx);
+        let endpoint_id = EndpointId::parse(&input.endpoint_id)
+            .ok_or_else(|| ApiError::EndpointNotFound {
+                endpoint_id: input.endpoint_id.0.clone(),
+            })
+            .gql()?;
+        if app.config.smtp.is_none() {
+            return Err(ApiError::EmailNotConfigured).gql();
+        }
+        let recipients = rules::recipients(&input.recipients)
+            .map_err(refused)
+            .gql()?;
+        let max_field = app.config.intake.max_field_name_length;
+        let reply_to_field = input
+            .reply_to_field
+            .as_deref()
+            .map(|name| {
+                rules::reply_to_field(name, max_field)
+                    .map_err(refused)
+                    .gql()
+            })
+            .transpose()?;
+        let events = checked_events(input.events)?;
+        let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
+        let mut destination =
+            DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now());
+        destination.max_requests_per_second = max_requests_per_second;
+        if let Some(events) = events {
+            destination.events = events;
+        }
+        Ok(DestinationPayload {
+            destination: add(ctx, &input.endpoint_id, destination).await?,
+        })
+    }
+
+    /// Changes a destination. `url` is for a webhook and `recipients` for an email
+    /// destination (the other is `INVALID_INPUT`); the same URL changes nothing, a
+    /// different one gets a new secret, returned here only.
+    async fn update_destination(
+        &self,
+        ctx: &Context<'_>,
+        input: UpdateDestinationInput,
+    ) -> Result<DestinationSecretPayload> {
+        let app = app(ctx);
+        let allow_private = app.config.webhook.allow_private_targets;
+        let url = input.url;
+        let recipients = input
+            .recipients
+            .as_deref()
+            .map(|list| rules::recipients(list).map_err(refused).gql())
+            .transpose()?;
+        let max_in_flight = match input.max_in_flight {
+            MaybeUndefined::Value(cap) => {
+                MaybeUndefined::Value(rules::max_in_flight(cap).map_err(refused).gql()?)
+            }
+            other => other,
+        };
+        let max_requests_per_second = match input.max_requests_per_second {
+            MaybeUndefined::Value(rate) => MaybeUndefined::Value(
+                rules::max_requests_per_second(rate)
+                    .map_err(refused)
+                    .gql()?,
+            ),
+            other => other,
+        };
+        let reply_to_field = match input.reply_to_field {
+            MaybeUndefined::Value(name) => MaybeUndefined::Value(
+                rules::reply_to_field(&name, app.config.intake.max_field_name_length)
+                    .map_err(refused)
+                    .gql()?,
+            ),
+            MaybeUndefined::Null => MaybeUndefined::Null,
+            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
+        };
+        let events = checked_events(input.events)?;
+        let candidate_secret = rules::new_secret();
+        let secret_for_change = candidate_secret.clone();
+        let changed = change(ctx, &input.id, move |current| {
+            let mut next = current;
+            if let Some(url) = url {
+                if next.kind != DestinationKind::Webhook {
+                    return Err(ApiError::InvalidInput {
+                        field: "url".into(),
+                        reason: "only a webhook destination has a URL".into(),
+                    });
+                }
+                if Some(url.trim()) != next.url.as_deref() {
+                    next.url = Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
+                    next.secret = Some(secret_for_change);
+                    next.previous_secret = None;
+                    next.previous_secret_expires_at = None;
+                }
+            }
+            if let Some(recipients) = recipients {
+                if next.kind != DestinationKind::Email {
+                    return Err(ApiError::InvalidInput {
+                        field: "recipients".into(),
+                        reason: "only an email destination has recipients".into(),
+                    });
+                }
+                next.recipients = Some(recipients.into_iter().map(Some).collect());
+            }
+            if !reply_to_field.is_undefined() && next.kind != DestinationKind::Email {
+                return Err(ApiError::InvalidInput {
+                    field: "replyToField".into(),
+                    reason: "only an email destination has a Reply-To field".into(),
+                });
+            }
+            match reply_to_field {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.reply_to_field = None,
+                MaybeUndefined::Value(name) => next.reply_to_field = Some(name),
+            }
+            match max_in_flight {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.max_in_flight = None,
+                MaybeUndefined::Value(cap) => next.max_in_flight = Some(cap),
+            }
+            match max_requests_per_second {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.max_requests_per_second = None,
+                MaybeUndefined::Value(rate) => next.max_requests_per_second = Some(rate),
+            }
+            if let Some(events) = events {
+                next.events = events;
+            }
+            Ok(next)
+        })
+        .await?;
+        let made = changed.secret.as_deref() == Some(candidate_secret.as_str());
+        Ok(DestinationSecretPayload {
+            destination: Destination(changed),
+            webhook_secret: made.then_some(candidate_secret),
+        })
+    }
+
+    /// Removes a destination, keeping its history (`state: REMOVED`): submissions
+    /// accepted from now on make no delivery for it. What it still owes goes out as
+    /// accepted, unless `cancelDeliveries: true`, which ends it `FAILED` (a `CANCELLED`
+    /// event each). Removing the endpoint's first webhook changes its `webhookUrl` to the
+    /// next webhook destination's, if any.
+    async fn remove_destination(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        cancel_deliveries: Option<bool>,
+    ) -> Result<RemoveDestinationPayload> {
+        let app = app(ctx);
+        let target = destination_or_not_found(&id)?;
+        let cancel = cancel_deliveries.unwrap_or(false);
+        let now = app.clock.now();
+        let (row, cancelled) = database(ctx)
+            .run(async |conn| db::destinations::remove_one(conn, &target, cancel, now).await)
+            .await
+            .gql()?
+            .ok_or_else(|| not_found(id.clone()))
+            .gql()?;
+        app.intake.endpoints.invalidate(row.endpoint_id.as_str());
+        tracing::warn!(
+            endpoint_id = %row.endpoint_id,
+            destination_id = %row.id,
+            cancelled,
+            "destination removed"
+        );
+        Ok(RemoveDestinationPayload {
+            destination: Destination(row),
+            cancelled_deliveries: i32::try_from(cancelled).unwrap_or(i32::MAX),
+        })
+    }
+
+    /// Pauses a destination's deliveries by hand (reason `OPERATOR`): its deliveries are
+    /// still queued, nothing is attempted until `resumeDestination`; the endpoint's other
+    /// destinations go on. One paused already stays as it is.
+    async fn pause_destination(&self, ctx: &Context<'_>, id: ID) -> Result<DestinationPayload> {
+        let app = app(ctx);
+        let target = destination_or_not_found(&id)?;
+        let outcome = pausing::pause_destination(
+            database(ctx),
+            &target,
+            PauseReason::Operator,
+            app.clock.now(),
+        )
+        .await
+        .gql()?;
+        match outcome {
+            PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => {
+                Ok(DestinationPayload {
+                    destination: Destination(row),
+                })
+            }
+            PauseOutcome::NotFound => Err(not_found(id)).gql(),
+        }
+    }
+
+    /// Resumes a paused destination, whatever paused it: its held deliveries are due at
+    /// once, each with the attempts it had left, and its run of failed deliveries starts
+    /// again. One not paused stays as it is (`heldDeliveries: 0`).
+    async fn resume_destination(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<ResumeDestinationPayload> {
+        let app = app(ctx);
+        let target = destination_or_not_found(&id)?;
+        let outcome = pausing::resume_destination(database(ctx), &target, app.clock.now())
+            .await
+            .gql()?;
+        match outcome {
+            ResumeOutcome::Resumed(row, held) => Ok(ResumeDestinationPayload {
+                destination: Destination(row),
+                held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
+            }),
+            ResumeOutcome::NotPaused(row) => Ok(ResumeDestinationPayload {
+                destination: Destination(row),
+                held_deliveries: 0,
+            }),
+            ResumeOutcome::NotFound => Err(not_found(id)).gql(),
+        }
+    }
+
+    /// A webhook destination's new signing secret, as `rotateWebhookSecret` does for the
+    /// endpoint's first webhook (the same overlap rules). `DESTINATION_NOT_WEBHOOK` for an
+    /// email destination.
+    async fn rotate_destination_secret(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+        overlap_seconds: Option<i32>,
+    ) -> Result<DestinationSecretPayload> {
+        let app = app(ctx);
+        let overlap = match overlap_seconds {
+            None => app.config.webhook.secret_overlap,
+            Some(seconds) if (0..=MAX_OVERLAP_SECONDS).contains(&seconds) => {
+                std::time::Duration::from_secs(u64::from(seconds.unsigned_abs()))
+            }
+            Some(_) => {
+                return Err(ApiError::InvalidInput {
+                    field: "overlapSeconds".into(),
+                    reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
+                })
+                .gql()
+            }
+        };
+        let now = app.clock.now();
+        let until = chrono::Duration::from_std(overlap)
+            .ok()
+            .and_then(|overlap| now.checked_add_signed(overlap))
+            .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
+            .gql()?;
+        let secret = rules::new_secret();
+        let new_secret = secret.clone();
+        let changed = change(ctx, &id, move |current| {
+            webhook_only(&current)?;
+            Ok(current.rotated(new_secret, (!overlap.is_zero()).then_some(until)))
+        })
+        .await?;
+        Ok(DestinationSecretPayload {
+            destination: Destination(changed),
+            webhook_secret: Some(secret),
+        })
+    }
+
+    /// Ends a webhook destination's rotation overlap now (as `endWebhookSecretOverlap`).
+    async fn end_destination_secret_overlap(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<DestinationPayload> {
+        let changed = change(ctx, &id, move |current| {
+            webhook_only(&current)?;
+            Ok(DestinationRow {
+                previous_secret: None,
+                previous_secret_expires_at: None,
+                ..current
+            })
+        })
+        .await?;
+        Ok(DestinationPayload {
+            destination: Destination(changed),
+        })
+    }
+}

@@ -1,0 +1,605 @@
+//! Destinations: one form delivered to several webhooks and email address lists through
+//! the same outbox, each delivery with its own state, history, schedule and replay
+//! (docs/delivery.md, "Destinations"); email over a real SMTP server on loopback
+//! (tests/smtp-server/serve.py).
+
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use hymical_forms::testing::clock::{ManualClock, SystemClock};
+use serde_json::{json, Value};
+
+use crate::email::SmtpServer;
+use crate::harness::TestApp;
+use crate::receiver::Receiver;
+
+/// Loopback receivers and mail server: the development flag, no rate limits, and the
+/// mail server of `smtp` (plaintext: it is on loopback).
+fn vars(smtp: &SmtpServer) -> Vec<(&'static str, String)> {
+    vec![
+        ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true".into()),
+        ("FORMS_RATE_LIMIT_ENABLED", "false".into()),
+        ("FORMS_SMTP_HOST", "127.0.0.1".into()),
+        ("FORMS_SMTP_PORT", smtp.port()),
+        ("FORMS_SMTP_TLS", "none".into()),
+        (
+            "FORMS_SMTP_FROM",
+            "Hymical Forms <forms@example.com>".into(),
+        ),
+        ("FORMS_SMTP_TIMEOUT_SECONDS", "3".into()),
+    ]
+}
+
+async fn app_with(
+    smtp: &SmtpServer,
+    clock: Arc<dyn hymical_forms::testing::clock::Clock>,
+) -> TestApp {
+    let owned = vars(smtp);
+    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestApp::start_with(&pairs, clock).await
+}
+
+/// The data of a GraphQL answer, failing the test on any error.
+fn data(answer: Value) -> Value {
+    assert!(answer.get("errors").is_none(), "{answer}");
+    answer["data"].clone()
+}
+
+/// An endpoint whose first webhook goes to `url`; answers nothing (the secret is not
+/// needed here).
+async fn create_endpoint(app: &TestApp, key: &str, id: &str, url: &str) {
+    data(
+        app.gql(
+            key,
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "input": { "id": id, "name": "Contact form", "webhookUrl": url } }),
+        )
+        .await,
+    );
+}
+
+async fn add_webhook(app: &TestApp, key: &str, endpoint: &str, url: &str) -> String {
+    let answer = data(
+        app.gql(
+            key,
+            "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id position kind } webhookSecret } }",
+            json!({ "input": { "endpointId": endpoint, "url": url } }),
+        )
+        .await,
+    );
+    let destination = &answer["addWebhookDestination"]["destination"];
+    assert_eq!(destination["kind"], "WEBHOOK");
+    assert!(answer["addWebhookDestination"]["webhookSecret"]
+        .as_str()
+        .unwrap()
+        .starts_with("whsec_"));
+    destination["id"].as_str().unwrap().to_string()
+}
+
+async fn add_email(app: &TestApp, key: &str, endpoint: &str, recipients: &[&str]) -> String {
+    let answer = data(
+        app.gql(
+            key,
+            "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id kind recipients replyToField } } }",
+            json!({ "input": { "endpointId": endpoint, "recipients": recipients } }),
+        )
+        .await,
+    );
+    let destination = &answer["addEmailDestination"]["destination"];
+    assert_eq!(destination["kind"], "EMAIL");
+    assert_eq!(destination["recipients"], json!(recipients));
+    assert_eq!(destination["replyToField"], "email", "the default");
+    destination["id"].as_str().unwrap().to_string()
+}
+
+/// A submission's deliveries as the API shows them, in destination order.
+async fn deliveries_of(app: &TestApp, key: &str, submission: &str) -> Vec<Value> {
+    let answer = data(
+        app.gql(
+            key,
+            "query($id: ID!) { submission(id: $id) { delivery { id } deliveries { id state attempts destinationUrl destination { id kind position } attemptHistory { number outcome httpStatus smtpReplyCode smtpReply } } } }",
+            json!({ "id": submission }),
+        )
+        .await,
+    );
+    let submission = &answer["submission"];
+    let deliveries = submission["deliveries"].as_array().unwrap().clone();
+    assert_eq!(
+        submission["delivery"]["id"], deliveries[0]["id"],
+        "`delivery` is the first destination's"
+    );
+    deliveries
+}
+
+fn header<'a>(message: &'a Value, name: &str) -> Option<&'a str> {
+    message["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0].as_str().unwrap().eq_ignore_ascii_case(name))
+        .map(|pair| pair[1].as_str().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_with_two_webhooks_and_an_email_delivers_each_on_its_own() {
+    let down = Receiver::start().await;
+    let up = Receiver::start().await;
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("destinations").await;
+
+    // The first webhook answers 400 (final); the second and the email work.
+    create_endpoint(&app, &key, "contact", &down.url("/status/400")).await;
+    let second = add_webhook(&app, &key, "contact", &up.url("/hook")).await;
+    let email = add_email(
+        &app,
+        &key,
+        "contact",
+        &["owner@example.com", "desk@example.net"],
+    )
+    .await;
+    let listed = data(
+        app.gql(
+            &key,
+            "{ endpoint(id: \"contact\") { webhookUrl destinations { id kind position url recipients state } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let destinations = listed["endpoint"]["destinations"].as_array().unwrap();
+    assert_eq!(destinations.len(), 3);
+    assert_eq!(
+        listed["endpoint"]["webhookUrl"],
+        down.url("/status/400"),
+        "webhookUrl is the first webhook destination's"
+    );
+    let first = destinations[0]["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        destinations
+            .iter()
+            .map(|d| d["position"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+
+    let submission = app
+        .submit(
+            "contact",
+            "email=visitor%40example.org&message=%3Cb%3Ehi%3C%2Fb%3E",
+        )
+        .await;
+    let worker = app.worker(None);
+    assert_eq!(
+        worker.run_once().await.unwrap(),
+        3,
+        "one delivery per destination"
+    );
+
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    let by_destination = |id: &str| {
+        deliveries
+            .iter()
+            .find(|d| d["destination"]["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let (failed, delivered, emailed) = (
+        by_destination(&first),
+        by_destination(&second),
+        by_destination(&email),
+    );
+    assert_eq!(failed["state"], "FAILED");
+    assert_eq!(failed["attemptHistory"][0]["httpStatus"], 400);
+    assert_eq!(
+        delivered["state"], "DELIVERED",
+        "one receiver down holds no other"
+    );
+    assert_eq!(emailed["state"], "DELIVERED");
+    assert_eq!(emailed["destination"]["kind"], "EMAIL");
+    assert_eq!(
+        emailed["destinationUrl"],
+        "mailto:owner@example.com,desk@example.net"
+    );
+    let attempt = &emailed["attemptHistory"][0];
+    assert_eq!(attempt["outcome"], "SUCCEEDED");
+    assert_eq!(attempt["smtpReplyCode"], 250);
+    assert_eq!(attempt["httpStatus"], Value::Null);
+    assert!(
+        attempt["smtpReply"].as_str().unwrap().contains("accepted"),
+        "{attempt}"
+    );
+    assert_eq!(up.received().len(), 1);
+
+    // The email: to both recipients, Reply-To the submitter, a Message-ID of the delivery,
+    // the field escaped in the HTML part.
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(
+        message["rcpt_tos"],
+        json!(["owner@example.com", "desk@example.net"])
+    );
+    assert_eq!(header(message, "Reply-To"), Some("visitor@example.org"));
+    let delivery_id = emailed["id"].as_str().unwrap();
+    assert!(
+        header(message, "Message-ID").unwrap().contains(delivery_id),
+        "{message}"
+    );
+    assert_eq!(
+        header(message, "Subject"),
+        Some("New submission to Contact form")
+    );
+    let html = message["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|part| part["content_type"] == "text/html")
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        html.contains("&lt;b&gt;hi&lt;/b&gt;") && !html.contains("<b>hi</b>"),
+        "{html}"
+    );
+
+    // Replaying the failed delivery after its destination moved touches no other: each
+    // delivery's history, replay and events are its own.
+    data(
+        app.gql(
+            &key,
+            "mutation($input: UpdateDestinationInput!) { updateDestination(input: $input) { destination { url } webhookSecret } }",
+            json!({ "input": { "id": first, "url": down.url("/ok") } }),
+        )
+        .await,
+    );
+    let replayed = data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { replayDelivery(id: $id, destination: CURRENT) { delivery { state destinationUrl } } }",
+            json!({ "id": failed["id"] }),
+        )
+        .await,
+    );
+    assert_eq!(
+        replayed["replayDelivery"]["delivery"]["destinationUrl"],
+        down.url("/ok")
+    );
+    assert_eq!(worker.run_once().await.unwrap(), 1, "only the replayed one");
+    let after = deliveries_of(&app, &key, &submission).await;
+    let attempts: Vec<(String, usize)> = after
+        .iter()
+        .map(|d| {
+            (
+                d["state"].as_str().unwrap().to_string(),
+                d["attemptHistory"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            ("DELIVERED".to_string(), 2),
+            ("DELIVERED".to_string(), 1),
+            ("DELIVERED".to_string(), 1)
+        ]
+    );
+    assert_eq!(smtp.messages().len(), 1, "the email was not sent again");
+    assert_eq!(up.received().len(), 1);
+    let replay_events = app
+        .db
+        .count(&format!(
+            "SELECT count(*) AS n FROM delivery_events WHERE kind = 'replayed' AND delivery_id <> '{}'",
+            failed["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(replay_events, 0);
+
+    // Listing and bulk replay by destination.
+    let listed = data(
+        app.gql(
+            &key,
+            "query($d: ID!) { deliveries(filter: { destinationId: $d }) { nodes { id destination { id } } } }",
+            json!({ "d": email }),
+        )
+        .await,
+    );
+    let nodes = listed["deliveries"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0]["id"], emailed["id"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn smtp_451_then_250_gives_two_attempts_and_one_message() {
+    let smtp = SmtpServer::start(&["--script", "451,250"]);
+    let start = Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let app = app_with(&smtp, clock.clone()).await;
+    let (_, key) = app.create_key("email").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    let submission = app.submit("mail", "message=hello").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    assert_eq!(deliveries[0]["state"], "PENDING", "4xx is retried");
+    let attempt = &deliveries[0]["attemptHistory"][0];
+    assert_eq!(attempt["outcome"], "SMTP_ERROR");
+    assert_eq!(attempt["smtpReplyCode"], 451);
+    assert!(attempt["smtpReply"]
+        .as_str()
+        .unwrap()
+        .contains("try again later"));
+    assert!(smtp.messages().is_empty());
+
+    // On the schedule (10 s by default), the second attempt is accepted.
+    clock.set(start + chrono::Duration::seconds(10));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    assert_eq!(deliveries[0]["state"], "DELIVERED");
+    assert_eq!(deliveries[0]["attemptHistory"].as_array().unwrap().len(), 2);
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1, "two attempts, one message");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn smtp_550_fails_the_delivery_with_the_reply_recorded() {
+    let smtp = SmtpServer::start(&["--script", "550"]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("email").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    let submission = app.submit("mail", "message=hello").await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    assert_eq!(deliveries[0]["state"], "FAILED", "5xx is final");
+    let attempt = &deliveries[0]["attemptHistory"][0];
+    assert_eq!(attempt["outcome"], "SMTP_ERROR");
+    assert_eq!(attempt["smtpReplyCode"], 550);
+    assert!(
+        attempt["smtpReply"]
+            .as_str()
+            .unwrap()
+            .contains("Scripted rejection"),
+        "{attempt}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_mail_server_that_never_answers_ends_the_attempt_within_the_timeout() {
+    let smtp = SmtpServer::start(&["--hang", "data"]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("email").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    let submission = app.submit("mail", "message=hello").await;
+    let started = std::time::Instant::now();
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    // FORMS_SMTP_TIMEOUT_SECONDS is 3: the attempt ends then, well before a generous bound.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    assert_eq!(deliveries[0]["state"], "PENDING", "a timeout is retried");
+    assert_eq!(deliveries[0]["attemptHistory"][0]["outcome"], "TIMEOUT");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn destination_mutations_refuse_bad_input_and_store_nothing() {
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("destinations").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let code = |answer: &Value| {
+        answer["errors"][0]["extensions"]["code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let add_email = "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id } } }";
+    for recipients in [
+        json!([]),
+        json!(["not an address"]),
+        json!(["a@example.com\r\nBcc: b@example.com"]),
+        json!(["a@example.com, b@example.com"]),
+        json!(["Owner <owner@example.com>"]),
+    ] {
+        let answer = app
+            .gql(
+                &key,
+                add_email,
+                json!({ "input": { "endpointId": "contact", "recipients": recipients } }),
+            )
+            .await;
+        assert_eq!(code(&answer), "INVALID_INPUT", "{recipients}: {answer}");
+        assert_eq!(
+            answer["errors"][0]["extensions"]["details"]["field"],
+            "recipients"
+        );
+    }
+    let answer = app
+        .gql(
+            &key,
+            add_email,
+            json!({ "input": { "endpointId": "nowhere", "recipients": ["a@example.com"] } }),
+        )
+        .await;
+    assert_eq!(code(&answer), "ENDPOINT_NOT_FOUND");
+    let answer = app
+        .gql(
+            &key,
+            "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+            json!({ "input": { "endpointId": "contact", "url": "ftp://example.com/x" } }),
+        )
+        .await;
+    assert_eq!(code(&answer), "INVALID_WEBHOOK_URL");
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM destinations").await,
+        0
+    );
+
+    // An email destination has no secret to rotate; an unknown id is not found.
+    let email = add_email_ok(&app, &key).await;
+    let answer = app
+        .gql(
+            &key,
+            "mutation($id: ID!) { rotateDestinationSecret(id: $id) { webhookSecret } }",
+            json!({ "id": email }),
+        )
+        .await;
+    assert_eq!(code(&answer), "DESTINATION_NOT_WEBHOOK");
+    let answer = app
+        .gql(
+            &key,
+            "mutation { pauseDestination(id: \"dst_00000000000000000000000000000000\") { destination { id } } }",
+            json!({}),
+        )
+        .await;
+    assert_eq!(code(&answer), "DESTINATION_NOT_FOUND");
+
+    // Past 20 destinations: refused, nothing stored.
+    for _ in 1..20 {
+        add_email_ok(&app, &key).await;
+    }
+    let answer = app
+        .gql(
+            &key,
+            add_email,
+            json!({ "input": { "endpointId": "contact", "recipients": ["x@example.com"] } }),
+        )
+        .await;
+    assert_eq!(code(&answer), "DESTINATION_LIMIT_REACHED");
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM destinations").await,
+        20
+    );
+}
+
+async fn add_email_ok(app: &TestApp, key: &str) -> String {
+    let answer = data(
+        app.gql(
+            key,
+            "mutation { addEmailDestination(input: { endpointId: \"contact\", recipients: [\"owner@example.com\"] }) { destination { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    answer["addEmailDestination"]["destination"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_removed_or_paused_destination_gets_nothing_and_the_others_go_on() {
+    let first = Receiver::start().await;
+    let second = Receiver::start().await;
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("destinations").await;
+    create_endpoint(&app, &key, "contact", &first.url("/a")).await;
+    let second_id = add_webhook(&app, &key, "contact", &second.url("/b")).await;
+
+    // Paused: its deliveries are queued, unattempted; the first webhook goes on.
+    let paused = data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { pauseDestination(id: $id) { destination { state pauseReason } } }",
+            json!({ "id": second_id }),
+        )
+        .await,
+    );
+    assert_eq!(paused["pauseDestination"]["destination"]["state"], "PAUSED");
+    assert_eq!(
+        paused["pauseDestination"]["destination"]["pauseReason"],
+        "OPERATOR"
+    );
+    let submission = app.submit("contact", "a=1").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(first.received().len(), 1);
+    assert!(second.received().is_empty());
+    let state = data(
+        app.gql(
+            &key,
+            "{ endpoint(id: \"contact\") { deliveryState } }",
+            json!({}),
+        )
+        .await,
+    );
+    assert_eq!(
+        state["endpoint"]["deliveryState"], "RUNNING",
+        "one destination runs"
+    );
+    let resumed = data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { resumeDestination(id: $id) { heldDeliveries destination { state } } }",
+            json!({ "id": second_id }),
+        )
+        .await,
+    );
+    assert_eq!(resumed["resumeDestination"]["heldDeliveries"], 1);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(second.received().len(), 1);
+    let events = app
+        .db
+        .count(&format!(
+            "SELECT count(*) AS n FROM endpoint_events WHERE destination_id = '{second_id}' AND kind IN ('paused', 'resumed')"
+        ))
+        .await;
+    assert_eq!(
+        events, 2,
+        "the destination's pause and resume are events naming it"
+    );
+
+    // Removed: submissions from then on make no delivery for it; its history stays.
+    let removed = data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { removeDestination(id: $id) { destination { state removedAt } cancelledDeliveries } }",
+            json!({ "id": second_id }),
+        )
+        .await,
+    );
+    assert_eq!(
+        removed["removeDestination"]["destination"]["state"],
+        "REMOVED"
+    );
+    app.submit("contact", "a=2").await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!((first.received().len(), second.received().len()), (2, 1));
+    let deliveries = deliveries_of(&app, &key, &submission).await;
+    assert_eq!(
+        deliveries.len(),
+        2,
+        "the earlier submission keeps both deliveries"
+    );
+    assert_eq!(deliveries[1]["destination"]["id"], second_id.as_str());
+}
