@@ -130,6 +130,16 @@ impl Services {
         // the worker when it has nothing else to do (delivery/handoff.rs).
         let mut handoff = None;
         if let (Some(senders), Some(wake)) = (plan.workers, worker_wake) {
+            tasks.spawn(
+                crate::delivery::alerts::AlertSender::new(
+                    app.db.clone(),
+                    app.config.alerts.clone(),
+                    senders.mail.clone(),
+                    senders.webhook.clone(),
+                    app.clock.clone(),
+                )
+                .run(stop.clone()),
+            );
             let worker = Worker::new(
                 app.db.clone(),
                 app.config.worker.clone(),

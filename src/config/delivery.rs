@@ -1,5 +1,6 @@
 //! `FORMS_WEBHOOK_*`, `FORMS_WORKER_*`, `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`,
-//! `FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS`: how deliveries go out and are retried.
+//! `FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES`, `FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS`:
+//! how deliveries go out and are retried.
 
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ pub struct WebhookConfig {
     /// An endpoint whose deliveries end `failed` this many times in a row is paused;
     /// 0 never pauses for failures (a `410 Gone` still pauses).
     pub pause_after_failed_deliveries: u32,
+    /// A destination whose run of failed deliveries reaches this many is announced once
+    /// (a `failing` event and an operator alert) before it would pause; 0 never.
+    pub warn_after_failed_deliveries: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +38,12 @@ pub struct WorkerConfig {
 }
 
 pub(super) fn read_webhook(r: &mut Reader) -> WebhookConfig {
+    let pause_after = r.integer(
+        "FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES",
+        20,
+        0,
+        1_000_000,
+    ) as u32;
     WebhookConfig {
         connect_timeout: r.seconds("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 5.0),
         read_timeout: r.seconds("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", 10.0),
@@ -47,13 +57,27 @@ pub(super) fn read_webhook(r: &mut Reader) -> WebhookConfig {
             0,
             30 * 86_400,
         )),
-        pause_after_failed_deliveries: r.integer(
-            "FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES",
-            20,
-            0,
-            1_000_000,
-        ) as u32,
+        pause_after_failed_deliveries: pause_after,
+        warn_after_failed_deliveries: read_warn_after(r, pause_after),
     }
+}
+
+const WARN_AFTER: &str = "FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES";
+
+/// The warning threshold: by default half the pause threshold (rounded up), so that an
+/// operator hears of a failing receiver while it still delivers what it can; when set,
+/// below the pause threshold (a warning at or past it would come with the pause).
+fn read_warn_after(r: &mut Reader, pause_after: u32) -> u32 {
+    let default = u64::from(pause_after.div_ceil(2));
+    let warn_after = r.integer(WARN_AFTER, default, 0, 1_000_000) as u32;
+    if pause_after > 0 && warn_after >= pause_after && !r.failed(&[WARN_AFTER]) {
+        r.fail(
+            WARN_AFTER,
+            format!("{warn_after} is not below the pause threshold of {pause_after}"),
+            "below FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES (0: no warning)",
+        );
+    }
+    warn_after
 }
 
 pub(super) fn read_worker(r: &mut Reader) -> WorkerConfig {

@@ -5,6 +5,7 @@
 //! broke; secret values (the database URL, which may carry a password, the rate-limit
 //! HMAC key and the SMTP password) are never echoed.
 
+mod alerts;
 mod database;
 mod delivery;
 mod graphql;
@@ -18,6 +19,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use alerts::{AlertConfig, AlertWebhook};
 pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
 pub use delivery::{WebhookConfig, WorkerConfig};
 pub use graphql::GraphqlConfig;
@@ -106,6 +108,8 @@ pub struct Config {
     /// The mail server of email destinations; `None`: `FORMS_SMTP_HOST` is unset and no
     /// email is sent.
     pub smtp: Option<SmtpConfig>,
+    /// Where operator alerts are sent (`FORMS_ALERT_*`).
+    pub alerts: AlertConfig,
     pub rate_limit: RateLimitConfig,
     pub submission_retention_days: u32,
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
@@ -227,6 +231,8 @@ fn read(r: &mut Reader) -> Config {
     let webhook = delivery::read_webhook(r);
     let worker = delivery::read_worker(r);
     let smtp = smtp::read(r);
+    let smtp_host_set = r.raw("FORMS_SMTP_HOST").is_some();
+    let alerts = alerts::read(r, smtp_host_set);
     let rate_limit = intake::read_rate_limits(r);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
@@ -282,6 +288,7 @@ fn read(r: &mut Reader) -> Config {
         webhook,
         worker,
         smtp,
+        alerts,
         rate_limit,
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),

@@ -458,28 +458,66 @@ pub struct FailureRun {
 static COUNT_FAILED_DELIVERIES: SqlText = sql!("count_failed_deliveries.sql");
 struct CountFailedDeliveries;
 
+/// The thresholds a run of failed deliveries is measured against (0: never).
+#[derive(Debug, Clone, Copy)]
+pub struct FailureThresholds {
+    pub pause: u32,
+    pub warn: u32,
+}
+
 /// Adds a batch's outcomes to each destination's run of failed deliveries
-/// (count_failed_deliveries.sql); answers the destinations, not yet paused, whose run has
-/// reached `threshold` (never, when it is 0).
+/// (count_failed_deliveries.sql) and, in the same transaction, writes the `failing` event
+/// (and so the operator alert) of each destination whose run crossed the warning
+/// threshold with this batch; answers the destinations, not yet paused, whose run has
+/// reached the pause threshold.
 pub async fn count_failed_deliveries(
     conn: &mut AsyncPgConnection,
     runs: &[FailureRun],
-    threshold: u32,
+    thresholds: FailureThresholds,
+    now: DateTime<Utc>,
 ) -> Result<Vec<DestinationId>, DbError> {
     use diesel::sql_types::{Array, Bool, Integer, Text};
-    Ok(Statement::<CountFailedDeliveries, Text, _>::new(
-        &COUNT_FAILED_DELIVERIES,
-        (
-            bind::<Array<Text>, _>(
-                runs.iter()
-                    .map(|run| run.destination_id.as_str())
-                    .collect::<Vec<_>>(),
-            ),
-            bind::<Array<Bool>, _>(runs.iter().map(|run| run.restarted).collect::<Vec<_>>()),
-            bind::<Array<Integer>, _>(runs.iter().map(|run| run.failed).collect::<Vec<_>>()),
-            bind::<Integer, _>(i32::try_from(threshold).unwrap_or(i32::MAX)),
-        ),
-    )
-    .load(conn)
-    .await?)
+    let threshold = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let ids: Vec<&str> = runs.iter().map(|run| run.destination_id.as_str()).collect();
+    let restarted: Vec<bool> = runs.iter().map(|run| run.restarted).collect();
+    let failed: Vec<i32> = runs.iter().map(|run| run.failed).collect();
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async |conn| {
+            let steps: Vec<(DestinationId, String)> =
+                Statement::<CountFailedDeliveries, (Text, Text), _>::new(
+                    &COUNT_FAILED_DELIVERIES,
+                    (
+                        bind::<Array<Text>, _>(&ids),
+                        bind::<Array<Bool>, _>(&restarted),
+                        bind::<Array<Integer>, _>(&failed),
+                        bind::<Integer, _>(threshold(thresholds.pause)),
+                        bind::<Integer, _>(threshold(thresholds.warn)),
+                    ),
+                )
+                .load(conn)
+                .await?;
+            let mut pause = Vec::new();
+            for (destination, step) in steps {
+                if step == "pause" {
+                    pause.push(destination);
+                    continue;
+                }
+                let endpoint: EndpointId = destinations::table
+                    .find(&destination)
+                    .select(destinations::endpoint_id)
+                    .first(conn)
+                    .await?;
+                write_event(
+                    conn,
+                    &endpoint,
+                    Some(&destination),
+                    EndpointEventKind::Failing,
+                    None,
+                    now,
+                )
+                .await?;
+            }
+            Ok(pause)
+        })
+        .await?)
 }

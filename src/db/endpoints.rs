@@ -221,7 +221,7 @@ pub(super) async fn write_event(
         .bind::<diesel::sql_types::Integer, _>(ENDPOINT_EVENTS_LOCK.1)
         .execute(conn)
         .await?;
-    diesel::insert_into(endpoint_events::table)
+    let event_id: i64 = diesel::insert_into(endpoint_events::table)
         .values((
             endpoint_events::endpoint_id.eq(id),
             endpoint_events::kind.eq(kind),
@@ -229,8 +229,12 @@ pub(super) async fn write_event(
             endpoint_events::occurred_at.eq(at),
             endpoint_events::destination_id.eq(destination),
         ))
-        .execute(conn)
+        .returning(endpoint_events::id)
+        .get_result(conn)
         .await?;
+    if let Some(destination) = destination {
+        super::alerts::owe(conn, event_id, id, destination, kind, reason, at).await?;
+    }
     notify_changed(conn, id).await
 }
 

@@ -5,6 +5,7 @@
 mod error;
 pub use error::DbError;
 
+pub mod alerts;
 pub mod deliveries;
 pub mod destinations;
 pub mod endpoints;

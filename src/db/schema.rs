@@ -164,6 +164,29 @@ diesel::table! {
 }
 
 diesel::table! {
+    operator_alerts (id) {
+        id -> Int8,
+        event_id -> Int8,
+        #[max_length = 16]
+        kind -> Varchar,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 36]
+        destination_id -> Varchar,
+        #[max_length = 32]
+        reason -> Nullable<Varchar>,
+        failed_deliveries -> Int4,
+        occurred_at -> Timestamptz,
+        email_sent_at -> Nullable<Timestamptz>,
+        webhook_sent_at -> Nullable<Timestamptz>,
+        attempts -> Int4,
+        next_attempt_at -> Nullable<Timestamptz>,
+        #[max_length = 200]
+        last_error -> Nullable<Varchar>,
+    }
+}
+
+diesel::table! {
     rate_limit_counters (limiter, subject, window_start) {
         #[max_length = 32]
         limiter -> Varchar,
@@ -236,6 +259,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     endpoint_events,
     endpoints,
     management_api_keys,
+    operator_alerts,
     rate_limit_counters,
     submissions,
     webhook_deliveries,

@@ -4,8 +4,9 @@
 //! classification and backoff (`outcome.rs`), the payload and its signatures
 //! (`payload.rs`), the batched recording of attempts (`recorder.rs`), pausing and resuming
 //! destinations (`pausing.rs`), and intake's way to hand the worker deliveries it claimed
-//! (`handoff.rs`).
+//! (`handoff.rs`), and sending operator alerts (`alerts.rs`).
 
+pub mod alerts;
 pub mod client;
 pub mod email;
 pub mod handoff;

@@ -165,6 +165,7 @@ mod tests {
             allow_private_targets: false,
             secret_overlap: Duration::from_secs(86_400),
             pause_after_failed_deliveries: 20,
+            warn_after_failed_deliveries: 10,
         }
     }
 

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::pausing;
 use crate::clock::Clock;
-use crate::db::destinations::FailureRun;
+use crate::db::destinations::{FailureRun, FailureThresholds};
 use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
@@ -84,9 +84,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the writers (on the current runtime). `pause_after`: the run of failed
-    /// deliveries that pauses an endpoint (0: never).
-    pub fn start(db: Db, clock: Arc<dyn Clock>, pause_after: u32) -> Recorder {
+    /// Starts the writers (on the current runtime). `thresholds`: the runs of failed
+    /// deliveries that warn of and pause a destination.
+    pub fn start(db: Db, clock: Arc<dyn Clock>, thresholds: FailureThresholds) -> Recorder {
         let (sender, receiver) = mpsc::channel(1024);
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         for _ in 0..WRITERS {
@@ -94,7 +94,7 @@ impl Recorder {
                 db.clone(),
                 clock.clone(),
                 receiver.clone(),
-                pause_after,
+                thresholds,
             ));
         }
         Recorder { sender }
@@ -116,7 +116,7 @@ async fn write_batches(
     db: Db,
     clock: Arc<dyn Clock>,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
-    pause_after: u32,
+    thresholds: FailureThresholds,
 ) {
     // Attempts for a delivery already in the batch, kept for this writer's next one.
     let mut deferred: Vec<Job> = Vec::new();
@@ -156,7 +156,7 @@ async fn write_batches(
             // erase, say), and recording must not wait with it.
             let (task_db, task_clock) = (db.clone(), clock.clone());
             tokio::spawn(async move {
-                follow_destinations(&task_db, task_clock.as_ref(), pause_after, runs, gone).await;
+                follow_destinations(&task_db, task_clock.as_ref(), thresholds, runs, gone).await;
             });
         }
     }
@@ -260,7 +260,7 @@ fn destination_effects(
 async fn follow_destinations(
     db: &Db,
     clock: &dyn Clock,
-    pause_after: u32,
+    thresholds: FailureThresholds,
     mut runs: Vec<FailureRun>,
     gone: Vec<DestinationId>,
 ) {
@@ -273,7 +273,8 @@ async fn follow_destinations(
     if !runs.is_empty() {
         match db
             .run(async |conn| {
-                crate::db::destinations::count_failed_deliveries(conn, &runs, pause_after).await
+                let now = clock.now();
+                crate::db::destinations::count_failed_deliveries(conn, &runs, thresholds, now).await
             })
             .await
         {

@@ -24,6 +24,7 @@ use super::recorder::{self, Recorder};
 use super::Senders;
 use crate::clock::Clock;
 use crate::config::{WebhookConfig, WorkerConfig};
+use crate::db::destinations::FailureThresholds;
 use crate::db::models::ClaimedDelivery;
 use crate::db::queue::{self, ClaimRequest, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
@@ -65,7 +66,10 @@ impl Worker {
         let recorder = Recorder::start(
             db.clone(),
             clock.clone(),
-            webhook.pause_after_failed_deliveries,
+            FailureThresholds {
+                pause: webhook.pause_after_failed_deliveries,
+                warn: webhook.warn_after_failed_deliveries,
+            },
         );
         Arc::new(Worker {
             recorder,
@@ -406,7 +410,7 @@ impl Worker {
                     attempt_number,
                     state,
                 }) => {
-                    meters::delivery_attempt(result.outcome, elapsed, Some(state));
+                    meters::delivery_attempt(delivery.kind, result.outcome, elapsed, Some(state));
                     // One line per attempt, with its ids; a delivery that ends failed is
                     // a warning (tracing's level is fixed per call site, hence two).
                     macro_rules! attempt_line {
@@ -437,7 +441,7 @@ impl Worker {
                     attempt_number,
                     state,
                 }) => {
-                    meters::delivery_attempt(result.outcome, elapsed, None);
+                    meters::delivery_attempt(delivery.kind, result.outcome, elapsed, None);
                     meters::late_attempt();
                     tracing::warn!(
                         delivery_id = %delivery.id,
@@ -474,7 +478,7 @@ impl Worker {
             .await;
         match result {
             Ok(true) => {
-                meters::delivery_failed_without_attempt();
+                meters::delivery_failed_without_attempt(delivery.kind);
                 tracing::warn!(delivery_id = %delivery.id, "delivery failed without an attempt: its submission was erased")
             }
             // The claim had been superseded: whoever holds it now decides.

@@ -174,6 +174,9 @@ db_vocabulary! {
         Resumed => "resumed",
         /// It was deleted (its history kept or erased).
         Deleted => "deleted",
+        /// One of its destinations reached the warning threshold of failed deliveries in
+        /// a row (`FORMS_ALERT_WARN_AFTER_FAILED_DELIVERIES`): the warning before a pause.
+        Failing => "failing",
     }
 }
 

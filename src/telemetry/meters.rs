@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::db;
-use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
+use crate::model::state::{
+    AttemptOutcome, DeliveryState, DestinationKind, EndpointEventKind, PauseReason,
+};
 
 /// Seconds; from a fast loopback answer to the slowest request timeout.
 const DURATION_BUCKETS: &[f64] = &[
@@ -96,16 +98,20 @@ fn describe() {
     );
     describe_counter!(
         "hymical_delivery_attempts_total",
-        "Webhook requests recorded by this process, by outcome."
+        "Delivery attempts recorded by this process (webhook requests, emails), by destination kind and outcome."
     );
     describe_histogram!(
         "hymical_delivery_attempt_duration_seconds",
         Unit::Seconds,
-        "Duration of a webhook request, from sending to the answer or the failure."
+        "Duration of a delivery attempt, from sending to the answer or the failure, by destination kind."
     );
     describe_counter!(
         "hymical_deliveries_finished_total",
-        "Deliveries this process moved to a terminal state: delivered, or failed after the last attempt."
+        "Deliveries this process moved to a terminal state (delivered, or failed after the last attempt), by destination kind."
+    );
+    describe_counter!(
+        "hymical_operator_alerts_sent_total",
+        "Operator alerts this process sent, by channel (email, webhook) and kind (failing, paused, resumed)."
     );
     describe_counter!(
         "hymical_delivery_late_attempts_total",
@@ -195,24 +201,33 @@ pub fn deliveries_claimed(by: &'static str, count: usize) {
     metrics::counter!("hymical_deliveries_claimed_total", "by" => by).increment(count as u64);
 }
 
-/// One recorded webhook request; `finished` when it moved the delivery to a terminal state.
+/// One recorded attempt (a webhook request or an email), by the destination's kind, never
+/// its address; `finished` when it moved the delivery to a terminal state.
 pub fn delivery_attempt(
+    kind: DestinationKind,
     outcome: AttemptOutcome,
     duration: Duration,
     finished: Option<DeliveryState>,
 ) {
-    metrics::counter!("hymical_delivery_attempts_total", "outcome" => outcome.as_str())
+    metrics::counter!("hymical_delivery_attempts_total", "kind" => kind.as_str(), "outcome" => outcome.as_str())
         .increment(1);
-    metrics::histogram!("hymical_delivery_attempt_duration_seconds").record(duration);
+    metrics::histogram!("hymical_delivery_attempt_duration_seconds", "kind" => kind.as_str())
+        .record(duration);
     if let Some(state) = finished.filter(|state| state.is_terminal()) {
-        metrics::counter!("hymical_deliveries_finished_total", "state" => state.as_str())
+        metrics::counter!("hymical_deliveries_finished_total", "kind" => kind.as_str(), "state" => state.as_str())
             .increment(1);
     }
 }
 
+/// One operator alert a channel took (`email`, `webhook`), by its kind.
+pub fn operator_alert_sent(channel: &'static str, kind: EndpointEventKind) {
+    metrics::counter!("hymical_operator_alerts_sent_total", "channel" => channel, "kind" => kind.as_str())
+        .increment(1);
+}
+
 /// A delivery failed without a request (its submission was erased).
-pub fn delivery_failed_without_attempt() {
-    metrics::counter!("hymical_deliveries_finished_total", "state" => DeliveryState::Failed.as_str())
+pub fn delivery_failed_without_attempt(kind: DestinationKind) {
+    metrics::counter!("hymical_deliveries_finished_total", "kind" => kind.as_str(), "state" => DeliveryState::Failed.as_str())
         .increment(1);
 }
 

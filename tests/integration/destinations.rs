@@ -603,3 +603,158 @@ async fn a_removed_or_paused_destination_gets_nothing_and_the_others_go_on() {
     );
     assert_eq!(deliveries[1]["destination"]["id"], second_id.as_str());
 }
+
+/// A receiver answering 500: one warning when the run of failed deliveries reaches the
+/// warning threshold, one notice when the destination pauses, one when it resumes, each
+/// by email to the operators and as a signed operational webhook; never one per failure,
+/// and once however many senders look at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_receiver_yields_one_warning_one_pause_and_one_resume_notice() {
+    use base64::Engine;
+    use hmac::Mac;
+    let receiver = Receiver::start().await;
+    let operators = Receiver::start().await;
+    let smtp = SmtpServer::start(&[]);
+    let alert_secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode([7u8; 32])
+    );
+    let mut owned = vars(&smtp);
+    owned.extend([
+        ("FORMS_WEBHOOK_MAX_ATTEMPTS", "1".to_string()),
+        ("FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES", "4".into()),
+        ("FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES", "2".into()),
+        (
+            "FORMS_ALERT_EMAILS",
+            "ops@example.com, oncall@example.com".into(),
+        ),
+        ("FORMS_ALERT_WEBHOOK_URL", operators.url("/alerts")),
+        ("FORMS_ALERT_WEBHOOK_SECRET", alert_secret.clone()),
+    ]);
+    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let app = TestApp::start_with(&pairs, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("alerts").await;
+    create_endpoint(&app, &key, "contact", &receiver.url("/failing")).await;
+    let worker = app.worker(None);
+    let senders = [app.alert_sender(), app.alert_sender()];
+
+    // Six failures one after another: a warning at the second, the pause at the fourth;
+    // what comes after is held, and no failure after the warning warns again.
+    let paused = "SELECT count(*) AS n FROM destinations WHERE paused_at IS NOT NULL";
+    for n in 0..6 {
+        app.submit("contact", &format!("n={n}")).await;
+        worker.run_once().await.unwrap();
+        // The run is counted (and the pause made) after the attempt is committed.
+        let failed = app
+            .db
+            .count("SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'failed'")
+            .await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while app
+            .db
+            .count("SELECT coalesce(max(consecutive_failed_deliveries), 0)::bigint AS n FROM destinations")
+            .await
+            < failed.min(4)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run was never counted"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        // Both senders look after every failure, at once.
+        futures_util::future::join(senders[0].send_due(), senders[1].send_due()).await;
+    }
+    assert_eq!(app.db.count(paused).await, 1);
+    assert_eq!(receiver.received().len(), 4, "nothing sent while paused");
+
+    let kinds = |messages: &[Value]| -> Vec<String> {
+        messages
+            .iter()
+            .map(|m| header(m, "Subject").unwrap().to_string())
+            .collect()
+    };
+    let emails = smtp.messages();
+    assert_eq!(
+        kinds(&emails),
+        [
+            "Deliveries of endpoint contact are failing",
+            "Deliveries of endpoint contact are paused"
+        ]
+    );
+    assert_eq!(
+        emails[0]["rcpt_tos"],
+        json!(["ops@example.com", "oncall@example.com"])
+    );
+    let hooks = operators.received();
+    let types = |hooks: &[crate::receiver::Received]| -> Vec<String> {
+        hooks
+            .iter()
+            .map(|h| {
+                let body: Value = serde_json::from_slice(&h.body).unwrap();
+                body["type"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    assert_eq!(types(&hooks), ["destination.failing", "destination.paused"]);
+    // Signed as Standard Webhooks say, with the configured key.
+    for hook in &hooks {
+        let id = hook.headers["webhook-id"].to_str().unwrap();
+        let timestamp = hook.headers["webhook-timestamp"].to_str().unwrap();
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(alert_secret.trim_start_matches("whsec_"))
+            .unwrap();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(format!("{id}.{timestamp}.").as_bytes());
+        mac.update(&hook.body);
+        let expected = format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+        );
+        assert_eq!(
+            hook.headers["webhook-signature"].to_str().unwrap(),
+            expected
+        );
+        assert!(id.starts_with("alert_"), "{id}");
+    }
+    let paused_body: Value = serde_json::from_slice(&hooks[1].body).unwrap();
+    assert_eq!(paused_body["data"]["endpoint_id"], "contact");
+    assert_eq!(paused_body["data"]["reason"], "failure_threshold");
+    assert_eq!(paused_body["data"]["consecutive_failed_deliveries"], 4);
+
+    // The receiver recovers and the operator resumes: one notice; the held deliveries
+    // go out and nothing more is announced.
+    receiver
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    data(
+        app.gql(
+            &key,
+            "mutation { resumeEndpoint(endpointId: \"contact\") { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    worker.run_once().await.unwrap();
+    futures_util::future::join(senders[0].send_due(), senders[1].send_due()).await;
+    futures_util::future::join(senders[0].send_due(), senders[1].send_due()).await;
+    assert_eq!(receiver.received().len(), 6);
+    assert_eq!(
+        kinds(&smtp.messages())[2..],
+        ["Deliveries of endpoint contact are resumed"]
+    );
+    assert_eq!(types(&operators.received())[2..], ["destination.resumed"]);
+    // The same events in the API: the warning among the endpoint's events.
+    let events = app
+        .db
+        .count("SELECT count(*) AS n FROM endpoint_events WHERE kind = 'failing'")
+        .await;
+    assert_eq!(events, 1);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM operator_alerts WHERE next_attempt_at IS NOT NULL")
+            .await,
+        0,
+        "every alert is done"
+    );
+}

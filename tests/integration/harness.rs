@@ -596,6 +596,24 @@ impl TestApp {
         )
     }
 
+    /// An operator alert sender with the app's configuration, driven by the test
+    /// (`send_due`), as every worker process runs one.
+    pub fn alert_sender(&self) -> hymical_forms::testing::delivery::alerts::AlertSender {
+        use hymical_forms::testing::delivery::client::{SystemResolver, WebhookClient};
+        let client = WebhookClient::new(&self.app.config.webhook, Arc::new(SystemResolver))
+            .expect("webhook client");
+        let mail = self.app.config.smtp.as_ref().map(|smtp| {
+            hymical_forms::testing::delivery::email::Mailer::new(smtp).expect("mailer")
+        });
+        hymical_forms::testing::delivery::alerts::AlertSender::new(
+            self.app.db.clone(),
+            self.app.config.alerts.clone(),
+            mail,
+            client,
+            self.app.clock.clone(),
+        )
+    }
+
     /// An active endpoint with a webhook to `url`; returns its secret.
     pub async fn webhook_endpoint(&self, id: &str, url: &str) -> String {
         let new = endpoint(id);

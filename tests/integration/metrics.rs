@@ -151,32 +151,32 @@ async fn metrics_count_what_happened() {
     assert_eq!(
         value(
             &before,
-            "hymical_delivery_attempts_total{outcome=\"succeeded\"}"
+            "hymical_delivery_attempts_total{kind=\"webhook\",outcome=\"succeeded\"}"
         ),
         3.0
     );
     assert_eq!(
         value(
             &before,
-            "hymical_delivery_attempts_total{outcome=\"http_error\"}"
+            "hymical_delivery_attempts_total{kind=\"webhook\",outcome=\"http_error\"}"
         ),
         2.0
     );
     assert_eq!(
-        value(&before, "hymical_delivery_attempt_duration_seconds{}"),
+        value(&before, "hymical_delivery_attempt_duration_seconds{kind=\"webhook\"}"),
         5.0
     );
     assert_eq!(
         value(
             &before,
-            "hymical_deliveries_finished_total{state=\"delivered\"}"
+            "hymical_deliveries_finished_total{kind=\"webhook\",state=\"delivered\"}"
         ),
         3.0
     );
     assert_eq!(
         value(
             &before,
-            "hymical_deliveries_finished_total{state=\"failed\"}"
+            "hymical_deliveries_finished_total{kind=\"webhook\",state=\"failed\"}"
         ),
         1.0
     );
@@ -235,28 +235,28 @@ async fn metrics_count_what_happened() {
     assert_eq!(
         value(
             &after,
-            "hymical_delivery_attempts_total{outcome=\"succeeded\"}"
+            "hymical_delivery_attempts_total{kind=\"webhook\",outcome=\"succeeded\"}"
         ),
         4.0
     );
     assert_eq!(
         value(
             &after,
-            "hymical_delivery_attempts_total{outcome=\"http_error\"}"
+            "hymical_delivery_attempts_total{kind=\"webhook\",outcome=\"http_error\"}"
         ),
         2.0
     );
     assert_eq!(
         value(
             &after,
-            "hymical_deliveries_finished_total{state=\"delivered\"}"
+            "hymical_deliveries_finished_total{kind=\"webhook\",state=\"delivered\"}"
         ),
         4.0
     );
     assert_eq!(
         value(
             &after,
-            "hymical_deliveries_finished_total{state=\"failed\"}"
+            "hymical_deliveries_finished_total{kind=\"webhook\",state=\"failed\"}"
         ),
         1.0
     );
