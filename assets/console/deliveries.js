@@ -1,9 +1,11 @@
 // Deliveries: the filterable list (endpoint, state, creation time), paged the Relay way
 // and kept live by the delivery events; a delivery's page with its attempt history as a
 // timeline and its events as they happen; replaying one, and replaying every failed
-// delivery the filters match after confirming how many that is.
+// delivery the filters match after confirming how many that is. Each delivery names its
+// destination (a webhook's URL, an email's recipients).
 
 import { graphql, session } from "./api.js";
+import { PAUSE_REASONS, deliveryTarget, targetLabel } from "./destinations.js";
 import { h, replace, stateBadge, throttle, time } from "./dom.js";
 import { subscribe } from "./live.js";
 import { explain } from "./words.js";
@@ -13,7 +15,7 @@ const STATES = ["PENDING", "PROCESSING", "DELIVERED", "FAILED"];
 
 const LIST = `query Deliveries($filter: DeliveryFilter, $first: Int, $after: String) {
   deliveries(filter: $filter, first: $first, after: $after) {
-    edges { cursor node { id state attempts createdAt nextAttemptAt completedAt endpoint { id name } } }
+    edges { cursor node { id state attempts createdAt nextAttemptAt completedAt destinationUrl endpoint { id name } destination { id kind } } }
     pageInfo { hasNextPage endCursor }
   }
   endpoints(first: 50) { nodes { id name } }
@@ -22,8 +24,9 @@ const ONE = `query Delivery($id: ID!) {
   delivery(id: $id) {
     id state destinationUrl attempts cycleAttempts nextAttemptAt claimExpiresAt createdAt completedAt
     endpoint { id name }
+    destination { id kind url recipients state pauseReason }
     submission { id receivedAt }
-    attemptHistory { number attemptedAt outcome httpStatus error durationMs late }
+    attemptHistory { number attemptedAt outcome httpStatus smtpReplyCode smtpReply error durationMs late }
   }
 }`;
 const REPLAY_ONE = `mutation Replay($id: ID!) { replayDelivery(id: $id) { delivery { id state } } }`;
@@ -191,6 +194,7 @@ export function list(view, route, shell) {
       { "data-delivery": delivery.id, "data-state": delivery.state },
       h("td", { class: "mono" }, h("a", { href: `#/deliveries/${encodeURIComponent(delivery.id)}` }, delivery.id)),
       h("td", {}, endpoint.name),
+      h("td", { class: "destination-cell" }, targetLabel(delivery)),
       h("td", { class: "state-cell" }, stateBadge(delivery.state), trail.length > 1 ? h("span", { class: "trail", "data-trail": trail.join(" ") }, trail.join(" → ")) : null),
       h("td", { class: "num" }, String(delivery.attempts)),
       h("td", {}, time(delivery.createdAt)),
@@ -225,7 +229,7 @@ export function list(view, route, shell) {
           h(
             "table",
             { id: "deliveries" },
-            h("thead", {}, h("tr", {}, ["Delivery", "Endpoint", "State", "Attempts", "Created", "Completed / next"].map((t) => h("th", {}, t)))),
+            h("thead", {}, h("tr", {}, ["Delivery", "Endpoint", "Destination", "State", "Attempts", "Created", "Completed / next"].map((t) => h("th", {}, t)))),
             tbody,
           ),
         ),
@@ -271,8 +275,18 @@ export function list(view, route, shell) {
   };
 }
 
-function timeline(attempts) {
-  if (!attempts.length) return h("p", { class: "empty" }, "No request has gone out yet.");
+// What answered an attempt: a webhook's HTTP status, or a mail server's SMTP reply code
+// and text (an email attempt has no HTTP status).
+function answer(attempt, email) {
+  if (!email) return h("span", { class: "attempt-status" }, attempt.httpStatus ? `HTTP ${attempt.httpStatus}` : "no status");
+  return [
+    h("span", { class: "attempt-status" }, attempt.smtpReplyCode ? `SMTP ${attempt.smtpReplyCode}` : "no reply"),
+    attempt.smtpReply ? h("span", { class: "attempt-reply mono" }, attempt.smtpReply) : null,
+  ];
+}
+
+function timeline(attempts, email) {
+  if (!attempts.length) return h("p", { class: "empty" }, email ? "No email has been tried yet." : "No request has gone out yet.");
   return h(
     "ol",
     { class: "timeline", id: "attempts" },
@@ -283,13 +297,24 @@ function timeline(attempts) {
         h("span", { class: "attempt-number" }, `#${a.number}`),
         h("span", { class: "attempt-time" }, time(a.attemptedAt)),
         h("span", { class: "attempt-outcome" }, a.outcome.replace(/_/g, " ").toLowerCase()),
-        h("span", { class: "attempt-status" }, a.httpStatus ? `HTTP ${a.httpStatus}` : "no status"),
+        answer(a, email),
         h("span", { class: "attempt-duration" }, `${a.durationMs} ms`),
         a.late ? h("span", { class: "tag late", title: "Recorded by a worker whose claim had been superseded" }, "late") : null,
         a.error ? h("span", { class: "attempt-error" }, a.error) : null,
       ),
     ),
   );
+}
+
+// The destination as it is now, when that matters to this delivery: removed since, or
+// paused (its deliveries held).
+function destinationNote(destination) {
+  if (!destination) return null;
+  if (destination.state === "REMOVED") return h("span", { class: "tag" }, "destination removed since");
+  if (destination.state === "PAUSED") {
+    return h("span", { class: "tag paused", title: PAUSE_REASONS[destination.pauseReason] || destination.pauseReason }, "destination paused");
+  }
+  return null;
 }
 
 export function detail(view, route, shell) {
@@ -335,7 +360,7 @@ export function detail(view, route, shell) {
           h("dt", {}, "Endpoint"),
           h("dd", {}, delivery.endpoint ? h("a", { href: `#/endpoints/${encodeURIComponent(delivery.endpoint.id)}` }, delivery.endpoint.name) : "deleted"),
           h("dt", {}, "Destination"),
-          h("dd", { class: "mono wrap" }, delivery.destinationUrl),
+          h("dd", { id: "delivery-destination" }, targetLabel(delivery), destinationNote(delivery.destination)),
           h("dt", {}, "Attempts"),
           h("dd", { id: "delivery-attempts" }, `${delivery.attempts} in all, ${delivery.cycleAttempts} in this cycle`),
           h("dt", {}, "Created"),
@@ -348,7 +373,7 @@ export function detail(view, route, shell) {
         replay ? h("div", { class: "actions" }, replay) : null,
         error,
         h("h2", {}, "Attempts"),
-        timeline(delivery.attemptHistory),
+        timeline(delivery.attemptHistory, deliveryTarget(delivery).kind === "EMAIL"),
         h("h2", {}, "Live events"),
         h("p", { class: "hint" }, "State changes of this delivery since the page opened."),
         events,

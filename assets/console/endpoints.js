@@ -1,15 +1,19 @@
 // Endpoints: the list, creating one (its signing secret shown once), and an endpoint's
 // page: its settings to edit, rotating the secret (and ending the overlap), deactivating
-// and activating, pausing and resuming its deliveries, deleting it (history kept or
-// erased), and the form snippet for a static site.
+// and activating, pausing and resuming its deliveries, its destinations (destinations.js),
+// deleting it (history kept or erased), and the form snippet for a static site.
 
 import { graphql, session } from "./api.js";
+import { DESTINATION_FIELDS, PAUSE_REASONS, destinationsSection, readOnly } from "./destinations.js";
 import { confirmation, copyButton, h, html, replace, time } from "./dom.js";
 import { explain } from "./words.js";
 
 const FIELDS = `id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField
   deliveryState pauseReason pausedAt consecutiveFailedDeliveries deletedAt
   webhookSecrets { role fingerprint liveUntil }`;
+// The endpoint's page lists its destinations, and every mutation made from that page asks
+// for them again (pausing the endpoint pauses each one); the list needs none.
+const PAGE_FIELDS = `${FIELDS} destinations { ${DESTINATION_FIELDS} }`;
 const PAGE_SIZE = 25;
 
 const LIST = `query Endpoints($first: Int, $after: String) {
@@ -18,21 +22,14 @@ const LIST = `query Endpoints($first: Int, $after: String) {
     pageInfo { hasNextPage endCursor }
   }
 }`;
-const ONE = `query Endpoint($id: ID!) { endpoint(id: $id) { ${FIELDS} deliveryCounts { pending processing delivered failed } } }`;
+const ONE = `query Endpoint($id: ID!) { endpoint(id: $id) { ${PAGE_FIELDS} deliveryCounts { pending processing delivered failed } } }`;
 const CREATE = `mutation Create($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } webhookSecret } }`;
-const UPDATE = `mutation Update($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { ${FIELDS} } webhookSecret } }`;
-const ROTATE = `mutation Rotate($id: ID!) { rotateWebhookSecret(endpointId: $id) { endpoint { ${FIELDS} } webhookSecret } }`;
-const END_OVERLAP = `mutation EndOverlap($id: ID!) { endWebhookSecretOverlap(endpointId: $id) { endpoint { ${FIELDS} } } }`;
-const PAUSE = `mutation Pause($id: ID!) { pauseEndpoint(endpointId: $id) { endpoint { ${FIELDS} } } }`;
-const RESUME = `mutation Resume($id: ID!) { resumeEndpoint(endpointId: $id) { heldDeliveries endpoint { ${FIELDS} } } }`;
+const UPDATE = `mutation Update($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { ${PAGE_FIELDS} } webhookSecret } }`;
+const ROTATE = `mutation Rotate($id: ID!) { rotateWebhookSecret(endpointId: $id) { endpoint { ${PAGE_FIELDS} } webhookSecret } }`;
+const END_OVERLAP = `mutation EndOverlap($id: ID!) { endWebhookSecretOverlap(endpointId: $id) { endpoint { ${PAGE_FIELDS} } } }`;
+const PAUSE = `mutation Pause($id: ID!) { pauseEndpoint(endpointId: $id) { endpoint { ${PAGE_FIELDS} } } }`;
+const RESUME = `mutation Resume($id: ID!) { resumeEndpoint(endpointId: $id) { heldDeliveries endpoint { ${PAGE_FIELDS} } } }`;
 const DELETE = `mutation Delete($input: DeleteEndpointInput!) { deleteEndpoint(input: $input) { deletedEndpointId history cancelledDeliveries } }`;
-
-// Why an endpoint's deliveries are paused, in words.
-const PAUSE_REASONS = {
-  GONE: "its receiver answered 410 Gone",
-  FAILURE_THRESHOLD: "its deliveries failed too many times in a row",
-  OPERATOR: "an operator paused it",
-};
 
 function deliveryStatus(endpoint) {
   if (endpoint.deliveryState === "DELETED") return `deleted ${time(endpoint.deletedAt)}; its history is kept`;
@@ -40,7 +37,11 @@ function deliveryStatus(endpoint) {
     return `paused since ${time(endpoint.pausedAt)}: ${PAUSE_REASONS[endpoint.pauseReason] || endpoint.pauseReason}. Submissions are still accepted and held; nothing is sent until it is resumed.`;
   }
   const run = endpoint.consecutiveFailedDeliveries;
-  return run > 0 ? `running; the last ${run} finished deliveries failed` : "running";
+  const state = run > 0 ? `running; the last ${run} finished deliveries failed` : "running";
+  // The endpoint is paused only when every destination is; some paused alone say so here.
+  const destinations = endpoint.destinations || [];
+  const paused = destinations.filter((d) => d.state === "PAUSED").length;
+  return paused ? `${state}; ${paused} of its ${destinations.length} destinations ${paused === 1 ? "is" : "are"} paused (see Destinations)` : state;
 }
 
 function secretsList(endpoint) {
@@ -152,11 +153,6 @@ function readSettings(form) {
     honeypotField: orNull(value("honeypotField")),
     isActive: form.elements.isActive.checked,
   };
-}
-
-// What a read-only key sees where an admin key would find a form or a button.
-function readOnly(what) {
-  return h("p", { class: "hint read-only" }, `This key is read-only: it cannot ${what}. Sign in with an admin key to do so.`);
 }
 
 export function list(view, route) {
@@ -451,10 +447,19 @@ export function detail(view, route, shell) {
       ),
       actions,
       actionError,
+      destinationsSection(endpoint, { shell, refresh }),
       tombstone ? null : snippetBlock(endpoint),
       tombstone ? null : changes ? form : readOnly("change its settings"),
     );
     body.className = "";
+  }
+
+  // After a destination changed: the whole page again, since the endpoint's own facts
+  // (its webhook URL and secrets, its delivery state) follow its destinations.
+  async function refresh(secret = null, what = "") {
+    const { endpoint } = await graphql(ONE, { id });
+    if (endpoint) show(endpoint, secret, what);
+    else replace(body, h("p", { class: "error" }, "No endpoint has this id."));
   }
 
   graphql(ONE, { id })

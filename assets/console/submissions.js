@@ -1,8 +1,10 @@
 // Submissions: the list per endpoint (no values: when and how many fields), one
 // submission's fields (the only view with submitted values, each a text node, so markup
-// in a value shows as text), and the export of the filtered list as CSV or JSON.
+// in a value shows as text) and its deliveries, one per destination, and the export of
+// the filtered list as CSV or JSON.
 
 import { downloadExport, graphql, session } from "./api.js";
+import { targetLabel } from "./destinations.js";
 import { h, replace, stateBadge, time } from "./dom.js";
 import { explain } from "./words.js";
 
@@ -19,7 +21,7 @@ const ONE = `query Submission($id: ID!) {
   submission(id: $id) {
     id receivedAt fieldCount idempotent
     endpoint { id name }
-    delivery { id state }
+    deliveries { id state destinationUrl destination { id kind } }
     fields { name values }
   }
 }`;
@@ -138,8 +140,26 @@ export function detail(view, route) {
           h("dd", {}, time(submission.receivedAt)),
           h("dt", {}, "Idempotency key"),
           h("dd", {}, submission.idempotent ? "sent (not shown)" : "none"),
-          h("dt", {}, "Delivery"),
-          h("dd", {}, submission.delivery ? h("a", { href: `#/deliveries/${encodeURIComponent(submission.delivery.id)}` }, stateBadge(submission.delivery.state)) : "none"),
+          h("dt", {}, "Deliveries"),
+          h(
+            "dd",
+            {},
+            submission.deliveries.length
+              ? h(
+                  "ul",
+                  { class: "plain", id: "submission-deliveries" },
+                  submission.deliveries.map((delivery) =>
+                    h(
+                      "li",
+                      { "data-delivery": delivery.id },
+                      h("a", { href: `#/deliveries/${encodeURIComponent(delivery.id)}` }, stateBadge(delivery.state)),
+                      " ",
+                      targetLabel(delivery),
+                    ),
+                  ),
+                )
+              : "none",
+          ),
         ),
         h("h2", {}, `Fields (${submission.fieldCount} values)`),
         h(

@@ -38,6 +38,7 @@ const ASSETS: &[Asset] = console_assets![
     "words.js" => JAVASCRIPT,
     "overview.js" => JAVASCRIPT,
     "endpoints.js" => JAVASCRIPT,
+    "destinations.js" => JAVASCRIPT,
     "deliveries.js" => JAVASCRIPT,
     "submissions.js" => JAVASCRIPT,
 ];

@@ -1,0 +1,250 @@
+// Destinations: where an endpoint delivers (webhooks and email address lists). Naming one
+// in words wherever a delivery is shown, and the endpoint page's section listing them with
+// pause, resume and remove, and the forms adding a webhook or an email destination.
+
+import { graphql, session } from "./api.js";
+import { confirmation, h, time } from "./dom.js";
+import { explain } from "./words.js";
+
+// What the endpoint page asks of each destination.
+export const DESTINATION_FIELDS = `id kind position url recipients replyToField state pauseReason pausedAt
+  consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond`;
+
+const PAUSE = `mutation PauseDestination($id: ID!) { pauseDestination(id: $id) { destination { id state } } }`;
+const RESUME = `mutation ResumeDestination($id: ID!) { resumeDestination(id: $id) { heldDeliveries destination { id state } } }`;
+const REMOVE = `mutation RemoveDestination($id: ID!, $cancel: Boolean) {
+  removeDestination(id: $id, cancelDeliveries: $cancel) { cancelledDeliveries destination { id state } }
+}`;
+const ADD_EMAIL = `mutation AddEmailDestination($input: AddEmailDestinationInput!) {
+  addEmailDestination(input: $input) { destination { id recipients } }
+}`;
+const ADD_WEBHOOK = `mutation AddWebhookDestination($input: AddWebhookDestinationInput!) {
+  addWebhookDestination(input: $input) { destination { id url } webhookSecret }
+}`;
+
+// Why deliveries are paused, in words (an endpoint's or one destination's).
+export const PAUSE_REASONS = {
+  GONE: "its receiver answered 410 Gone",
+  FAILURE_THRESHOLD: "its deliveries failed too many times in a row",
+  OPERATOR: "an operator paused it",
+};
+
+const KINDS = { WEBHOOK: "webhook", EMAIL: "email" };
+
+// Where a delivery went: the address it captured when it was accepted (a webhook's URL,
+// or `mailto:` and the recipients), which stays true when its destination changes later.
+// Live events carry only that capture, so the kind is read from it when the delivery's
+// destination was not asked for.
+export function deliveryTarget(delivery) {
+  const captured = delivery.destinationUrl || "";
+  const destination = delivery.destination || null;
+  const email = destination ? destination.kind === "EMAIL" : captured.startsWith("mailto:");
+  let where;
+  if (email) {
+    where = captured.startsWith("mailto:")
+      ? captured.slice("mailto:".length).split(",").filter(Boolean).join(", ")
+      : (destination && destination.recipients.join(", ")) || "";
+  } else {
+    where = captured || (destination && destination.url) || "";
+  }
+  return { kind: email ? "EMAIL" : "WEBHOOK", where };
+}
+
+// A delivery's destination as a kind tag and its address, both text nodes.
+export function targetLabel(delivery) {
+  const { kind, where } = deliveryTarget(delivery);
+  return [h("span", { class: `kind kind-${kind.toLowerCase()}`, "data-kind": kind }, KINDS[kind]), " ", h("span", { class: "mono wrap target" }, where || "—")];
+}
+
+function stateText(destination) {
+  if (destination.state === "PAUSED") {
+    return `paused since ${time(destination.pausedAt)}: ${PAUSE_REASONS[destination.pauseReason] || destination.pauseReason}`;
+  }
+  if (destination.state === "REMOVED") return "removed";
+  const run = destination.consecutiveFailedDeliveries;
+  return run > 0 ? `active; the last ${run} finished deliveries failed` : "active";
+}
+
+function where(destination) {
+  if (destination.kind === "EMAIL") {
+    return [
+      h("span", { class: "mono wrap target" }, destination.recipients.join(", ")),
+      h("span", { class: "hint block" }, destination.replyToField ? `Reply-To from the field ${destination.replyToField}` : "no Reply-To"),
+    ];
+  }
+  return h("span", { class: "mono wrap target" }, destination.url || "—");
+}
+
+const errorLine = (id) => h("p", { class: "error", role: "alert", id });
+
+const recipientList = (text) =>
+  text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+
+// The endpoint page's "Destinations" section. `refresh(secret, what)` reloads the page
+// (a change to a destination can change the endpoint's own facts: its webhook URL, its
+// delivery state), showing a new signing secret once when there is one; `shell.flash`
+// says what an action did. A read key, or a deleted endpoint, gets the list alone.
+export function destinationsSection(endpoint, { shell, refresh }) {
+  const changes = session.canChange() && endpoint.deliveryState !== "DELETED";
+  const actionError = errorLine("destination-error");
+  const failed = (failure) => {
+    actionError.textContent = explain(failure);
+  };
+  const table = h("table", { id: "destinations" });
+
+  const rows = endpoint.destinations.map((destination) => {
+    const actions = h("td", { class: "row-actions" });
+    const row = h(
+      "tr",
+      { "data-destination": destination.id, "data-kind": destination.kind, "data-state": destination.state },
+      h("td", { class: "num" }, String(destination.position)),
+      h("td", {}, h("span", { class: `kind kind-${destination.kind.toLowerCase()}` }, KINDS[destination.kind] || destination.kind)),
+      h("td", {}, where(destination)),
+      h("td", { class: "destination-state" }, destination.state === "PAUSED" ? h("span", { class: "tag paused" }, "paused") : null, " ", stateText(destination)),
+      actions,
+    );
+    if (changes) {
+      const paused = destination.state === "PAUSED";
+      const toggle = h("button", { type: "button", class: "secondary toggle-destination" }, paused ? "Resume" : "Pause");
+      toggle.addEventListener("click", async () => {
+        toggle.disabled = true;
+        actionError.textContent = "";
+        try {
+          if (paused) {
+            const { resumeDestination } = await graphql(RESUME, { id: destination.id });
+            const n = resumeDestination.heldDeliveries;
+            shell.flash(`Resumed: ${n} held ${n === 1 ? "delivery is" : "deliveries are"} due now.`, "ok");
+          } else {
+            await graphql(PAUSE, { id: destination.id });
+            shell.flash("Paused: its deliveries wait until you resume it; the other destinations go on.", "ok");
+          }
+          await refresh();
+        } catch (failure) {
+          toggle.disabled = false;
+          failed(failure);
+        }
+      });
+      const remove = h("button", { type: "button", class: "secondary remove-destination" }, "Remove…");
+      remove.addEventListener("click", () => {
+        const cancelOwed = h("input", { type: "checkbox", id: "cancel-destination-deliveries" });
+        confirmation({
+          anchor: table.parentNode,
+          trigger: remove,
+          label: "Remove the destination",
+          text: `Remove this ${KINDS[destination.kind]} destination: submissions accepted from now on are not delivered to it. Its history is kept.`,
+          extra: [h("label", { class: "choice" }, cancelOwed, " Cancel its deliveries still waiting or in flight")],
+          confirmLabel: "Remove",
+          confirmId: "confirm-remove-destination",
+          confirmed: async () => {
+            const { removeDestination } = await graphql(REMOVE, { id: destination.id, cancel: cancelOwed.checked });
+            const n = removeDestination.cancelledDeliveries;
+            const cancelled = n ? ` ${n} owed ${n === 1 ? "delivery was" : "deliveries were"} cancelled.` : "";
+            shell.flash(`Destination removed; its history is kept.${cancelled}`, "ok");
+            await refresh();
+          },
+          failed,
+        });
+      });
+      actions.append(toggle, " ", remove);
+    }
+    return row;
+  });
+
+  table.append(
+    h("thead", {}, h("tr", {}, ["#", "Kind", "Where", "Status", ""].map((t) => h("th", {}, t)))),
+    h("tbody", {}, rows),
+  );
+
+  return h(
+    "section",
+    { class: "destinations" },
+    h("h2", {}, "Destinations"),
+    h("p", { class: "hint" }, "Each submission is delivered to every destination, each on its own: a paused or failing one holds up no other."),
+    endpoint.destinations.length
+      ? h("div", { class: "table-wrap" }, table)
+      : h("p", { class: "empty", id: "no-destinations" }, "None: submissions are only stored."),
+    actionError,
+    changes ? addForms(endpoint, { shell, refresh }) : endpoint.deliveryState === "DELETED" ? null : readOnly("add, pause or remove destinations"),
+  );
+}
+
+// The two forms adding a destination at the end of the list.
+function addForms(endpoint, { shell, refresh }) {
+  const emailError = errorLine("email-destination-error");
+  const email = h(
+    "form",
+    { id: "email-destination-form", class: "card form" },
+    h("h3", {}, "Add an email destination"),
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "field-recipients" }, "Recipients"),
+      h("input", { id: "field-recipients", name: "recipients", required: true, autocomplete: "off", spellcheck: "false", placeholder: "owner@example.com, team@example.com" }),
+      h("p", { class: "hint" }, "1 to 10 plain addresses, separated by commas. Each submission is sent to them as an email listing its fields."),
+    ),
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "field-replyToField" }, "Reply-To field"),
+      h("input", { id: "field-replyToField", name: "replyToField", value: "email", autocomplete: "off", spellcheck: "false" }),
+      h("p", { class: "hint" }, "The form field whose value, when it is one plain address, becomes the email's Reply-To, so answering the email answers the submitter. Empty: no Reply-To."),
+    ),
+    h("div", { class: "actions" }, h("button", { type: "submit" }, "Add email destination")),
+    emailError,
+  );
+  email.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    emailError.textContent = "";
+    const replyTo = email.elements.replyToField.value.trim();
+    const input = {
+      endpointId: endpoint.id,
+      recipients: recipientList(email.elements.recipients.value),
+      // Sent as null when emptied: left out, the API would use `email`.
+      replyToField: replyTo === "" ? null : replyTo,
+    };
+    try {
+      const { addEmailDestination } = await graphql(ADD_EMAIL, { input });
+      shell.flash(`Email destination added: ${addEmailDestination.destination.recipients.join(", ")}.`, "ok");
+      await refresh();
+    } catch (failure) {
+      emailError.textContent = explain(failure);
+    }
+  });
+
+  const webhookError = errorLine("webhook-destination-error");
+  const webhook = h(
+    "form",
+    { id: "webhook-destination-form", class: "card form" },
+    h("h3", {}, "Add a webhook destination"),
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "field-destinationUrl" }, "Webhook URL"),
+      h("input", { id: "field-destinationUrl", name: "url", type: "url", required: true, placeholder: "https://example.com/hooks/forms" }),
+      h("p", { class: "hint" }, "Each submission is also delivered here, signed with a secret of its own, shown once."),
+    ),
+    h("div", { class: "actions" }, h("button", { type: "submit" }, "Add webhook destination")),
+    webhookError,
+  );
+  webhook.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    webhookError.textContent = "";
+    try {
+      const { addWebhookDestination } = await graphql(ADD_WEBHOOK, { input: { endpointId: endpoint.id, url: webhook.elements.url.value.trim() } });
+      shell.flash("Webhook destination added.", "ok");
+      await refresh(addWebhookDestination.webhookSecret, `The webhook destination ${addWebhookDestination.destination.url} signs its requests with this secret.`);
+    } catch (failure) {
+      webhookError.textContent = explain(failure);
+    }
+  });
+
+  return h("div", { class: "add-destinations" }, email, webhook);
+}
+
+// What a read-only key sees where an admin key would find a form or a button.
+export function readOnly(what) {
+  return h("p", { class: "hint read-only" }, `This key is read-only: it cannot ${what}. Sign in with an admin key to do so.`);
+}
