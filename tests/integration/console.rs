@@ -5,8 +5,10 @@
 //! of them from the page, read a submission whose values are markup, export, the overview
 //! at desktop and phone width, and a revoked key signing the console out; and an
 //! endpoint paused by its receiver's 410, resumed, rotated, paused by hand and deleted,
-//! all from its page; and the form snippet of an endpoint whose honeypot name, stored by
-//! an older release, is markup.
+//! all from its page; the form snippet of an endpoint whose honeypot name, stored by an
+//! older release, is markup; an endpoint's destinations (two webhooks and an email)
+//! listed, paused, resumed, added and removed from its page; and an email delivery the
+//! mail server refused, its SMTP reply in the timeline.
 //!
 //! Screenshots of the main views are written to a temporary directory, or to
 //! `docs/console/` with `FORMS_UPDATE_SCREENSHOTS=1` (how the ones there were made).
@@ -24,6 +26,7 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
+use crate::email::SmtpServer;
 use crate::harness::{forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
 use crate::receiver::Receiver;
 
@@ -808,6 +811,11 @@ const WRITE_CONTROLS: &[(&str, &str, &[&str])] = &[
             "#toggle-active",
             "#toggle-paused",
             "#rotate",
+            // Its one destination's pause and remove, and the forms adding more.
+            "#destinations .toggle-destination",
+            "#destinations .remove-destination",
+            "#email-destination-form",
+            "#webhook-destination-form",
         ],
     ),
     ("#/deliveries", "#deliveries", &["#bulk-replay-start"]),
@@ -910,4 +918,386 @@ async fn a_read_key_sees_the_console_without_its_write_actions() {
         }
         client.close().await.unwrap();
     }
+}
+
+/// `FORMS_SMTP_*` for a mail server on loopback (plaintext: it is on loopback), with no
+/// rate limits: what a server needs to accept email destinations.
+fn smtp_vars(smtp: &SmtpServer) -> Vec<(&'static str, String)> {
+    vec![
+        ("FORMS_RATE_LIMIT_ENABLED", "false".into()),
+        ("FORMS_SMTP_HOST", "127.0.0.1".into()),
+        ("FORMS_SMTP_PORT", smtp.port()),
+        ("FORMS_SMTP_TLS", "none".into()),
+        (
+            "FORMS_SMTP_FROM",
+            "Hymical Forms <forms@example.com>".into(),
+        ),
+        ("FORMS_SMTP_TIMEOUT_SECONDS", "3".into()),
+    ]
+}
+
+async fn app_with_smtp(smtp: &SmtpServer) -> TestApp {
+    let owned = smtp_vars(smtp);
+    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestApp::start_with(&pairs, Arc::new(SystemClock)).await
+}
+
+/// The data of a GraphQL answer, failing the test on any error.
+async fn api(
+    app: &TestApp,
+    key: &str,
+    query: &str,
+    variables: serde_json::Value,
+) -> serde_json::Value {
+    let answer = app.gql(key, query, variables).await;
+    assert!(answer.get("errors").is_none(), "{answer}");
+    answer["data"].clone()
+}
+
+const ADD_WEBHOOK: &str = "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }";
+const ADD_EMAIL: &str = "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id } } }";
+const DESTINATIONS: &str = "query($id: ID!) { endpoint(id: $id) { destinations { id kind url recipients replyToField state pauseReason } } }";
+
+/// The endpoint's destinations as the API lists them, in order.
+async fn destinations(app: &TestApp, key: &str, endpoint: &str) -> Vec<serde_json::Value> {
+    api(app, key, DESTINATIONS, json!({ "id": endpoint })).await["endpoint"]["destinations"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+async fn sign_in(client: &Client, console: &str, key: &str) {
+    client.goto(console).await.unwrap();
+    type_into(client, "#key", key).await;
+    click(client, "#sign-in button").await;
+    wait_for_text(client, "#view h1", "Overview").await;
+}
+
+/// Waits up to 30 s for `css` to match exactly `n` elements.
+async fn wait_for_count(client: &Client, css: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = client.find_all(Locator::Css(css)).await.unwrap().len();
+        if found == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{css}: {found} elements, never {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An endpoint delivering to two webhooks and an email: its page lists the three with
+/// their addresses and state; one webhook is paused and resumed from the page (the API
+/// says so each time, and the others never change); an email destination is added
+/// through the form, a bad recipient refused in words with nothing created; a webhook
+/// destination is added (its secret shown once) and removed. On a server without a mail
+/// server the same form says why it cannot add one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_endpoint_page_lists_pauses_resumes_and_adds_destinations() {
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with_smtp(&smtp).await;
+    let (_, key) = app.create_key("console").await;
+    api(
+        &app,
+        &key,
+        CREATE_ENDPOINT,
+        json!({"input": {"id": "contact", "name": "Contact", "webhookUrl": "https://hooks.example.com/forms"}}),
+    )
+    .await;
+    api(
+        &app,
+        &key,
+        ADD_WEBHOOK,
+        json!({"input": {"endpointId": "contact", "url": "https://crm.example.net/intake?source=forms&team=sales"}}),
+    )
+    .await;
+    api(
+        &app,
+        &key,
+        ADD_EMAIL,
+        json!({"input": {"endpointId": "contact", "recipients": ["owner@example.com", "sales@example.com"]}}),
+    )
+    .await;
+    let listed = destinations(&app, &key, "contact").await;
+    let ids: Vec<String> = listed
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3);
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+    client
+        .goto(&format!("{console}#/endpoints/contact"))
+        .await
+        .unwrap();
+
+    // The three, in order, each with its kind, its address and its state.
+    wait_for_count(&client, "#destinations tbody tr", 3).await;
+    let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
+    for (id, kind, text) in [
+        (&ids[0], "WEBHOOK", "https://hooks.example.com/forms"),
+        (
+            &ids[1],
+            "WEBHOOK",
+            "https://crm.example.net/intake?source=forms&team=sales",
+        ),
+        (&ids[2], "EMAIL", "owner@example.com, sales@example.com"),
+    ] {
+        wait_for_attribute(&client, &row(id), "data-kind", kind).await;
+        wait_for_attribute(&client, &row(id), "data-state", "RUNNING").await;
+        let shown = wait_for_text(&client, &row(id), text).await;
+        assert!(shown.contains("active"), "{shown}");
+    }
+    wait_for_text(&client, &row(&ids[2]), "Reply-To from the field email").await;
+
+    // Pause the second webhook from the page: only it is paused, by an operator.
+    click(&client, &format!("{} .toggle-destination", row(&ids[1]))).await;
+    wait_for_attribute(&client, &row(&ids[1]), "data-state", "PAUSED").await;
+    wait_for_text(&client, &row(&ids[1]), "an operator paused it").await;
+    wait_for_text(&client, "#flash", "Paused").await;
+    wait_for_text(
+        &client,
+        "#endpoint-delivery-state",
+        "1 of its 3 destinations is paused",
+    )
+    .await;
+    let states: Vec<(String, serde_json::Value)> = destinations(&app, &key, "contact")
+        .await
+        .iter()
+        .map(|d| {
+            (
+                d["state"].as_str().unwrap().to_string(),
+                d["pauseReason"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("RUNNING".to_string(), json!(null)),
+            ("PAUSED".to_string(), json!("OPERATOR")),
+            ("RUNNING".to_string(), json!(null)),
+        ]
+    );
+    assert_eq!(
+        app.db
+            .count(&format!(
+                "SELECT count(*) AS n FROM destinations WHERE paused_at IS NOT NULL AND id = '{}'",
+                ids[1]
+            ))
+            .await,
+        1
+    );
+    let shots = Screenshots::new();
+    shots.take(&client, "endpoint-destinations").await;
+
+    // Resume it from the page.
+    click(&client, &format!("{} .toggle-destination", row(&ids[1]))).await;
+    wait_for_attribute(&client, &row(&ids[1]), "data-state", "RUNNING").await;
+    wait_for_text(&client, "#flash", "Resumed: 0 held deliveries are due now").await;
+    assert!(destinations(&app, &key, "contact")
+        .await
+        .iter()
+        .all(|d| d["state"] == "RUNNING"));
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM destinations WHERE paused_at IS NOT NULL")
+            .await,
+        0
+    );
+
+    // A bad recipient: the API's refusal, in words, on the form; nothing is added.
+    type_into(
+        &client,
+        "#field-recipients",
+        "desk@example.com, not an address",
+    )
+    .await;
+    click(&client, "#email-destination-form button[type='submit']").await;
+    wait_for_text(
+        &client,
+        "#email-destination-error",
+        "The value of recipients is not valid",
+    )
+    .await;
+    assert_eq!(destinations(&app, &key, "contact").await.len(), 3);
+
+    // Two good ones, with the default Reply-To field: added at the end, and listed.
+    type_into(
+        &client,
+        "#field-recipients",
+        "desk@example.com, night@example.com",
+    )
+    .await;
+    click(&client, "#email-destination-form button[type='submit']").await;
+    wait_for_text(&client, "#flash", "Email destination added").await;
+    wait_for_count(&client, "#destinations tbody tr", 4).await;
+    let listed = destinations(&app, &key, "contact").await;
+    assert_eq!(listed.len(), 4);
+    assert_eq!(listed[3]["kind"], "EMAIL");
+    assert_eq!(
+        listed[3]["recipients"],
+        json!(["desk@example.com", "night@example.com"])
+    );
+    assert_eq!(listed[3]["replyToField"], "email");
+    let added = listed[3]["id"].as_str().unwrap().to_string();
+    wait_for_text(&client, &row(&added), "desk@example.com, night@example.com").await;
+
+    // A webhook destination through its form: its secret is shown once.
+    type_into(
+        &client,
+        "#field-destinationUrl",
+        "https://backup.example.org/hook",
+    )
+    .await;
+    click(&client, "#webhook-destination-form button[type='submit']").await;
+    wait_for_text(&client, "#secret-value", "whsec_").await;
+    wait_for_count(&client, "#destinations tbody tr", 5).await;
+    let listed = destinations(&app, &key, "contact").await;
+    assert_eq!(listed[4]["url"], "https://backup.example.org/hook");
+
+    // Remove the added email destination, after confirming: listed no more, its history
+    // kept.
+    click(&client, &format!("{} .remove-destination", row(&added))).await;
+    click(&client, "#confirm-remove-destination").await;
+    wait_for_text(&client, "#flash", "Destination removed").await;
+    wait_for_count(&client, "#destinations tbody tr", 4).await;
+    assert!(destinations(&app, &key, "contact")
+        .await
+        .iter()
+        .all(|d| d["id"] != added.as_str()));
+    assert_eq!(
+        app.db
+            .count(&format!(
+                "SELECT count(*) AS n FROM destinations WHERE removed_at IS NOT NULL AND id = '{added}'"
+            ))
+            .await,
+        1
+    );
+    client.close().await.unwrap();
+
+    // A server without a mail server refuses an email destination, and the form says why.
+    let plain = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, plain_key) = plain.create_key("console").await;
+    api(
+        &plain,
+        &plain_key,
+        CREATE_ENDPOINT,
+        json!({"input": {"id": "contact", "name": "Contact"}}),
+    )
+    .await;
+    let client = browser(&driver).await;
+    let console = plain.url("/console");
+    sign_in(&client, &console, &plain_key).await;
+    client
+        .goto(&format!("{console}#/endpoints/contact"))
+        .await
+        .unwrap();
+    wait_for_text(&client, "#no-destinations", "None").await;
+    type_into(&client, "#field-recipients", "owner@example.com").await;
+    click(&client, "#email-destination-form button[type='submit']").await;
+    wait_for_text(
+        &client,
+        "#email-destination-error",
+        "no mail server to send email through",
+    )
+    .await;
+    assert!(destinations(&plain, &plain_key, "contact").await.is_empty());
+    client.close().await.unwrap();
+}
+
+/// An email delivery the mail server refused with 550: the list and the delivery's page
+/// name its destination (email, the recipients), and its timeline shows the SMTP reply
+/// code and text where a webhook's shows the HTTP status; the submission's page lists it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_email_delivery_shows_the_mail_servers_reply_in_its_timeline() {
+    let smtp = SmtpServer::start(&["--script", "550"]);
+    let app = app_with_smtp(&smtp).await;
+    let (_, key) = app.create_key("console").await;
+    api(
+        &app,
+        &key,
+        CREATE_ENDPOINT,
+        json!({"input": {"id": "mail", "name": "Mail"}}),
+    )
+    .await;
+    api(
+        &app,
+        &key,
+        ADD_EMAIL,
+        json!({"input": {"endpointId": "mail", "recipients": ["owner@example.com", "desk@example.com"]}}),
+    )
+    .await;
+    let submission = app
+        .submit("mail", "email=ada%40example.com&message=hello")
+        .await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let delivery = app.db.deliveries().await[0].id.clone();
+    assert_eq!(
+        app.db.delivery(&delivery).await.state,
+        "failed",
+        "550 is final"
+    );
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+
+    // The list names the destination.
+    client
+        .goto(&format!("{console}#/deliveries?endpoint=mail"))
+        .await
+        .unwrap();
+    let row = format!("tr[data-delivery='{delivery}']");
+    wait_for_attribute(&client, &row, "data-state", "FAILED").await;
+    wait_for_attribute(&client, &format!("{row} .kind"), "data-kind", "EMAIL").await;
+    wait_for_text(
+        &client,
+        &format!("{row} .destination-cell"),
+        "owner@example.com, desk@example.com",
+    )
+    .await;
+
+    // Its page: the destination, and the mail server's reply in the timeline.
+    click(&client, &format!("{row} a")).await;
+    wait_for_attribute(&client, "#delivery-state", "data-state", "FAILED").await;
+    wait_for_text(
+        &client,
+        "#delivery-destination",
+        "owner@example.com, desk@example.com",
+    )
+    .await;
+    let attempt = wait_for_text(&client, "#attempts li[data-number='1']", "SMTP 550").await;
+    assert!(attempt.contains("Scripted rejection of DATA"), "{attempt}");
+    assert!(attempt.contains("smtp error"), "{attempt}");
+    assert!(
+        !attempt.contains("HTTP"),
+        "an email attempt has no HTTP status: {attempt}"
+    );
+    let shots = Screenshots::new();
+    shots.take(&client, "delivery-email-refused").await;
+
+    // The submission's page lists its delivery with the same destination.
+    client
+        .goto(&format!("{console}#/submissions/{submission}"))
+        .await
+        .unwrap();
+    wait_for_text(
+        &client,
+        &format!("#submission-deliveries li[data-delivery='{delivery}']"),
+        "owner@example.com, desk@example.com",
+    )
+    .await;
+    client.close().await.unwrap();
 }
