@@ -276,13 +276,10 @@ export function list(view, route, shell) {
 }
 
 // What answered an attempt: a webhook's HTTP status, or a mail server's SMTP reply code
-// and text (an email attempt has no HTTP status).
+// (an email attempt has no HTTP status; the server's text follows on a line of its own).
 function answer(attempt, email) {
   if (!email) return h("span", { class: "attempt-status" }, attempt.httpStatus ? `HTTP ${attempt.httpStatus}` : "no status");
-  return [
-    h("span", { class: "attempt-status" }, attempt.smtpReplyCode ? `SMTP ${attempt.smtpReplyCode}` : "no reply"),
-    attempt.smtpReply ? h("span", { class: "attempt-reply mono" }, attempt.smtpReply) : null,
-  ];
+  return h("span", { class: "attempt-status" }, attempt.smtpReplyCode ? `SMTP ${attempt.smtpReplyCode}` : "no reply");
 }
 
 function timeline(attempts, email) {
@@ -300,6 +297,7 @@ function timeline(attempts, email) {
         answer(a, email),
         h("span", { class: "attempt-duration" }, `${a.durationMs} ms`),
         a.late ? h("span", { class: "tag late", title: "Recorded by a worker whose claim had been superseded" }, "late") : null,
+        a.smtpReply ? h("span", { class: "attempt-reply mono" }, a.smtpReply) : null,
         a.error ? h("span", { class: "attempt-error" }, a.error) : null,
       ),
     ),

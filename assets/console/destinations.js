@@ -56,9 +56,10 @@ export function targetLabel(delivery) {
   return [h("span", { class: `kind kind-${kind.toLowerCase()}`, "data-kind": kind }, KINDS[kind]), " ", h("span", { class: "mono wrap target" }, where || "—")];
 }
 
+// Its state in words; a paused one's text follows a "paused" tag.
 function stateText(destination) {
   if (destination.state === "PAUSED") {
-    return `paused since ${time(destination.pausedAt)}: ${PAUSE_REASONS[destination.pauseReason] || destination.pauseReason}`;
+    return `since ${time(destination.pausedAt)}: ${PAUSE_REASONS[destination.pauseReason] || destination.pauseReason}`;
   }
   if (destination.state === "REMOVED") return "removed";
   const run = destination.consecutiveFailedDeliveries;
@@ -103,7 +104,7 @@ export function destinationsSection(endpoint, { shell, refresh }) {
       h("td", { class: "num" }, String(destination.position)),
       h("td", {}, h("span", { class: `kind kind-${destination.kind.toLowerCase()}` }, KINDS[destination.kind] || destination.kind)),
       h("td", {}, where(destination)),
-      h("td", { class: "destination-state" }, destination.state === "PAUSED" ? h("span", { class: "tag paused" }, "paused") : null, " ", stateText(destination)),
+      h("td", { class: "destination-state" }, destination.state === "PAUSED" ? [h("span", { class: "tag paused" }, "paused"), " "] : null, stateText(destination)),
       actions,
     );
     if (changes) {
