@@ -758,3 +758,153 @@ async fn a_failing_receiver_yields_one_warning_one_pause_and_one_resume_notice()
         "every alert is done"
     );
 }
+
+/// Throttling across processes: two servers drain 500 deliveries to one destination
+/// limited to 50 requests a second. A receiver logging arrivals sees no 1 s window with
+/// more than the rate plus the allowed burst (100 ms of the rate, and the one request the
+/// limit admits at its edge) and two requests of tolerance for when the receiver saw
+/// them, and the whole drain takes at least as long as the rate asks (less 5 % for
+/// the receiver's view of the first and last arrivals); every delivery is delivered with
+/// one attempt (waiting for its turn spent none).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_destination_gets_no_more_than_its_rate_across_two_servers() {
+    use crate::harness::{wait_for_status, ServeProcess};
+    const RATE: usize = 50;
+    const DELIVERIES: usize = 500;
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("throttle").await;
+    create_endpoint(&app, &key, "busy", &receiver.url("/hook")).await;
+    let listed = data(
+        app.gql(
+            &key,
+            "{ endpoint(id: \"busy\") { destinations { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let destination = listed["endpoint"]["destinations"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let updated = data(
+        app.gql(
+            &key,
+            "mutation($input: UpdateDestinationInput!) { updateDestination(input: $input) { destination { maxRequestsPerSecond maxInFlight } } }",
+            json!({ "input": { "id": destination, "maxRequestsPerSecond": RATE, "maxInFlight": 100 } }),
+        )
+        .await,
+    );
+    assert_eq!(
+        updated["updateDestination"]["destination"]["maxRequestsPerSecond"],
+        RATE
+    );
+    // Everything queued first, held by a pause, then released at once.
+    data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { pauseDestination(id: $id) { destination { state } } }",
+            json!({ "id": destination }),
+        )
+        .await,
+    );
+    let mut conn = app.db.connect().await;
+    {
+        use diesel_async::RunQueryDsl;
+        diesel::sql_query(format!(
+            "WITH s AS (
+                 INSERT INTO submissions (id, endpoint_id, received_at, fields)
+                 SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'busy', now(), '{{\"n\":[\"1\"]}}'
+                 FROM generate_series(1, {DELIVERIES}) AS n
+                 RETURNING id)
+             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id,
+                 destination_url, signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_' || substr(s.id, 5), s.id, ds.endpoint_id, ds.id, ds.url, ds.secret,
+                    now(), now()
+             FROM s, destinations ds WHERE ds.id = '{destination}'"
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let vars = [
+        ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ("FORMS_WORKER_POLL_SECONDS", "0.05"),
+        ("FORMS_WORKER_CONCURRENCY", "64"),
+    ];
+    let servers = [
+        ServeProcess::start(&app.db, &vars),
+        ServeProcess::start(&app.db, &vars),
+    ];
+    for server in &servers {
+        wait_for_status(&server.url("/health"), 200).await;
+    }
+    data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { resumeDestination(id: $id) { heldDeliveries } }",
+            json!({ "id": destination }),
+        )
+        .await,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while receiver.received().len() < DELIVERIES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {DELIVERIES} arrived",
+            receiver.received().len()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let arrivals: Vec<std::time::Instant> = receiver.received().iter().map(|r| r.at).collect();
+    // The most requests in any window of one second.
+    let mut busiest = 0;
+    for (start, first) in arrivals.iter().enumerate() {
+        let within = arrivals[start..]
+            .iter()
+            .take_while(|at| at.duration_since(*first) < std::time::Duration::from_secs(1))
+            .count();
+        busiest = busiest.max(within);
+    }
+    let burst = RATE / 10;
+    let span = arrivals[DELIVERIES - 1].duration_since(arrivals[0]);
+    eprintln!("throttle: busiest second {busiest}, {DELIVERIES} in {span:?} at {RATE}/s");
+    assert!(
+        busiest <= RATE + burst + 3,
+        "{busiest} requests within one second at a rate of {RATE}/s"
+    );
+    // After the first burst one request per 1/RATE s; 5 % of tolerance for when the
+    // receiver saw them (the first may be late, the last early).
+    let least =
+        std::time::Duration::from_secs_f64(0.95 * (DELIVERIES - burst - 1) as f64 / RATE as f64);
+    assert!(span >= least, "{DELIVERIES} arrived within {span:?}");
+
+    let one_attempt_each = app
+        .db
+        .count(
+            "SELECT count(*) AS n FROM webhook_deliveries
+             WHERE state = 'delivered' AND attempts = 1",
+        )
+        .await;
+    assert_eq!(one_attempt_each, DELIVERIES as i64);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM delivery_attempts")
+            .await,
+        DELIVERIES as i64,
+        "no attempt spent waiting"
+    );
+    // Both stop cleanly.
+    for server in servers {
+        let (status, log) = server.stop();
+        assert!(status.success(), "{log}");
+    }
+}

@@ -163,7 +163,10 @@ async fn metrics_count_what_happened() {
         2.0
     );
     assert_eq!(
-        value(&before, "hymical_delivery_attempt_duration_seconds{kind=\"webhook\"}"),
+        value(
+            &before,
+            "hymical_delivery_attempt_duration_seconds{kind=\"webhook\"}"
+        ),
         5.0
     );
     assert_eq!(
