@@ -9,8 +9,9 @@
 -- (docs/operations.md): this release no longer reads or writes them (but clears them on
 -- delete, as the tombstone check asks), and the next one drops them.
 --
--- Everything here changes the catalog or small tables (the queue, not the history), so
--- the locks it takes on webhook_deliveries are held for moments; the indexes the new
+-- Everything here changes the catalog or small tables (the queue, not the history, each
+-- state read through its partial index), so the locks it takes on webhook_deliveries are
+-- held for moments (measured: docs/BENCHMARKS.md); the indexes the new
 -- claim reads are built without blocking writes by the next migration
 -- (destination_indexes). A lock not granted within 10 s fails the migration rather than
 -- queueing every request behind it; running it again is safe.
@@ -105,11 +106,19 @@ ALTER TABLE webhook_deliveries
     -- An email delivery has no signing secret (its `destination_url` is a `mailto:` of
     -- its recipients, the snapshot an email delivery keeps).
     ALTER COLUMN signing_secret DROP NOT NULL;
+-- One statement per state, so that each reads its partial index: `state IN (...)` can
+-- use neither, and with the new table's statistics missing the planner walked every
+-- endpoint's whole history (30 s on 10 million deliveries, held under the ALTER's
+-- exclusive lock: docs/BENCHMARKS.md). Statistics first, for the join.
+ANALYZE destinations;
 UPDATE webhook_deliveries d
 SET destination_id = ds.id
 FROM destinations ds
-WHERE ds.endpoint_id = d.endpoint_id AND ds.position = 1
-  AND d.state IN ('pending', 'processing');
+WHERE d.state = 'pending' AND ds.endpoint_id = d.endpoint_id AND ds.position = 1;
+UPDATE webhook_deliveries d
+SET destination_id = ds.id
+FROM destinations ds
+WHERE d.state = 'processing' AND ds.endpoint_id = d.endpoint_id AND ds.position = 1;
 
 -- An email attempt's SMTP reply: its code in response_status (SMTP codes are 2xx–5xx,
 -- within that column's range), its text here, one printable line of at most 500

@@ -26,13 +26,6 @@ pub struct AlertConfig {
     pub webhook: Option<AlertWebhook>,
 }
 
-impl AlertConfig {
-    /// Whether any channel is configured.
-    pub fn any(&self) -> bool {
-        !self.emails.is_empty() || self.webhook.is_some()
-    }
-}
-
 const EMAILS: &str = "FORMS_ALERT_EMAILS";
 const WEBHOOK_URL: &str = "FORMS_ALERT_WEBHOOK_URL";
 const WEBHOOK_SECRET: &str = "FORMS_ALERT_WEBHOOK_SECRET";
@@ -169,7 +162,7 @@ mod tests {
     #[test]
     fn channels_are_read_and_checked() {
         let (config, failed) = read_with(&[], false);
-        assert!(!config.any() && failed.is_empty());
+        assert!(config.emails.is_empty() && config.webhook.is_none() && failed.is_empty());
         let (config, failed) = read_with(
             &[
                 (

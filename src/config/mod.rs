@@ -19,7 +19,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub use alerts::{AlertConfig, AlertWebhook};
+pub use alerts::AlertConfig;
 pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
 pub use delivery::{WebhookConfig, WorkerConfig};
 pub use graphql::GraphqlConfig;

@@ -202,6 +202,7 @@ where
                 destinations::previous_secret.eq(next.previous_secret),
                 destinations::previous_secret_expires_at.eq(next.previous_secret_expires_at),
                 destinations::recipients.eq(next.recipients),
+                destinations::reply_to_field.eq(next.reply_to_field),
                 destinations::max_in_flight.eq(next.max_in_flight),
                 destinations::events.eq(next.events),
                 destinations::max_requests_per_second.eq(next.max_requests_per_second),

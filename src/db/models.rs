@@ -91,6 +91,11 @@ pub struct DestinationRow {
     pub created_at: DateTime<Utc>,
     /// Removed with its history kept: new submissions make no delivery for it.
     pub removed_at: Option<DateTime<Utc>>,
+    /// An autoresponder's confirmation: the operator's fixed subject and text, and how long
+    /// an address that had one gets no other.
+    pub reply_subject: Option<String>,
+    pub reply_body: Option<String>,
+    pub reply_window_seconds: Option<i32>,
 }
 
 impl DestinationRow {
@@ -107,6 +112,28 @@ impl DestinationRow {
             secret: None,
             recipients: Some(recipients.into_iter().map(Some).collect()),
             reply_to_field,
+            ..DestinationRow::webhook(endpoint_id, 0, String::new(), String::new(), created_at)
+        }
+    }
+
+    /// A new autoresponder: `subject` and `body` sent to the one address in the form field
+    /// `address_field`, at most once per address per `window_seconds`.
+    pub fn autoresponder(
+        endpoint_id: EndpointId,
+        address_field: String,
+        subject: String,
+        body: String,
+        window_seconds: i32,
+        created_at: DateTime<Utc>,
+    ) -> DestinationRow {
+        DestinationRow {
+            kind: DestinationKind::Autoresponder,
+            url: None,
+            secret: None,
+            reply_to_field: Some(address_field),
+            reply_subject: Some(subject),
+            reply_body: Some(body),
+            reply_window_seconds: Some(window_seconds),
             ..DestinationRow::webhook(endpoint_id, 0, String::new(), String::new(), created_at)
         }
     }
@@ -138,6 +165,9 @@ impl DestinationRow {
             consecutive_failed_deliveries: 0,
             created_at,
             removed_at: None,
+            reply_subject: None,
+            reply_body: None,
+            reply_window_seconds: None,
         }
     }
 
@@ -262,7 +292,8 @@ pub struct ClaimedDelivery {
     pub endpoint_id: EndpointId,
     pub destination_id: DestinationId,
     pub kind: DestinationKind,
-    /// A webhook's URL, or an email's `mailto:` of its recipients, as captured.
+    /// A webhook's URL, an email's `mailto:` of its recipients, or an autoresponder's
+    /// `autoresponder:` and the field naming the address, as captured.
     pub destination_url: String,
     /// A webhook's snapshot secret; `None` for an email.
     pub signing_secret: Option<String>,

@@ -1,6 +1,18 @@
 // @generated automatically by Diesel CLI.
 
 diesel::table! {
+    autoresponder_recipients (destination_id, address_digest) {
+        #[max_length = 36]
+        destination_id -> Varchar,
+        #[max_length = 32]
+        address_digest -> Varchar,
+        quiet_until -> Timestamptz,
+        #[max_length = 36]
+        submission_id -> Varchar,
+    }
+}
+
+diesel::table! {
     delivery_attempts (id) {
         #[max_length = 36]
         id -> Varchar,
@@ -99,6 +111,11 @@ diesel::table! {
         consecutive_failed_deliveries -> Int4,
         created_at -> Timestamptz,
         removed_at -> Nullable<Timestamptz>,
+        #[max_length = 200]
+        reply_subject -> Nullable<Varchar>,
+        #[max_length = 5000]
+        reply_body -> Nullable<Varchar>,
+        reply_window_seconds -> Nullable<Int4>,
     }
 }
 
@@ -250,6 +267,7 @@ diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    autoresponder_recipients,
     delivery_attempts,
     delivery_event_retention,
     delivery_events,

@@ -315,7 +315,7 @@ pub fn notification(n: &Notification<'_>) -> OutgoingEmail {
         subject,
         reply_to: n
             .reply_to_field
-            .and_then(|name| reply_to(n.fields, name))
+            .and_then(|name| submitter_address(n.fields, name))
             .map(|address| address.to_string()),
         message_id: format!("<{}@{}>", n.delivery_id, n.message_domain),
     }
@@ -352,11 +352,40 @@ fn stored_fields(fields: &Value) -> Vec<StoredField> {
         .collect()
 }
 
+/// An autoresponder's confirmation: the operator's fixed subject and text to the one
+/// address the submission named. Nothing of the submission is in it, so a submitter
+/// shapes no header, no subject and no word of it; it is sent to that address alone.
+pub fn autoresponse(
+    to: &Address,
+    subject: &str,
+    body: &str,
+    delivery_id: &str,
+    message_domain: &str,
+) -> OutgoingEmail {
+    let paragraphs: String = body
+        .split("\n\n")
+        .map(|paragraph| {
+            format!(
+                "<p>{}</p>",
+                escape_html(paragraph.trim()).replace('\n', "<br>")
+            )
+        })
+        .collect();
+    OutgoingEmail {
+        to: vec![to.to_string()],
+        subject: single_line(subject),
+        text: format!("{}\n", body.trim_end()),
+        html: format!("<!DOCTYPE html><html><body>{paragraphs}</body></html>"),
+        reply_to: None,
+        message_id: format!("<{delivery_id}@{message_domain}>"),
+    }
+}
+
 /// The value of `field` when it is exactly one value holding exactly one plain address:
 /// no display name, no list, no line break. Anything else gives no Reply-To at all,
 /// never a part of one. ASCII only: a non-ASCII header would need SMTPUTF8 of the server,
 /// and a submitter could otherwise make the whole message unsendable to one that lacks it.
-fn reply_to(fields: &Value, field: &str) -> Option<Address> {
+pub fn submitter_address(fields: &Value, field: &str) -> Option<Address> {
     let [value] = fields.get(field)?.as_array()?.as_slice() else {
         return None;
     };

@@ -30,7 +30,7 @@ use crate::db::destinations::{FailureRun, FailureThresholds};
 use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
-use crate::model::state::{AttemptOutcome, DeliveryState, PauseReason};
+use crate::model::state::{AttemptOutcome, DeliveryState, DestinationKind, PauseReason};
 
 /// The most attempts one statement records.
 pub const MAX_BATCH: usize = 32;
@@ -51,6 +51,7 @@ pub struct Attempt {
     pub reply: Option<String>,
     pub transition: OwnerTransition,
     pub destination_id: DestinationId,
+    pub destination_kind: DestinationKind,
     /// The destination's run of failed deliveries was nonzero when this was claimed.
     pub destination_had_failures: bool,
 }
@@ -222,8 +223,17 @@ fn destination_effects(
     let mut gone: Vec<DestinationId> = Vec::new();
     for (attempt, recorded) in attempts.iter().zip(recorded) {
         let Some(recorded) = recorded else { continue };
-        if attempt.response_status == Some(410) && !gone.contains(&attempt.destination_id) {
-            gone.push(attempt.destination_id.clone());
+        // A 410 is a webhook receiver's word (an SMTP server's reply codes are no HTTP
+        // status). An autoresponder's failures are its submitters' addresses, not its
+        // own state: they never pause it, or a bot naming bad addresses could.
+        match attempt.destination_kind {
+            DestinationKind::Webhook => {
+                if attempt.response_status == Some(410) && !gone.contains(&attempt.destination_id) {
+                    gone.push(attempt.destination_id.clone());
+                }
+            }
+            DestinationKind::Email => {}
+            DestinationKind::Autoresponder => continue,
         }
         let Recorded::Owner { state, .. } = recorded else {
             continue;
@@ -327,6 +337,7 @@ mod tests {
             reply: None,
             transition: OwnerTransition::Failed,
             destination_id: destination(endpoint),
+            destination_kind: DestinationKind::Webhook,
             destination_had_failures: had_failures,
         }
     }

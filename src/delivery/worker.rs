@@ -287,6 +287,13 @@ impl Worker {
                     .await;
                 return;
             }
+            (DestinationKind::Autoresponder, _) => {
+                let started = Instant::now();
+                let result = self.send_autoresponse(&delivery, fields).await;
+                self.record(&delivery, &result, attempted_at, started.elapsed())
+                    .await;
+                return;
+            }
             (DestinationKind::Webhook, None) => {
                 // The delivery row's CHECK makes this impossible; fail it loudly rather
                 // than send an unsigned request.
@@ -370,6 +377,70 @@ impl Worker {
         AttemptResult::from_mail(mailer.send(&message).await)
     }
 
+    /// An autoresponder's confirmation, to the address the submission names in the
+    /// destination's field (read again here, as intake checked it), with the destination's
+    /// subject and text as they are now.
+    async fn send_autoresponse(
+        &self,
+        delivery: &ClaimedDelivery,
+        fields: &serde_json::Value,
+    ) -> AttemptResult {
+        use crate::model::state::AttemptOutcome;
+        let Some(mailer) = &self.mailer else {
+            return AttemptResult::failure(
+                AttemptOutcome::NetworkError,
+                "email is not set up on this server (FORMS_SMTP_HOST)",
+            );
+        };
+        let destination_id = &delivery.destination_id;
+        let found = self
+            .db
+            .run(async |conn| {
+                Ok(
+                    crate::db::destinations::find_many(conn, std::slice::from_ref(destination_id))
+                        .await?
+                        .pop(),
+                )
+            })
+            .await;
+        let destination = match found {
+            Ok(Some(destination)) => destination,
+            Ok(None) => {
+                return AttemptResult::failure(AttemptOutcome::Unsendable, "no destination")
+            }
+            Err(error) => {
+                return AttemptResult::failure(
+                    AttemptOutcome::NetworkError,
+                    format!("the autoresponder could not be read: {}", error.summary()),
+                )
+            }
+        };
+        let (Some(field), Some(subject), Some(body)) = (
+            destination.reply_to_field.as_deref(),
+            destination.reply_subject.as_deref(),
+            destination.reply_body.as_deref(),
+        ) else {
+            return AttemptResult::failure(
+                AttemptOutcome::Unsendable,
+                "the destination is not an autoresponder",
+            );
+        };
+        let Some(to) = email::submitter_address(fields, field) else {
+            return AttemptResult::failure(
+                AttemptOutcome::Unsendable,
+                "the submission names no single plain address in the autoresponder's field",
+            );
+        };
+        let message = email::autoresponse(
+            &to,
+            subject,
+            body,
+            delivery.id.as_str(),
+            mailer.message_domain(),
+        );
+        AttemptResult::from_mail(mailer.send(&message).await)
+    }
+
     /// Records the attempt, retrying briefly if the database is unavailable: the request
     /// went out, so it belongs in the history. If it still cannot be recorded, the lease
     /// expires and the delivery is sent again (at least once, never lost).
@@ -400,6 +471,7 @@ impl Worker {
             reply: result.reply.clone(),
             transition,
             destination_id: delivery.destination_id.clone(),
+            destination_kind: delivery.kind,
             destination_had_failures: delivery.destination_failed_deliveries > 0,
         };
         let mut delay = Duration::from_millis(100);

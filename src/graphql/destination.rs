@@ -44,11 +44,28 @@ impl Destination {
     async fn recipients(&self) -> Vec<&str> {
         self.0.recipients().collect()
     }
-    /// An email destination's field whose value, one plain address, becomes Reply-To;
-    /// null: none (and always for a webhook).
+    /// An email destination's field whose value, one plain address, becomes Reply-To
+    /// (null: none); an autoresponder's field holding the address it answers; null for a
+    /// webhook.
     async fn reply_to_field(&self) -> Option<&str> {
         self.0.reply_to_field.as_deref()
     }
+    /// An autoresponder's subject, sent as written; null for the other kinds.
+    async fn reply_subject(&self) -> Option<&str> {
+        self.0.reply_subject.as_deref()
+    }
+
+    /// An autoresponder's plain text, sent as written; null for the other kinds.
+    async fn reply_body(&self) -> Option<&str> {
+        self.0.reply_body.as_deref()
+    }
+
+    /// How long an address an autoresponder answered gets no other answer from it;
+    /// null for the other kinds.
+    async fn reply_window_seconds(&self) -> Option<i32> {
+        self.0.reply_window_seconds
+    }
+
     /// A webhook's signing secrets live now, never the secrets themselves. Empty for an
     /// email destination.
     async fn webhook_secrets(&self, ctx: &Context<'_>) -> Vec<WebhookSecret> {

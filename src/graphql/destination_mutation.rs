@@ -51,6 +51,24 @@ pub struct AddEmailDestinationInput {
     pub max_requests_per_second: Option<i32>,
 }
 
+#[derive(InputObject)]
+pub struct AddAutoresponderDestinationInput {
+    pub endpoint_id: ID,
+    /// The form field holding the submitter's address: a confirmation goes only when it
+    /// holds exactly one plain address, and only to it.
+    #[graphql(default = "email")]
+    pub address_field: String,
+    /// The confirmation's subject: one line, 1–200 characters, sent as written.
+    pub subject: String,
+    /// The confirmation's plain text, 1–5000 characters, sent as written: nothing of the
+    /// submission is put in it.
+    pub body: String,
+    /// How long an address that had a confirmation from it gets no other (60 s to 30
+    /// days); left out: a day.
+    #[graphql(default = 86400)]
+    pub window_seconds: i32,
+}
+
 /// A field left out is unchanged; `null` returns an optional one to its default.
 #[derive(InputObject)]
 pub struct UpdateDestinationInput {
@@ -177,9 +195,11 @@ where
 fn webhook_only(destination: &DestinationRow) -> Result<(), ApiError> {
     match destination.kind {
         DestinationKind::Webhook => Ok(()),
-        DestinationKind::Email => Err(ApiError::DestinationNotWebhook {
-            destination_id: destination.id.to_string(),
-        }),
+        DestinationKind::Email | DestinationKind::Autoresponder => {
+            Err(ApiError::DestinationNotWebhook {
+                destination_id: destination.id.to_string(),
+            })
+        }
     }
 }
 
@@ -264,6 +284,51 @@ impl DestinationMutation {
         if let Some(events) = events {
             destination.events = events;
         }
+        Ok(DestinationPayload {
+            destination: add(ctx, &input.endpoint_id, destination).await?,
+        })
+    }
+
+    /// Adds an autoresponder at the end of the endpoint's list: a submission naming one
+    /// plain address in `addressField` is sent this fixed confirmation by email
+    /// (`FORMS_SMTP_*`), to that address only, at most once per address per
+    /// `windowSeconds`. A submission whose field holds anything else (no address, several,
+    /// a name and an address) gets none. `DESTINATION_LIMIT_REACHED` past 20 destinations.
+    async fn add_autoresponder_destination(
+        &self,
+        ctx: &Context<'_>,
+        input: AddAutoresponderDestinationInput,
+    ) -> Result<DestinationPayload> {
+        let app = app(ctx);
+        let endpoint_id = EndpointId::parse(&input.endpoint_id)
+            .ok_or_else(|| ApiError::EndpointNotFound {
+                endpoint_id: input.endpoint_id.0.clone(),
+            })
+            .gql()?;
+        if app.config.smtp.is_none() {
+            return Err(ApiError::EmailNotConfigured).gql();
+        }
+        let address_field = rules::reply_to_field(
+            &input.address_field,
+            app.config.intake.max_field_name_length,
+        )
+        .map_err(refused)
+        .gql()?;
+        let subject = rules::reply_subject(&input.subject)
+            .map_err(refused)
+            .gql()?;
+        let body = rules::reply_body(&input.body).map_err(refused).gql()?;
+        let window = rules::reply_window_seconds(input.window_seconds)
+            .map_err(refused)
+            .gql()?;
+        let destination = DestinationRow::autoresponder(
+            endpoint_id,
+            address_field,
+            subject,
+            body,
+            window,
+            app.clock.now(),
+        );
         Ok(DestinationPayload {
             destination: add(ctx, &input.endpoint_id, destination).await?,
         })

@@ -101,6 +101,9 @@ pub(super) fn refused(error: SettingError) -> ApiError {
                 Setting::MaxInFlight => "maxInFlight",
                 Setting::MaxRequestsPerSecond => "maxRequestsPerSecond",
                 Setting::Events => "events",
+                Setting::ReplySubject => "subject",
+                Setting::ReplyBody => "body",
+                Setting::ReplyWindowSeconds => "windowSeconds",
             }
             .into(),
             reason: reason.into(),

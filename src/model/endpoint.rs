@@ -33,6 +33,9 @@ pub enum Setting {
     MaxInFlight,
     MaxRequestsPerSecond,
     Events,
+    ReplySubject,
+    ReplyBody,
+    ReplyWindowSeconds,
 }
 
 /// A setting that breaks its rule.
@@ -228,6 +231,53 @@ pub fn max_requests_per_second(raw: i32) -> Result<i32, SettingError> {
         Err(invalid(
             Setting::MaxRequestsPerSecond,
             "must be from 1 to 10000",
+        ))
+    }
+}
+
+/// An autoresponder's subject: trimmed, 1–200 characters, one line (no control character).
+pub fn reply_subject(raw: &str) -> Result<String, SettingError> {
+    let subject = raw.trim();
+    if subject.is_empty() || subject.chars().count() > 200 {
+        return Err(invalid(
+            Setting::ReplySubject,
+            "must be 1 to 200 characters",
+        ));
+    }
+    if subject.chars().any(char::is_control) {
+        return Err(invalid(Setting::ReplySubject, "must be one line of text"));
+    }
+    Ok(subject.to_string())
+}
+
+/// An autoresponder's text: 1–5000 characters of plain text, lines ending in `\n` (a
+/// `\r\n` becomes `\n`), no other control character but the tab.
+pub fn reply_body(raw: &str) -> Result<String, SettingError> {
+    let body = raw.replace("\r\n", "\n");
+    let body = body.trim_end();
+    if body.trim().is_empty() || body.chars().count() > 5000 {
+        return Err(invalid(Setting::ReplyBody, "must be 1 to 5000 characters"));
+    }
+    if body
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Err(invalid(
+            Setting::ReplyBody,
+            "must be plain text: no control characters but line breaks and tabs",
+        ));
+    }
+    Ok(body.to_string())
+}
+
+/// How long an address that had a confirmation gets no other: a minute to 30 days.
+pub fn reply_window_seconds(raw: i32) -> Result<i32, SettingError> {
+    if (60..=30 * 86_400).contains(&raw) {
+        Ok(raw)
+    } else {
+        Err(invalid(
+            Setting::ReplyWindowSeconds,
+            "must be from 60 to 2592000 (30 days)",
         ))
     }
 }

@@ -63,6 +63,9 @@ db_vocabulary! {
         Webhook => "webhook",
         /// An email to a list of addresses.
         Email => "email",
+        /// The operator's fixed confirmation, by email, to the one address a submission
+        /// names in a field.
+        Autoresponder => "autoresponder",
     }
 }
 

@@ -908,3 +908,128 @@ async fn a_throttled_destination_gets_no_more_than_its_rate_across_two_servers()
         assert!(status.success(), "{log}");
     }
 }
+
+/// The autoresponder: the operator's fixed confirmation, sent once to the one address the
+/// submission names, never to a second address smuggled through a line break, a comma, a
+/// display name or a second value, once per address per window, and never for what the
+/// honeypot caught.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_autoresponder_answers_one_address_once_per_window() {
+    let smtp = SmtpServer::start(&[]);
+    let start = Utc.with_ymd_and_hms(2026, 12, 1, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let app = app_with(&smtp, clock.clone()).await;
+    let (_, key) = app.create_key("autoresponder").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\", honeypotField: \"fax\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let added = data(
+        app.gql(
+            &key,
+            "mutation($input: AddAutoresponderDestinationInput!) { addAutoresponderDestination(input: $input) { destination { id kind replyToField replySubject replyBody replyWindowSeconds } } }",
+            json!({ "input": {
+                "endpointId": "contact",
+                "subject": "Thank you for writing",
+                "body": "We have your message and will answer within two days.\r\n\r\nThe team",
+                "windowSeconds": 3600,
+            } }),
+        )
+        .await,
+    );
+    let destination = &added["addAutoresponderDestination"]["destination"];
+    assert_eq!(destination["kind"], "AUTORESPONDER");
+    assert_eq!(destination["replyToField"], "email", "the default field");
+    assert_eq!(
+        destination["replyBody"],
+        "We have your message and will answer within two days.\n\nThe team"
+    );
+    let autoresponder = destination["id"].as_str().unwrap().to_string();
+    let worker = app.worker(None);
+    let owed_query = format!(
+        "SELECT count(*) AS n FROM webhook_deliveries WHERE destination_id = '{autoresponder}'"
+    );
+    let owed = async |app: &TestApp| app.db.count(&owed_query).await;
+
+    // One plain address: one message, to it alone, with the operator's words only.
+    app.submit(
+        "contact",
+        "email=visitor%40example.org&subject=Bcc%3A+x%40evil.example&message=hello",
+    )
+    .await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(message["rcpt_tos"], json!(["visitor@example.org"]));
+    assert_eq!(header(message, "Subject"), Some("Thank you for writing"));
+    assert_eq!(header(message, "To"), Some("visitor@example.org"));
+    assert_eq!(header(message, "Reply-To"), None);
+    assert_eq!(header(message, "Bcc"), None);
+    let raw = message["raw"].as_str().unwrap();
+    assert!(
+        !raw.contains("evil.example") && !raw.contains("hello"),
+        "{raw}"
+    );
+    assert!(raw.contains("within two days"), "{raw}");
+
+    // The same address again within the window, in other letters: nothing more.
+    app.submit("contact", "email=Visitor%40Example.ORG").await;
+    assert_eq!(owed(&app).await, 1);
+
+    // A second address smuggled in any way: no confirmation at all, to anyone.
+    for smuggled in [
+        "email=a%40example.org%0ABcc%3A+b%40example.org",
+        "email=a%40example.org%0D%0Ab%40example.org",
+        "email=a%40example.org%2C+b%40example.org",
+        "email=a%40example.org%3Bb%40example.org",
+        "email=Someone+%3Ca%40example.org%3E",
+        "email=a%40example.org&email=b%40example.org",
+        "email=",
+        "name=no+address",
+    ] {
+        app.submit("contact", smuggled).await;
+        assert_eq!(owed(&app).await, 1, "{smuggled}");
+    }
+    // The honeypot's catch is stored nowhere and answered by nobody.
+    let caught = app
+        .post_form(
+            "contact",
+            Some("application/x-www-form-urlencoded"),
+            "email=trap%40example.org&fax=1".to_string(),
+            &[],
+        )
+        .await;
+    assert!(caught.status().is_success());
+    assert_eq!(owed(&app).await, 1);
+
+    // Past the window, the address is answered again, once for two submissions.
+    clock.advance(chrono::Duration::seconds(3601));
+    app.submit("contact", "email=visitor%40example.org").await;
+    app.submit("contact", "email=visitor%40example.org").await;
+    assert_eq!(owed(&app).await, 2);
+    worker.run_once().await.unwrap();
+    let recipients: Vec<Value> = smtp
+        .messages()
+        .iter()
+        .map(|m| m["rcpt_tos"].clone())
+        .collect();
+    assert_eq!(
+        recipients,
+        [
+            json!(["visitor@example.org"]),
+            json!(["visitor@example.org"])
+        ]
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM autoresponder_recipients")
+            .await,
+        1,
+        "one row per address, the address itself not kept"
+    );
+}

@@ -78,15 +78,52 @@ WITH input AS (
     -- a copy of each of its rows for the recheck after a wait, and that copy (the whole
     -- input row, fields and all) cost more than the lock.
     SELECT ds.id, ds.endpoint_id, ds.kind, ds.position,
-           CASE WHEN ds.kind = 'email'
-                THEN 'mailto:' || array_to_string(ds.recipients, ',') ELSE ds.url END AS url,
-           ds.secret
+           CASE ds.kind
+               WHEN 'email' THEN 'mailto:' || array_to_string(ds.recipients, ',')
+               -- Where an autoresponder's message goes is the submission's to say: the
+               -- snapshot names the field, never the address (erasing the submission
+               -- leaves none of it behind).
+               WHEN 'autoresponder' THEN 'autoresponder:' || ds.reply_to_field
+               ELSE ds.url END AS url,
+           ds.secret, ds.reply_to_field, ds.reply_window_seconds
     FROM destinations ds
     JOIN endpoints e ON e.id = ds.endpoint_id
     WHERE ds.endpoint_id = ANY ($2::varchar[]) AND ds.removed_at IS NULL
       AND 'submission.received' = ANY (ds.events)
       AND e.deleted_at IS NULL
     FOR KEY SHARE OF ds, e
+), autoresponse AS (
+    -- An autoresponder answers a submission whose field holds exactly one plain address
+    -- (what the worker checks again: email.rs `submitter_address`), at most once per
+    -- address per its window: the first submission of the batch naming an address takes
+    -- it, and an address answered before gets its row back only once its quiet time has
+    -- passed (the row lock of `ON CONFLICT` orders concurrent batches). What it returns
+    -- is what gets a delivery.
+    INSERT INTO autoresponder_recipients AS r
+        (destination_id, address_digest, quiet_until, submission_id)
+    SELECT DISTINCT ON (c.destination_id, c.digest)
+           c.destination_id, c.digest,
+           coalesce($8, statement_timestamp()) + make_interval(secs => c.reply_window_seconds),
+           c.submission_id
+    FROM (
+        SELECT ld.id AS destination_id, ld.reply_window_seconds, s.id AS submission_id,
+               i.position, md5(lower(a.address)) AS digest
+        FROM new_submission s
+        JOIN input i ON i.id = s.id
+        JOIN live_destination ld ON ld.endpoint_id = s.endpoint_id AND ld.kind = 'autoresponder'
+        CROSS JOIN LATERAL (
+            SELECT btrim(i.fields -> ld.reply_to_field ->> 0, ' ') AS address
+            WHERE json_typeof(i.fields -> ld.reply_to_field) = 'array'
+              AND json_array_length(i.fields -> ld.reply_to_field) = 1
+        ) a
+        WHERE length(a.address) <= 254
+          AND a.address ~ '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$'
+    ) c
+    ORDER BY c.destination_id, c.digest, c.position
+    ON CONFLICT (destination_id, address_digest) DO UPDATE
+        SET quiet_until = excluded.quiet_until, submission_id = excluded.submission_id
+        WHERE r.quiet_until <= coalesce($8, statement_timestamp())
+    RETURNING r.destination_id, r.submission_id
 ), queued AS (
     SELECT CASE WHEN d.first THEN i.delivery_id
                 ELSE 'whd_' || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint),
@@ -103,6 +140,9 @@ WITH input AS (
         SELECT ld.*, row_number() OVER (ORDER BY ld.position) = 1 AS first
         FROM live_destination ld
         WHERE ld.endpoint_id = s.endpoint_id
+          AND (ld.kind <> 'autoresponder'
+               OR EXISTS (SELECT 1 FROM autoresponse a
+                          WHERE a.destination_id = ld.id AND a.submission_id = s.id))
     ) d
 ), room AS MATERIALIZED (
     -- Not called at all when nothing may be claimed (an API-only process, a busy worker).
