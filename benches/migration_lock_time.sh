@@ -302,6 +302,22 @@ SELECT 'server', version(), NULL;
 SQL
 say "history ready: $(tr '\n' ';' <"$logs/sizes.txt")"
 
+# How 000015 plans its data change where it runs it: inside its transaction, after the
+# statements before it (a plain EXPLAIN, rolled back, before the writers start).
+explain_dir=$(printf '%s\n' "${measured[@]}" | grep -- '-000015_' || true)
+explain_update() {
+    awk '/^UPDATE webhook_deliveries/ { on = 1 } on { print } on && /;[[:space:]]*$/ { on = 0 }' \
+        "$explain_dir/up.sql" | sed "1s/^/EXPLAIN $1 /"
+}
+if [[ -n $explain_dir ]]; then
+    {
+        echo 'BEGIN;'
+        awk '/^UPDATE webhook_deliveries/ { exit } { print }' "$explain_dir/up.sql"
+        explain_update ''
+        echo 'ROLLBACK;'
+    } | sql -A >"$logs/explain-000015-update-planned.txt" 2>&1 || true
+fi
+
 # --- The writers --------------------------------------------------------------------------
 
 sql <<'SQL'
@@ -467,13 +483,12 @@ for pid in "${writer_pids[@]}"; do wait "$pid" || true; done
 writer_pids=()
 say "writers stopped"
 
-# How 000015's data change ran on this history (the writers stopped; rolled back).
-explain_dir=$(printf '%s\n' "${measured[@]}" | grep -- '-000015_' || true)
+# How 000015's data change runs on this history once the migrations are done and the
+# writers stopped (run again and rolled back; destinations analysed by then).
 if [[ -n $explain_dir ]]; then
     {
         echo 'BEGIN;'
-        awk '/^UPDATE webhook_deliveries/ { on = 1 } on { print } on && /;[[:space:]]*$/ { on = 0 }' \
-            "$explain_dir/up.sql" | sed '1s/^/EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) /'
+        explain_update '(ANALYZE, BUFFERS, COSTS OFF)'
         echo 'ROLLBACK;'
     } | sql -A >"$logs/explain-000015-update.txt" 2>&1 || true
 fi
@@ -539,6 +554,11 @@ SQL
             NF > 0 { tag = $0 }
         ' "$logs/step-$short.log"
     done
+    if [[ -s $logs/explain-000015-update-planned.txt ]]; then
+        echo
+        echo "000015's UPDATE of the queue as planned inside the migration (EXPLAIN before the run, rolled back):"
+        grep -v '^QUERY PLAN\|^(.* rows)$\|^$' "$logs/explain-000015-update-planned.txt" | sed 's/^/  /'
+    fi
     if [[ -s $logs/explain-000015-update.txt ]]; then
         echo
         echo "000015's UPDATE of the queue, run again after the migrations (rolled back):"
