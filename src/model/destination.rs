@@ -1,4 +1,4 @@
-//! Which webhook destinations are allowed (docs/delivery.md, "Destinations"). The same rules serve the
+//! Which webhook destinations are allowed (docs/delivery.md, "Webhook URLs and internal addresses"). The same rules serve the
 //! management API (checking a URL when it is configured) and the worker's HTTP client
 //! (checking every address a name resolves to when the request is made).
 
