@@ -371,7 +371,7 @@ export function detail(view, route, shell) {
         replay ? h("div", { class: "actions" }, replay) : null,
         error,
         h("h2", {}, "Attempts"),
-        timeline(delivery.attemptHistory, deliveryTarget(delivery).kind === "EMAIL"),
+        timeline(delivery.attemptHistory, deliveryTarget(delivery).kind !== "WEBHOOK"),
         h("h2", {}, "Live events"),
         h("p", { class: "hint" }, "State changes of this delivery since the page opened."),
         events,

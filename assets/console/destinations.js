@@ -7,7 +7,7 @@ import { confirmation, h, time } from "./dom.js";
 import { explain } from "./words.js";
 
 // What the endpoint page asks of each destination.
-export const DESTINATION_FIELDS = `id kind position url recipients replyToField state pauseReason pausedAt
+export const DESTINATION_FIELDS = `id kind position url recipients replyToField replySubject replyWindowSeconds state pauseReason pausedAt
   consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond`;
 
 const PAUSE = `mutation PauseDestination($id: ID!) { pauseDestination(id: $id) { destination { id state } } }`;
@@ -29,7 +29,7 @@ export const PAUSE_REASONS = {
   OPERATOR: "an operator paused it",
 };
 
-const KINDS = { WEBHOOK: "webhook", EMAIL: "email" };
+const KINDS = { WEBHOOK: "webhook", EMAIL: "email", AUTORESPONDER: "autoresponder" };
 
 // Where a delivery went: the address it captured when it was accepted (a webhook's URL,
 // or `mailto:` and the recipients), which stays true when its destination changes later.
@@ -38,7 +38,13 @@ const KINDS = { WEBHOOK: "webhook", EMAIL: "email" };
 export function deliveryTarget(delivery) {
   const captured = delivery.destinationUrl || "";
   const destination = delivery.destination || null;
-  const email = destination ? destination.kind === "EMAIL" : captured.startsWith("mailto:");
+  const kind = destination ? destination.kind : captured.startsWith("mailto:") ? "EMAIL" : captured.startsWith("autoresponder:") ? "AUTORESPONDER" : "WEBHOOK";
+  if (kind === "AUTORESPONDER") {
+    // The capture names the field, never the submitter's address.
+    const field = captured.startsWith("autoresponder:") ? captured.slice("autoresponder:".length) : (destination && destination.replyToField) || "";
+    return { kind, where: `the address in the field ${field}` };
+  }
+  const email = kind === "EMAIL";
   let where;
   if (email) {
     where = captured.startsWith("mailto:")
@@ -67,6 +73,12 @@ function stateText(destination) {
 }
 
 function where(destination) {
+  if (destination.kind === "AUTORESPONDER") {
+    return [
+      h("span", { class: "wrap target" }, `“${destination.replySubject || ""}” to the address in the field ${destination.replyToField || ""}`),
+      h("span", { class: "hint block" }, `at most once per address every ${Math.round((destination.replyWindowSeconds || 0) / 60)} minutes`),
+    ];
+  }
   if (destination.kind === "EMAIL") {
     return [
       h("span", { class: "mono wrap target" }, destination.recipients.join(", ")),

@@ -456,6 +456,11 @@ mod tests {
             ("FORMS_SMTP_FROM", "forms at example.com", "not an email address"),
             ("FORMS_SMTP_TIMEOUT_SECONDS", "0", "greater than 0"),
             ("FORMS_SMTP_CA_FILE", "/nonexistent/smtp-ca.pem", "cannot be read"),
+            ("FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES", "20", "not below the pause threshold of 20"),
+            // src/config/alerts.rs tests the alert variables with a mail server set.
+            ("FORMS_ALERT_EMAILS", "ops@example.com", "FORMS_SMTP_HOST is not"),
+            ("FORMS_ALERT_WEBHOOK_URL", "ftp://alerts.example.com", "not an http(s) URL"),
+            ("FORMS_ALERT_WEBHOOK_SECRET", "whsec_short", "whsec_ and the base64"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

@@ -522,3 +522,20 @@ pub async fn count_failed_deliveries(
         })
         .await?)
 }
+
+/// Deletes up to `limit` autoresponder recipients whose quiet time ended before `now`
+/// (migration autoresponders): they decide nothing any more.
+pub async fn forget_quiet_recipients(
+    conn: &mut AsyncPgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, DbError> {
+    use diesel::sql_types::{BigInt, Timestamptz};
+    Ok(
+        diesel::sql_query(include_str!("sql/forget_quiet_recipients.sql"))
+            .bind::<Timestamptz, _>(now)
+            .bind::<BigInt, _>(limit)
+            .execute(conn)
+            .await?,
+    )
+}

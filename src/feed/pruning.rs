@@ -1,5 +1,7 @@
 //! Delivery events are kept for `FORMS_EVENT_RETENTION_HOURS` (how far back a subscriber
-//! may resume); older ones are deleted in batches, at start and hourly.
+//! may resume); older ones are deleted in batches, at start and hourly. The same hourly
+//! pass forgets the autoresponders' recipients whose quiet time has passed (a row that
+//! decides nothing any more: the next submission from that address would take it over).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +27,19 @@ pub async fn prune_on_schedule(
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
     let (db, clock) = (&db, &clock);
     crate::clock::every(Duration::ZERO, PRUNE_INTERVAL, &shutdown, || async move {
-        match clock.now().checked_sub_signed(retention) {
+        let now = clock.now();
+        match db
+            .run(async |conn| {
+                crate::db::destinations::forget_quiet_recipients(conn, now, PRUNE_BATCH).await
+            })
+            .await
+        {
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(error = %error.summary(), "cannot forget autoresponder recipients past their quiet time")
+            }
+        }
+        match now.checked_sub_signed(retention) {
             Some(cutoff) => match prune(db, cutoff).await {
                 Ok(0) => {}
                 Ok(pruned) => tracing::info!(pruned, "pruned delivery events past retention"),
