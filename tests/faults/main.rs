@@ -13,6 +13,9 @@ mod harness;
 #[path = "../integration/receiver.rs"]
 mod receiver;
 #[allow(dead_code)]
+#[path = "../integration/smtp_server.rs"]
+mod smtp_server;
+#[allow(dead_code)]
 #[path = "../integration/ws_client.rs"]
 mod ws_client;
 

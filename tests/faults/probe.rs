@@ -114,6 +114,90 @@ pub async fn stored(db: &TestDb, ids: &[String]) -> Vec<(String, Option<String>)
     rows.into_iter().map(|row| (row.id, row.state)).collect()
 }
 
+/// For each of `ids` that is stored, each destination of its endpoint: how many
+/// deliveries the submission has for it, and how many of those are delivered.
+pub async fn per_destination(db: &TestDb, ids: &[String]) -> Vec<DestinationDeliveries> {
+    let mut conn = db.connect().await;
+    diesel::sql_query(
+        "SELECT s.id AS submission_id, dest.kind,
+                count(d.id) AS deliveries,
+                count(d.id) FILTER (WHERE d.state = 'delivered') AS delivered
+         FROM submissions s
+         JOIN destinations dest ON dest.endpoint_id = s.endpoint_id AND dest.removed_at IS NULL
+         LEFT JOIN webhook_deliveries d
+                ON d.submission_id = s.id AND d.destination_id = dest.id
+         WHERE s.id = ANY($1)
+         GROUP BY s.id, dest.id, dest.kind",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(ids)
+    .load(&mut conn)
+    .await
+    .expect("deliveries per destination")
+}
+
+#[derive(diesel::QueryableByName, Debug, Clone)]
+pub struct DestinationDeliveries {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub submission_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub kind: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub deliveries: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub delivered: i64,
+}
+
+/// Deliveries of `ids` in all (whatever their destination, or none).
+pub async fn deliveries_of(db: &TestDb, ids: &[String]) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let mut conn = db.connect().await;
+    let count: Count = diesel::sql_query(
+        "SELECT count(*) AS n FROM webhook_deliveries WHERE submission_id = ANY($1)",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(ids)
+    .get_result(&mut conn)
+    .await
+    .expect("deliveries of");
+    count.n
+}
+
+/// Every delivery to an email destination, with its attempts: how many are recorded, how
+/// many of them were late (a worker whose claim had been taken over) and how many the
+/// mail server deferred (4xx).
+#[derive(diesel::QueryableByName, Debug, Clone)]
+pub struct EmailDelivery {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    pub destination_url: String,
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    pub attempts: i32,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub late: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    pub deferred: i64,
+}
+
+pub async fn email_deliveries(db: &TestDb) -> Vec<EmailDelivery> {
+    let mut conn = db.connect().await;
+    diesel::sql_query(
+        "SELECT d.id, d.destination_url, d.attempts,
+                count(a.id) FILTER (WHERE a.late) AS late,
+                count(a.id) FILTER (WHERE a.response_status BETWEEN 400 AND 499) AS deferred
+         FROM webhook_deliveries d
+         JOIN destinations dest ON dest.id = d.destination_id AND dest.kind = 'email'
+         LEFT JOIN delivery_attempts a ON a.delivery_id = d.id
+         GROUP BY d.id, d.destination_url, d.attempts",
+    )
+    .load(&mut conn)
+    .await
+    .expect("email deliveries")
+}
+
 /// Raises this process's open-file limit to its hard limit (tests that hold thousands of
 /// sockets).
 pub fn raise_open_files() -> u64 {

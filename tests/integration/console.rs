@@ -26,9 +26,9 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
-use crate::email::SmtpServer;
 use crate::harness::{forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
 use crate::receiver::Receiver;
+use crate::smtp_server::SmtpServer;
 
 fn cli(db: &TestDb, args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();

@@ -9,9 +9,9 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::email::SmtpServer;
 use crate::harness::TestApp;
 use crate::receiver::Receiver;
+use crate::smtp_server::SmtpServer;
 
 /// Loopback receivers and mail server: the development flag, no rate limits, and the
 /// mail server of `smtp` (plaintext: it is on loopback).

@@ -3,12 +3,9 @@
 //! Debian's python3-aiosmtpd, installed by `cargo xtask setup`), which is scripted to
 //! accept, defer, refuse, hang, require STARTTLS or AUTH, and which writes each message it
 //! accepts, with its envelope and its MIME parts as Python's email package reads them, for
-//! the test to read back.
+//! the test to read back (tests/integration/smtp_server.rs).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
@@ -18,93 +15,9 @@ use hymical_forms::testing::delivery::email::{
 };
 use serde_json::{json, Value};
 
-/// Debian's interpreter, explicitly: a pyenv `python3` first on PATH does not see the
-/// packages apt installs (python3-aiosmtpd).
-const PYTHON: &str = "/usr/bin/python3";
+use crate::smtp_server::SmtpServer;
 
 const DELIVERY_ID: &str = "whd_0190f1a2b3c4d5e6f708192a3b4c5d6e";
-
-/// A running serve.py, killed when dropped.
-pub struct SmtpServer {
-    child: Child,
-    /// Kept open: the server's standard output stays a live pipe.
-    _stdout: BufReader<ChildStdout>,
-    port: u16,
-    spool: tempfile::TempDir,
-}
-
-impl SmtpServer {
-    pub fn start(args: &[&str]) -> SmtpServer {
-        let spool = tempfile::tempdir().unwrap();
-        let log_path = spool.path().join("server.log");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/smtp-server/serve.py");
-        let mut child = Command::new(PYTHON)
-            .arg(script)
-            .arg("--spool")
-            .arg(spool.path())
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap_or_else(|error| {
-                panic!(
-                    "{PYTHON} cannot run ({error}): apt-get install python3-aiosmtpd \
-                     (`cargo xtask setup` does)"
-                )
-            });
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut first_line = String::new();
-        stdout.read_line(&mut first_line).unwrap();
-        let Ok(port) = first_line.trim().parse() else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the SMTP server did not start; is aiosmtpd installed? apt-get install \
-                 python3-aiosmtpd (`cargo xtask setup` does). Its output:\n{}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-        };
-        SmtpServer {
-            child,
-            _stdout: stdout,
-            port,
-            spool,
-        }
-    }
-
-    /// The messages it accepted, in order: the summary serve.py wrote, with the raw bytes
-    /// under "raw".
-    pub fn messages(&self) -> Vec<Value> {
-        let mut summaries: Vec<PathBuf> = std::fs::read_dir(self.spool.path())
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        summaries.sort();
-        summaries
-            .iter()
-            .map(|path| {
-                let mut summary: Value =
-                    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-                let raw = std::fs::read(path.with_extension("eml")).unwrap();
-                summary["raw"] = Value::String(String::from_utf8(raw).unwrap());
-                summary
-            })
-            .collect()
-    }
-
-    pub fn port(&self) -> String {
-        self.port.to_string()
-    }
-}
-
-impl Drop for SmtpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A mailer from `FORMS_SMTP_*` as an operator sets them: plaintext to the loopback
 /// server unless `vars` say otherwise (a later pair replaces an earlier one).

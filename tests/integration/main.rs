@@ -48,6 +48,7 @@ mod receiver_examples;
 mod recording_batches;
 mod schema_files;
 mod self_contained;
+mod smtp_server;
 mod subscriptions;
 mod subscriptions_e2e;
 mod verifiers;

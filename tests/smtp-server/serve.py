@@ -1,5 +1,6 @@
-"""A real SMTP server for tests/integration/email.rs: aiosmtpd (Debian's python3-aiosmtpd,
-installed by `cargo xtask setup`) on 127.0.0.1, scripted by flags.
+"""A real SMTP server for the tests (tests/integration/smtp_server.rs starts it): aiosmtpd
+(Debian's python3-aiosmtpd, installed by `cargo xtask setup`) on 127.0.0.1, scripted by
+flags.
 
 Run it with /usr/bin/python3: a pyenv or other python3 first on PATH does not see
 Debian's packages. It listens on a free port and prints that port as its first line of
@@ -7,7 +8,8 @@ standard output; it serves until it is killed.
 
   --spool DIR            every accepted message is written as DIR/NNNN.eml (the bytes the
                          client sent, dot-unstuffed) and then DIR/NNNN.json: the envelope
-                         (mail_from, rcpt_tos), the headers as Python's email package
+                         (mail_from, rcpt_tos), when it was accepted (received_at, seconds
+                         since the Unix epoch), the headers as Python's email package
                          decodes them, and each leaf MIME part's type and decoded text (an
                          independent MIME reader for the Rust test to check against)
   --script 451,250       the reply to each DATA in turn, then 250
@@ -28,6 +30,7 @@ import json
 import os
 import ssl
 import sys
+import time
 
 from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
 
@@ -85,6 +88,7 @@ class Handler:
         summary = {
             "mail_from": envelope.mail_from,
             "rcpt_tos": envelope.rcpt_tos,
+            "received_at": time.time(),
             "headers": [[name, str(value)] for name, value in message.items()],
             "content_type": message.get_content_type(),
             "parts": parts,
