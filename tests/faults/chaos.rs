@@ -341,7 +341,7 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     let requests = receiver.hits();
     let chaos = receiver.chaos.lock().expect("chaos").len();
     println!(
-        "chaos: {:.0} s, {} SIGKILLs, {} accepted (202), {} refused while a server was down, {} stored, {} delivered, {} failed, {} requests to the receiver for {} submissions, {} lost",
+        "chaos: {:.0} s, {} SIGKILLs, {} accepted (202), {} refused while a server was down, {} stored, {} deliveries delivered (a webhook's and an email's each), {} failed, {} requests to the receiver for {} submissions, {} lost",
         started.elapsed().as_secs_f64(),
         killed.load(Ordering::SeqCst),
         accepted.len(),
