@@ -95,7 +95,8 @@ WHERE e.webhook_url IS NOT NULL AND e.deleted_at IS NULL;
 -- Each delivery names its destination. Adding the column (NULL, no default) and the
 -- foreign key (NOT VALID: existing rows are not scanned; new ones are checked) writes no
 -- row. The queue (pending and processing, read through their partial indexes) is given
--- its endpoint's webhook destination here; delivered and failed history keeps NULL,
+-- its endpoint's webhook destination (by migration queue_destinations); delivered and
+-- failed history keeps NULL,
 -- read as the destination made here for its endpoint (position 1, a webhook, created
 -- with the endpoint: so never a webhook added later at position 1 of an endpoint that
 -- had none), and a replay fills it in.
@@ -106,19 +107,10 @@ ALTER TABLE webhook_deliveries
     -- An email delivery has no signing secret (its `destination_url` is a `mailto:` of
     -- its recipients, the snapshot an email delivery keeps).
     ALTER COLUMN signing_secret DROP NOT NULL;
--- One statement per state, so that each reads its partial index: `state IN (...)` can
--- use neither, and with the new table's statistics missing the planner walked every
--- endpoint's whole history (30 s on 10 million deliveries, held under the ALTER's
--- exclusive lock: docs/BENCHMARKS.md). Statistics first, for the join.
-ANALYZE destinations;
-UPDATE webhook_deliveries d
-SET destination_id = ds.id
-FROM destinations ds
-WHERE d.state = 'pending' AND ds.endpoint_id = d.endpoint_id AND ds.position = 1;
-UPDATE webhook_deliveries d
-SET destination_id = ds.id
-FROM destinations ds
-WHERE d.state = 'processing' AND ds.endpoint_id = d.endpoint_id AND ds.position = 1;
+-- The queue's rows are given their destination by migration queue_destinations, after
+-- this one commits: an UPDATE here would run under the exclusive lock the ALTER above
+-- holds until the commit, and on a large history that lock held every reader and writer
+-- of deliveries for as long as the UPDATE took (docs/BENCHMARKS.md).
 
 -- An email attempt's SMTP reply: its code in response_status (SMTP codes are 2xx–5xx,
 -- within that column's range), its text here, one printable line of at most 500

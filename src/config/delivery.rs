@@ -37,7 +37,9 @@ pub struct WorkerConfig {
     pub destination_concurrency: u32,
 }
 
-pub(super) fn read_webhook(r: &mut Reader) -> WebhookConfig {
+/// `alerting`: an operator alert channel is set (`FORMS_ALERT_*`), which turns the warning
+/// threshold on by default.
+pub(super) fn read_webhook(r: &mut Reader, alerting: bool) -> WebhookConfig {
     let pause_after = r.integer(
         "FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES",
         20,
@@ -58,17 +60,23 @@ pub(super) fn read_webhook(r: &mut Reader) -> WebhookConfig {
             30 * 86_400,
         )),
         pause_after_failed_deliveries: pause_after,
-        warn_after_failed_deliveries: read_warn_after(r, pause_after),
+        warn_after_failed_deliveries: read_warn_after(r, pause_after, alerting),
     }
 }
 
 const WARN_AFTER: &str = "FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES";
 
-/// The warning threshold: by default half the pause threshold (rounded up), so that an
-/// operator hears of a failing receiver while it still delivers what it can; when set,
-/// below the pause threshold (a warning at or past it would come with the pause).
-fn read_warn_after(r: &mut Reader, pause_after: u32) -> u32 {
-    let default = u64::from(pause_after.div_ceil(2));
+/// The warning threshold. The warning exists to tell operators, so by default it is on
+/// only where they are told (`alerting`: an alert channel is set): half the pause
+/// threshold (rounded up), so that they hear of a failing receiver while it still
+/// delivers what it can; otherwise 0 (the events stay what they were). When set, below
+/// the pause threshold (a warning at or past it would come with the pause).
+fn read_warn_after(r: &mut Reader, pause_after: u32, alerting: bool) -> u32 {
+    let default = if alerting {
+        u64::from(pause_after.div_ceil(2))
+    } else {
+        0
+    };
     let warn_after = r.integer(WARN_AFTER, default, 0, 1_000_000) as u32;
     if pause_after > 0 && warn_after >= pause_after && !r.failed(&[WARN_AFTER]) {
         r.fail(

@@ -228,7 +228,9 @@ fn read(r: &mut Reader) -> Config {
         require_key: r.boolean("FORMS_METRICS_REQUIRE_KEY", true),
     };
     let intake = intake::read(r);
-    let webhook = delivery::read_webhook(r);
+    let alerting =
+        r.raw("FORMS_ALERT_EMAILS").is_some() || r.raw("FORMS_ALERT_WEBHOOK_URL").is_some();
+    let webhook = delivery::read_webhook(r, alerting);
     let worker = delivery::read_worker(r);
     let smtp = smtp::read(r);
     let smtp_host_set = r.raw("FORMS_SMTP_HOST").is_some();
@@ -470,6 +472,23 @@ mod tests {
             assert!(message.starts_with(variable), "{message}");
             assert!(message.contains(expected), "{variable}={value}: {message}");
         }
+    }
+
+    #[test]
+    fn the_failing_warning_is_on_by_default_only_where_operators_are_told() {
+        let quiet = load(&[]).unwrap();
+        assert_eq!(quiet.webhook.warn_after_failed_deliveries, 0);
+        let alerting = load(&[
+            ("FORMS_ALERT_WEBHOOK_URL", "https://alerts.example.com/hook"),
+            (
+                "FORMS_ALERT_WEBHOOK_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(alerting.webhook.warn_after_failed_deliveries, 10);
+        let set = load(&[("FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES", "3")]).unwrap();
+        assert_eq!(set.webhook.warn_after_failed_deliveries, 3);
     }
 
     #[test]

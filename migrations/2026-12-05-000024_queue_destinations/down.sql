@@ -1,0 +1,2 @@
+-- Nothing to undo: migration destinations' down drops the column.
+SELECT 1;
