@@ -11,7 +11,7 @@ use super::models::{EventRow, EventRowSql};
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{DeliveryId, EndpointId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId};
 use crate::model::state::DeliveryState;
 
 /// What says which of a read's events are final (db/sql/feed_snapshot.sql,
@@ -171,6 +171,9 @@ pub async fn read_feed(
 pub struct EventFilter {
     pub endpoint_id: Option<EndpointId>,
     pub delivery_id: Option<DeliveryId>,
+    /// One destination's deliveries (history from before destinations has none, and
+    /// matches no destination filter).
+    pub destination_id: Option<DestinationId>,
     /// `None` is every state.
     pub states: Option<Vec<DeliveryState>>,
 }
@@ -192,6 +195,10 @@ impl EventFilter {
                 .delivery_id
                 .as_ref()
                 .is_none_or(|id| *id == event.delivery_id)
+            && self
+                .destination_id
+                .as_ref()
+                .is_none_or(|id| event.delivery.destination_id.as_ref() == Some(id))
             && self
                 .states
                 .as_ref()
@@ -243,6 +250,9 @@ pub async fn page(
             }
             if let Some(delivery_id) = filter.delivery_id {
                 query = query.filter(delivery_events::delivery_id.eq(delivery_id));
+            }
+            if let Some(destination_id) = filter.destination_id {
+                query = query.filter(webhook_deliveries::destination_id.eq(destination_id));
             }
             if let Some(states) = filter.states {
                 query = query.filter(delivery_events::state.eq_any(states));
@@ -376,6 +386,7 @@ mod tests {
                 EventFilter {
                     endpoint_id: endpoint.and_then(EndpointId::parse),
                     delivery_id: delivery.and_then(DeliveryId::parse),
+                    destination_id: None,
                     states: states.map(<[DeliveryState]>::to_vec),
                 }
                 .matches(&event)
@@ -385,5 +396,25 @@ mod tests {
         assert!(!on(None, Some(&b), None));
         assert!(!on(None, None, Some(&[Failed, Delivered])));
         assert!(!on(None, None, Some(&[])));
+        // A destination filter matches that destination's deliveries only.
+        let destination = DestinationId::parse(&format!("dst_{}", "c".repeat(32)));
+        let to = |destination_id: Option<DestinationId>, event: &EventRow| {
+            EventFilter {
+                destination_id,
+                ..EventFilter::default()
+            }
+            .matches(event)
+        };
+        assert!(
+            !to(destination.clone(), &event),
+            "history has no destination"
+        );
+        let mut placed = event.clone();
+        placed.delivery.destination_id = destination.clone();
+        assert!(to(destination, &placed));
+        assert!(!to(
+            DestinationId::parse(&format!("dst_{}", "d".repeat(32))),
+            &placed
+        ));
     }
 }

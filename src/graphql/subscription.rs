@@ -11,7 +11,7 @@ use super::{app, database, ResultExt};
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
 use crate::error::ApiError;
-use crate::model::ids::{DeliveryId, EndpointId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId};
 use crate::model::state::EventKind;
 
 pub struct SubscriptionRoot;
@@ -23,12 +23,13 @@ impl SubscriptionRoot {
     /// received), the events committed since are replayed first, then live ones follow
     /// with no gap and no duplicate; an `afterEventId` older than the event retention
     /// window is refused with `EVENT_HISTORY_EXPIRED`. Filters combine with AND; an
-    /// empty `states` list matches nothing.
+    /// empty `states` list matches nothing. `destinationId`: one destination's deliveries.
     async fn delivery_state_changed(
         &self,
         ctx: &Context<'_>,
         endpoint_id: Option<ID>,
         delivery_id: Option<ID>,
+        destination_id: Option<ID>,
         states: Option<Vec<DeliveryState>>,
         after_event_id: Option<ID>,
     ) -> Result<impl Stream<Item = Result<DeliveryEvent>>> {
@@ -41,10 +42,12 @@ impl SubscriptionRoot {
         let filter = match (
             super::scope(endpoint_id.as_ref(), EndpointId::parse),
             super::scope(delivery_id.as_ref(), DeliveryId::parse),
+            super::scope(destination_id.as_ref(), DestinationId::parse),
         ) {
-            (Some(endpoint_id), Some(delivery_id)) => EventFilter {
+            (Some(endpoint_id), Some(delivery_id), Some(destination_id)) => EventFilter {
                 endpoint_id,
                 delivery_id,
+                destination_id,
                 states,
             },
             _ => EventFilter::nothing(),

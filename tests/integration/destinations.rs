@@ -1033,3 +1033,52 @@ async fn the_autoresponder_answers_one_address_once_per_window() {
         "one row per address, the address itself not kept"
     );
 }
+
+/// `deliveryStateChanged(destinationId)`: a dashboard watching one destination sees its
+/// deliveries' changes and nothing of the endpoint's other destinations.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_subscription_by_destination_sees_that_destination_only() {
+    use crate::ws_client::WsClient;
+    let first = Receiver::start().await;
+    let second = Receiver::start().await;
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("watch").await;
+    create_endpoint(&app, &key, "contact", &first.url("/hook")).await;
+    let watched = add_webhook(&app, &key, "contact", &second.url("/hook")).await;
+    let mut client = WsClient::ready(&format!("ws://{}/graphql/ws", app.addr), &key).await;
+    client
+        .send(json!({
+            "type": "subscribe",
+            "id": "one",
+            "payload": {
+                "query": "subscription($d: ID) { deliveryStateChanged(destinationId: $d, afterEventId: \"0\") { kind state delivery { destination { id } } } }",
+                "variables": { "d": watched },
+            },
+        }))
+        .await;
+    app.submit("contact", "n=1").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 2);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let message = client.next_json().await;
+        assert_eq!(message["type"], "next", "{message}");
+        let event = &message["payload"]["data"]["deliveryStateChanged"];
+        assert_eq!(
+            event["delivery"]["destination"]["id"],
+            watched.as_str(),
+            "{event}"
+        );
+        seen.push(event["state"].as_str().unwrap().to_string());
+    }
+    assert_eq!(seen, ["PENDING", "PROCESSING", "DELIVERED"]);
+    client
+        .quiet_for(std::time::Duration::from_millis(300))
+        .await;
+    assert_eq!(
+        first.received().len(),
+        1,
+        "the other destination was delivered to"
+    );
+}
