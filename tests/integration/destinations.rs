@@ -483,6 +483,49 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
         .await;
     assert_eq!(code(&answer), "DESTINATION_NOT_FOUND");
 
+    // A change is stored whole: the Reply-To field, then none; a bad field name is
+    // refused and changes nothing.
+    let update = "mutation($input: UpdateDestinationInput!) { updateDestination(input: $input) { destination { replyToField recipients } } }";
+    let changed = data(
+        app.gql(
+            &key,
+            update,
+            json!({ "input": { "id": email, "replyToField": "contact_email", "recipients": ["desk@example.com"] } }),
+        )
+        .await,
+    );
+    assert_eq!(
+        changed["updateDestination"]["destination"],
+        json!({ "replyToField": "contact_email", "recipients": ["desk@example.com"] })
+    );
+    let answer = app
+        .gql(
+            &key,
+            update,
+            json!({ "input": { "id": email, "replyToField": "bad\nname" } }),
+        )
+        .await;
+    assert_eq!(code(&answer), "INVALID_INPUT");
+    let stored = app
+        .db
+        .count(&format!(
+            "SELECT count(*) AS n FROM destinations WHERE id = '{email}' AND reply_to_field = 'contact_email'"
+        ))
+        .await;
+    assert_eq!(stored, 1);
+    let cleared = data(
+        app.gql(
+            &key,
+            update,
+            json!({ "input": { "id": email, "replyToField": null } }),
+        )
+        .await,
+    );
+    assert_eq!(
+        cleared["updateDestination"]["destination"]["replyToField"],
+        Value::Null
+    );
+
     // Past 20 destinations: refused, nothing stored.
     for _ in 1..20 {
         add_email_ok(&app, &key).await;
