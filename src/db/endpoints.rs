@@ -408,8 +408,8 @@ async fn delete_once(
     now: DateTime<Utc>,
 ) -> QueryResult<DeleteOutcome> {
     use super::schema::{
-        delivery_attempts, delivery_events, delivery_state_counts, destination_throttles,
-        submissions, webhook_deliveries,
+        autoresponder_recipients, delivery_attempts, delivery_events, delivery_state_counts,
+        destination_throttles, submissions, webhook_deliveries,
     };
     use diesel_async::AsyncConnection;
     let id = id.clone();
@@ -533,6 +533,16 @@ async fn delete_once(
                 diesel::delete(
                     destination_throttles::table
                         .filter(destination_throttles::destination_id.eq_any(erased)),
+                )
+                .execute(conn)
+                .await?;
+                // The digests of the addresses its autoresponders answered go too.
+                let erased = destinations::table
+                    .filter(destinations::endpoint_id.eq(&id))
+                    .select(destinations::id);
+                diesel::delete(
+                    autoresponder_recipients::table
+                        .filter(autoresponder_recipients::destination_id.eq_any(erased)),
                 )
                 .execute(conn)
                 .await?;

@@ -352,7 +352,7 @@ pub async fn erase(
     conn: &mut AsyncPgConnection,
     id: &SubmissionId,
 ) -> Result<EraseOutcome, DbError> {
-    use super::schema::{submissions, webhook_deliveries};
+    use super::schema::{autoresponder_recipients, submissions, webhook_deliveries};
     use diesel_async::AsyncConnection;
     let id = id.clone();
     Ok(conn
@@ -369,6 +369,15 @@ pub async fn erase(
             if let Some(state) = states.into_iter().find(|state| !state.is_terminal()) {
                 return Ok(EraseOutcome::DeliveryInProgress { state });
             }
+            // An autoresponder's record of the address this submission was answered at
+            // goes with it: the address may get another confirmation within the window,
+            // and keeps nothing here.
+            diesel::delete(
+                autoresponder_recipients::table
+                    .filter(autoresponder_recipients::submission_id.eq(id.as_str())),
+            )
+            .execute(conn)
+            .await?;
             let deleted = diesel::delete(submissions::table.find(&id))
                 .execute(conn)
                 .await?;

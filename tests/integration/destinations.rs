@@ -1052,7 +1052,7 @@ async fn the_autoresponder_answers_one_address_once_per_window() {
 
     // Past the window, the address is answered again, once for two submissions.
     clock.advance(chrono::Duration::seconds(3601));
-    app.submit("contact", "email=visitor%40example.org").await;
+    let answered = app.submit("contact", "email=visitor%40example.org").await;
     app.submit("contact", "email=visitor%40example.org").await;
     assert_eq!(owed(&app).await, 2);
     worker.run_once().await.unwrap();
@@ -1074,6 +1074,21 @@ async fn the_autoresponder_answers_one_address_once_per_window() {
             .await,
         1,
         "one row per address, the address itself not kept"
+    );
+    // Erasing the answered submission erases that row too.
+    data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { deleteSubmission(id: $id) { deletedSubmissionId } }",
+            json!({ "id": answered }),
+        )
+        .await,
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM autoresponder_recipients")
+            .await,
+        0
     );
 }
 

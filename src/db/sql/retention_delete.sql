@@ -1,6 +1,6 @@
 -- Deletes up to $2 of the submissions retention_count.sql counts (cutoff $1). Rows another
 -- process is deleting are skipped. Deliveries and attempts stay, their submission_id set
--- to null by the foreign keys.
+-- to null by the foreign keys; an autoresponder's record of their address goes.
 WITH expired AS (
     SELECT s.id
     FROM submissions s
@@ -13,5 +13,8 @@ WITH expired AS (
     FOR UPDATE OF s SKIP LOCKED
 ), deleted AS (
     DELETE FROM submissions WHERE id IN (SELECT id FROM expired) RETURNING 1
+), forgotten AS (
+    -- What an autoresponder kept of the address it answered them at goes with them.
+    DELETE FROM autoresponder_recipients WHERE submission_id IN (SELECT id FROM expired)
 )
 SELECT count(*) AS deleted FROM deleted
