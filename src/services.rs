@@ -5,13 +5,14 @@
 //! | --- | --- | --- |
 //! | HTTP server (intake, GraphQL, export, health, metrics) | a listener is given (`FORMS_API_ENABLED`) | the app state |
 //! | metrics server (`/metrics` alone) | a listener is given (`FORMS_METRICS_BIND`) | the app state |
-//! | delivery workers | a webhook client is given (`FORMS_WORKER_ENABLED`) | pool, clock, worker and webhook settings |
+//! | delivery workers | senders are given (`FORMS_WORKER_ENABLED`) | pool, clock, worker and webhook settings, the webhook client and the mailer |
+//! | operator alert sender | with the workers | pool, clock, `FORMS_ALERT_*`, the webhook client and the mailer |
 //! | notification listener (the one `LISTEN` connection) | always | connection settings, the feed, the workers' wake-up |
 //! | event reader | with the API | pool, the feed |
 //! | key-revocation check | with the API | pool, the revocation watch |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
 //! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` > 0 | pool, clock, days |
-//! | event pruning | with the workers | pool, clock, event retention |
+//! | event pruning (and autoresponder recipients past their quiet time) | with the workers | pool, clock, event retention |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
 //! its deadline, the workers stop claiming and record what is in flight, the event reader
