@@ -40,29 +40,20 @@ pub(super) async fn owe(
     reason: Option<PauseReason>,
     at: DateTime<Utc>,
 ) -> QueryResult<()> {
-    use super::schema::destinations;
+    use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
     if !matches!(
         kind,
         EndpointEventKind::Failing | EndpointEventKind::Paused | EndpointEventKind::Resumed
     ) {
         return Ok(());
     }
-    let failed: i32 = destinations::table
-        .find(destination)
-        .select(destinations::consecutive_failed_deliveries)
-        .first(conn)
-        .await?;
-    diesel::insert_into(operator_alerts::table)
-        .values((
-            operator_alerts::event_id.eq(event_id),
-            operator_alerts::kind.eq(kind),
-            operator_alerts::endpoint_id.eq(endpoint),
-            operator_alerts::destination_id.eq(destination),
-            operator_alerts::reason.eq(reason),
-            operator_alerts::failed_deliveries.eq(failed),
-            operator_alerts::occurred_at.eq(at),
-            operator_alerts::next_attempt_at.eq(Some(at)),
-        ))
+    diesel::sql_query(include_str!("sql/alerts_owe.sql"))
+        .bind::<BigInt, _>(event_id)
+        .bind::<Text, _>(kind.as_str())
+        .bind::<Text, _>(endpoint)
+        .bind::<Text, _>(destination)
+        .bind::<Nullable<Text>, _>(reason.map(|r| r.as_str()))
+        .bind::<Timestamptz, _>(at)
         .execute(conn)
         .await?;
     Ok(())

@@ -484,8 +484,8 @@ pub async fn count_failed_deliveries(
     let failed: Vec<i32> = runs.iter().map(|run| run.failed).collect();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async |conn| {
-            let steps: Vec<(DestinationId, String)> =
-                Statement::<CountFailedDeliveries, (Text, Text), _>::new(
+            let steps: Vec<(DestinationId, EndpointId, String)> =
+                Statement::<CountFailedDeliveries, (Text, Text, Text), _>::new(
                     &COUNT_FAILED_DELIVERIES,
                     (
                         bind::<Array<Text>, _>(&ids),
@@ -498,25 +498,20 @@ pub async fn count_failed_deliveries(
                 .load(conn)
                 .await?;
             let mut pause = Vec::new();
-            for (destination, step) in steps {
+            for (destination, endpoint, step) in steps {
                 if step == "pause" {
                     pause.push(destination);
-                    continue;
-                }
-                let endpoint: EndpointId = destinations::table
-                    .find(&destination)
-                    .select(destinations::endpoint_id)
-                    .first(conn)
+                } else {
+                    write_event(
+                        conn,
+                        &endpoint,
+                        Some(&destination),
+                        EndpointEventKind::Failing,
+                        None,
+                        now,
+                    )
                     .await?;
-                write_event(
-                    conn,
-                    &endpoint,
-                    Some(&destination),
-                    EndpointEventKind::Failing,
-                    None,
-                    now,
-                )
-                .await?;
+                }
             }
             Ok(pause)
         })

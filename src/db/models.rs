@@ -313,9 +313,12 @@ pub struct ClaimedDelivery {
     /// a nonzero one).
     pub destination_failed_deliveries: i32,
     /// For an email: its endpoint's name (the Subject names it) and the destination's
-    /// Reply-To field. `None` for a webhook.
+    /// Reply-To field; for an autoresponder: the field naming the address, and its subject
+    /// and text as they are now. `None` for a webhook.
     pub endpoint_name: Option<String>,
     pub reply_to_field: Option<String>,
+    pub reply_subject: Option<String>,
+    pub reply_body: Option<String>,
 }
 
 impl ClaimedDelivery {

@@ -31,8 +31,7 @@ pub struct ClaimRequest {
     pub destination_concurrency: u32,
 }
 
-/// The SQL types of a [`ClaimedDelivery`], in its column order: what the claim and the
-/// outbox statement (a delivery claimed at intake) answer.
+/// The SQL types of a [`ClaimedDelivery`], in its column order: what the claim answers.
 pub type ClaimedDeliverySql = (
     Text,
     Text,
@@ -48,6 +47,8 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Integer,
+    Nullable<Text>,
+    Nullable<Text>,
     Nullable<Text>,
     Nullable<Text>,
 );

@@ -215,6 +215,8 @@ pub async fn insert_batch(
                             // Intake claims webhooks only (intake_claim_destination_room).
                             endpoint_name: None,
                             reply_to_field: None,
+                            reply_subject: None,
+                            reply_body: None,
                         })
                     }
                     _ => None,

@@ -160,10 +160,9 @@ impl AlertSender {
         } else {
             Some(self.clock.now() + backoff(alert.attempts))
         };
-        let mut last_error = (!errors.is_empty()).then(|| errors.join("; "));
-        if let Some(error) = &mut last_error {
-            truncate(error, 200);
-        }
+        // The column holds 200 characters.
+        let last_error =
+            (!errors.is_empty()).then(|| errors.join("; ").chars().take(200).collect());
         AlertProgress {
             email_sent_at,
             webhook_sent_at,
@@ -190,16 +189,6 @@ fn backoff(attempts: i32) -> chrono::Duration {
         .unwrap_or(0)
         .min(9);
     chrono::Duration::seconds((10_i64 << doublings).min(3600))
-}
-
-fn truncate(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
 }
 
 fn describe(outcome: &MailOutcome) -> String {

@@ -281,6 +281,8 @@ mod tests {
             destination_failed_deliveries: 0,
             endpoint_name: None,
             reply_to_field: None,
+            reply_subject: None,
+            reply_body: None,
         }
     }
 

@@ -379,7 +379,7 @@ impl Worker {
 
     /// An autoresponder's confirmation, to the address the submission names in the
     /// destination's field (read again here, as intake checked it), with the destination's
-    /// subject and text as they are now.
+    /// subject and text as the claim read them.
     async fn send_autoresponse(
         &self,
         delivery: &ClaimedDelivery,
@@ -392,33 +392,10 @@ impl Worker {
                 "email is not set up on this server (FORMS_SMTP_HOST)",
             );
         };
-        let destination_id = &delivery.destination_id;
-        let found = self
-            .db
-            .run(async |conn| {
-                Ok(
-                    crate::db::destinations::find_many(conn, std::slice::from_ref(destination_id))
-                        .await?
-                        .pop(),
-                )
-            })
-            .await;
-        let destination = match found {
-            Ok(Some(destination)) => destination,
-            Ok(None) => {
-                return AttemptResult::failure(AttemptOutcome::Unsendable, "no destination")
-            }
-            Err(error) => {
-                return AttemptResult::failure(
-                    AttemptOutcome::NetworkError,
-                    format!("the autoresponder could not be read: {}", error.summary()),
-                )
-            }
-        };
         let (Some(field), Some(subject), Some(body)) = (
-            destination.reply_to_field.as_deref(),
-            destination.reply_subject.as_deref(),
-            destination.reply_body.as_deref(),
+            delivery.reply_to_field.as_deref(),
+            delivery.reply_subject.as_deref(),
+            delivery.reply_body.as_deref(),
         ) else {
             return AttemptResult::failure(
                 AttemptOutcome::Unsendable,

@@ -92,6 +92,19 @@ async fn add_email(app: &TestApp, key: &str, endpoint: &str, recipients: &[&str]
     destination["id"].as_str().unwrap().to_string()
 }
 
+/// The endpoint `mail`, whose one destination emails owner@example.com.
+async fn mail_endpoint(app: &TestApp, key: &str) {
+    data(
+        app.gql(
+            key,
+            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    add_email(app, key, "mail", &["owner@example.com"]).await;
+}
+
 /// A submission's deliveries as the API shows them, in destination order.
 async fn deliveries_of(app: &TestApp, key: &str, submission: &str) -> Vec<Value> {
     let answer = data(
@@ -316,15 +329,7 @@ async fn smtp_451_then_250_gives_two_attempts_and_one_message() {
     let clock = Arc::new(ManualClock::new(start));
     let app = app_with(&smtp, clock.clone()).await;
     let (_, key) = app.create_key("email").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
-    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    mail_endpoint(&app, &key).await;
     let submission = app.submit("mail", "message=hello").await;
     let worker = app.worker(None);
     assert_eq!(worker.run_once().await.unwrap(), 1);
@@ -354,15 +359,7 @@ async fn smtp_550_fails_the_delivery_with_the_reply_recorded() {
     let smtp = SmtpServer::start(&["--script", "550"]);
     let app = app_with(&smtp, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("email").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
-    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    mail_endpoint(&app, &key).await;
     let submission = app.submit("mail", "message=hello").await;
     assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
     let deliveries = deliveries_of(&app, &key, &submission).await;
@@ -384,15 +381,7 @@ async fn a_mail_server_that_never_answers_ends_the_attempt_within_the_timeout() 
     let smtp = SmtpServer::start(&["--hang", "data"]);
     let app = app_with(&smtp, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("email").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
-    add_email(&app, &key, "mail", &["owner@example.com"]).await;
+    mail_endpoint(&app, &key).await;
     let submission = app.submit("mail", "message=hello").await;
     let started = std::time::Instant::now();
     assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
@@ -422,7 +411,7 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
             .unwrap_or_default()
             .to_string()
     };
-    let add_email = "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id } } }";
+    let add_email_mutation = "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id } } }";
     for recipients in [
         json!([]),
         json!(["not an address"]),
@@ -433,7 +422,7 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
         let answer = app
             .gql(
                 &key,
-                add_email,
+                add_email_mutation,
                 json!({ "input": { "endpointId": "contact", "recipients": recipients } }),
             )
             .await;
@@ -446,7 +435,7 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
     let answer = app
         .gql(
             &key,
-            add_email,
+            add_email_mutation,
             json!({ "input": { "endpointId": "nowhere", "recipients": ["a@example.com"] } }),
         )
         .await;
@@ -465,7 +454,7 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
     );
 
     // An email destination has no secret to rotate; an unknown id is not found.
-    let email = add_email_ok(&app, &key).await;
+    let email = add_email(&app, &key, "contact", &["owner@example.com"]).await;
     let answer = app
         .gql(
             &key,
@@ -528,12 +517,12 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
 
     // Past 20 destinations: refused, nothing stored.
     for _ in 1..20 {
-        add_email_ok(&app, &key).await;
+        add_email(&app, &key, "contact", &["owner@example.com"]).await;
     }
     let answer = app
         .gql(
             &key,
-            add_email,
+            add_email_mutation,
             json!({ "input": { "endpointId": "contact", "recipients": ["x@example.com"] } }),
         )
         .await;
@@ -542,21 +531,6 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
         app.db.count("SELECT count(*) AS n FROM destinations").await,
         20
     );
-}
-
-async fn add_email_ok(app: &TestApp, key: &str) -> String {
-    let answer = data(
-        app.gql(
-            key,
-            "mutation { addEmailDestination(input: { endpointId: \"contact\", recipients: [\"owner@example.com\"] }) { destination { id } } }",
-            json!({}),
-        )
-        .await,
-    );
-    answer["addEmailDestination"]["destination"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -898,16 +872,12 @@ async fn a_throttled_destination_gets_no_more_than_its_rate_across_two_servers()
         )
         .await,
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while receiver.received().len() < DELIVERIES {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {} of {DELIVERIES} arrived",
-            receiver.received().len()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let arrivals: Vec<std::time::Instant> = receiver.received().iter().map(|r| r.at).collect();
+    let arrivals: Vec<std::time::Instant> = receiver
+        .wait_for(DELIVERIES)
+        .await
+        .iter()
+        .map(|r| r.at)
+        .collect();
     // The most requests in any window of one second.
     let mut busiest = 0;
     for (start, first) in arrivals.iter().enumerate() {

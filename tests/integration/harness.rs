@@ -571,27 +571,17 @@ impl TestApp {
         &self,
         resolver: Option<hymical_forms::testing::delivery::client::StaticResolver>,
     ) -> Arc<hymical_forms::testing::delivery::Worker> {
-        use hymical_forms::testing::delivery::client::{
-            NameResolver, SystemResolver, WebhookClient,
-        };
+        use hymical_forms::testing::delivery::client::{NameResolver, SystemResolver};
         let resolver: Arc<dyn NameResolver> = match resolver {
             Some(resolver) => Arc::new(resolver),
             None => Arc::new(SystemResolver),
         };
-        let client =
-            WebhookClient::new(&self.app.config.webhook, resolver).expect("webhook client");
-        let mail = self.app.config.smtp.as_ref().map(|smtp| {
-            hymical_forms::testing::delivery::email::Mailer::new(smtp).expect("mailer")
-        });
         hymical_forms::testing::delivery::Worker::new(
             self.app.db.clone(),
             self.app.config.worker.clone(),
             self.app.config.webhook.clone(),
             self.app.clock.clone(),
-            hymical_forms::testing::delivery::Senders {
-                webhook: client,
-                mail,
-            },
+            self.senders(resolver),
             Arc::new(tokio::sync::Notify::new()),
         )
     }
@@ -599,19 +589,34 @@ impl TestApp {
     /// An operator alert sender with the app's configuration, driven by the test
     /// (`send_due`), as every worker process runs one.
     pub fn alert_sender(&self) -> hymical_forms::testing::delivery::alerts::AlertSender {
-        use hymical_forms::testing::delivery::client::{SystemResolver, WebhookClient};
-        let client = WebhookClient::new(&self.app.config.webhook, Arc::new(SystemResolver))
-            .expect("webhook client");
-        let mail = self.app.config.smtp.as_ref().map(|smtp| {
-            hymical_forms::testing::delivery::email::Mailer::new(smtp).expect("mailer")
-        });
+        let senders = self.senders(Arc::new(
+            hymical_forms::testing::delivery::client::SystemResolver,
+        ));
         hymical_forms::testing::delivery::alerts::AlertSender::new(
             self.app.db.clone(),
             self.app.config.alerts.clone(),
-            mail,
-            client,
+            senders.mail,
+            senders.webhook,
             self.app.clock.clone(),
         )
+    }
+
+    /// The webhook client (through `resolver`) and, with a mail server configured, the
+    /// mailer, as a worker process builds them.
+    fn senders(
+        &self,
+        resolver: Arc<dyn hymical_forms::testing::delivery::client::NameResolver>,
+    ) -> hymical_forms::testing::delivery::Senders {
+        hymical_forms::testing::delivery::Senders {
+            webhook: hymical_forms::testing::delivery::client::WebhookClient::new(
+                &self.app.config.webhook,
+                resolver,
+            )
+            .expect("webhook client"),
+            mail: self.app.config.smtp.as_ref().map(|smtp| {
+                hymical_forms::testing::delivery::email::Mailer::new(smtp).expect("mailer")
+            }),
+        }
     }
 
     /// An active endpoint with a webhook to `url`; returns its secret.

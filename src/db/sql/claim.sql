@@ -109,7 +109,8 @@ WITH adopted AS (
 ), result AS (
     -- With the destination's kind, its live secrets when the delivery goes where it now
     -- points (a delivery to an earlier URL is never signed with a later receiver's
-    -- secret), and its run of failed deliveries.
+    -- secret), and its run of failed deliveries; what an email or an autoresponder's
+    -- message is made of.
     SELECT c.id, c.claim_token, c.endpoint_id, c.destination_id, ds.kind, c.destination_url,
            c.signing_secret, c.submission_id, c.cycle_attempts, s.received_at, s.fields,
            CASE WHEN ds.url = c.destination_url THEN ds.secret END AS destination_secret,
@@ -118,7 +119,7 @@ WITH adopted AS (
                 THEN ds.previous_secret END AS destination_previous_secret,
            ds.consecutive_failed_deliveries,
            CASE WHEN ds.kind = 'email' THEN e.name END AS endpoint_name,
-           ds.reply_to_field
+           ds.reply_to_field, ds.reply_subject, ds.reply_body
     FROM claimed c
     JOIN destinations ds ON ds.id = c.destination_id
     JOIN endpoints e ON e.id = c.endpoint_id

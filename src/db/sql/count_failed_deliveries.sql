@@ -4,9 +4,10 @@
 -- its run may be nonzero (the run starts again), $3 how many of its deliveries ended
 -- failed (after that delivered one); $4 the pause threshold and $5 the warning threshold
 -- (0: never). Only rows whose count changes are written. Answers, of the destinations
--- not paused (nor removed), those whose run reached the pause threshold (`pause`) and
--- those whose run crossed the warning threshold with this batch without reaching the
--- pause threshold (`warn`: once per run, however many batches follow).
+-- not paused (nor removed), with their endpoints, those whose run reached the pause
+-- threshold (`pause`) and those whose run crossed the warning threshold with this batch
+-- without reaching the pause threshold (`warn`: once per run, however many batches
+-- follow).
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::boolean[], $3::integer[])
@@ -25,10 +26,10 @@ WITH input AS (
             ELSE ds.consecutive_failed_deliveries + i.failed END
     FROM input i, locked l
     WHERE ds.id = i.destination_id AND ds.id = l.id
-    RETURNING ds.id, l.before, i.restarted, ds.consecutive_failed_deliveries AS after,
-              ds.paused_at, ds.removed_at
+    RETURNING ds.id, ds.endpoint_id, l.before, i.restarted,
+              ds.consecutive_failed_deliveries AS after, ds.paused_at, ds.removed_at
 )
-SELECT id, CASE WHEN $4 > 0 AND after >= $4 THEN 'pause' ELSE 'warn' END AS step
+SELECT id, endpoint_id, CASE WHEN $4 > 0 AND after >= $4 THEN 'pause' ELSE 'warn' END AS step
 FROM counted
 WHERE paused_at IS NULL AND removed_at IS NULL
   AND (($4 > 0 AND after >= $4)
