@@ -35,3 +35,5 @@ CREATE TABLE autoresponder_recipients (
     CONSTRAINT autoresponder_recipients_pkey PRIMARY KEY (destination_id, address_digest)
 );
 CREATE INDEX autoresponder_recipients_quiet_until_idx ON autoresponder_recipients (quiet_until);
+-- Erasing a submission (and retention) deletes its row.
+CREATE INDEX autoresponder_recipients_submission_id_idx ON autoresponder_recipients (submission_id);

@@ -6,7 +6,6 @@
 //! shown in GraphQL) but sent nowhere.
 
 use base64::Engine;
-use url::Url;
 
 use super::reader::{shorten, Reader};
 use super::Secret;
@@ -32,8 +31,9 @@ const WEBHOOK_SECRET: &str = "FORMS_ALERT_WEBHOOK_SECRET";
 /// At most this many operator addresses: alerts go to a team's list, not a broadcast.
 const MAX_EMAILS: usize = 10;
 
-/// Reads the section; `smtp` says whether `FORMS_SMTP_HOST` is set.
-pub(super) fn read(r: &mut Reader, smtp: bool) -> AlertConfig {
+/// Reads the section; `smtp` says whether `FORMS_SMTP_HOST` is set, `allow_private`
+/// whether webhooks may go to internal addresses.
+pub(super) fn read(r: &mut Reader, smtp: bool, allow_private: bool) -> AlertConfig {
     let emails = read_emails(r);
     if !emails.is_empty() && !smtp && !r.failed(&["FORMS_SMTP_HOST"]) {
         r.fail(
@@ -42,7 +42,7 @@ pub(super) fn read(r: &mut Reader, smtp: bool) -> AlertConfig {
             "only with FORMS_SMTP_HOST (alert email goes through that server)",
         );
     }
-    let url = read_url(r);
+    let url = read_url(r, allow_private);
     let secret = read_secret(r);
     let webhook = match (url, secret) {
         (Some(url), Some(secret)) => Some(AlertWebhook { url, secret }),
@@ -103,17 +103,17 @@ fn read_emails(r: &mut Reader) -> Vec<String> {
     emails
 }
 
-fn read_url(r: &mut Reader) -> Option<String> {
+/// Checked as every webhook URL is (`model::destination`), internal addresses included:
+/// a target the webhook client would refuse at every send is refused at start.
+fn read_url(r: &mut Reader, allow_private: bool) -> Option<String> {
     let raw = r.raw(WEBHOOK_URL)?;
-    match Url::parse(&raw) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
-            Some(url.to_string())
-        }
-        _ => {
+    match crate::model::destination::validate_webhook_url(&raw, allow_private) {
+        Ok(_) => Some(raw.trim().to_string()),
+        Err(error) => {
             r.fail(
                 WEBHOOK_URL,
-                format!("{:?} is not an http(s) URL", shorten(&raw)),
-                "an http:// or https:// URL",
+                format!("{:?} is not a webhook URL: {error}", shorten(&raw)),
+                "an http:// or https:// URL, not an internal address (unless FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS)",
             );
             None
         }
@@ -152,7 +152,7 @@ mod tests {
                 .map(|(_, v)| v.to_string())
         };
         let mut r = Reader::new(&lookup);
-        let config = read(&mut r, smtp);
+        let config = read(&mut r, smtp, false);
         let failed = r.errors.iter().map(|e| e.variable.to_string()).collect();
         (config, failed)
     }
@@ -189,6 +189,14 @@ mod tests {
             (vec![(EMAILS, "ops@example.com\nBcc: x@y.z")], true, EMAILS),
             (vec![(EMAILS, "not an address")], true, EMAILS),
             (vec![(WEBHOOK_URL, "ftp://example.com")], true, WEBHOOK_URL),
+            (
+                vec![
+                    (WEBHOOK_URL, "http://10.0.0.5/alerts"),
+                    (WEBHOOK_SECRET, SECRET),
+                ],
+                true,
+                WEBHOOK_URL,
+            ),
             (
                 vec![(WEBHOOK_URL, "https://example.com")],
                 true,

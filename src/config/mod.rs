@@ -234,7 +234,7 @@ fn read(r: &mut Reader) -> Config {
     let worker = delivery::read_worker(r);
     let smtp = smtp::read(r);
     let smtp_host_set = r.raw("FORMS_SMTP_HOST").is_some();
-    let alerts = alerts::read(r, smtp_host_set);
+    let alerts = alerts::read(r, smtp_host_set, webhook.allow_private_targets);
     let rate_limit = intake::read_rate_limits(r);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
@@ -461,7 +461,7 @@ mod tests {
             ("FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES", "20", "not below the pause threshold of 20"),
             // src/config/alerts.rs tests the alert variables with a mail server set.
             ("FORMS_ALERT_EMAILS", "ops@example.com", "FORMS_SMTP_HOST is not"),
-            ("FORMS_ALERT_WEBHOOK_URL", "ftp://alerts.example.com", "not an http(s) URL"),
+            ("FORMS_ALERT_WEBHOOK_URL", "ftp://alerts.example.com", "not a webhook URL"),
             ("FORMS_ALERT_WEBHOOK_SECRET", "whsec_short", "whsec_ and the base64"),
         ];
         for (variable, value, expected) in cases {

@@ -68,6 +68,24 @@ pub async fn first_webhook(
         .optional()
 }
 
+/// [`first_webhook`], its row locked for a change of its settings (as [`lock`] locks
+/// one), so that a change computed from it overwrites no concurrent one.
+pub(super) async fn first_webhook_for_change(
+    conn: &mut AsyncPgConnection,
+    endpoint: &EndpointId,
+) -> QueryResult<Option<DestinationRow>> {
+    destinations::table
+        .filter(destinations::endpoint_id.eq(endpoint))
+        .filter(destinations::kind.eq(DestinationKind::Webhook))
+        .filter(destinations::removed_at.is_null())
+        .order(destinations::position)
+        .select(DestinationRow::as_select())
+        .for_no_key_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// What adding a destination found and did.
 #[derive(Debug)]
 pub enum AddOutcome {
@@ -439,7 +457,9 @@ pub(super) async fn lock_of_endpoint(
     destinations::table
         .filter(destinations::endpoint_id.eq(endpoint))
         .filter(destinations::removed_at.is_null())
-        .order(destinations::position)
+        // In id order, as count_failed_deliveries.sql locks them: two transactions locking
+        // the same destinations never wait on each other in a cycle.
+        .order(destinations::id)
         .select(DestinationRow::as_select())
         .for_no_key_update()
         .load(conn)

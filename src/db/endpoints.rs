@@ -161,7 +161,7 @@ where
         let Some(current) = current else {
             return Ok(None);
         };
-        let webhook = super::destinations::first_webhook(conn, &id).await?;
+        let webhook = super::destinations::first_webhook_for_change(conn, &id).await?;
         let (next, next_webhook) = change(current, webhook.clone())?;
         let row = diesel::update(endpoints::table.find(&id))
             .set((

@@ -131,7 +131,7 @@ impl AlertSender {
             let now = self.clock.now();
             let body = webhook_body(alert, now);
             let secret = target.secret.expose();
-            let (signatures, _) = payload::sign(&webhook_id(alert), secret, &[secret], now, &body);
+            let (signatures, _) = payload::sign(&webhook_id(alert), secret, &[], now, &body);
             let result = self.webhook.send(&target.url, body, &signatures).await;
             if result.outcome == Outcome::Succeeded {
                 meters::operator_alert_sent("webhook", alert.kind);

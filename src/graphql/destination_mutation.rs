@@ -5,7 +5,7 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
 
-use super::mutation::{refused, MAX_OVERLAP_SECONDS};
+use super::mutation::{endpoint_or_not_found, refused, MAX_OVERLAP_SECONDS};
 use super::types::Destination;
 use super::{app, database, ResultExt};
 use crate::db;
@@ -14,7 +14,7 @@ use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
 use crate::model::endpoint as rules;
-use crate::model::ids::{DestinationId, EndpointId};
+use crate::model::ids::DestinationId;
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
@@ -217,11 +217,7 @@ impl DestinationMutation {
         input: AddWebhookDestinationInput,
     ) -> Result<DestinationSecretPayload> {
         let app = app(ctx);
-        let endpoint_id = EndpointId::parse(&input.endpoint_id)
-            .ok_or_else(|| ApiError::EndpointNotFound {
-                endpoint_id: input.endpoint_id.0.clone(),
-            })
-            .gql()?;
+        let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         let url = rules::webhook_url(&input.url, app.config.webhook.allow_private_targets)
             .map_err(refused)
             .gql()?;
@@ -255,11 +251,7 @@ impl DestinationMutation {
         input: AddEmailDestinationInput,
     ) -> Result<DestinationPayload> {
         let app = app(ctx);
-        let endpoint_id = EndpointId::parse(&input.endpoint_id)
-            .ok_or_else(|| ApiError::EndpointNotFound {
-                endpoint_id: input.endpoint_id.0.clone(),
-            })
-            .gql()?;
+        let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         if app.config.smtp.is_none() {
             return Err(ApiError::EmailNotConfigured).gql();
         }
@@ -300,11 +292,7 @@ impl DestinationMutation {
         input: AddAutoresponderDestinationInput,
     ) -> Result<DestinationPayload> {
         let app = app(ctx);
-        let endpoint_id = EndpointId::parse(&input.endpoint_id)
-            .ok_or_else(|| ApiError::EndpointNotFound {
-                endpoint_id: input.endpoint_id.0.clone(),
-            })
-            .gql()?;
+        let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         if app.config.smtp.is_none() {
             return Err(ApiError::EmailNotConfigured).gql();
         }

@@ -177,7 +177,7 @@ fn refuse_deleted(endpoint: &EndpointRow) -> Result<(), ApiError> {
 }
 
 /// An id that cannot name an endpoint names none.
-fn endpoint_or_not_found(id: &ID) -> Result<EndpointId> {
+pub(super) fn endpoint_or_not_found(id: &ID) -> Result<EndpointId> {
     EndpointId::parse(id)
         .ok_or_else(|| ApiError::EndpointNotFound {
             endpoint_id: id.0.clone(),

@@ -178,7 +178,7 @@ db_vocabulary! {
         /// It was deleted (its history kept or erased).
         Deleted => "deleted",
         /// One of its destinations reached the warning threshold of failed deliveries in
-        /// a row (`FORMS_ALERT_WARN_AFTER_FAILED_DELIVERIES`): the warning before a pause.
+        /// a row (`FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES`): the warning before a pause.
         Failing => "failing",
     }
 }

@@ -29,6 +29,11 @@ WITH adopted AS (
                             AND ds.removed_at IS NULL
                           ORDER BY ds.position LIMIT 1)
     WHERE w.state = 'pending' AND w.destination_id IS NULL
+      -- Only where there is a destination to give: a row that would stay NULL is not
+      -- written again on every claim.
+      AND EXISTS (SELECT 1 FROM destinations ds
+                  WHERE ds.endpoint_id = w.endpoint_id AND ds.kind = 'webhook'
+                    AND ds.removed_at IS NULL)
 ), expired AS MATERIALIZED (
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
