@@ -11,6 +11,7 @@ use crate::feed::EventFeed;
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
+use crate::intake::screening::Screening;
 use crate::intake::{Intake, IntakeState};
 use axum::extract::FromRef;
 
@@ -77,6 +78,7 @@ impl App {
             endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
             committer: Committer::default(),
             body_budget: body_budget.clone(),
+            screening: Screening::new(config.spam.clone()),
         }));
         Arc::new(App {
             connection,

@@ -56,6 +56,10 @@ enum Command {
         /// Age in days (default: FORMS_SUBMISSION_RETENTION_DAYS).
         #[arg(long)]
         older_than_days: Option<u32>,
+        /// Age in days of submissions in the spam folder (default:
+        /// FORMS_SPAM_RETENTION_DAYS; 0 keeps them).
+        #[arg(long)]
+        spam_older_than_days: Option<u32>,
         /// Submissions deleted per statement.
         #[arg(long, default_value_t = 1000)]
         batch_size: u32,
@@ -143,6 +147,7 @@ pub fn main() -> ExitCode {
 
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     let config_days = config.submission_retention_days;
+    let config_spam_days = config.spam.spam_retention_days;
     if let Command::Retention {
         older_than_days, ..
     } = &command
@@ -159,8 +164,13 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         Command::Retention {
             dry_run,
             older_than_days,
+            spam_older_than_days,
             batch_size,
-        } => retention_command(config_days, older_than_days, batch_size, dry_run, &database).await,
+        } => {
+            let days = older_than_days.unwrap_or(config_days);
+            let spam_days = spam_older_than_days.unwrap_or(config_spam_days);
+            retention_command(days, spam_days, batch_size, dry_run, &database).await
+        }
         Command::Schema => Ok(()),
     };
     database.close().await;
@@ -343,7 +353,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         metrics,
         workers,
         sweeper: config.api_enabled && config.rate_limit.enabled,
-        retention: config.submission_retention_days > 0,
+        retention: config.submission_retention_days > 0 || config.spam.spam_retention_days > 0,
         pruning: config.worker.enabled,
     };
     let services = Services::start(&app, plan);
@@ -395,22 +405,25 @@ async fn create_first_key(db: &db::Db, now: chrono::DateTime<chrono::Utc>) -> an
 }
 
 async fn retention_command(
-    config_days: u32,
-    older_than_days: Option<u32>,
+    days: u32,
+    spam_days: u32,
     batch_size: u32,
     dry_run: bool,
     database: &Database,
 ) -> anyhow::Result<()> {
-    let days = older_than_days.unwrap_or(config_days);
-    let Some(cutoff) = crate::retention::cutoff(SystemClock.now(), days) else {
-        bail!("--older-than-days {days} reaches back before any date this service can store: give a smaller number of days");
+    let Some(cutoffs) = crate::retention::cutoffs(SystemClock.now(), days, spam_days) else {
+        bail!("--older-than-days {days} (or --spam-older-than-days {spam_days}) reaches back before any date this service can store: give a smaller number of days");
     };
     let db = database.admin_db().await?;
-    let count = crate::retention::apply(&db, cutoff, batch_size, dry_run).await?;
+    let count = crate::retention::apply(&db, cutoffs, batch_size, dry_run).await?;
     let verb = if dry_run { "would delete" } else { "deleted" };
+    let before = |cutoff: Option<chrono::DateTime<chrono::Utc>>| {
+        cutoff.map_or_else(|| "never".to_string(), format_timestamp)
+    };
     println!(
-        "{verb} {count} submission(s) received before {} with no delivery or a delivered one",
-        format_timestamp(cutoff)
+        "{verb} {count} submission(s) received before {} (in the spam folder: before {}) with no delivery or a delivered one",
+        before(cutoffs.inbox),
+        before(cutoffs.spam)
     );
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Retention: deletes submissions older than a number of days that no
-//! delivery still needs (no delivery, or delivered), in batches. Deliveries and attempt
-//! histories stay, without the submission.
+//! delivery still needs (no delivery, or delivered), in batches; those in the spam folder
+//! after their own, usually shorter, number of days. Deliveries and attempt histories
+//! stay, without the submission.
 
 use std::time::Duration;
 
@@ -12,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::db::{self, Db, DbError};
 
-/// How often `serve` applies retention when `FORMS_SUBMISSION_RETENTION_DAYS` is set.
+pub use crate::db::submissions::RetentionCutoffs;
+
+/// How often `serve` applies retention when `FORMS_SUBMISSION_RETENTION_DAYS` or
+/// `FORMS_SPAM_RETENTION_DAYS` is set.
 pub const SCHEDULE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The cutoff `days` before `now`, or `None` when that lies before any representable time
@@ -25,13 +29,13 @@ pub fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
 /// returns how many.
 pub async fn apply(
     db: &Db,
-    cutoff: DateTime<Utc>,
+    cutoffs: RetentionCutoffs,
     batch_size: u32,
     dry_run: bool,
 ) -> Result<u64, DbError> {
     if dry_run {
         let count = db
-            .run(async |conn| db::submissions::count_expired(conn, cutoff).await)
+            .run(async |conn| db::submissions::count_expired(conn, cutoffs).await)
             .await?;
         return Ok(u64::try_from(count).unwrap_or(0));
     }
@@ -39,7 +43,7 @@ pub async fn apply(
     let mut deleted = 0u64;
     loop {
         let removed = db
-            .run(async |conn| db::submissions::delete_expired_batch(conn, cutoff, batch).await)
+            .run(async |conn| db::submissions::delete_expired_batch(conn, cutoffs, batch).await)
             .await?;
         deleted += removed as u64;
         if removed == 0 {
@@ -48,25 +52,41 @@ pub async fn apply(
     }
 }
 
-/// Applies retention every `SCHEDULE_EVERY` until shutdown (first run a minute after start).
+/// The cutoffs of `days` (inbox) and `spam_days` (spam folder) before `now`, each `None`
+/// for 0 (kept); `None` when one lies before any representable time (an absurd number of
+/// days, which the configuration's caps rule out).
+pub fn cutoffs(now: DateTime<Utc>, days: u32, spam_days: u32) -> Option<RetentionCutoffs> {
+    let of = |days: u32| match days {
+        0 => Some(None),
+        days => cutoff(now, days).map(Some),
+    };
+    Some(RetentionCutoffs {
+        inbox: of(days)?,
+        spam: of(spam_days)?,
+    })
+}
+
+/// Applies retention every `SCHEDULE_EVERY` until shutdown (first run a minute after start):
+/// `days` for the inbox and `spam_days` for the spam folder (0: kept).
 pub async fn run_on_schedule(
     db: Db,
     days: u32,
+    spam_days: u32,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) {
     let (db, clock) = (&db, &clock);
     crate::clock::every(Duration::from_secs(60), SCHEDULE_EVERY, &shutdown, || async move {
-        // The configuration caps the days far below an unrepresentable cutoff.
-        let Some(cutoff) = cutoff(clock.now(), days) else {
+        let Some(cutoffs) = cutoffs(clock.now(), days, spam_days) else {
             tracing::error!(
                 days,
+                spam_days,
                 "the retention cutoff is out of range; retention skipped"
             );
             return;
         };
-        match apply(db, cutoff, 1000, false).await {
-            Ok(deleted) => tracing::info!(deleted, days, "retention applied"),
+        match apply(db, cutoffs, 1000, false).await {
+            Ok(deleted) => tracing::info!(deleted, days, spam_days, "retention applied"),
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
             }

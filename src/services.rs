@@ -11,7 +11,7 @@
 //! | event reader | with the API | pool, the feed |
 //! | key-revocation check | with the API | pool, the revocation watch |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
-//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` > 0 | pool, clock, days |
+//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days |
 //! | event pruning (and autoresponder recipients past their quiet time) | with the workers | pool, clock, event retention |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
@@ -115,6 +115,7 @@ impl Services {
             tasks.spawn(crate::retention::run_on_schedule(
                 app.db.clone(),
                 app.config.submission_retention_days,
+                app.config.spam.spam_retention_days,
                 app.clock.clone(),
                 stop.clone(),
             ));

@@ -13,6 +13,7 @@ mod http;
 mod intake;
 mod reader;
 mod smtp;
+mod spam;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -27,6 +28,7 @@ pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
 use reader::Reader;
 pub use smtp::{SmtpConfig, SmtpTls};
+pub use spam::SpamConfig;
 
 /// Read by the test suite (docs/configuration.md), never by the service: they share the
 /// prefix and are not typos.
@@ -111,6 +113,8 @@ pub struct Config {
     /// Where operator alerts are sent (`FORMS_ALERT_*`).
     pub alerts: AlertConfig,
     pub rate_limit: RateLimitConfig,
+    /// Captcha providers, Akismet and the spam folder's retention.
+    pub spam: SpamConfig,
     pub submission_retention_days: u32,
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
     pub event_retention: Duration,
@@ -236,6 +240,7 @@ fn read(r: &mut Reader) -> Config {
     let smtp_host_set = r.raw("FORMS_SMTP_HOST").is_some();
     let alerts = alerts::read(r, smtp_host_set, webhook.allow_private_targets);
     let rate_limit = intake::read_rate_limits(r);
+    let spam = spam::read(r);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
     let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
@@ -292,6 +297,7 @@ fn read(r: &mut Reader) -> Config {
         smtp,
         alerts,
         rate_limit,
+        spam,
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),
         export_max_submissions,
@@ -463,6 +469,13 @@ mod tests {
             ("FORMS_ALERT_EMAILS", "ops@example.com", "FORMS_SMTP_HOST is not"),
             ("FORMS_ALERT_WEBHOOK_URL", "ftp://alerts.example.com", "not a webhook URL"),
             ("FORMS_ALERT_WEBHOOK_SECRET", "whsec_short", "whsec_ and the base64"),
+            ("FORMS_CAPTCHA_TURNSTILE_VERIFY_URL", "ftp://verify.example", "an http(s) URL"),
+            ("FORMS_CAPTCHA_HCAPTCHA_VERIFY_URL", "not a url", "an http(s) URL"),
+            ("FORMS_CAPTCHA_RECAPTCHA_VERIFY_URL", "http://", "an http(s) URL"),
+            ("FORMS_CAPTCHA_VERIFY_TIMEOUT_SECONDS", "0", "greater than 0"),
+            ("FORMS_AKISMET_URL", "mailto:a@b.example", "an http(s) URL"),
+            ("FORMS_AKISMET_API_KEY", "short", "at least 8"),
+            ("FORMS_SPAM_RETENTION_DAYS", "-1", "whole number"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

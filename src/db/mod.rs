@@ -18,6 +18,7 @@ pub mod models;
 pub mod queue;
 pub mod rate_limits;
 pub mod schema;
+pub mod spam;
 pub mod statement;
 pub mod submissions;
 

@@ -5,13 +5,13 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 
 use super::schema::{
-    delivery_attempts, delivery_events, destinations, endpoint_events, endpoints,
-    management_api_keys, submissions, webhook_deliveries,
+    delivery_attempts, delivery_events, destinations, endpoint_events, endpoint_spam_protection,
+    endpoints, management_api_keys, submissions, webhook_deliveries,
 };
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, SubmissionId};
 use crate::model::state::{
-    AttemptOutcome, DeliveryState, DestinationEvent, DestinationKind, EndpointEventKind, EventKind,
-    KeyRole, PauseReason,
+    AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
+    EndpointEventKind, EventKind, KeyRole, PauseReason, WhenUnreachable,
 };
 
 /// An endpoint: its settings for intake. Where its submissions go is its destinations
@@ -219,6 +219,34 @@ pub struct SubmissionRow {
     pub received_at: DateTime<Utc>,
     pub fields: serde_json::Value,
     pub idempotency_key: Option<String>,
+    /// In the spam folder: no delivery was queued for it.
+    pub spam: bool,
+    /// Why it was judged spam (kept after an operator's "not spam", as a record). The
+    /// column's CHECK holds no NULL element; Diesel's type admits them, so they are skipped.
+    pub spam_reasons: Vec<Option<String>>,
+    /// When an operator last marked it spam or not spam.
+    pub spam_reviewed_at: Option<DateTime<Utc>>,
+}
+
+/// An endpoint's protection against spam (`endpoint_spam_protection`): its captcha, its
+/// rules and whether Akismet judges its submissions.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable, AsChangeset)]
+#[diesel(table_name = endpoint_spam_protection)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+#[diesel(treat_none_as_null = true)]
+pub struct SpamProtectionRow {
+    pub endpoint_id: EndpointId,
+    pub captcha_provider: Option<CaptchaProvider>,
+    pub captcha_secret: Option<String>,
+    pub captcha_min_score: Option<f32>,
+    pub when_unreachable: WhenUnreachable,
+    pub max_links: Option<i32>,
+    pub blocked_words: Vec<Option<String>>,
+    pub blocked_patterns: Vec<Option<String>>,
+    pub blocked_senders: Vec<Option<String>>,
+    pub min_fill_seconds: Option<i32>,
+    pub akismet: bool,
+    pub updated_at: DateTime<Utc>,
 }
 
 /// The submission an idempotency key already names.

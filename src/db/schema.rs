@@ -13,6 +13,44 @@ diesel::table! {
 }
 
 diesel::table! {
+    captcha_tokens_seen (token_digest) {
+        #[max_length = 64]
+        token_digest -> Varchar,
+        seen_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    endpoint_spam_protection (endpoint_id) {
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 16]
+        captcha_provider -> Nullable<Varchar>,
+        #[max_length = 200]
+        captcha_secret -> Nullable<Varchar>,
+        captcha_min_score -> Nullable<Float4>,
+        #[max_length = 8]
+        when_unreachable -> Varchar,
+        max_links -> Nullable<Int4>,
+        blocked_words -> Array<Nullable<Text>>,
+        blocked_patterns -> Array<Nullable<Text>>,
+        blocked_senders -> Array<Nullable<Text>>,
+        min_fill_seconds -> Nullable<Int4>,
+        akismet -> Bool,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    server_keys (purpose) {
+        #[max_length = 32]
+        purpose -> Varchar,
+        secret -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     delivery_attempts (id) {
         #[max_length = 36]
         id -> Varchar,
@@ -227,6 +265,9 @@ diesel::table! {
         idempotency_key -> Nullable<Varchar>,
         #[max_length = 64]
         payload_fingerprint -> Nullable<Varchar>,
+        spam -> Bool,
+        spam_reasons -> Array<Nullable<Text>>,
+        spam_reviewed_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -261,6 +302,7 @@ diesel::joinable!(delivery_attempts -> submissions (submission_id));
 diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(delivery_state_counts -> endpoints (endpoint_id));
 diesel::joinable!(destinations -> endpoints (endpoint_id));
+diesel::joinable!(endpoint_spam_protection -> endpoints (endpoint_id));
 diesel::joinable!(submissions -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> destinations (destination_id));
 diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
@@ -268,6 +310,7 @@ diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     autoresponder_recipients,
+    captcha_tokens_seen,
     delivery_attempts,
     delivery_event_retention,
     delivery_events,
@@ -275,10 +318,12 @@ diesel::allow_tables_to_appear_in_same_query!(
     destination_throttles,
     destinations,
     endpoint_events,
+    endpoint_spam_protection,
     endpoints,
     management_api_keys,
     operator_alerts,
     rate_limit_counters,
+    server_keys,
     submissions,
     webhook_deliveries,
 );

@@ -15,6 +15,7 @@ use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::spam::SubmissionFolder;
 use crate::model::state::{DeliveryState, DestinationKind};
 
 /// One submission of a batch for [`insert_batch`].
@@ -34,6 +35,9 @@ pub struct NewSubmission {
     /// worker (`None` where it may not): made before the statement, so that a claim whose
     /// answer was lost can still be given back.
     pub claim_token: Option<ClaimToken>,
+    /// Why it was judged spam (`None`: accepted). Spam is stored in the spam folder and
+    /// gets no delivery.
+    pub spam_reasons: Option<Vec<String>>,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
@@ -102,6 +106,14 @@ pub async fn insert_batch(
         .map(|s| s.idempotency.as_ref().map(|(_, print)| print.as_str()))
         .collect();
     let deliveries: Vec<&str> = batch.iter().map(|s| s.delivery_id.as_str()).collect();
+    let spam_reasons: Vec<Option<serde_json::Value>> = batch
+        .iter()
+        .map(|s| {
+            s.spam_reasons
+                .as_ref()
+                .map(|reasons| serde_json::json!(reasons))
+        })
+        .collect();
     let tokens: Vec<Option<&str>> = if claim.limit > 0 {
         batch
             .iter()
@@ -162,6 +174,7 @@ pub async fn insert_batch(
             bind::<Array<Timestamptz>, _>(&counters.window_starts),
             bind::<Array<Integer>, _>(&counters.attempts),
             bind::<Array<Integer>, _>(&counters.limits),
+            bind::<Array<Nullable<Json>>, _>(spam_reasons),
         ),
     )
     .load(conn)
@@ -249,7 +262,9 @@ pub async fn find_by_idempotency_key(
             submissions::received_at,
             submissions::fields,
             submissions::payload_fingerprint,
-            has_delivery,
+            // Spam is answered as if accepted (its endpoint's destinations would have
+            // had it), so its replay too.
+            has_delivery.or(submissions::spam),
         ))
         .first(conn)
         .await
@@ -260,6 +275,8 @@ pub async fn find_by_idempotency_key(
 #[derive(Debug, Clone, Default)]
 pub struct SubmissionFilter {
     pub endpoint_id: Option<EndpointId>,
+    /// The inbox (the default), the spam folder or both.
+    pub folder: SubmissionFolder,
     pub received_after: Option<DateTime<Utc>>,
     pub received_before: Option<DateTime<Utc>>,
 }
@@ -269,6 +286,7 @@ impl SubmissionFilter {
     pub fn nothing() -> SubmissionFilter {
         SubmissionFilter {
             endpoint_id: None,
+            folder: SubmissionFolder::All,
             received_after: Some(DateTime::<Utc>::UNIX_EPOCH),
             received_before: Some(DateTime::<Utc>::UNIX_EPOCH),
         }
@@ -314,21 +332,33 @@ pub async fn page(
 static SUBMISSIONS_FIRST_PAGES: SqlText = sql!("submissions_first_pages.sql");
 struct SubmissionsFirstPages;
 
-/// The first `limit` submissions (newest first) of each endpoint, in one statement.
+/// The first `limit` submissions (newest first) of each endpoint in `folder`, in one
+/// statement.
 pub async fn first_pages(
     conn: &mut AsyncPgConnection,
     endpoint_ids: &[EndpointId],
     limit: i64,
+    folder: SubmissionFolder,
 ) -> Result<Vec<SubmissionRow>, DbError> {
     Ok(Statement::<
         SubmissionsFirstPages,
-        (Text, Text, Timestamptz, Json, Nullable<Text>),
+        (
+            Text,
+            Text,
+            Timestamptz,
+            Json,
+            Nullable<Text>,
+            Bool,
+            Array<Nullable<Text>>,
+            Nullable<Timestamptz>,
+        ),
         _,
     >::new(
         &SUBMISSIONS_FIRST_PAGES,
         (
             bind::<Array<Text>, _>(endpoint_ids),
             bind::<BigInt, _>(limit),
+            bind::<Nullable<Bool>, _>(folder.spam()),
         ),
     )
     .load(conn)
@@ -409,6 +439,9 @@ fn filtered<'a>(
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
     }
+    if let Some(spam) = filter.folder.spam() {
+        query = query.filter(submissions::spam.eq(spam));
+    }
     if let Some(after) = filter.received_after {
         query = query.filter(submissions::received_at.gt(after));
     }
@@ -421,14 +454,24 @@ fn filtered<'a>(
 static RETENTION_COUNT: SqlText = sql!("retention_count.sql");
 struct RetentionCount;
 
+/// Retention's cutoffs: submissions received before them go (`None`: kept).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RetentionCutoffs {
+    pub inbox: Option<DateTime<Utc>>,
+    pub spam: Option<DateTime<Utc>>,
+}
+
 /// How many submissions retention would delete now (retention_count.sql).
 pub async fn count_expired(
     conn: &mut AsyncPgConnection,
-    cutoff: DateTime<Utc>,
+    cutoffs: RetentionCutoffs,
 ) -> Result<i64, DbError> {
     Ok(Statement::<RetentionCount, BigInt, _>::new(
         &RETENTION_COUNT,
-        (bind::<Timestamptz, _>(cutoff),),
+        (
+            bind::<Nullable<Timestamptz>, _>(cutoffs.inbox),
+            bind::<Nullable<Timestamptz>, _>(cutoffs.spam),
+        ),
     )
     .get_result(conn)
     .await?)
@@ -440,12 +483,16 @@ struct RetentionDelete;
 /// Deletes up to `batch` expired submissions (retention_delete.sql); returns how many.
 pub async fn delete_expired_batch(
     conn: &mut AsyncPgConnection,
-    cutoff: DateTime<Utc>,
+    cutoffs: RetentionCutoffs,
     batch: i64,
 ) -> Result<usize, DbError> {
     let deleted: i64 = Statement::<RetentionDelete, BigInt, _>::new(
         &RETENTION_DELETE,
-        (bind::<Timestamptz, _>(cutoff), bind::<BigInt, _>(batch)),
+        (
+            bind::<Nullable<Timestamptz>, _>(cutoffs.inbox),
+            bind::<BigInt, _>(batch),
+            bind::<Nullable<Timestamptz>, _>(cutoffs.spam),
+        ),
     )
     .get_result(conn)
     .await?;

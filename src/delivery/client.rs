@@ -1,4 +1,6 @@
-//! The one place outbound HTTP is made: the webhook client.
+//! The one place outbound HTTP is made: the webhook client, and the verifier client that
+//! asks the services an operator configured (captcha providers, Akismet) about a
+//! submission.
 //!
 //! - Redirects are never followed; no system proxy is used.
 //! - Connect timeout and an overall limit of connect + read timeout, so a request always
@@ -13,6 +15,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use url::{Host, Url};
 
@@ -250,4 +253,90 @@ fn classify(error: &reqwest::Error) -> AttemptResult {
         _ => "the exchange with the destination failed (connection closed or protocol error)",
     };
     AttemptResult::failure(Outcome::NetworkError, text)
+}
+
+/// What a verifier's answer was when it could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifierError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the connection failed")]
+    Connection,
+    #[error("it answered HTTP {0}")]
+    Status(u16),
+    #[error("its answer was larger than {VERIFIER_ANSWER_BYTES} bytes")]
+    TooLarge,
+}
+
+/// The largest verifier answer read (a captcha verdict is a few hundred bytes of JSON).
+pub const VERIFIER_ANSWER_BYTES: usize = 16 * 1024;
+
+/// Asks the services an operator configured (their URLs come from the configuration,
+/// never from a client, so internal addresses are allowed: a self-hosted verifier, a test
+/// on loopback). Same hygiene as the webhook client otherwise: no redirects, no proxy, one
+/// deadline for the whole exchange, an answer read up to a bound.
+#[derive(Clone)]
+pub struct VerifierClient {
+    http: reqwest::Client,
+    timeout: Duration,
+}
+
+impl VerifierClient {
+    pub fn new(timeout: Duration) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("Hymical-Forms/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(VerifierClient { http, timeout })
+    }
+
+    /// POSTs `form` (`application/x-www-form-urlencoded`) to `url` and answers the body of
+    /// a 2xx answer, all within the client's timeout.
+    pub async fn post_form(
+        &self,
+        url: &str,
+        form: &[(&str, &str)],
+    ) -> Result<Bytes, VerifierError> {
+        let exchange = async {
+            let mut response = self
+                .http
+                .post(url)
+                .form(form)
+                .send()
+                .await
+                .map_err(|error| self.failure(&error))?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(VerifierError::Status(status.as_u16()));
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|error| self.failure(&error))?
+            {
+                if body.len() + chunk.len() > VERIFIER_ANSWER_BYTES {
+                    return Err(VerifierError::TooLarge);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(Bytes::from(body))
+        };
+        // reqwest's timeout covers the request; this one covers reading the body too.
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or(Err(VerifierError::Timeout(self.timeout)))
+    }
+
+    fn failure(&self, error: &reqwest::Error) -> VerifierError {
+        if error.is_timeout() {
+            VerifierError::Timeout(self.timeout)
+        } else {
+            VerifierError::Connection
+        }
+    }
 }

@@ -104,6 +104,10 @@ pub enum ApiError {
     InvalidFieldValue { field: String },
     #[error("The submission has no fields.")]
     EmptySubmission,
+    #[error("The captcha was not solved: {reason}.")]
+    CaptchaFailed { reason: CaptchaFailure },
+    #[error("The {verifier} that judges this form cannot be reached; try again shortly.")]
+    VerifierUnavailable { verifier: Verifier },
     #[error("This Idempotency-Key was already used with a different submission.")]
     IdempotencyConflict {
         endpoint_id: String,
@@ -181,6 +185,34 @@ pub enum ApiError {
     Internal(#[serde(serialize_with = "no_details")] String),
 }
 
+/// Why a captcha was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptchaFailure {
+    /// The form carried no token in the provider's field.
+    #[error("the form carried no captcha token")]
+    Missing,
+    /// The provider said the token is not valid (wrong, expired, for another site).
+    #[error("the captcha provider refused the token")]
+    Rejected,
+    /// The token was solved on a host that is not one of the endpoint's allowed origins.
+    #[error("the captcha was solved on another site")]
+    Hostname,
+    /// The token was presented before.
+    #[error("the captcha token was used before")]
+    Reused,
+}
+
+/// A service that judges a submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum Verifier {
+    #[error("captcha provider")]
+    Captcha,
+    #[error("spam filter (Akismet)")]
+    Akismet,
+}
+
 /// Why a `failed` delivery cannot be replayed (the state tells the other reasons).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -233,6 +265,8 @@ impl ApiError {
             ApiError::InvalidFieldValue { .. } => "invalid_field_value",
             ApiError::EmptySubmission => "empty_submission",
             ApiError::IdempotencyConflict { .. } => "idempotency_conflict",
+            ApiError::CaptchaFailed { .. } => "captcha_failed",
+            ApiError::VerifierUnavailable { .. } => "verifier_unavailable",
             ApiError::EndpointAlreadyExists { .. } => "endpoint_already_exists",
             ApiError::InvalidWebhookUrl { .. } => "invalid_webhook_url",
             ApiError::InvalidInput { .. } => "invalid_input",
@@ -264,9 +298,9 @@ impl ApiError {
             ApiError::NotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::AuthenticationRequired | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
-            ApiError::StorageUnavailable(_) | ApiError::ServerBusy { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::StorageUnavailable(_)
+            | ApiError::ServerBusy { .. }
+            | ApiError::VerifierUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -289,9 +323,9 @@ impl ApiError {
             | ApiError::EndpointHasDeliveriesInProgress { .. }
             | ApiError::DeliveryNotReplayable { .. }
             | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
-            ApiError::OriginNotAllowed { .. } | ApiError::InsufficientRole { .. } => {
-                StatusCode::FORBIDDEN
-            }
+            ApiError::OriginNotAllowed { .. }
+            | ApiError::InsufficientRole { .. }
+            | ApiError::CaptchaFailed { .. } => StatusCode::FORBIDDEN,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidIdempotencyKey
             | ApiError::MalformedFormBody { .. }

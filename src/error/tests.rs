@@ -66,10 +66,12 @@ fn variant(error: &ApiError) -> usize {
         ApiError::DestinationLimitReached { .. } => 45,
         ApiError::DestinationNotWebhook { .. } => 46,
         ApiError::EmailNotConfigured => 47,
+        ApiError::CaptchaFailed { .. } => 48,
+        ApiError::VerifierUnavailable { .. } => 49,
     }
 }
 
-const VARIANTS: usize = 48;
+const VARIANTS: usize = 50;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -248,6 +250,22 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::UNPROCESSABLE_ENTITY,
             "empty_submission",
             json!({}),
+        ),
+        (
+            ApiError::CaptchaFailed {
+                reason: CaptchaFailure::Reused,
+            },
+            S::FORBIDDEN,
+            "captcha_failed",
+            json!({ "reason": "reused" }),
+        ),
+        (
+            ApiError::VerifierUnavailable {
+                verifier: Verifier::Akismet,
+            },
+            S::SERVICE_UNAVAILABLE,
+            "verifier_unavailable",
+            json!({ "verifier": "akismet" }),
         ),
         (
             ApiError::IdempotencyConflict {

@@ -33,6 +33,7 @@ use crate::db::submissions::SubmissionFilter;
 use crate::db::{self, DbError};
 use crate::error::ApiError;
 use crate::model::ids::EndpointId;
+use crate::model::spam::SubmissionFolder;
 
 const PAGE: i64 = 500;
 
@@ -77,15 +78,28 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
     if crate::clock::is_empty_range(received_after, received_before) {
         return Err(ApiError::InvalidTimeRange);
     }
+    let folder = match params.get("folder").map(String::as_str) {
+        None | Some("") | Some("inbox") => SubmissionFolder::Inbox,
+        Some("spam") => SubmissionFolder::Spam,
+        Some("all") => SubmissionFolder::All,
+        Some(_) => {
+            return Err(ApiError::InvalidInput {
+                field: "folder".into(),
+                reason: "inbox, spam or all".into(),
+            })
+        }
+    };
     let filter = match params.get("endpoint_id").filter(|v| !v.is_empty()) {
         None => SubmissionFilter {
             endpoint_id: None,
+            folder,
             received_after,
             received_before,
         },
         Some(raw) => match EndpointId::parse(raw) {
             Some(endpoint_id) => SubmissionFilter {
                 endpoint_id: Some(endpoint_id),
+                folder,
                 received_after,
                 received_before,
             },

@@ -1,7 +1,9 @@
 //! Delivery events are kept for `FORMS_EVENT_RETENTION_HOURS` (how far back a subscriber
 //! may resume); older ones are deleted in batches, at start and hourly. The same hourly
 //! pass forgets the autoresponders' recipients whose quiet time has passed (a row that
-//! decides nothing any more: the next submission from that address would take it over).
+//! decides nothing any more: the next submission from that address would take it over),
+//! and the captcha tokens seen more than [`TOKEN_MEMORY`] ago (every provider refuses a
+//! token that old itself).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,9 @@ use crate::db::{Db, DbError};
 /// Pruning runs this often, deleting this many events per statement.
 const PRUNE_INTERVAL: Duration = Duration::from_secs(3600);
 const PRUNE_BATCH: i64 = 10_000;
+/// How long a captcha token is remembered as seen: an hour, against the providers' few
+/// minutes of validity (Turnstile five, hCaptcha and reCAPTCHA two).
+pub const TOKEN_MEMORY: chrono::Duration = chrono::Duration::hours(1);
 
 /// Deletes events older than `retention`, at start and hourly, until `shutdown`.
 pub async fn prune_on_schedule(
@@ -37,6 +42,14 @@ pub async fn prune_on_schedule(
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "cannot forget autoresponder recipients past their quiet time")
+            }
+        }
+        if let Some(before) = now.checked_sub_signed(TOKEN_MEMORY) {
+            if let Err(error) = db
+                .run(async |conn| crate::db::spam::forget_tokens(conn, before, PRUNE_BATCH).await)
+                .await
+            {
+                tracing::warn!(error = %error.summary(), "cannot forget the captcha tokens seen long ago");
             }
         }
         match now.checked_sub_signed(retention) {

@@ -8,9 +8,12 @@ use std::time::Duration;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
 
 use crate::db::deliveries::DeliveryCounts;
-use crate::db::models::{AttemptRow, DeliveryRow, DestinationRow, EndpointRow, SubmissionRow};
+use crate::db::models::{
+    AttemptRow, DeliveryRow, DestinationRow, EndpointRow, SpamProtectionRow, SubmissionRow,
+};
 use crate::db::{self, Db, DbError};
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::spam::SubmissionFolder;
 
 /// The loaders' error: shared, because one failed batch fails every field waiting on it.
 pub type LoadError = Arc<DbError>;
@@ -32,6 +35,8 @@ pub struct Loaders {
     /// Destinations by id, removed ones included; and, by [`UpgradedWebhook`], the
     /// destination the upgrade to destinations made from an endpoint's webhook.
     pub destinations: DataLoader<DestinationLoader, HashMapCache>,
+    /// An endpoint's protection against spam (keyed by endpoint id; none: no entry).
+    pub spam_protection: DataLoader<SpamProtectionLoader, HashMapCache>,
 }
 
 /// The key of the destination the upgrade to destinations made from an endpoint's webhook
@@ -67,6 +72,7 @@ impl Loaders {
         loaders.delivery_counts.enable_all_cache(false);
         loaders.destinations_of_endpoint.enable_all_cache(false);
         loaders.destinations.enable_all_cache(false);
+        loaders.spam_protection.enable_all_cache(false);
         loaders
     }
 
@@ -81,6 +87,7 @@ impl Loaders {
             delivery_counts: loader(DeliveryCountsLoader(db.clone())),
             destinations_of_endpoint: loader(DestinationsOfEndpointLoader(db.clone())),
             destinations: loader::<DestinationId, _>(DestinationLoader(db.clone())),
+            spam_protection: loader(SpamProtectionLoader(db.clone())),
         }
     }
 }
@@ -95,6 +102,7 @@ pub struct EndpointSubmissionsLoader(Db);
 pub struct DeliveryCountsLoader(Db);
 pub struct DestinationsOfEndpointLoader(Db);
 pub struct DestinationLoader(Db);
+pub struct SpamProtectionLoader(Db);
 
 /// Every key with an empty value, so that keys without rows are cached too.
 fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V>> {
@@ -162,7 +170,15 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
             .run(async |conn| {
                 let mut pages = empty_for(keys);
                 for (limit, endpoint_ids) in by_limit(keys) {
-                    let rows = db::submissions::first_pages(conn, &endpoint_ids, limit).await?;
+                    // An endpoint's own listing is its inbox; the spam folder is listed through
+                    // `Query.submissions(filter: {folder: SPAM})`.
+                    let rows = db::submissions::first_pages(
+                        conn,
+                        &endpoint_ids,
+                        limit,
+                        SubmissionFolder::Inbox,
+                    )
+                    .await?;
                     file_pages(&mut pages, limit, rows, |row| &row.endpoint_id);
                 }
                 Ok(pages)
@@ -267,6 +283,26 @@ impl Loader<EndpointId> for DestinationsOfEndpointLoader {
                 .push(row);
         }
         Ok(by_endpoint)
+    }
+}
+
+impl Loader<EndpointId> for SpamProtectionLoader {
+    type Value = SpamProtectionRow;
+    type Error = LoadError;
+
+    async fn load(
+        &self,
+        keys: &[EndpointId],
+    ) -> Result<HashMap<EndpointId, SpamProtectionRow>, LoadError> {
+        let rows = self
+            .0
+            .run(async |conn| db::spam::protections(conn, keys).await)
+            .await
+            .map_err(Arc::new)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| (row.endpoint_id.clone(), row))
+            .collect())
     }
 }
 

@@ -11,6 +11,7 @@ pub mod loaders;
 pub mod mutation;
 pub mod pagination;
 pub mod query;
+pub mod spam;
 pub mod subscription;
 pub mod types;
 pub mod ws;
@@ -27,15 +28,16 @@ use destination_mutation::DestinationMutation;
 use loaders::Loaders;
 use mutation::MutationRoot;
 use query::QueryRoot;
+use spam::SpamMutation;
 use subscription::SubscriptionRoot;
 use types::Timestamp;
 
 pub type FormsSchema = Schema<QueryRoot, Mutation, SubscriptionRoot>;
 
-/// Every mutation: the endpoints', replays and erasure (mutation.rs) and the
-/// destinations' (destination_mutation.rs).
+/// Every mutation: the endpoints', replays and erasure (mutation.rs), the
+/// destinations' (destination_mutation.rs) and spam's (spam.rs).
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Mutation(MutationRoot, DestinationMutation);
+pub struct Mutation(MutationRoot, DestinationMutation, SpamMutation);
 
 /// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {

@@ -17,13 +17,16 @@ use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
 use crate::error::ApiError;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::spam::SubmissionFolder;
 use chrono::{DurationRound, TimeDelta};
 
-/// Exclusive bounds on `receivedAt`.
+/// Exclusive bounds on `receivedAt`, and the folder (the inbox unless set).
 #[derive(InputObject, Default)]
 #[graphql(name = "SubmissionFilter")]
 pub struct SubmissionFilterInput {
     pub endpoint_id: Option<ID>,
+    /// `INBOX` (the default), `SPAM` or `ALL`.
+    pub folder: Option<SubmissionFolder>,
     pub received_after: Option<Timestamp>,
     pub received_before: Option<Timestamp>,
 }
@@ -126,6 +129,7 @@ impl QueryRoot {
         };
         let query = SubmissionQuery {
             endpoint_id,
+            folder: filter.folder.unwrap_or_default(),
             received_after,
             received_before,
         };

@@ -205,7 +205,22 @@ impl Endpoint {
             .unwrap_or_default())
     }
 
-    /// This endpoint's submissions, newest first.
+    /// Its protection against spam: captcha, rules, Akismet; null when it has none.
+    async fn spam_protection(
+        &self,
+        ctx: &Context<'_>,
+    ) -> Result<Option<super::spam::SpamProtection>> {
+        let loaders = ctx.data_unchecked::<Loaders>();
+        Ok(loaders
+            .spam_protection
+            .load_one(self.row.id.clone())
+            .await
+            .gql()?
+            .map(super::spam::SpamProtection))
+    }
+
+    /// This endpoint's submissions (its inbox: not those in the spam folder), newest
+    /// first.
     #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn submissions(
         &self,
@@ -267,6 +282,24 @@ impl Submission {
     /// Whether it was sent with an `Idempotency-Key` (the key itself is never shown).
     async fn idempotent(&self) -> bool {
         self.0.idempotency_key.is_some()
+    }
+    /// In the spam folder: stored, answered as accepted, not delivered.
+    async fn spam(&self) -> bool {
+        self.0.spam
+    }
+    /// Why it was judged spam (its captcha, a rule, Akismet, an operator); kept after it
+    /// was marked not spam, as a record. Empty for one never judged spam.
+    async fn spam_reasons(&self) -> Vec<&str> {
+        self.0
+            .spam_reasons
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+    /// When an operator last marked it spam or not spam.
+    async fn spam_reviewed_at(&self) -> Option<Timestamp> {
+        self.0.spam_reviewed_at.map(Timestamp)
     }
     /// The submitted fields in stored order: the only place field values are returned.
     async fn fields(&self) -> Vec<Field> {

@@ -19,14 +19,42 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::db::models::EndpointRow;
+use crate::db::models::{EndpointRow, SpamProtectionRow};
+use crate::model::spam::SpamRules;
 
-/// An endpoint as intake uses it: its row, and whether it has a destination (so that a
-/// tripped honeypot's fake receipt says what a real one would).
+/// An endpoint as intake uses it: its row, whether it has a destination (so that a
+/// tripped honeypot's fake receipt says what a real one would), and its protection
+/// against spam with its rules compiled.
 #[derive(Debug)]
 pub struct IntakeEndpoint {
     pub row: EndpointRow,
     pub has_destinations: bool,
+    pub protection: Option<Protection>,
+}
+
+/// An endpoint's protection against spam as intake applies it.
+#[derive(Debug)]
+pub struct Protection {
+    pub row: SpamProtectionRow,
+    pub rules: SpamRules,
+}
+
+impl Protection {
+    /// Compiles the stored rules; a stored pattern that does not compile (written by
+    /// another program) is a read error, never a rule silently dropped.
+    fn compile(row: SpamProtectionRow) -> Result<Protection, DbError> {
+        let own = |list: &[Option<String>]| list.iter().flatten().cloned().collect::<Vec<_>>();
+        let rules = SpamRules::compile(
+            row.max_links,
+            &own(&row.blocked_words),
+            &own(&row.blocked_patterns),
+            &own(&row.blocked_senders),
+        )
+        .map_err(|error| {
+            DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
+        })?;
+        Ok(Protection { row, rules })
+    }
 }
 
 impl std::ops::Deref for IntakeEndpoint {
@@ -84,15 +112,23 @@ impl EndpointCache {
         }
         let generation = self.generation.load(Ordering::Acquire);
         let read_at = Instant::now();
-        let row = pool
-            .run(async |conn| db::endpoints::find_for_intake(conn, id).await)
-            .await?
-            .map(|(row, has_destinations)| {
-                Arc::new(IntakeEndpoint {
-                    row,
-                    has_destinations,
-                })
-            });
+        let found = pool
+            .run(async |conn| {
+                let Some(endpoint) = db::endpoints::find_for_intake(conn, id).await? else {
+                    return Ok(None);
+                };
+                let protection = db::spam::protection(conn, id).await?;
+                Ok(Some((endpoint, protection)))
+            })
+            .await?;
+        let row = match found {
+            None => None,
+            Some(((row, has_destinations), protection)) => Some(Arc::new(IntakeEndpoint {
+                row,
+                has_destinations,
+                protection: protection.map(Protection::compile).transpose()?,
+            })),
+        };
         let mut entries = self.entries();
         if self.generation.load(Ordering::Acquire) == generation {
             if entries.len() >= MAX_ENTRIES {

@@ -10,6 +10,7 @@ pub mod endpoint_cache;
 pub mod fields;
 pub mod parse;
 pub mod rate_limit;
+pub mod screening;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -54,6 +55,8 @@ pub struct Intake {
     pub committer: committer::Committer,
     /// The request bodies held at once, shared with every other route that reads one.
     pub body_budget: BodyBudget,
+    /// The captcha, spam rules and Akismet.
+    pub screening: screening::Screening,
 }
 
 /// [`Intake`] as the handlers' state.
@@ -75,6 +78,7 @@ where
 {
     Router::new()
         .route("/f/{endpoint_id}", post(submit).options(preflight))
+        .route("/f/{endpoint_id}/stamp", get(form_stamp))
         .route_layer(middleware::from_fn(count_submissions))
 }
 
@@ -209,7 +213,7 @@ async fn prepare(
             },
             now,
         });
-        let outcome = after_limits(intake, found, headers, body, now).await;
+        let outcome = after_limits(intake, found, peer, headers, body, now).await;
         Ok::<_, ApiError>(EndpointStage { counted, outcome })
     };
     IntakeRequest {
@@ -218,10 +222,11 @@ async fn prepare(
     }
 }
 
-/// Steps 6 to 13.
+/// Steps 6 to 14.
 async fn after_limits(
     intake: &Intake,
     endpoint: &IntakeEndpoint,
+    peer: IpAddr,
     headers: &HeaderMap,
     body: Bytes,
     now: DateTime<Utc>,
@@ -260,12 +265,45 @@ async fn after_limits(
             delivery_queued: endpoint.has_destinations,
         }));
     }
+    // 13. Spam: the captcha, the rules, the form stamp, Akismet (screening.rs). A request
+    // naming a stored submission by its key keeps that one's verdict: its retry carries
+    // the captcha token the first request spent.
+    let keyed_before = match (&idempotency_key, &endpoint.protection) {
+        (Some(key), Some(protection)) if protection.row.captcha_provider.is_some() => intake
+            .db
+            .run(async |conn| {
+                crate::db::submissions::find_by_idempotency_key(conn, &endpoint.id, key).await
+            })
+            .await?
+            .is_some(),
+        _ => false,
+    };
+    let screened = intake
+        .screening
+        .screen(
+            &intake.db,
+            endpoint,
+            peer,
+            header_text(headers, header::USER_AGENT),
+            &mut pairs,
+            now,
+            keyed_before,
+        )
+        .await;
+    if endpoint.protection.is_some() {
+        crate::telemetry::meters::screened(match &screened {
+            Ok(screened) if screened.spam_reasons.is_empty() => "accepted",
+            Ok(_) => "spam",
+            Err(_) => "refused",
+        });
+    }
+    let spam_reasons = Some(screened?.spam_reasons).filter(|reasons| !reasons.is_empty());
     if pairs.is_empty() {
-        // Only empty honeypot fields were sent.
+        // Only empty honeypot fields (or the screening's own fields) were sent.
         return Err(ApiError::EmptySubmission);
     }
 
-    // 13. Normalise; the committer stores it.
+    // 14. Normalise; the committer stores it.
     let fields = NormalisedFields::from_pairs(pairs);
     let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
     Ok(Work::Store {
@@ -279,6 +317,7 @@ async fn after_limits(
             delivery_id: DeliveryId::generate(),
             // The committer gives it one when this process may claim at intake.
             claim_token: None,
+            spam_reasons,
         },
     })
 }
@@ -363,6 +402,49 @@ fn success_response(
         })),
     )
         .into_response()
+}
+
+/// `GET /f/{endpoint_id}/stamp`: a form stamp, the signed time the form was served, which
+/// the form snippet puts in its `_hymical_stamp` field when the page loads (an endpoint's
+/// minimum fill time judges it). CORS as for submissions; never cached.
+async fn form_stamp(
+    State(intake): State<IntakeState>,
+    endpoint_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let origin = header_text(&headers, header::ORIGIN);
+    let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
+    let result = async {
+        let endpoint = find_endpoint(&intake, endpoint_id.as_deref()).await?;
+        if !browser::origin_allowed(&endpoint, origin) {
+            let endpoint_id = endpoint.id.to_string();
+            return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));
+        }
+        let stamp = intake
+            .screening
+            .stamp(&intake.db, endpoint.id.as_str(), intake.clock.now())
+            .await
+            .map_err(|error| (Some(endpoint.clone()), error))?;
+        Ok((endpoint, stamp))
+    }
+    .await;
+    let (endpoint, mut response) = match result {
+        Ok((endpoint, stamp)) => {
+            let body =
+                Json(json!({ "field": crate::model::spam::FORM_STAMP_FIELD, "value": stamp }));
+            (Some(endpoint), (StatusCode::OK, body).into_response())
+        }
+        Err((endpoint, error)) => (endpoint, error.into_response()),
+    };
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    browser::add_cors_headers(
+        response.headers_mut(),
+        endpoint.as_deref().map(|e| &e.row),
+        origin,
+    );
+    response
 }
 
 /// `OPTIONS /f/{endpoint_id}`: answers CORS preflights.

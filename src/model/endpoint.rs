@@ -36,6 +36,14 @@ pub enum Setting {
     ReplySubject,
     ReplyBody,
     ReplyWindowSeconds,
+    CaptchaSecret,
+    CaptchaMinScore,
+    MaxLinks,
+    BlockedWords,
+    BlockedPatterns,
+    BlockedSenders,
+    MinFillSeconds,
+    Akismet,
 }
 
 /// A setting that breaks its rule.

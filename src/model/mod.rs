@@ -34,6 +34,7 @@ pub mod endpoint;
 pub mod fields;
 pub mod ids;
 pub mod rate_limit;
+pub mod spam;
 pub mod state;
 
 /// A stored value no variant or format of this build spells: the read fails with this

@@ -231,3 +231,51 @@ mod tests {
         );
     }
 }
+
+db_vocabulary! {
+    /// The captcha service an endpoint's forms carry, whose answer intake verifies.
+    pub enum CaptchaProvider ("captcha provider") {
+        /// Cloudflare Turnstile: the token in `cf-turnstile-response`.
+        Turnstile => "turnstile",
+        /// hCaptcha: the token in `h-captcha-response`.
+        Hcaptcha => "hcaptcha",
+        /// Google reCAPTCHA v2 (a checkbox or invisible challenge): `g-recaptcha-response`.
+        RecaptchaV2 => "recaptcha_v2",
+        /// Google reCAPTCHA v3 (a score, no challenge): `g-recaptcha-response`.
+        RecaptchaV3 => "recaptcha_v3",
+    }
+}
+
+impl CaptchaProvider {
+    /// The form field the provider's widget writes its token into.
+    pub fn token_field(self) -> &'static str {
+        match self {
+            CaptchaProvider::Turnstile => "cf-turnstile-response",
+            CaptchaProvider::Hcaptcha => "h-captcha-response",
+            CaptchaProvider::RecaptchaV2 | CaptchaProvider::RecaptchaV3 => "g-recaptcha-response",
+        }
+    }
+
+    /// Fields the widget writes that are the token too and are not the submitter's data:
+    /// hCaptcha writes its token into `g-recaptcha-response` as well.
+    pub fn widget_fields(self) -> &'static [&'static str] {
+        match self {
+            CaptchaProvider::Turnstile => &["cf-turnstile-response"],
+            CaptchaProvider::Hcaptcha => &["h-captcha-response", "g-recaptcha-response"],
+            CaptchaProvider::RecaptchaV2 | CaptchaProvider::RecaptchaV3 => {
+                &["g-recaptcha-response"]
+            }
+        }
+    }
+}
+
+db_vocabulary! {
+    /// What a submission gets when a verifier it needs (its captcha's provider, Akismet)
+    /// cannot be reached or answers nonsense: never a silent accept.
+    pub enum WhenUnreachable ("verifier policy") {
+        /// `503 verifier_unavailable`, nothing stored: the submitter may send it again.
+        Refuse => "refuse",
+        /// Stored in the spam folder, with the reason, for an operator to judge.
+        Spam => "spam",
+    }
+}

@@ -74,6 +74,14 @@ fn describe() {
         "hymical_intake_requests_total",
         "Form submissions answered, by HTTP status."
     );
+    describe_counter!(
+        "hymical_intake_screened_total",
+        "Submissions screened for spam, by verdict: `accepted`, `spam`, `refused` (a captcha not solved, or a verifier unreachable under the refuse policy)."
+    );
+    describe_counter!(
+        "hymical_spam_verifier_failures_total",
+        "Verifications that gave no verdict (no answer in time, a connection failure, an error status, an answer that is not one), by verifier: `captcha`, `akismet`."
+    );
     describe_histogram!(
         "hymical_intake_request_duration_seconds",
         Unit::Seconds,
@@ -239,6 +247,16 @@ pub fn endpoint_paused(reason: PauseReason) {
 /// A paused endpoint was resumed.
 pub fn endpoint_resumed() {
     metrics::counter!("hymical_endpoint_resumes_total").increment(1);
+}
+
+/// A verifier (a captcha provider, Akismet) gave no verdict.
+pub fn verifier_failed(verifier: &'static str) {
+    metrics::counter!("hymical_spam_verifier_failures_total", "verifier" => verifier).increment(1);
+}
+
+/// A submission screened for spam: `accepted`, `spam` or `refused`.
+pub fn screened(verdict: &'static str) {
+    metrics::counter!("hymical_intake_screened_total", "verdict" => verdict).increment(1);
 }
 
 pub fn late_attempt() {

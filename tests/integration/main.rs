@@ -49,6 +49,7 @@ mod recording_batches;
 mod schema_files;
 mod self_contained;
 mod smtp_server;
+mod spam;
 mod subscriptions;
 mod subscriptions_e2e;
 mod verifiers;

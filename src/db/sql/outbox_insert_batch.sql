@@ -33,40 +33,52 @@
 -- claimed (empty when $9 is 0), $13 the accepting process's mark on the wake-up; $14 to
 -- $18 the rate-limit counters to add the batch's requests to, one element per counter in
 -- the order they are locked (limiter, subject, window start, requests to add, limit;
--- empty with rate limiting off). Answers one row per submission written: its id, whether
+-- empty with rate limiting off); $19 per submission the reasons it was judged spam (a
+-- JSON array of strings), NULL for one accepted. Answers one row per submission written: its id, whether
 -- a delivery was queued with it, and for a claimed first delivery its token, destination
 -- and kind, where it goes, the snapshot secret, the destination's live secrets after the
 -- lock and its run of failed deliveries.
 WITH input AS (
     SELECT *
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
-                $6::varchar[], $7::varchar[])
+                $6::varchar[], $7::varchar[], $19::json[])
          WITH ORDINALITY AS i (id, endpoint_id, received_at, fields, idempotency_key,
-                               payload_fingerprint, delivery_id, position)
+                               payload_fingerprint, delivery_id, spam_reasons, position)
 ), keyed_submission AS (
     INSERT INTO submissions
-        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
-    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint
+        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
+         spam_reasons)
+    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint,
+           spam_reasons IS NOT NULL,
+           ARRAY(SELECT json_array_elements_text(spam_reasons))
     FROM input
     WHERE idempotency_key IS NOT NULL
     ORDER BY position
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
-    RETURNING id, endpoint_id, received_at
+    RETURNING id, endpoint_id, received_at, spam
 ), unkeyed_submission AS (
     -- A submission without a key can conflict with none (NULLs are distinct in the unique
     -- constraint), so it is inserted plainly: `ON CONFLICT` would cost each row a probe of
     -- that index before its insert, a speculative-insertion lock and a second WAL record.
     INSERT INTO submissions
-        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint)
-    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint
+        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
+         spam_reasons)
+    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint,
+           spam_reasons IS NOT NULL,
+           ARRAY(SELECT json_array_elements_text(spam_reasons))
     FROM input
     WHERE idempotency_key IS NULL
     ORDER BY position
-    RETURNING id, endpoint_id, received_at
+    RETURNING id, endpoint_id, received_at, spam
 ), new_submission AS (
     SELECT * FROM keyed_submission
     UNION ALL
     SELECT * FROM unkeyed_submission
+), delivered_submission AS (
+    -- A submission judged spam is kept in the spam folder and gets no delivery (nor an
+    -- autoresponder's confirmation) until an operator marks it not spam
+    -- (release_spam.sql queues them then).
+    SELECT * FROM new_submission WHERE NOT spam
 ), live_destination AS MATERIALIZED (
     -- The batch's endpoints' destinations as they are once every change of them that has
     -- a row locked has committed: a key-share lock (the one the foreign key checks take
@@ -78,13 +90,7 @@ WITH input AS (
     -- a copy of each of its rows for the recheck after a wait, and that copy (the whole
     -- input row, fields and all) cost more than the lock.
     SELECT ds.id, ds.endpoint_id, ds.kind, ds.position,
-           CASE ds.kind
-               WHEN 'email' THEN 'mailto:' || array_to_string(ds.recipients, ',')
-               -- Where an autoresponder's message goes is the submission's to say: the
-               -- snapshot names the field, never the address (erasing the submission
-               -- leaves none of it behind).
-               WHEN 'autoresponder' THEN 'autoresponder:' || ds.reply_to_field
-               ELSE ds.url END AS url,
+           destination_snapshot_url(ds.kind, ds.url, ds.recipients, ds.reply_to_field) AS url,
            ds.secret, ds.reply_to_field, ds.reply_window_seconds
     FROM destinations ds
     JOIN endpoints e ON e.id = ds.endpoint_id
@@ -108,7 +114,7 @@ WITH input AS (
     FROM (
         SELECT ld.id AS destination_id, ld.reply_window_seconds, s.id AS submission_id,
                i.position, md5(lower(a.address)) AS digest
-        FROM new_submission s
+        FROM delivered_submission s
         JOIN input i ON i.id = s.id
         JOIN live_destination ld ON ld.endpoint_id = s.endpoint_id AND ld.kind = 'autoresponder'
         CROSS JOIN LATERAL (
@@ -134,7 +140,7 @@ WITH input AS (
            d.id AS destination_id, d.url, d.secret,
            CASE WHEN d.first THEN ($12::varchar[])[i.position::integer] END AS claim_token,
            row_number() OVER (PARTITION BY d.id, d.first ORDER BY i.position) AS turn
-    FROM new_submission s
+    FROM delivered_submission s
     JOIN input i ON i.id = s.id
     CROSS JOIN LATERAL (
         SELECT ld.*, row_number() OVER (ORDER BY ld.position) = 1 AS first
@@ -229,8 +235,13 @@ WITH input AS (
             attempt_limit = excluded.attempt_limit
 ), result AS (
     SELECT s.id,
-           EXISTS (SELECT 1 FROM new_delivery d WHERE d.submission_id = s.id)
-               AS delivery_queued,
+           -- Spam is answered as it would have been accepted: queued when its endpoint
+           -- has a destination (a bot learns nothing).
+           CASE WHEN s.spam
+                THEN EXISTS (SELECT 1 FROM live_destination ld
+                             WHERE ld.endpoint_id = s.endpoint_id)
+                ELSE EXISTS (SELECT 1 FROM new_delivery d WHERE d.submission_id = s.id)
+           END AS delivery_queued,
            c.id AS delivery_id, c.claim_token, c.destination_id, ds.kind,
            c.destination_url, c.signing_secret, r.secret AS destination_secret,
            r.previous_secret, r.consecutive_failed_deliveries,

@@ -32,10 +32,7 @@ WITH matching AS MATERIALIZED (
     -- The destinations and endpoints (not deleted) of what matches, held (key share)
     -- until this commits (see replay_one.sql).
     SELECT ds.id,
-           CASE ds.kind
-               WHEN 'email' THEN 'mailto:' || array_to_string(ds.recipients, ',')
-               WHEN 'autoresponder' THEN 'autoresponder:' || ds.reply_to_field
-               ELSE ds.url END AS url,
+           destination_snapshot_url(ds.kind, ds.url, ds.recipients, ds.reply_to_field) AS url,
            ds.secret
     FROM destinations ds
     JOIN endpoints e ON e.id = ds.endpoint_id

@@ -28,10 +28,7 @@ WITH target AS MATERIALIZED (
     -- replay and then sees the delivery pending, or the replay waits for it and then finds
     -- the endpoint deleted (or the destination removed).
     SELECT ds.id, ds.removed_at,
-           CASE ds.kind
-               WHEN 'email' THEN 'mailto:' || array_to_string(ds.recipients, ',')
-               WHEN 'autoresponder' THEN 'autoresponder:' || ds.reply_to_field
-               ELSE ds.url END AS url,
+           destination_snapshot_url(ds.kind, ds.url, ds.recipients, ds.reply_to_field) AS url,
            ds.secret
     FROM destinations ds
     JOIN endpoints e ON e.id = ds.endpoint_id

@@ -1,0 +1,1 @@
+DROP INDEX CONCURRENTLY IF EXISTS submissions_spam_received_at_idx;

@@ -1,0 +1,424 @@
+//! Spam protection and the spam folder in the API: an endpoint's captcha, rules and
+//! Akismet (`setSpamProtection`, `removeSpamProtection`, `Endpoint.spamProtection`), and
+//! an operator's verdicts on submissions (`markSubmissionNotSpam`, `markSubmissionSpam`).
+
+use async_graphql::{Context, InputObject, Object, Result, SimpleObject, ID};
+
+use super::mutation::{endpoint_or_not_found, refused};
+use super::types::{Endpoint, Submission, Timestamp};
+use super::{app, database, ResultExt};
+use crate::db;
+use crate::db::models::{EndpointRow, SpamProtectionRow, SubmissionRow};
+use crate::db::spam::Release;
+use crate::error::ApiError;
+use crate::model::endpoint::{Setting, SettingError};
+use crate::model::ids::{EndpointId, SubmissionId};
+use crate::model::spam as rules;
+use crate::model::state::{CaptchaProvider, WhenUnreachable};
+
+/// The reason an operator's "spam" is recorded with.
+const MARKED_BY_OPERATOR: &str = "marked spam by an operator";
+
+/// An endpoint's captcha.
+#[derive(InputObject)]
+pub struct CaptchaInput {
+    pub provider: CaptchaProvider,
+    /// The provider's secret key; stored and never shown again. Left out: the secret
+    /// stored for the same provider is kept (required when there is none, or the provider
+    /// changes).
+    pub secret: Option<String>,
+    /// reCAPTCHA v3 only, and required there: a score under it (0.0–1.0) is spam.
+    pub min_score: Option<f64>,
+}
+
+/// An endpoint's whole protection: what is left out is off.
+#[derive(InputObject)]
+pub struct SetSpamProtectionInput {
+    pub endpoint_id: ID,
+    /// The captcha its forms carry, verified before anything is stored; left out: none.
+    pub captcha: Option<CaptchaInput>,
+    /// What a submission gets when its captcha's provider or Akismet cannot be reached.
+    #[graphql(default_with = "WhenUnreachable::Refuse")]
+    pub when_verifier_unreachable: WhenUnreachable,
+    /// More links than this (`http://`, `https://`, `www.`, over every value) is spam.
+    pub max_links: Option<i32>,
+    /// Words (whole words, any case) that make a submission spam; at most 200.
+    #[graphql(default)]
+    pub blocked_words: Vec<String>,
+    /// Regular expressions (the regex crate's syntax, any case) that make a submission
+    /// spam when one matches a value; at most 50.
+    #[graphql(default)]
+    pub blocked_patterns: Vec<String>,
+    /// Addresses (`someone@example.com`) and domains (`example.com`, its subdomains too):
+    /// a value that is such an address makes a submission spam; at most 200.
+    #[graphql(default)]
+    pub blocked_senders: Vec<String>,
+    /// A submission sent sooner than this many seconds (1–3600) after its form was
+    /// served, or without a valid form stamp, is spam.
+    pub min_fill_seconds: Option<i32>,
+    /// Ask Akismet (`FORMS_AKISMET_API_KEY`) about what no other rule judged spam; the
+    /// endpoint's first allowed origin is the site Akismet is told.
+    #[graphql(default)]
+    pub akismet: bool,
+}
+
+/// An endpoint's protection against spam (its captcha's secret is never shown).
+pub struct SpamProtection(pub SpamProtectionRow);
+
+#[Object]
+impl SpamProtection {
+    async fn captcha_provider(&self) -> Option<CaptchaProvider> {
+        self.0.captcha_provider
+    }
+    async fn captcha_min_score(&self) -> Option<f64> {
+        self.0.captcha_min_score.map(f64::from)
+    }
+    async fn when_verifier_unreachable(&self) -> WhenUnreachable {
+        self.0.when_unreachable
+    }
+    async fn max_links(&self) -> Option<i32> {
+        self.0.max_links
+    }
+    async fn blocked_words(&self) -> Vec<&str> {
+        self.0
+            .blocked_words
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+    async fn blocked_patterns(&self) -> Vec<&str> {
+        self.0
+            .blocked_patterns
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+    async fn blocked_senders(&self) -> Vec<&str> {
+        self.0
+            .blocked_senders
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect()
+    }
+    async fn min_fill_seconds(&self) -> Option<i32> {
+        self.0.min_fill_seconds
+    }
+    async fn akismet(&self) -> bool {
+        self.0.akismet
+    }
+    async fn updated_at(&self) -> Timestamp {
+        Timestamp(self.0.updated_at)
+    }
+}
+
+#[derive(SimpleObject)]
+pub struct SpamProtectionPayload {
+    pub endpoint: Endpoint,
+    /// As stored; null after `removeSpamProtection`.
+    pub spam_protection: Option<SpamProtection>,
+}
+
+#[derive(SimpleObject)]
+pub struct MarkNotSpamPayload {
+    pub submission: Submission,
+    /// Deliveries queued by this mutation: one per destination the first time, 0 when
+    /// it was not in the spam folder.
+    pub queued_deliveries: i32,
+}
+
+#[derive(SimpleObject)]
+pub struct MarkSpamPayload {
+    pub submission: Submission,
+}
+
+#[derive(Default)]
+pub struct SpamMutation;
+
+fn invalid(setting: Setting, reason: &'static str) -> async_graphql::Error {
+    use async_graphql::ErrorExtensions;
+    refused(SettingError::Invalid { setting, reason }).extend()
+}
+
+fn submission_or_not_found(id: &ID) -> Result<SubmissionId> {
+    SubmissionId::parse(id)
+        .ok_or_else(|| ApiError::SubmissionNotFound {
+            submission_id: id.0.clone(),
+        })
+        .gql()
+}
+
+/// An endpoint that exists and is not a tombstone.
+async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<EndpointId> {
+    let endpoint_id = endpoint_or_not_found(id)?;
+    let row = database(ctx)
+        .run(async |conn| db::endpoints::find(conn, &endpoint_id).await)
+        .await
+        .gql()?;
+    match row {
+        None => Err(ApiError::EndpointNotFound {
+            endpoint_id: id.0.clone(),
+        })
+        .gql(),
+        Some(row) if row.deleted_at.is_some() => Err(ApiError::EndpointDeleted {
+            endpoint_id: id.0.clone(),
+        })
+        .gql(),
+        Some(_) => Ok(endpoint_id),
+    }
+}
+
+#[Object]
+impl SpamMutation {
+    /// Sets an endpoint's whole protection against spam (docs/intake.md, "Spam"); what
+    /// the input leaves out is off. Takes effect in every process within moments.
+    async fn set_spam_protection(
+        &self,
+        ctx: &Context<'_>,
+        input: SetSpamProtectionInput,
+    ) -> Result<SpamProtectionPayload> {
+        let app = app(ctx);
+        let endpoint_id = live_endpoint(ctx, &input.endpoint_id).await?;
+        let current = database(ctx)
+            .run(async |conn| db::spam::protection(conn, &endpoint_id).await)
+            .await
+            .gql()?;
+        let (provider, secret, min_score, keep_secret) = match input.captcha {
+            None => (None, None, None, false),
+            Some(captcha) => {
+                let min_score = match (captcha.provider, captcha.min_score) {
+                    (CaptchaProvider::RecaptchaV3, Some(score)) => {
+                        Some(rules::captcha_min_score(score).map_err(refused).gql()?)
+                    }
+                    (CaptchaProvider::RecaptchaV3, None) => {
+                        return Err(invalid(
+                            Setting::CaptchaMinScore,
+                            "required for reCAPTCHA v3",
+                        ))
+                    }
+                    (_, Some(_)) => {
+                        return Err(invalid(
+                            Setting::CaptchaMinScore,
+                            "only reCAPTCHA v3 answers with a score",
+                        ))
+                    }
+                    (_, None) => None,
+                };
+                match captcha.secret {
+                    Some(secret) => (
+                        Some(captcha.provider),
+                        Some(rules::captcha_secret(&secret).map_err(refused).gql()?),
+                        min_score,
+                        false,
+                    ),
+                    None if current.as_ref().and_then(|c| c.captcha_provider)
+                        == Some(captcha.provider) =>
+                    {
+                        (Some(captcha.provider), None, min_score, true)
+                    }
+                    None => {
+                        return Err(invalid(
+                            Setting::CaptchaSecret,
+                            "required for a new captcha provider",
+                        ))
+                    }
+                }
+            }
+        };
+        if input.akismet {
+            if app.config.spam.akismet_key.is_none() {
+                return Err(invalid(
+                    Setting::Akismet,
+                    "this server has no Akismet key (FORMS_AKISMET_API_KEY)",
+                ));
+            }
+            let endpoint = db_endpoint(ctx, &endpoint_id).await?;
+            if endpoint.allowed_origins().next().is_none() {
+                return Err(invalid(
+                    Setting::Akismet,
+                    "Akismet is told the form's site: set the endpoint's allowedOrigins first",
+                ));
+            }
+        }
+        let stored_list = |list: Vec<String>| list.into_iter().map(Some).collect::<Vec<_>>();
+        let row = SpamProtectionRow {
+            endpoint_id: endpoint_id.clone(),
+            captcha_provider: provider,
+            captcha_secret: secret,
+            captcha_min_score: min_score,
+            when_unreachable: input.when_verifier_unreachable,
+            max_links: input
+                .max_links
+                .map(rules::max_links)
+                .transpose()
+                .map_err(refused)
+                .gql()?,
+            blocked_words: stored_list(
+                rules::blocked_words(&input.blocked_words)
+                    .map_err(refused)
+                    .gql()?,
+            ),
+            blocked_patterns: stored_list(
+                rules::blocked_patterns(&input.blocked_patterns)
+                    .map_err(refused)
+                    .gql()?,
+            ),
+            blocked_senders: stored_list(
+                rules::blocked_senders(&input.blocked_senders)
+                    .map_err(refused)
+                    .gql()?,
+            ),
+            min_fill_seconds: input
+                .min_fill_seconds
+                .map(rules::min_fill_seconds)
+                .transpose()
+                .map_err(refused)
+                .gql()?,
+            akismet: input.akismet,
+            updated_at: app.clock.now(),
+        };
+        let stored = database(ctx)
+            .run(async |conn| {
+                db::spam::set_protection(conn, &endpoint_id, Some(row.clone()), keep_secret).await
+            })
+            .await
+            .gql()?;
+        app.intake.endpoints.invalidate(endpoint_id.as_str());
+        Ok(SpamProtectionPayload {
+            endpoint: Endpoint::new(db_endpoint(ctx, &endpoint_id).await?),
+            spam_protection: stored.map(SpamProtection),
+        })
+    }
+
+    /// Removes an endpoint's protection: no captcha, no rules, no Akismet.
+    async fn remove_spam_protection(
+        &self,
+        ctx: &Context<'_>,
+        endpoint_id: ID,
+    ) -> Result<SpamProtectionPayload> {
+        let endpoint_id = live_endpoint(ctx, &endpoint_id).await?;
+        database(ctx)
+            .run(async |conn| db::spam::set_protection(conn, &endpoint_id, None, false).await)
+            .await
+            .gql()?;
+        app(ctx).intake.endpoints.invalidate(endpoint_id.as_str());
+        Ok(SpamProtectionPayload {
+            endpoint: Endpoint::new(db_endpoint(ctx, &endpoint_id).await?),
+            spam_protection: None,
+        })
+    }
+
+    /// Moves a submission out of the spam folder and queues its deliveries through the
+    /// outbox, as if it had just arrived: once (again is a no-op answering 0), in the
+    /// same transaction as the verdict. Reported to Akismet as not spam where the
+    /// endpoint uses it.
+    async fn mark_submission_not_spam(
+        &self,
+        ctx: &Context<'_>,
+        id: ID,
+    ) -> Result<MarkNotSpamPayload> {
+        let submission_id = submission_or_not_found(&id)?;
+        let app = app(ctx);
+        let now = app.clock.now();
+        let release = database(ctx)
+            .run(async |conn| db::spam::release(conn, &submission_id, Some(now)).await)
+            .await
+            .gql()?;
+        let row = submission_row(ctx, &id, &submission_id).await?;
+        let queued = match release {
+            Release::Released { queued } => {
+                report_to_akismet(ctx, &row, false).await;
+                queued
+            }
+            Release::NotSpam => 0,
+        };
+        Ok(MarkNotSpamPayload {
+            submission: Submission(row),
+            queued_deliveries: i32::try_from(queued).unwrap_or(i32::MAX),
+        })
+    }
+
+    /// Moves an accepted submission into the spam folder. What was delivered stays
+    /// delivered, and deliveries still owed are not stopped (replays of it are still
+    /// possible). Reported to Akismet as spam where the endpoint uses it.
+    async fn mark_submission_spam(&self, ctx: &Context<'_>, id: ID) -> Result<MarkSpamPayload> {
+        let submission_id = submission_or_not_found(&id)?;
+        let now = app(ctx).clock.now();
+        let marked = database(ctx)
+            .run(async |conn| {
+                db::spam::mark_spam(conn, &submission_id, MARKED_BY_OPERATOR, now).await
+            })
+            .await
+            .gql()?;
+        let Some((row, changed)) = marked else {
+            return Err(ApiError::SubmissionNotFound {
+                submission_id: id.0,
+            })
+            .gql();
+        };
+        if changed {
+            report_to_akismet(ctx, &row, true).await;
+        }
+        Ok(MarkSpamPayload {
+            submission: Submission(row),
+        })
+    }
+}
+
+async fn db_endpoint(ctx: &Context<'_>, endpoint_id: &EndpointId) -> Result<EndpointRow> {
+    database(ctx)
+        .run(async |conn| db::endpoints::find(conn, endpoint_id).await)
+        .await
+        .gql()?
+        .ok_or_else(|| ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.to_string(),
+        })
+        .gql()
+}
+
+async fn submission_row(
+    ctx: &Context<'_>,
+    id: &ID,
+    submission_id: &SubmissionId,
+) -> Result<SubmissionRow> {
+    let ids = [submission_id.clone()];
+    database(ctx)
+        .run(async |conn| db::submissions::find_many(conn, &ids).await)
+        .await
+        .gql()?
+        .into_iter()
+        .next()
+        .ok_or_else(|| ApiError::SubmissionNotFound {
+            submission_id: id.0.clone(),
+        })
+        .gql()
+}
+
+/// Tells Akismet an operator's verdict when the submission's endpoint uses it. The
+/// verdict is stored whatever Akismet answers: a report that fails is logged and counted.
+async fn report_to_akismet(ctx: &Context<'_>, submission: &SubmissionRow, spam: bool) {
+    let endpoint_id = &submission.endpoint_id;
+    let found = database(ctx)
+        .run(async |conn| {
+            let protection = db::spam::protection(conn, endpoint_id).await?;
+            let endpoint = db::endpoints::find(conn, endpoint_id).await?;
+            Ok(protection.zip(endpoint))
+        })
+        .await;
+    match found {
+        Ok(Some((protection, endpoint))) if protection.akismet => {
+            app(ctx)
+                .intake
+                .screening
+                .report(&endpoint, &submission.fields, spam)
+                .await;
+        }
+        Ok(_) => {}
+        Err(error) => tracing::warn!(
+            error = %error.summary(),
+            "cannot read the endpoint to report a verdict to Akismet"
+        ),
+    }
+}
