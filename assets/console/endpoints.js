@@ -10,7 +10,8 @@ import { explain } from "./words.js";
 
 const FIELDS = `id name isActive createdAt webhookUrl redirectUrl allowedOrigins honeypotField
   deliveryState pauseReason pausedAt consecutiveFailedDeliveries deletedAt
-  webhookSecrets { role fingerprint liveUntil }`;
+  webhookSecrets { role fingerprint liveUntil }
+  spamProtection { captchaProvider minFillSeconds }`;
 // The endpoint's page lists its destinations, and every mutation made from that page asks
 // for them again (pausing the endpoint pauses each one); the list needs none.
 const PAGE_FIELDS = `${FIELDS} destinations { ${DESTINATION_FIELDS} }`;
@@ -44,6 +45,17 @@ function deliveryStatus(endpoint) {
   return paused ? `${state}; ${paused} of its ${destinations.length} destinations ${paused === 1 ? "is" : "are"} paused (see Destinations)` : state;
 }
 
+const CAPTCHA_NAMES = { TURNSTILE: "Cloudflare Turnstile", HCAPTCHA: "hCaptcha", RECAPTCHA_V2: "reCAPTCHA v2", RECAPTCHA_V3: "reCAPTCHA v3" };
+
+// What guards the form, in words; set through the API (setSpamProtection).
+function spamSummary(protection) {
+  if (!protection) return h("span", {}, "none (set with setSpamProtection; see the spam folder under Submissions)");
+  const parts = [];
+  if (protection.captchaProvider) parts.push(`captcha: ${CAPTCHA_NAMES[protection.captchaProvider] || protection.captchaProvider}`);
+  if (protection.minFillSeconds) parts.push(`at least ${protection.minFillSeconds} s to fill in`);
+  return h("span", {}, parts.length ? `${parts.join("; ")}; rules and spam folder on` : "rules and spam folder on");
+}
+
 function secretsList(endpoint) {
   if (!endpoint.webhookSecrets.length) return "none (no webhook)";
   return h(
@@ -64,12 +76,39 @@ function errorLine(id) {
   return h("p", { class: "error", role: "alert", id });
 }
 
+// The captcha widgets as each provider documents them; the site key is the provider's
+// public key, which this service never needs (only the secret), so the operator fills it in.
+const CAPTCHA_WIDGETS = {
+  TURNSTILE: ['  <div class="cf-turnstile" data-sitekey="YOUR_SITE_KEY"></div>', '<script src="https://challenges.cloudflare.com/turnstile/v0/api.js" async defer></script>'],
+  HCAPTCHA: ['  <div class="h-captcha" data-sitekey="YOUR_SITE_KEY"></div>', '<script src="https://js.hcaptcha.com/1/api.js" async defer></script>'],
+  RECAPTCHA_V2: ['  <div class="g-recaptcha" data-sitekey="YOUR_SITE_KEY"></div>', '<script src="https://www.google.com/recaptcha/api.js" async defer></script>'],
+  // v3 has no widget: the page asks for a token as the form is sent and puts it in the
+  // field intake reads.
+  RECAPTCHA_V3: [
+    '  <input type="hidden" name="g-recaptcha-response">',
+    '<script src="https://www.google.com/recaptcha/api.js?render=YOUR_SITE_KEY"></script>\n' +
+      "<script>\n" +
+      '  document.currentScript.previousElementSibling.previousElementSibling.addEventListener("submit", function (event) {\n' +
+      "    var form = event.target;\n" +
+      "    if (form.dataset.ready) return;\n" +
+      "    event.preventDefault();\n" +
+      '    grecaptcha.ready(function () { grecaptcha.execute("YOUR_SITE_KEY", { action: "submit" }).then(function (token) {\n' +
+      '      form.elements["g-recaptcha-response"].value = token; form.dataset.ready = "1"; form.submit();\n' +
+      "    }); });\n" +
+      "  });\n" +
+      "</script>",
+  ],
+};
+
 // The snippet an operator pastes into a static site: HTML source, so every value in it
 // (the action URL with the endpoint id, the honeypot name) is written through the html
 // tag's escaping. The API refuses honeypot names that need it, but an older release
-// stored whatever it was given.
+// stored whatever it was given. With a minimum fill time, a script fetches the form stamp
+// (the signed time the page was loaded) into its hidden field; with a captcha, the
+// provider's widget.
 export function formSnippet(endpoint) {
   const action = `${location.origin}/f/${encodeURIComponent(endpoint.id)}`;
+  const protection = endpoint.spamProtection || {};
   const lines = [
     html`<form action="${action}" method="post">`,
     `  <label>Email <input name="email" type="email" required></label>`,
@@ -78,7 +117,20 @@ export function formSnippet(endpoint) {
   if (endpoint.honeypotField) {
     lines.push(html`  <input name="${endpoint.honeypotField}" type="text" tabindex="-1" autocomplete="off" hidden>`);
   }
+  const widget = CAPTCHA_WIDGETS[protection.captchaProvider];
+  if (widget) lines.push(widget[0]);
+  if (protection.minFillSeconds) {
+    lines.push(
+      `  <input type="hidden" name="_hymical_stamp">`,
+      `  <script>`,
+      `    (function (field) {`,
+      html`      fetch("${action}/stamp").then(function (r) { return r.json(); }).then(function (s) { field.value = s.value; });`,
+      `    })(document.currentScript.previousElementSibling);`,
+      `  </script>`,
+    );
+  }
   lines.push(`  <button type="submit">Send</button>`, `</form>`);
+  if (widget) lines.push(widget[1]);
   return lines.join("\n");
 }
 
@@ -442,6 +494,8 @@ export function detail(view, route, shell) {
         h("dd", { id: "endpoint-delivery-state" }, deliveryStatus(endpoint)),
         h("dt", {}, "Signing secrets"),
         h("dd", {}, secretsList(endpoint)),
+        h("dt", {}, "Spam protection"),
+        h("dd", { id: "spam-protection" }, spamSummary(endpoint.spamProtection)),
         h("dt", {}, "Created"),
         h("dd", {}, time(endpoint.createdAt)),
       ),

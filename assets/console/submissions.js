@@ -1,7 +1,8 @@
-// Submissions: the list per endpoint (no values: when and how many fields), one
-// submission's fields (the only view with submitted values, each a text node, so markup
-// in a value shows as text) and its deliveries, one per destination, and the export of
-// the filtered list as CSV or JSON.
+// Submissions: the list per endpoint and folder (the inbox, the spam folder; no values:
+// when and how many fields), one submission's fields (the only view with submitted values,
+// each a text node, so markup in a value shows as text), its deliveries, one per
+// destination, its spam verdict with "Not spam" / "Mark as spam", and the export of the
+// filtered list as CSV or JSON.
 
 import { downloadExport, graphql, session } from "./api.js";
 import { targetLabel } from "./destinations.js";
@@ -12,33 +13,43 @@ const PAGE_SIZE = 25;
 
 const LIST = `query Submissions($filter: SubmissionFilter, $first: Int, $after: String) {
   submissions(filter: $filter, first: $first, after: $after) {
-    edges { cursor node { id receivedAt fieldCount idempotent endpoint { id name } delivery { id state } } }
+    edges { cursor node { id receivedAt fieldCount idempotent spam spamReasons endpoint { id name } delivery { id state } } }
     pageInfo { hasNextPage endCursor }
   }
   endpoints(first: 50) { nodes { id name } }
 }`;
 const ONE = `query Submission($id: ID!) {
   submission(id: $id) {
-    id receivedAt fieldCount idempotent
+    id receivedAt fieldCount idempotent spam spamReasons spamReviewedAt
     endpoint { id name }
     deliveries { id state destinationUrl destination { id kind } }
     fields { name values }
   }
 }`;
 
+const NOT_SPAM = `mutation NotSpam($id: ID!) { markSubmissionNotSpam(id: $id) { queuedDeliveries } }`;
+const MARK_SPAM = `mutation Spam($id: ID!) { markSubmissionSpam(id: $id) { submission { id } } }`;
+
+const FOLDERS = [
+  ["INBOX", "Inbox"],
+  ["SPAM", "Spam folder"],
+  ["ALL", "Both"],
+];
+
 export function list(view, route, shell) {
   const endpointId = route.params.get("endpoint") || null;
+  const folder = (route.params.get("folder") || "inbox").toUpperCase();
   const cursor = route.params.get("cursor");
   const body = h("div", { class: "loading" }, "Loading…");
   const controls = h("div", { class: "filters-row" });
-  replace(view, h("h1", {}, "Submissions"), controls, body);
+  replace(view, h("h1", {}, folder === "SPAM" ? "Spam folder" : "Submissions"), controls, body);
   const status = h("p", { id: "export-status", role: "status" });
 
   function exportButton(format) {
     const button = h("button", { type: "button", class: "secondary", id: `export-${format}` }, `Export ${format.toUpperCase()}`);
     button.addEventListener("click", async () => {
       status.textContent = "Exporting…";
-      const params = { format };
+      const params = { format, folder: folder.toLowerCase() };
       if (endpointId) params.endpoint_id = endpointId;
       try {
         const bytes = await downloadExport(params, `submissions-${endpointId || "all"}.${format}`);
@@ -50,8 +61,13 @@ export function list(view, route, shell) {
     return button;
   }
 
-  graphql(LIST, { filter: endpointId ? { endpointId } : null, first: PAGE_SIZE, after: cursor })
+  graphql(LIST, { filter: { endpointId, folder }, first: PAGE_SIZE, after: cursor })
     .then((data) => {
+      const folderSelect = h(
+        "select",
+        { id: "filter-folder" },
+        FOLDERS.map(([value, label]) => h("option", { value, selected: value === folder ? true : null }, label)),
+      );
       const select = h(
         "select",
         { id: "filter-endpoint" },
@@ -64,11 +80,16 @@ export function list(view, route, shell) {
         "form",
         { id: "submission-filter", class: "filters-row", role: "search" },
         h("div", { class: "field" }, h("label", { for: "filter-endpoint" }, "Endpoint"), select),
+        h("div", { class: "field" }, h("label", { for: "filter-folder" }, "Folder"), folderSelect),
         h("div", { class: "field actions" }, h("button", { type: "submit" }, "Show")),
       );
       form.addEventListener("submit", (event) => {
         event.preventDefault();
-        shell.go(select.value ? `#/submissions?endpoint=${encodeURIComponent(select.value)}` : "#/submissions");
+        const query = new URLSearchParams();
+        if (select.value) query.set("endpoint", select.value);
+        if (folderSelect.value !== "INBOX") query.set("folder", folderSelect.value.toLowerCase());
+        const text = query.toString();
+        shell.go(text ? `#/submissions?${text}` : "#/submissions");
       });
       replace(
         controls,
@@ -78,7 +99,10 @@ export function list(view, route, shell) {
         status,
       );
       const edges = data.submissions.edges;
-      const base = endpointId ? `#/submissions?endpoint=${encodeURIComponent(endpointId)}&` : "#/submissions?";
+      const kept = new URLSearchParams();
+      if (endpointId) kept.set("endpoint", endpointId);
+      if (folder !== "INBOX") kept.set("folder", folder.toLowerCase());
+      const base = kept.toString() ? `#/submissions?${kept}&` : "#/submissions?";
       replace(
         body,
         edges.length
@@ -100,13 +124,21 @@ export function list(view, route, shell) {
                       h("td", {}, node.endpoint ? node.endpoint.name : "—"),
                       h("td", {}, time(node.receivedAt)),
                       h("td", { class: "num" }, String(node.fieldCount)),
-                      h("td", {}, node.delivery ? h("a", { href: `#/deliveries/${encodeURIComponent(node.delivery.id)}` }, stateBadge(node.delivery.state)) : "none"),
+                      h(
+                        "td",
+                        {},
+                        node.spam
+                          ? h("span", { class: "state state-spam", title: node.spamReasons.join("; ") }, "spam: not delivered")
+                          : node.delivery
+                            ? h("a", { href: `#/deliveries/${encodeURIComponent(node.delivery.id)}` }, stateBadge(node.delivery.state))
+                            : "none",
+                      ),
                     ),
                   ),
                 ),
               ),
             )
-          : h("p", { class: "empty" }, "No submissions yet."),
+          : h("p", { class: "empty" }, folder === "SPAM" ? "The spam folder is empty." : "No submissions yet."),
         h(
           "nav",
           { class: "pager", "aria-label": "Pages" },
@@ -119,10 +151,46 @@ export function list(view, route, shell) {
     .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
 }
 
-export function detail(view, route) {
+// The spam verdict, and for an admin key the button that changes it.
+function verdict(submission, shell, reload) {
+  const error = h("p", { class: "error", role: "alert" });
+  let button = null;
+  if (session.canChange()) {
+    button = submission.spam
+      ? h("button", { type: "button", id: "mark-not-spam" }, "Not spam: deliver it")
+      : h("button", { type: "button", class: "secondary", id: "mark-spam" }, "Mark as spam");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        if (submission.spam) {
+          const { markSubmissionNotSpam } = await graphql(NOT_SPAM, { id: submission.id });
+          const n = markSubmissionNotSpam.queuedDeliveries;
+          shell.flash(`Moved to the inbox: ${n} ${n === 1 ? "delivery" : "deliveries"} queued.`, "ok");
+        } else {
+          await graphql(MARK_SPAM, { id: submission.id });
+          shell.flash("Marked as spam. What was delivered stays delivered.", "ok");
+        }
+        reload();
+      } catch (failure) {
+        error.textContent = explain(failure);
+        button.disabled = false;
+      }
+    });
+  }
+  const reasons = submission.spamReasons.length ? ` (${submission.spamReasons.join("; ")})` : "";
+  const text = submission.spam
+    ? `in the spam folder, not delivered${reasons}`
+    : submission.spamReasons.length
+      ? `not spam${submission.spamReviewedAt ? `, so marked ${time(submission.spamReviewedAt)}` : ""}; it was judged spam${reasons}`
+      : "accepted";
+  return h("div", { id: "spam-verdict", "data-spam": String(submission.spam) }, h("span", {}, text), button ? " " : null, button, error);
+}
+
+export function detail(view, route, shell) {
   const id = route.id;
   const body = h("div", { class: "loading" }, "Loading…");
   replace(view, h("p", {}, h("a", { href: "#/submissions" }, "← Submissions")), h("h1", { class: "mono" }, id), body);
+  const reload = () => detail(view, route, shell);
   graphql(ONE, { id })
     .then(({ submission }) => {
       if (!submission) {
@@ -140,6 +208,8 @@ export function detail(view, route) {
           h("dd", {}, time(submission.receivedAt)),
           h("dt", {}, "Idempotency key"),
           h("dd", {}, submission.idempotent ? "sent (not shown)" : "none"),
+          h("dt", {}, "Spam"),
+          h("dd", {}, verdict(submission, shell, reload)),
           h("dt", {}, "Deliveries"),
           h(
             "dd",

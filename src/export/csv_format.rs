@@ -79,6 +79,9 @@ mod tests {
             received_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
             fields: serde_json::json!({"name": [""], "=cmd": ["=1+1", "Zoë\nline"]}),
             idempotency_key: None,
+            spam: false,
+            spam_reasons: Vec::new(),
+            spam_reviewed_at: None,
         };
         let out = String::from_utf8(rows(&[row], &names)).unwrap();
         assert_eq!(

@@ -222,7 +222,7 @@ async fn prepare(
     }
 }
 
-/// Steps 6 to 14.
+/// Steps 6 to 13.
 async fn after_limits(
     intake: &Intake,
     endpoint: &IntakeEndpoint,
@@ -303,7 +303,7 @@ async fn after_limits(
         return Err(ApiError::EmptySubmission);
     }
 
-    // 14. Normalise; the committer stores it.
+    // Normalise; the committer checks the key (14) and stores it (15).
     let fields = NormalisedFields::from_pairs(pairs);
     let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
     Ok(Work::Store {

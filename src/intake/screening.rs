@@ -197,17 +197,6 @@ impl Screening {
                 reason: CaptchaFailure::Rejected,
             });
         }
-        // Seen before is refused before the provider is asked: the first submission to
-        // record it wins, in any process.
-        let digest = hex::encode(Sha256::digest(token.as_bytes()));
-        let first = db
-            .run(async |conn| db::spam::first_sight_of_token(conn, &digest, now).await)
-            .await?;
-        if !first {
-            return Err(ApiError::CaptchaFailed {
-                reason: CaptchaFailure::Reused,
-            });
-        }
         let secret = protection.row.captcha_secret.as_deref().unwrap_or_default();
         let url = match provider {
             CaptchaProvider::Turnstile => &self.config.turnstile_url,
@@ -247,6 +236,19 @@ impl Screening {
         if !answer.success {
             return Err(ApiError::CaptchaFailed {
                 reason: CaptchaFailure::Rejected,
+            });
+        }
+        // A token the provider accepted is recorded as spent; the first submission to
+        // record it wins, in any process, and any later one is refused. Recorded only
+        // once the provider accepted it, so that tokens made up by the thousand cost no
+        // write here (the provider refuses them, and the providers refuse a replay too).
+        let digest = hex::encode(Sha256::digest(token.as_bytes()));
+        let first = db
+            .run(async |conn| db::spam::first_sight_of_token(conn, &digest, now).await)
+            .await?;
+        if !first {
+            return Err(ApiError::CaptchaFailed {
+                reason: CaptchaFailure::Reused,
             });
         }
         if !hostname_allowed(endpoint, answer.hostname.as_deref()) {

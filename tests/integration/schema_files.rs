@@ -71,6 +71,8 @@ fn declared_columns() -> Vec<Column> {
             "Json" => "json",
             "Jsonb" => "jsonb",
             "Text" => "text",
+            "Float4" => "real",
+            "Bytea" => "bytea",
             "Array<Text>"
             | "Array<Nullable<Text>>"
             | "Array<Varchar>"
