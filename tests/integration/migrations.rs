@@ -666,6 +666,104 @@ async fn every_check_and_unique_constraint_refuses() {
     refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, occurred_at) VALUES ('contact', 'paused', now())", "endpoint_events_reason").await;
     refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, reason, occurred_at) VALUES ('contact', 'resumed', 'gone', now())", "endpoint_events_reason").await;
     refused(c, "INSERT INTO endpoint_events (endpoint_id, kind, reason, occurred_at) VALUES ('contact', 'paused', 'bored', now())", "endpoint_events_reason").await;
+
+    // endpoint_spam_protection
+    let protect = |columns: &str, values: &str| {
+        format!("INSERT INTO endpoint_spam_protection (endpoint_id, updated_at{columns}) VALUES ('contact', now(){values})")
+    };
+    for (columns, values, constraint) in [
+        (
+            ", captcha_provider, captcha_secret",
+            ", 'recaptcha', 's'",
+            "endpoint_spam_protection_provider_valid",
+        ),
+        (
+            ", captcha_provider",
+            ", 'turnstile'",
+            "endpoint_spam_protection_captcha_whole",
+        ),
+        (
+            ", captcha_secret",
+            ", 's'",
+            "endpoint_spam_protection_captcha_whole",
+        ),
+        (
+            ", captcha_provider, captcha_secret",
+            ", 'recaptcha_v3', 's'",
+            "endpoint_spam_protection_score_only_v3",
+        ),
+        (
+            ", captcha_provider, captcha_secret, captcha_min_score",
+            ", 'turnstile', 's', 0.5",
+            "endpoint_spam_protection_score_only_v3",
+        ),
+        (
+            ", captcha_provider, captcha_secret, captcha_min_score",
+            ", 'recaptcha_v3', 's', 1.5",
+            "endpoint_spam_protection_score_range",
+        ),
+        (
+            ", when_unreachable",
+            ", 'ignore'",
+            "endpoint_spam_protection_when_unreachable_valid",
+        ),
+        (
+            ", max_links",
+            ", -1",
+            "endpoint_spam_protection_max_links_valid",
+        ),
+        (
+            ", min_fill_seconds",
+            ", 0",
+            "endpoint_spam_protection_min_fill_valid",
+        ),
+        (
+            ", min_fill_seconds",
+            ", 3601",
+            "endpoint_spam_protection_min_fill_valid",
+        ),
+        (
+            ", blocked_patterns",
+            ", array_fill('x'::text, ARRAY[51])",
+            "endpoint_spam_protection_lists_bounded",
+        ),
+    ] {
+        refused(c, &protect(columns, values), constraint).await;
+    }
+    accepted(
+        c,
+        &protect(
+            ", captcha_provider, captcha_secret, captcha_min_score",
+            ", 'recaptcha_v3', 's', 0.5",
+        ),
+    )
+    .await;
+    refused(c, &protect("", ""), "endpoint_spam_protection_pkey").await;
+
+    // submissions' spam reasons, captcha tokens, server keys
+    refused(
+        c,
+        &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, spam, spam_reasons) VALUES ('sub_{HEX32}', 'contact', now(), '{{}}', true, array_fill('r'::text, ARRAY[17]))"),
+        "submissions_spam_reasons_bounded",
+    )
+    .await;
+    accepted(
+        c,
+        "INSERT INTO captcha_tokens_seen (token_digest, seen_at) VALUES ('d', now())",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO captcha_tokens_seen (token_digest, seen_at) VALUES ('d', now())",
+        "captcha_tokens_seen_pkey",
+    )
+    .await;
+    refused(
+        c,
+        "INSERT INTO server_keys (purpose, secret, created_at) VALUES ('p', '\\x00', now())",
+        "server_keys_secret_length",
+    )
+    .await;
 }
 
 #[derive(diesel::QueryableByName, Debug)]
