@@ -78,7 +78,7 @@ impl App {
             endpoints: Arc::new(EndpointCache::new(config.intake.endpoint_cache_max_age)),
             committer: Committer::default(),
             body_budget: body_budget.clone(),
-            screening: Screening::new(config.spam.clone()),
+            screening: Screening::new(config.spam.clone(), db.clone()),
         }));
         Arc::new(App {
             connection,

@@ -281,7 +281,6 @@ async fn after_limits(
     let screened = intake
         .screening
         .screen(
-            &intake.db,
             endpoint,
             peer,
             header_text(headers, header::USER_AGENT),
@@ -422,7 +421,7 @@ async fn form_stamp(
         }
         let stamp = intake
             .screening
-            .stamp(&intake.db, endpoint.id.as_str(), intake.clock.now())
+            .stamp(endpoint.id.as_str(), intake.clock.now())
             .await
             .map_err(|error| (Some(endpoint.clone()), error))?;
         Ok((endpoint, stamp))

@@ -36,6 +36,7 @@ pub const FORM_STAMP_KEY: &str = "form_stamp";
 /// builds them.
 pub struct Screening {
     config: SpamConfig,
+    db: Db,
     client: tokio::sync::OnceCell<VerifierClient>,
     stamp_key: tokio::sync::OnceCell<Vec<u8>>,
 }
@@ -47,9 +48,10 @@ pub struct Screened {
 }
 
 impl Screening {
-    pub fn new(config: SpamConfig) -> Screening {
+    pub fn new(config: SpamConfig, db: Db) -> Screening {
         Screening {
             config,
+            db,
             client: tokio::sync::OnceCell::new(),
             stamp_key: tokio::sync::OnceCell::new(),
         }
@@ -66,30 +68,26 @@ impl Screening {
 
     /// The key of form stamps: the one in the database, made by the first process that
     /// needed it.
-    async fn stamp_key(&self, db: &Db, now: DateTime<Utc>) -> Result<&[u8], ApiError> {
+    async fn stamp_key(&self, now: DateTime<Utc>) -> Result<&[u8], ApiError> {
         let key = self
             .stamp_key
             .get_or_try_init(|| async {
                 use rand::RngCore;
                 let mut candidate = [0u8; 32];
                 rand::rng().fill_bytes(&mut candidate);
-                db.run(async |conn| {
-                    db::spam::server_key(conn, FORM_STAMP_KEY, &candidate, now).await
-                })
-                .await
+                self.db
+                    .run(async |conn| {
+                        db::spam::server_key(conn, FORM_STAMP_KEY, &candidate, now).await
+                    })
+                    .await
             })
             .await?;
         Ok(key)
     }
 
     /// A form stamp for `endpoint_id` served at `now`: the seconds and their signature.
-    pub async fn stamp(
-        &self,
-        db: &Db,
-        endpoint_id: &str,
-        now: DateTime<Utc>,
-    ) -> Result<String, ApiError> {
-        let key = self.stamp_key(db, now).await?;
+    pub async fn stamp(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<String, ApiError> {
+        let key = self.stamp_key(now).await?;
         let seconds = now.timestamp();
         Ok(format!(
             "{seconds}.{}",
@@ -115,7 +113,6 @@ impl Screening {
     /// verdict stands (a retry carries the token that was spent on the first request).
     pub async fn screen(
         &self,
-        db: &Db,
         endpoint: &IntakeEndpoint,
         peer: IpAddr,
         user_agent: Option<&str>,
@@ -144,7 +141,7 @@ impl Screening {
         let mut reasons = Vec::new();
         if let Some(provider) = protection.row.captcha_provider {
             if let Some(reason) = self
-                .captcha(db, endpoint, protection, provider, token, now)
+                .captcha(endpoint, protection, provider, token, now)
                 .await?
             {
                 reasons.push(reason);
@@ -156,7 +153,7 @@ impl Screening {
                 .judge(pairs.iter().map(|(_, value)| value.as_str())),
         );
         if let Some(min) = protection.row.min_fill_seconds {
-            let key = self.stamp_key(db, now).await?;
+            let key = self.stamp_key(now).await?;
             if let Some(reason) = judge_stamp(key, endpoint.id.as_str(), stamp.as_deref(), min, now)
             {
                 reasons.push(reason);
@@ -180,7 +177,6 @@ impl Screening {
     /// (a v3 score under the threshold; an unreachable provider under the spam policy).
     async fn captcha(
         &self,
-        db: &Db,
         endpoint: &IntakeEndpoint,
         protection: &Protection,
         provider: CaptchaProvider,
@@ -243,7 +239,8 @@ impl Screening {
         // once the provider accepted it, so that tokens made up by the thousand cost no
         // write here (the provider refuses them, and the providers refuse a replay too).
         let digest = hex::encode(Sha256::digest(token.as_bytes()));
-        let first = db
+        let first = self
+            .db
             .run(async |conn| db::spam::first_sight_of_token(conn, &digest, now).await)
             .await?;
         if !first {

@@ -30,9 +30,12 @@ use crate::receiver::Receiver;
 #[derive(Clone, Default)]
 struct FakeVerifier {
     addr: Option<SocketAddr>,
-    calls: Arc<Mutex<Vec<(String, HashMap<String, String>)>>>,
+    calls: Arc<Mutex<Vec<Call>>>,
     akismet_down: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// A request the fake verifier got: its path and its form.
+type Call = (String, HashMap<String, String>);
 
 const SECRET: &str = "test-captcha-secret";
 const AKISMET_KEY: &str = "akismet-test-key";
@@ -56,7 +59,7 @@ impl FakeVerifier {
         format!("http://{}{path}", self.addr.unwrap())
     }
 
-    fn calls(&self) -> Vec<(String, HashMap<String, String>)> {
+    fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
 
