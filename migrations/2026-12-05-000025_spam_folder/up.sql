@@ -84,3 +84,20 @@ RETURNS varchar LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                WHEN 'autoresponder' THEN 'autoresponder:' || reply_to_field
                ELSE url END
 $$;
+
+-- The one plain address a submission's field holds, trimmed, or NULL: the field is one
+-- value, at most 254 characters, a plain `local@domain` (what an autoresponder answers,
+-- and what the worker checks again: email.rs `submitter_address`). One definition for the
+-- statements that queue an autoresponder's confirmation; one expression, so PostgreSQL
+-- inlines it.
+CREATE FUNCTION submitted_address(fields json, field varchar)
+RETURNS varchar LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN json_typeof(fields -> field) = 'array'
+             AND json_array_length(fields -> field) = 1
+             AND length(btrim(fields -> field ->> 0, ' ')) <= 254
+             AND btrim(fields -> field ->> 0, ' ')
+                 ~ '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$'
+        THEN btrim(fields -> field ->> 0, ' ')
+    END
+$$;

@@ -148,6 +148,44 @@ async fn app_with(
     TestApp::start_with(&pairs, clock).await
 }
 
+/// The fake verifier, a receiver, an app pointed at them (the system clock) and an admin
+/// key.
+async fn started() -> (FakeVerifier, Receiver, TestApp, String) {
+    let fake = FakeVerifier::start().await;
+    let receiver = Receiver::start().await;
+    let app = app_with(&fake, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("ops").await;
+    (fake, receiver, app, key)
+}
+
+/// Adds a webhook destination to `url`.
+async fn add_webhook(app: &TestApp, key: &str, endpoint: &str, url: &str) {
+    data(
+        app.gql(
+            key,
+            "mutation($endpoint: ID!, $url: String!) { addWebhookDestination(input: { endpointId: $endpoint, url: $url }) { destination { id } } }",
+            json!({ "endpoint": endpoint, "url": url }),
+        )
+        .await,
+    );
+}
+
+/// A form stamp for `endpoint`, fetched as the snippet does when its page loads.
+async fn form_stamp(app: &TestApp, endpoint: &str) -> String {
+    let stamp: Value = app
+        .http
+        .get(app.url(&format!("/f/{endpoint}/stamp")))
+        .header("origin", "https://forms.example")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stamp["field"], "_hymical_stamp");
+    stamp["value"].as_str().unwrap().to_string()
+}
+
 fn data(answer: Value) -> Value {
     assert!(answer.get("errors").is_none(), "{answer}");
     answer["data"].clone()
@@ -237,10 +275,7 @@ async fn folder(app: &TestApp, key: &str, endpoint: &str, folder: &str) -> Vec<S
 
 #[tokio::test]
 async fn each_captcha_provider_is_verified_and_every_refusal_stores_nothing() {
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (fake, receiver, app, key) = started().await;
     let providers = [
         ("TURNSTILE", "/turnstile", "cf-turnstile-response"),
         ("HCAPTCHA", "/hcaptcha", "h-captcha-response"),
@@ -342,10 +377,7 @@ async fn each_captcha_provider_is_verified_and_every_refusal_stores_nothing() {
 
 #[tokio::test]
 async fn an_unreachable_captcha_provider_refuses_or_files_into_the_spam_folder() {
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (_fake, receiver, app, key) = started().await;
     endpoint(&app, &key, "down", &receiver.url("/hook")).await;
     let captcha = json!({ "provider": "TURNSTILE", "secret": SECRET });
     data(
@@ -486,18 +518,7 @@ async fn rules_file_spam_in_the_spam_folder_answered_as_accepted() {
     }
 
     // The form stamp, as the snippet fetches it when the page loads.
-    let stamp: Value = app
-        .http
-        .get(app.url("/f/rules/stamp"))
-        .header("origin", "https://forms.example")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert_eq!(stamp["field"], "_hymical_stamp");
-    let stamp = stamp["value"].as_str().unwrap().to_string();
+    let stamp = form_stamp(&app, "rules").await;
     clock.advance(chrono::Duration::seconds(5));
 
     let good: &[(&str, &str)] = &[
@@ -556,16 +577,7 @@ async fn rules_file_spam_in_the_spam_folder_answered_as_accepted() {
         spam_ids.push(id);
     }
     // Too soon after the form was served; no stamp; a forged one.
-    let fresh: Value = app
-        .http
-        .get(app.url("/f/rules/stamp"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let fresh = fresh["value"].as_str().unwrap().to_string();
+    let fresh = form_stamp(&app, "rules").await;
     let forged = format!("{}.{}", stamp.split('.').next().unwrap(), "0".repeat(64));
     clock.advance(chrono::Duration::seconds(1));
     for (form_stamp, reason) in [
@@ -648,19 +660,9 @@ async fn rules_file_spam_in_the_spam_folder_answered_as_accepted() {
 
 #[tokio::test]
 async fn not_spam_queues_each_delivery_once_and_spam_is_recorded() {
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (_fake, receiver, app, key) = started().await;
     endpoint(&app, &key, "release", &receiver.url("/first")).await;
-    data(
-        app.gql(
-            &key,
-            "mutation { addWebhookDestination(input: { endpointId: \"release\", url: \"http://127.0.0.1:1/unused\" }) { destination { id } } }",
-            json!({}),
-        )
-        .await,
-    );
+    add_webhook(&app, &key, "release", "http://127.0.0.1:1/unused").await;
     data(
         protect(
             &app,
@@ -727,10 +729,7 @@ async fn not_spam_queues_each_delivery_once_and_spam_is_recorded() {
 
 #[tokio::test]
 async fn akismet_judges_what_the_rules_let_through_and_hears_the_verdicts() {
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (fake, receiver, app, key) = started().await;
     endpoint(&app, &key, "akis", &receiver.url("/hook")).await;
     data(protect(&app, &key, json!({ "endpointId": "akis", "akismet": true })).await);
 
@@ -825,19 +824,9 @@ async fn akismet_judges_what_the_rules_let_through_and_hears_the_verdicts() {
 /// every destination gets exactly one delivery, delivered once by the survivor.
 #[tokio::test]
 async fn not_spam_delivers_once_across_processes_and_a_sigkill() {
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (_fake, receiver, app, key) = started().await;
     endpoint(&app, &key, "crash", &receiver.url("/one")).await;
-    data(
-        app.gql(
-            &key,
-            "mutation($url: String!) { addWebhookDestination(input: { endpointId: \"crash\", url: $url }) { destination { id } } }",
-            json!({ "url": receiver.url("/two") }),
-        )
-        .await,
-    );
+    add_webhook(&app, &key, "crash", &receiver.url("/two")).await;
     data(
         protect(
             &app,
@@ -980,10 +969,7 @@ async fn spam_has_its_own_retention() {
 async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spam() {
     use fantoccini::Locator;
 
-    let fake = FakeVerifier::start().await;
-    let receiver = Receiver::start().await;
-    let app = app_with(&fake, Arc::new(SystemClock)).await;
-    let (_, key) = app.create_key("ops").await;
+    let (fake, receiver, app, key) = started().await;
 
     // The static site: the form page and its thank-you page.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -118,12 +118,9 @@ WITH input AS (
         JOIN input i ON i.id = s.id
         JOIN live_destination ld ON ld.endpoint_id = s.endpoint_id AND ld.kind = 'autoresponder'
         CROSS JOIN LATERAL (
-            SELECT btrim(i.fields -> ld.reply_to_field ->> 0, ' ') AS address
-            WHERE json_typeof(i.fields -> ld.reply_to_field) = 'array'
-              AND json_array_length(i.fields -> ld.reply_to_field) = 1
+            SELECT submitted_address(i.fields, ld.reply_to_field) AS address
         ) a
-        WHERE length(a.address) <= 254
-          AND a.address ~ '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$'
+        WHERE a.address IS NOT NULL
     ) c
     ORDER BY c.destination_id, c.digest, c.position
     ON CONFLICT (destination_id, address_digest) DO UPDATE

@@ -35,12 +35,9 @@ WITH released AS (
     FROM released s
     JOIN live_destination ld ON ld.kind = 'autoresponder'
     CROSS JOIN LATERAL (
-        SELECT btrim(s.fields -> ld.reply_to_field ->> 0, ' ') AS address
-        WHERE json_typeof(s.fields -> ld.reply_to_field) = 'array'
-          AND json_array_length(s.fields -> ld.reply_to_field) = 1
+        SELECT submitted_address(s.fields, ld.reply_to_field) AS address
     ) a
-    WHERE length(a.address) <= 254
-      AND a.address ~ '^[A-Za-z0-9.!#$%&''*+/=?^_`{|}~-]+@[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+$'
+    WHERE a.address IS NOT NULL
     ON CONFLICT (destination_id, address_digest) DO UPDATE
         SET quiet_until = excluded.quiet_until, submission_id = excluded.submission_id
         WHERE r.quiet_until <= coalesce($2, statement_timestamp())
