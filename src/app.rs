@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::files::Files;
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
@@ -38,6 +39,8 @@ pub struct App {
     pub body_budget: BodyBudget,
     /// Intake's part: its endpoint cache and group commit, and what it shares with the rest.
     pub intake: IntakeState,
+    /// Uploaded files: their storage, links and sweeper.
+    pub files: Arc<Files>,
 }
 
 pub type AppState = Arc<App>;
@@ -70,7 +73,9 @@ impl App {
         // Before anything is counted.
         crate::telemetry::meters::install();
         let body_budget = BodyBudget::new(config.http.max_buffered_body_bytes);
+        let files = Arc::new(Files::new(config.files.clone(), db.clone(), clock.clone()));
         let intake = IntakeState(Arc::new(Intake {
+            files: files.clone(),
             config: config.clone(),
             db: db.clone(),
             clock: clock.clone(),
@@ -91,6 +96,7 @@ impl App {
             )),
             body_budget,
             intake,
+            files,
             config,
         })
     }

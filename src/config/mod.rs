@@ -8,6 +8,7 @@
 mod alerts;
 mod database;
 mod delivery;
+mod files;
 mod graphql;
 mod http;
 mod intake;
@@ -22,6 +23,7 @@ use std::time::Duration;
 pub use alerts::AlertConfig;
 pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
 pub use delivery::{WebhookConfig, WorkerConfig};
+pub use files::{FilesConfig, S3Config};
 pub use graphql::GraphqlConfig;
 pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
@@ -111,6 +113,8 @@ pub struct Config {
     /// Where operator alerts are sent (`FORMS_ALERT_*`).
     pub alerts: AlertConfig,
     pub rate_limit: RateLimitConfig,
+    /// Uploaded files: storage, links, the sweeper's grace.
+    pub files: FilesConfig,
     pub submission_retention_days: u32,
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
     pub event_retention: Duration,
@@ -236,6 +240,7 @@ fn read(r: &mut Reader) -> Config {
     let smtp_host_set = r.raw("FORMS_SMTP_HOST").is_some();
     let alerts = alerts::read(r, smtp_host_set, webhook.allow_private_targets);
     let rate_limit = intake::read_rate_limits(r);
+    let files = files::read(r, http.bind);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
     let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
@@ -292,6 +297,7 @@ fn read(r: &mut Reader) -> Config {
         smtp,
         alerts,
         rate_limit,
+        files,
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),
         export_max_submissions,

@@ -10,6 +10,7 @@ pub mod deliveries;
 pub mod destinations;
 pub mod endpoints;
 pub mod events;
+pub mod files;
 pub mod keys;
 mod keyset;
 pub mod listen;

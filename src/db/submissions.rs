@@ -34,6 +34,8 @@ pub struct NewSubmission {
     /// worker (`None` where it may not): made before the statement, so that a claim whose
     /// answer was lost can still be given back.
     pub claim_token: Option<ClaimToken>,
+    /// The files uploaded with it, stored already and attached by the same statement.
+    pub files: Vec<crate::model::ids::FileId>,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
@@ -110,6 +112,10 @@ pub async fn insert_batch(
     } else {
         Vec::new()
     };
+    let files: Vec<serde_json::Value> = batch
+        .iter()
+        .map(|s| serde_json::Value::from(s.files.iter().map(|id| id.as_str()).collect::<Vec<_>>()))
+        .collect();
     type Row = (
         SubmissionId,
         bool,
@@ -162,6 +168,9 @@ pub async fn insert_batch(
             bind::<Array<Timestamptz>, _>(&counters.window_starts),
             bind::<Array<Integer>, _>(&counters.attempts),
             bind::<Array<Integer>, _>(&counters.limits),
+            // $19: not used by this statement yet.
+            bind::<Nullable<Text>, Option<&str>>(None),
+            bind::<Array<Json>, _>(&files),
         ),
     )
     .load(conn)

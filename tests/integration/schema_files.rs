@@ -71,6 +71,7 @@ fn declared_columns() -> Vec<Column> {
             "Json" => "json",
             "Jsonb" => "jsonb",
             "Text" => "text",
+            "Bytea" => "bytea",
             "Array<Text>"
             | "Array<Nullable<Text>>"
             | "Array<Varchar>"
