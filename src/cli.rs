@@ -160,7 +160,16 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             dry_run,
             older_than_days,
             batch_size,
-        } => retention_command(config_days, older_than_days, batch_size, dry_run, &database).await,
+        } => {
+            retention_command(
+                &config,
+                older_than_days,
+                batch_size,
+                dry_run,
+                &database,
+            )
+            .await
+        }
         Command::Schema => Ok(()),
     };
     database.close().await;
@@ -395,18 +404,28 @@ async fn create_first_key(db: &db::Db, now: chrono::DateTime<chrono::Utc>) -> an
 }
 
 async fn retention_command(
-    config_days: u32,
+    config: &Config,
     older_than_days: Option<u32>,
     batch_size: u32,
     dry_run: bool,
     database: &Database,
 ) -> anyhow::Result<()> {
-    let days = older_than_days.unwrap_or(config_days);
+    let days = older_than_days.unwrap_or(config.submission_retention_days);
     let Some(cutoff) = crate::retention::cutoff(SystemClock.now(), days) else {
         bail!("--older-than-days {days} reaches back before any date this service can store: give a smaller number of days");
     };
     let db = database.admin_db().await?;
     let count = crate::retention::apply(&db, cutoff, batch_size, dry_run).await?;
+    if !dry_run {
+        // The deleted submissions' files, bytes and objects: detached by the delete.
+        let files = crate::files::Files::new(
+            config.files.clone(),
+            db.clone(),
+            Arc::new(SystemClock),
+        );
+        let removed = files.sweep().await?;
+        println!("removed {removed} uploaded file(s) no submission holds");
+    }
     let verb = if dry_run { "would delete" } else { "deleted" };
     println!(
         "{verb} {count} submission(s) received before {} with no delivery or a delivered one",

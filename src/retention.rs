@@ -1,6 +1,7 @@
 //! Retention: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches. Deliveries and attempt
-//! histories stay, without the submission.
+//! histories stay, without the submission. Their uploaded files are removed right after,
+//! bytes and all (the delete detaches them; `Files::sweep` removes what is detached).
 
 use std::time::Duration;
 
@@ -51,11 +52,12 @@ pub async fn apply(
 /// Applies retention every `SCHEDULE_EVERY` until shutdown (first run a minute after start).
 pub async fn run_on_schedule(
     db: Db,
+    files: Arc<crate::files::Files>,
     days: u32,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) {
-    let (db, clock) = (&db, &clock);
+    let (db, clock, files) = (&db, &clock, &files);
     crate::clock::every(Duration::from_secs(60), SCHEDULE_EVERY, &shutdown, || async move {
         // The configuration caps the days far below an unrepresentable cutoff.
         let Some(cutoff) = cutoff(clock.now(), days) else {
@@ -66,7 +68,11 @@ pub async fn run_on_schedule(
             return;
         };
         match apply(db, cutoff, 1000, false).await {
-            Ok(deleted) => tracing::info!(deleted, days, "retention applied"),
+            Ok(deleted) => {
+                tracing::info!(deleted, days, "retention applied");
+                // The erased submissions' files: their rows were detached by the delete.
+                files.sweep_logged().await;
+            }
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
             }

@@ -114,6 +114,7 @@ impl Services {
         if plan.retention {
             tasks.spawn(crate::retention::run_on_schedule(
                 app.db.clone(),
+                app.files.clone(),
                 app.config.submission_retention_days,
                 app.clock.clone(),
                 stop.clone(),
@@ -124,6 +125,7 @@ impl Services {
                 app.db.clone(),
                 app.config.event_retention,
                 app.clock.clone(),
+                app.files.clone(),
                 stop.clone(),
             ));
         }
@@ -148,6 +150,7 @@ impl Services {
                 app.clock.clone(),
                 senders,
                 wake,
+                app.files.clone(),
             );
             let handed = api.then(|| {
                 let (intake_side, handed) = worker.handoff(stop.clone(), wake_mark);

@@ -299,6 +299,8 @@ pub struct Notification<'a> {
     pub delivery_id: &'a str,
     /// The From address's domain (`Mailer::message_domain`).
     pub message_domain: &'a str,
+    /// The files uploaded with it: described and linked, never attached.
+    pub files: &'a [crate::files::FileMetadata],
 }
 
 /// The email of one submission: a fixed Subject with the endpoint's name, a plain-text
@@ -426,6 +428,22 @@ fn plain_text(
             let _ = writeln!(text, "  {}", value.replace('\n', "\n  "));
         }
     }
+    if !n.files.is_empty() {
+        let _ = writeln!(text, "\nFiles:");
+        for file in n.files {
+            let _ = writeln!(
+                text,
+                "  {} ({}): {}, {} bytes, SHA-256 {}\n  {} (until {})",
+                single_line(&file.name),
+                single_line(&file.field),
+                file.content_type,
+                file.size,
+                file.sha256,
+                file.url,
+                file.url_expires_at
+            );
+        }
+    }
     let _ = write!(text, "\n-- \nHymical Forms, delivery {}\n", n.delivery_id);
     text
 }
@@ -460,9 +478,27 @@ fn html(n: &Notification<'_>, subject: &str, received_at: &str, fields: &[Stored
         }
         html.push_str("</td></tr>\n");
     }
+    html.push_str("</table>\n");
+    if !n.files.is_empty() {
+        html.push_str("<h2>Files</h2>\n<ul>\n");
+        for file in n.files {
+            let _ = writeln!(
+                html,
+                "<li><a href=\"{url}\">{name}</a> ({field}): {kind}, {size} bytes, SHA-256 <code>{sha256}</code>, link valid until {until}</li>",
+                url = escape_html(&file.url),
+                name = escape_html(&file.name),
+                field = escape_html(&file.field),
+                kind = escape_html(&file.content_type),
+                size = file.size,
+                sha256 = escape_html(&file.sha256),
+                until = escape_html(&file.url_expires_at),
+            );
+        }
+        html.push_str("</ul>\n");
+    }
     let _ = write!(
         html,
-        "</table>\n<p>Hymical Forms, delivery <code>{}</code></p>\n</body>\n</html>\n",
+        "<p>Hymical Forms, delivery <code>{}</code></p>\n</body>\n</html>\n",
         escape_html(n.delivery_id)
     );
     html
@@ -518,6 +554,7 @@ mod tests {
             reply_to_field,
             delivery_id: "whd_abc",
             message_domain: "example.com",
+            files: &[],
         }
     }
 

@@ -1,7 +1,10 @@
 //! Delivery events are kept for `FORMS_EVENT_RETENTION_HOURS` (how far back a subscriber
 //! may resume); older ones are deleted in batches, at start and hourly. The same hourly
 //! pass forgets the autoresponders' recipients whose quiet time has passed (a row that
-//! decides nothing any more: the next submission from that address would take it over).
+//! decides nothing any more: the next submission from that address would take it over),
+//! and sweeps uploaded files no submission holds: those of erased submissions, and
+//! uploads never attached within `FORMS_FILE_SWEEP_GRACE_SECONDS` (a refused request
+//! whose cleanup was cut short, a crash mid-upload), objects in S3 included.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +24,14 @@ pub async fn prune_on_schedule(
     db: Db,
     retention: Duration,
     clock: Arc<dyn Clock>,
+    files: Arc<crate::files::Files>,
     shutdown: CancellationToken,
 ) {
     // The configuration bounds the retention to a year: always representable.
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-    let (db, clock) = (&db, &clock);
+    let (db, clock, files) = (&db, &clock, &files);
     crate::clock::every(Duration::ZERO, PRUNE_INTERVAL, &shutdown, || async move {
+        files.sweep_logged().await;
         let now = clock.now();
         match db
             .run(async |conn| {

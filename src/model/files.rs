@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 /// The most files a submission may carry, whatever an endpoint sets.
 pub const MAX_FILES: i32 = 100;
-/// The largest file and the largest total an endpoint may allow: 5 GiB.
-pub const MAX_BYTES: i64 = 5 << 30;
+/// The largest file and the largest total an endpoint may allow: 2 GiB less a byte, the
+/// largest GraphQL `Int`.
+pub const MAX_BYTES: i64 = i32::MAX as i64;
 /// The most entries an allow-list holds.
 const MAX_TYPES: usize = 100;
 
@@ -79,10 +80,10 @@ impl FileUploadSettings {
             return wrong("maxFiles", "must be 1 to 100");
         }
         if !(1..=MAX_BYTES).contains(&self.max_file_bytes) {
-            return wrong("maxFileBytes", "must be 1 to 5368709120");
+            return wrong("maxFileBytes", "must be 1 to 2147483647");
         }
         if !(1..=MAX_BYTES).contains(&self.max_total_bytes) {
-            return wrong("maxTotalBytes", "must be 1 to 5368709120");
+            return wrong("maxTotalBytes", "must be 1 to 2147483647");
         }
         if self.max_total_bytes < self.max_file_bytes {
             return wrong("maxTotalBytes", "must be at least maxFileBytes");
