@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use super::storage::{StorageError, Writer};
 use super::Files;
 use crate::db::files::FileRow;
+use crate::config::IntakeConfig;
 use crate::error::ApiError;
 use crate::intake::parse::{malformed, multipart_reason, part_file_name};
 use crate::model::files::{judge, FileUploadSettings, Judged, SNIFF_BYTES};
@@ -76,14 +77,16 @@ fn unavailable(error: StorageError) -> ApiError {
 }
 
 /// Reads the multipart `body` to its end: answers its text pairs in order, the stored
-/// files in `uploads` (in order too). `text_limit`: the bytes all text parts may hold.
+/// files in `uploads` (in order too). The text parts together may hold
+/// `FORMS_MAX_BODY_BYTES`; the whole body `limit_bytes`. A file part's name follows the
+/// rule of every field name.
 pub async fn receive(
     files: &Files,
     endpoint: &EndpointId,
     settings: &FileUploadSettings,
     content_type: &str,
     body: Body,
-    text_limit: usize,
+    limits: &IntakeConfig,
     limit_bytes: usize,
     uploads: &mut Uploads,
 ) -> Result<Vec<(String, String)>, ApiError> {
@@ -92,6 +95,7 @@ pub async fn receive(
     let constraints = multer::Constraints::new().size_limit(
         multer::SizeLimit::new().whole_stream(u64::try_from(limit_bytes).unwrap_or(u64::MAX)),
     );
+    let text_limit = limits.max_body_bytes;
     let mut multipart =
         multer::Multipart::with_constraints(body.into_data_stream(), boundary, constraints);
     // Past the whole body's limit multer says so: that is a 413, not a malformed body.
@@ -130,6 +134,7 @@ pub async fn receive(
             pairs.push((name, value));
             continue;
         };
+        crate::intake::fields::check_name(&name, limits)?;
         // The first bytes, to judge the type by before anything is stored.
         let mut start = BytesMut::new();
         let mut ended = false;

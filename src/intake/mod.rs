@@ -352,7 +352,7 @@ async fn after_limits(
                 &settings,
                 content_type,
                 body,
-                intake.config.intake.max_body_bytes,
+                &intake.config.intake,
                 limit_bytes,
                 uploads,
             )
@@ -360,7 +360,10 @@ async fn after_limits(
             (pairs, uploads.ids().to_vec())
         }
     };
-    fields::check_rules(&pairs, &intake.config.intake)?;
+    // A submission of files alone has no text field, and is not empty.
+    if !(pairs.is_empty() && !files.is_empty()) {
+        fields::check_rules(&pairs, &intake.config.intake)?;
+    }
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
         // Answer exactly as a success would, so the bot learns nothing; store nothing.
         return Ok(Work::Answer(Accepted {

@@ -180,9 +180,27 @@ pub fn judge(start: &[u8], file_name: &str) -> Judged {
     if start.starts_with(b"#!") {
         return Judged::Executable("application/x-shellscript");
     }
-    // A PE file starts `MZ`; infer wants more of the header than a short file may have.
+    // The programs' own magic numbers first: infer wants more of a header than a short
+    // (or cut) file may have, and a program must never pass for lack of bytes.
     if start.starts_with(b"MZ") {
         return Judged::Executable("application/vnd.microsoft.portable-executable");
+    }
+    if start.starts_with(b"\x7fELF") {
+        return Judged::Executable("application/x-executable");
+    }
+    const MACH_O: [[u8; 4]; 5] = [
+        [0xfe, 0xed, 0xfa, 0xce],
+        [0xfe, 0xed, 0xfa, 0xcf],
+        [0xce, 0xfa, 0xed, 0xfe],
+        [0xcf, 0xfa, 0xed, 0xfe],
+        // Also a Java class file: a program either way.
+        [0xca, 0xfe, 0xba, 0xbe],
+    ];
+    if MACH_O.iter().any(|magic| start.starts_with(magic)) {
+        return Judged::Executable("application/x-mach-binary");
+    }
+    if start.starts_with(b"\0asm") {
+        return Judged::Executable("application/wasm");
     }
     if let Some(kind) = infer::get(start) {
         if kind.matcher_type() == infer::MatcherType::App {
@@ -234,7 +252,13 @@ mod tests {
     #[test]
     fn programs_are_executables_whatever_their_name() {
         let elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0\x3e\0\x01\0\0\0";
-        assert!(matches!(judge(elf, "photo.png"), Judged::Executable(_)));
+        assert_eq!(
+            judge(elf, "photo.png"),
+            Judged::Executable("application/x-executable")
+        );
+        let mut long_elf = elf.to_vec();
+        long_elf.resize(4096, 0);
+        assert!(matches!(judge(&long_elf, "photo.png"), Judged::Executable(_)));
         assert!(matches!(
             judge(b"#!/bin/sh\necho hi\n", "notes.txt"),
             Judged::Executable("application/x-shellscript")
