@@ -514,14 +514,19 @@ impl Drop for Moto {
     }
 }
 
+/// moto's server: the one `cargo xtask setup` installs under target/, else one on PATH.
 fn moto_binary() -> std::path::PathBuf {
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv/bin/moto_server");
+    if venv.is_file() {
+        return venv;
+    }
     let found = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
             .map(|dir| dir.join("moto_server"))
             .find(|candidate| candidate.is_file())
     });
     found.unwrap_or_else(|| {
-        panic!("moto_server is not installed: pip install 'moto[server]' (`cargo xtask setup` does)")
+        panic!("moto_server is not installed: `cargo xtask setup` installs it (tests/s3-server/)")
     })
 }
 
