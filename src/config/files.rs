@@ -84,29 +84,54 @@ pub(super) fn read(r: &mut Reader, bind: SocketAddr) -> FilesConfig {
 
 /// Object storage is on when `FORMS_S3_BUCKET` is set; then the endpoint and both keys
 /// are required (no credentials picked up from elsewhere: what the process uses is what
-/// its configuration says).
+/// its configuration says), and without it every other `FORMS_S3_*` is an error (set for
+/// nothing, it would leave files in PostgreSQL unnoticed).
 fn read_s3(r: &mut Reader) -> Option<S3Config> {
+    const OTHERS: [&str; 5] = [
+        "FORMS_S3_ENDPOINT",
+        "FORMS_S3_REGION",
+        "FORMS_S3_ACCESS_KEY_ID",
+        "FORMS_S3_SECRET_ACCESS_KEY",
+        "FORMS_S3_PATH_STYLE",
+    ];
     let bucket = r.raw("FORMS_S3_BUCKET");
     let endpoint = r.raw("FORMS_S3_ENDPOINT");
-    let region = r
-        .raw("FORMS_S3_REGION")
-        .unwrap_or_else(|| "us-east-1".to_string());
+    let region = r.raw("FORMS_S3_REGION");
     let access_key_id = r.raw("FORMS_S3_ACCESS_KEY_ID");
     let secret_access_key = r.secret("FORMS_S3_SECRET_ACCESS_KEY", 1);
     let path_style = r.boolean("FORMS_S3_PATH_STYLE", false);
-    let bucket = bucket?;
-    let missing = |r: &mut Reader, name: &'static str| {
-        r.fail(
-            name,
-            "unset while FORMS_S3_BUCKET is set".into(),
-            "required with FORMS_S3_BUCKET",
-        );
-    };
-    let endpoint = match endpoint {
-        None => {
-            missing(r, "FORMS_S3_ENDPOINT");
-            String::new()
+    let Some(bucket) = bucket else {
+        for name in OTHERS {
+            if r.raw(name).is_some() && !r.failed(&[name]) {
+                r.fail(
+                    name,
+                    "set without FORMS_S3_BUCKET".into(),
+                    "only with FORMS_S3_BUCKET (object storage for uploaded files)",
+                );
+            }
         }
+        return None;
+    };
+    let missing: Vec<&str> = [
+        ("FORMS_S3_ENDPOINT", endpoint.is_none()),
+        ("FORMS_S3_ACCESS_KEY_ID", access_key_id.is_none()),
+        (
+            "FORMS_S3_SECRET_ACCESS_KEY",
+            secret_access_key.is_none() && !r.failed(&["FORMS_S3_SECRET_ACCESS_KEY"]),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, unset)| unset.then_some(name))
+    .collect();
+    if !missing.is_empty() {
+        r.fail(
+            "FORMS_S3_BUCKET",
+            format!("set without {}", missing.join(", ")),
+            "with FORMS_S3_BUCKET, set FORMS_S3_ENDPOINT, FORMS_S3_ACCESS_KEY_ID and FORMS_S3_SECRET_ACCESS_KEY",
+        );
+    }
+    let endpoint = match endpoint {
+        None => String::new(),
         Some(raw) => match url::Url::parse(raw.trim()) {
             Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
                 raw.trim().trim_end_matches('/').to_string()
@@ -121,18 +146,57 @@ fn read_s3(r: &mut Reader) -> Option<S3Config> {
             }
         },
     };
-    if access_key_id.is_none() {
-        missing(r, "FORMS_S3_ACCESS_KEY_ID");
-    }
-    if secret_access_key.is_none() && !r.failed(&["FORMS_S3_SECRET_ACCESS_KEY"]) {
-        missing(r, "FORMS_S3_SECRET_ACCESS_KEY");
-    }
     Some(S3Config {
         endpoint,
         bucket: bucket.trim().to_string(),
-        region: region.trim().to_string(),
+        region: region.map_or_else(|| "us-east-1".to_string(), |r| r.trim().to_string()),
         access_key_id: access_key_id.unwrap_or_default().trim().to_string(),
         secret_access_key: secret_access_key.unwrap_or_else(|| Secret::new("")),
         path_style,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn load(vars: &[(&str, &str)]) -> Result<Config, crate::config::ConfigErrors> {
+        Config::from_lookup(|name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn object_storage_with_everything_it_needs() {
+        let all = [
+            ("FORMS_S3_BUCKET", "forms"),
+            ("FORMS_S3_ENDPOINT", "http://127.0.0.1:9000/"),
+            ("FORMS_S3_ACCESS_KEY_ID", "id"),
+            ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2"),
+            ("FORMS_S3_PATH_STYLE", "true"),
+        ];
+        let s3 = load(&all).unwrap().files.s3.unwrap();
+        assert_eq!(s3.endpoint, "http://127.0.0.1:9000");
+        assert_eq!(s3.region, "us-east-1");
+        assert!(s3.path_style);
+        let errors = load(&[
+            ("FORMS_S3_BUCKET", "forms"),
+            ("FORMS_S3_ENDPOINT", "s3.example.com"),
+            ("FORMS_S3_ACCESS_KEY_ID", "id"),
+            ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2"),
+        ])
+        .unwrap_err()
+        .0;
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].variable, "FORMS_S3_ENDPOINT");
+        assert!(!errors[0].to_string().contains("hunter2"));
+        let defaults = load(&[]).unwrap().files;
+        assert!(defaults.s3.is_none());
+        assert_eq!(defaults.public_url, "http://127.0.0.1:8080");
+        assert_eq!(defaults.link_ttl.as_secs(), 604_800);
+        let public = load(&[("FORMS_PUBLIC_URL", "https://forms.example.com/")]).unwrap();
+        assert_eq!(public.files.public_url, "https://forms.example.com");
+    }
 }

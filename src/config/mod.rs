@@ -469,6 +469,18 @@ mod tests {
             ("FORMS_ALERT_EMAILS", "ops@example.com", "FORMS_SMTP_HOST is not"),
             ("FORMS_ALERT_WEBHOOK_URL", "ftp://alerts.example.com", "not a webhook URL"),
             ("FORMS_ALERT_WEBHOOK_SECRET", "whsec_short", "whsec_ and the base64"),
+            ("FORMS_PUBLIC_URL", "forms.example.com", "absolute http or https URL"),
+            ("FORMS_FILE_LINK_TTL_SECONDS", "0", "from 1"),
+            ("FORMS_FILE_UPLOAD_TIMEOUT_SECONDS", "0", "from 1"),
+            ("FORMS_FILE_SWEEP_GRACE_SECONDS", "60", "must exceed FORMS_FILE_UPLOAD_TIMEOUT_SECONDS"),
+            // Each of the others alone is an error for being set without the bucket;
+            // src/config/files.rs tests them with it.
+            ("FORMS_S3_BUCKET", "forms", "set without FORMS_S3_ENDPOINT"),
+            ("FORMS_S3_ENDPOINT", "http://127.0.0.1:9000", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_REGION", "eu-west-1", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_ACCESS_KEY_ID", "id", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_PATH_STYLE", "true", "only with FORMS_S3_BUCKET"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

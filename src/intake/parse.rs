@@ -558,6 +558,41 @@ mod tests {
         }
     }
 
+    #[test]
+    fn file_names_for_display() {
+        let name = |disposition: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(
+                axum::http::header::CONTENT_DISPOSITION,
+                axum::http::HeaderValue::from_str(disposition).unwrap(),
+            );
+            part_file_name(&headers).unwrap()
+        };
+        assert_eq!(name("form-data; name=\"a\""), None);
+        assert_eq!(name("form-data; name=\"cv\"; filename=\"cv.pdf\""), Some("cv.pdf".into()));
+        assert_eq!(
+            name("form-data; name=cv; filename=\"x.pdf\"; filename*=UTF-8''%E2%82%AC.pdf"),
+            Some("€.pdf".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename*=iso-8859-1'fr'caf%E9.txt"),
+            Some("café.txt".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename*0=\"par\"; filename*1=\"ts.txt\""),
+            Some("parts.txt".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"../../etc/passwd\""),
+            Some("passwd".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"C:\\\\Users\\\\me\\\\a.png\""),
+            Some("a.png".into())
+        );
+        assert_eq!(name("form-data; name=cv; filename=\"\""), Some(String::new()));
+    }
+
     #[tokio::test]
     async fn multipart_quoted_names_that_mention_a_file_name_are_text() {
         for (disposition, name) in [
