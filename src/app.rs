@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
-use crate::files::Files;
+use crate::files::{Files, FilesState};
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
@@ -49,6 +49,13 @@ pub type AppState = Arc<App>;
 impl FromRef<AppState> for IntakeState {
     fn from_ref(app: &AppState) -> IntakeState {
         app.intake.clone()
+    }
+}
+
+/// The file routes take the files only.
+impl FromRef<AppState> for FilesState {
+    fn from_ref(app: &AppState) -> FilesState {
+        FilesState(app.files.clone())
     }
 }
 

@@ -416,21 +416,20 @@ async fn retention_command(
     };
     let db = database.admin_db().await?;
     let count = crate::retention::apply(&db, cutoff, batch_size, dry_run).await?;
-    if !dry_run {
-        // The deleted submissions' files, bytes and objects: detached by the delete.
-        let files = crate::files::Files::new(
-            config.files.clone(),
-            db.clone(),
-            Arc::new(SystemClock),
-        );
-        let removed = files.sweep().await?;
-        println!("removed {removed} uploaded file(s) no submission holds");
-    }
     let verb = if dry_run { "would delete" } else { "deleted" };
     println!(
         "{verb} {count} submission(s) received before {} with no delivery or a delivered one",
         format_timestamp(cutoff)
     );
+    if !dry_run {
+        // The deleted submissions' files, bytes and objects: detached by the delete.
+        let files =
+            crate::files::Files::new(config.files.clone(), db.clone(), Arc::new(SystemClock));
+        let removed = files.sweep().await?;
+        if removed > 0 {
+            println!("removed {removed} uploaded file(s) no submission holds");
+        }
+    }
     Ok(())
 }
 

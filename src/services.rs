@@ -12,7 +12,7 @@
 //! | key-revocation check | with the API | pool, the revocation watch |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
 //! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` > 0 | pool, clock, days |
-//! | event pruning (and autoresponder recipients past their quiet time) | with the workers | pool, clock, event retention |
+//! | event pruning (and autoresponder recipients past their quiet time, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
 //! its deadline, the workers stop claiming and record what is in flight, the event reader
@@ -125,7 +125,13 @@ impl Services {
                 app.db.clone(),
                 app.config.event_retention,
                 app.clock.clone(),
-                app.files.clone(),
+                {
+                    let files = app.files.clone();
+                    move || {
+                        let files = files.clone();
+                        Box::pin(async move { files.sweep_logged().await })
+                    }
+                },
                 stop.clone(),
             ));
         }

@@ -1,10 +1,10 @@
-//! Uploaded files (docs/intake.md, "Files"): receiving file parts of a multipart body as
-//! they stream in (`upload.rs`), keeping their bytes in PostgreSQL or S3-compatible
-//! object storage (`storage.rs`, the only outbound HTTP besides delivery: to the object
-//! storage, inside its client), the signed links that download them and the route that
-//! serves them (`links.rs`, `routes.rs`), and removing what no submission holds: uploads
-//! of refused requests at once, abandoned ones and erased submissions' files by the
-//! sweeper (here).
+//! Uploaded files (docs/intake.md, "Files"): keeping their bytes in PostgreSQL or
+//! S3-compatible object storage as they stream in (`storage.rs`, the only outbound HTTP
+//! besides delivery: to the object storage, inside its client), the signed links that
+//! download them and the route that serves them (`links.rs`, `routes.rs`), and removing
+//! what no submission holds: uploads of refused requests at once, abandoned ones and
+//! erased submissions' files by the sweeper (here). Intake receives the file parts
+//! (`intake/files.rs`) and stores them through this module.
 //!
 //! A file's row is written before any of its bytes, so whatever was stored can always be
 //! found again from the rows (a crash mid-upload included); the outbox statement attaches
@@ -13,7 +13,6 @@
 pub mod links;
 pub mod routes;
 pub mod storage;
-pub mod upload;
 
 use std::sync::Arc;
 
@@ -30,6 +29,18 @@ use storage::Storage;
 
 /// How many files one sweep statement reads at most.
 const SWEEP_BATCH: i64 = 100;
+
+/// [`Files`] as the download route's state.
+#[derive(Clone)]
+pub struct FilesState(pub Arc<Files>);
+
+impl std::ops::Deref for FilesState {
+    type Target = Files;
+
+    fn deref(&self) -> &Files {
+        &self.0
+    }
+}
 
 /// The files of this process: storage, the link key, the settings.
 pub struct Files {

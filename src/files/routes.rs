@@ -5,38 +5,43 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
 use super::links::{self, Refused};
-use crate::app::AppState;
+use super::{Files, FilesState};
 use crate::error::ApiError;
 use crate::model::ids::FileId;
 
-pub fn routes() -> Router<AppState> {
+/// The route, on any state that hands over the files (the application's, through
+/// [`FromRef`]: this module needs nothing above it).
+pub fn routes<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    FilesState: FromRef<S>,
+{
     Router::new().route("/files/{file_id}", get(download))
 }
 
 async fn download(
-    State(app): State<AppState>,
+    State(files): State<FilesState>,
     Path(file_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
-    match serve(&app, &file_id, &query).await {
+    match serve(&files, &file_id, &query).await {
         Ok(response) => response,
         Err(error) => error.into_response(),
     }
 }
 
 async fn serve(
-    app: &AppState,
+    files: &Files,
     file_id: &str,
     query: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
-    let files = &app.files;
     let key = files.link_key().await?;
     links::verify(
         &key,
@@ -53,14 +58,14 @@ async fn serve(
         file_id: file_id.to_string(),
     };
     let id = FileId::parse(file_id).ok_or_else(not_found)?;
-    let row = app
+    let row = files
         .db
         .run(async |conn| crate::db::files::find_attached(conn, &id).await)
         .await?
         .ok_or_else(not_found)?;
     let body = files
         .storage
-        .read(&app.db, &row)
+        .read(&files.db, &row)
         .await
         .map_err(|error| ApiError::FileStorageUnavailable(error.to_string()))?;
     let mut response = body.into_response();

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod committer;
 pub mod endpoint_cache;
 pub mod fields;
+pub mod files;
 pub mod parse;
 pub mod rate_limit;
 
@@ -33,8 +34,8 @@ use crate::db::models::KeyedSubmission;
 use crate::db::submissions::NewSubmission;
 use crate::db::Db;
 use crate::error::ApiError;
-use crate::files::upload::Uploads;
 use crate::files::Files;
+use files::Uploads;
 use crate::http::BodyBudget;
 use crate::model::files::FileUploadSettings;
 use crate::model::fields::count_stored_values;
@@ -346,7 +347,7 @@ async fn after_limits(
             limit_bytes,
             uploads,
         } => {
-            let pairs = crate::files::upload::receive(
+            let pairs = files::receive(
                 &intake.files,
                 &endpoint.id,
                 &settings,

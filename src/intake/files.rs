@@ -1,4 +1,5 @@
-//! Receiving a multipart body with files for an endpoint that takes them: text parts are
+//! Receiving a multipart body with files for an endpoint that takes them (storage, links
+//! and the sweeper are `crate::files`): text parts are
 //! collected as intake always collects them (within `FORMS_MAX_BODY_BYTES` together), file
 //! parts stream into storage as they arrive, each judged by its first bytes before
 //! anything of it is stored, and counted against the endpoint's limits as it grows.
@@ -12,12 +13,12 @@ use axum::body::Body;
 use bytes::BytesMut;
 use sha2::{Digest, Sha256};
 
-use super::storage::{StorageError, Writer};
-use super::Files;
+use crate::files::storage::{StorageError, Writer};
+use crate::files::Files;
 use crate::db::files::FileRow;
 use crate::config::IntakeConfig;
 use crate::error::ApiError;
-use crate::intake::parse::{malformed, multipart_reason, part_file_name};
+use super::parse::{malformed, multipart_reason, part_file_name};
 use crate::model::files::{judge, FileUploadSettings, Judged, SNIFF_BYTES};
 use crate::model::ids::{EndpointId, FileId};
 
@@ -134,7 +135,7 @@ pub async fn receive(
             pairs.push((name, value));
             continue;
         };
-        crate::intake::fields::check_name(&name, limits)?;
+        super::fields::check_name(&name, limits)?;
         // The first bytes, to judge the type by before anything is stored.
         let mut start = BytesMut::new();
         let mut ended = false;
