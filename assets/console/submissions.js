@@ -1,7 +1,7 @@
 // Submissions: the list per endpoint (no values: when and how many fields), one
 // submission's fields (the only view with submitted values, each a text node, so markup
-// in a value shows as text) and its deliveries, one per destination, and the export of
-// the filtered list as CSV or JSON.
+// in a value shows as text), its uploaded files with download links, and its deliveries,
+// one per destination, and the export of the filtered list as CSV or JSON.
 
 import { downloadExport, graphql, session } from "./api.js";
 import { targetLabel } from "./destinations.js";
@@ -23,8 +23,55 @@ const ONE = `query Submission($id: ID!) {
     endpoint { id name }
     deliveries { id state destinationUrl destination { id kind } }
     fields { name values }
+    files { id field name size contentType sha256 downloadUrl }
   }
 }`;
+
+// A download link on this page's own origin: the API's link starts with FORMS_PUBLIC_URL,
+// which may name a proxy the operator's browser does not go through; its path and
+// signature work on any address of the service.
+function sameOriginLink(url) {
+  const parsed = new URL(url, window.location.href);
+  return `${parsed.pathname}${parsed.search}`;
+}
+
+function bytes(size) {
+  if (size < 1024) return `${size} B`;
+  if (size < 1024 * 1024) return `${(size / 1024).toFixed(1)} KiB`;
+  return `${(size / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
+function filesSection(files) {
+  if (!files.length) return null;
+  return [
+    h("h2", {}, `Files (${files.length})`),
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { id: "submission-files" },
+        h("thead", {}, h("tr", {}, ["File", "Field", "Type", "Size", "SHA-256"].map((t) => h("th", {}, t)))),
+        h(
+          "tbody",
+          {},
+          files.map((file) =>
+            h(
+              "tr",
+              { "data-file": file.id },
+              // `download`: saved, never opened as a page of the console's origin.
+              h("td", {}, h("a", { href: sameOriginLink(file.downloadUrl), download: file.name || "file" }, file.name || "(no name)")),
+              h("td", { class: "mono" }, file.field),
+              h("td", { class: "mono" }, file.contentType),
+              h("td", { class: "num" }, bytes(file.size)),
+              h("td", { class: "mono" }, file.sha256 || ""),
+            ),
+          ),
+        ),
+      ),
+    ),
+  ];
+}
 
 export function list(view, route, shell) {
   const endpointId = route.params.get("endpoint") || null;
@@ -170,6 +217,7 @@ export function detail(view, route) {
             h("dd", {}, field.values.map((value) => h("div", { class: "value" }, value))),
           ]),
         ),
+        filesSection(submission.files),
       );
       body.className = "";
     })

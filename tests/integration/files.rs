@@ -882,7 +882,7 @@ async fn a_serve_process_killed_mid_upload_leaves_no_row_or_object_after_its_swe
     }
 }
 
-// --- A plain HTML form with a file input, in headless Chromium. ---
+// --- A plain HTML form with a file input, in headless Chromium; the console's files. ---
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chromium_submits_a_multipart_form_with_a_file() {
@@ -938,6 +938,50 @@ async fn chromium_submits_a_multipart_form_with_a_file() {
     .await;
     let text = client.source().await.unwrap();
     assert!(text.contains("submission_id"), "{text}");
+
+    // The console lists the submission's file, and its link downloads the bytes.
+    let submission_id = text
+        .split("\"submission_id\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_string();
+    client.goto(&app.url("/")).await.unwrap();
+    client
+        .wait()
+        .for_element(Locator::Css("#key"))
+        .await
+        .unwrap()
+        .send_keys(&key)
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#sign-in button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    crate::browser::wait_for_text(&client, "#view h1", "Overview").await;
+    client
+        .goto(&app.url(&format!("/#/submissions/{submission_id}")))
+        .await
+        .unwrap();
+    let row = crate::browser::wait_for_text(&client, "#submission-files", "notes.txt").await;
+    assert!(row.contains("text/plain"), "{row}");
+    assert!(row.contains(&sha256_hex(contents.as_bytes())), "{row}");
+    let href = client
+        .find(Locator::Css("#submission-files a"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(href.starts_with("/files/fil_"), "{href}");
+    let download = app.http.get(app.url(&href)).send().await.unwrap();
+    assert_eq!(download.status(), 200);
+    assert_eq!(download.text().await.unwrap(), contents);
     client.close().await.unwrap();
 
     let submission = app
