@@ -231,7 +231,8 @@ async fn run_arm(serve: &Serve, arm: &Arm, concurrency: usize, seconds: u64) -> 
 
 /// A moto S3 server with one bucket, when `moto_server` is installed.
 fn moto_binary() -> Option<std::path::PathBuf> {
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv/bin/moto_server");
+    let venv =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv/bin/moto_server");
     if venv.is_file() {
         return Some(venv);
     }
@@ -297,7 +298,9 @@ fn main() {
                 )
                 .unwrap()
             });
-            db::endpoints::insert(&mut conn, &row, None).await.expect("endpoint");
+            db::endpoints::insert(&mut conn, &row, None)
+                .await
+                .expect("endpoint");
         }
     });
     let multipart_type = format!("multipart/form-data; boundary={BOUNDARY}");

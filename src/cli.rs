@@ -160,16 +160,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             dry_run,
             older_than_days,
             batch_size,
-        } => {
-            retention_command(
-                &config,
-                older_than_days,
-                batch_size,
-                dry_run,
-                &database,
-            )
-            .await
-        }
+        } => retention_command(&config, older_than_days, batch_size, dry_run, &database).await,
         Command::Schema => Ok(()),
     };
     database.close().await;

@@ -243,13 +243,25 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             json!({}),
         ),
         (
-            ApiError::FileNotFound { file_id: s("fil_x") },
+            ApiError::FileNotFound {
+                file_id: s("fil_x"),
+            },
             S::NOT_FOUND,
             "file_not_found",
             json!({ "file_id": "fil_x" }),
         ),
-        (ApiError::FileLinkInvalid, S::FORBIDDEN, "file_link_invalid", json!({})),
-        (ApiError::FileLinkExpired, S::GONE, "file_link_expired", json!({})),
+        (
+            ApiError::FileLinkInvalid,
+            S::FORBIDDEN,
+            "file_link_invalid",
+            json!({}),
+        ),
+        (
+            ApiError::FileLinkExpired,
+            S::GONE,
+            "file_link_expired",
+            json!({}),
+        ),
         (
             ApiError::TooManyFields {
                 limit: 1,

@@ -162,8 +162,8 @@ impl Files {
     /// and uploads never attached that are older than the grace period (abandoned,
     /// refused but not cleaned up, or cut by a crash). Answers how many.
     pub async fn sweep(&self) -> Result<usize, DbError> {
-        let grace = chrono::Duration::from_std(self.config.sweep_grace)
-            .unwrap_or(chrono::Duration::MAX);
+        let grace =
+            chrono::Duration::from_std(self.config.sweep_grace).unwrap_or(chrono::Duration::MAX);
         let cutoff = self
             .clock
             .now()

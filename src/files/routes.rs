@@ -87,7 +87,10 @@ async fn serve(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("sandbox; default-src 'none'"),
     );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
     if let Some(sha256) = &row.sha256 {
         if let Ok(value) = HeaderValue::from_str(sha256) {
             headers.insert("x-content-sha256", value);

@@ -70,7 +70,11 @@ impl Storage {
     }
 
     /// What a new file's row records as its storage, and its object key.
-    pub fn placement(&self, endpoint: &EndpointId, file: &FileId) -> (&'static str, Option<String>) {
+    pub fn placement(
+        &self,
+        endpoint: &EndpointId,
+        file: &FileId,
+    ) -> (&'static str, Option<String>) {
         match self {
             Storage::Postgres => ("postgres", None),
             Storage::S3(_) | Storage::Unavailable(_) => {

@@ -62,10 +62,12 @@ impl FileUploadsInput {
             allowed_types: self.allowed_types.unwrap_or(defaults.allowed_types),
         }
         .validated()
-        .map_err(|FileSettingError { setting, reason }| ApiError::InvalidInput {
-            field: format!("fileUploads.{setting}"),
-            reason: reason.to_string(),
-        })?;
+        .map_err(
+            |FileSettingError { setting, reason }| ApiError::InvalidInput {
+                field: format!("fileUploads.{setting}"),
+                reason: reason.to_string(),
+            },
+        )?;
         serde_json::to_value(settings)
             .map_err(|_| ApiError::Internal("file settings do not serialise".into()))
     }

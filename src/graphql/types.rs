@@ -145,7 +145,11 @@ impl Endpoint {
         Ok(self
             .row
             .file_upload_settings()
-            .map_err(|_| crate::error::ApiError::Internal("an endpoint's stored file settings do not parse".into()))
+            .map_err(|_| {
+                crate::error::ApiError::Internal(
+                    "an endpoint's stored file settings do not parse".into(),
+                )
+            })
             .gql()?
             .map(super::files::FileUploads::from))
     }

@@ -13,12 +13,12 @@ use axum::body::Body;
 use bytes::BytesMut;
 use sha2::{Digest, Sha256};
 
+use super::parse::{malformed, multipart_reason, part_file_name};
+use crate::config::IntakeConfig;
+use crate::db::files::FileRow;
+use crate::error::ApiError;
 use crate::files::storage::{StorageError, Writer};
 use crate::files::Files;
-use crate::db::files::FileRow;
-use crate::config::IntakeConfig;
-use crate::error::ApiError;
-use super::parse::{malformed, multipart_reason, part_file_name};
 use crate::model::files::{judge, FileUploadSettings, Judged, SNIFF_BYTES};
 use crate::model::ids::{EndpointId, FileId};
 
@@ -48,6 +48,14 @@ impl Uploads {
         if let Err(error) = self.files.discard(&ids).await {
             tracing::warn!(error = %error.summary(), "cannot remove the files of a request that stored no submission; the sweeper removes them later");
         }
+    }
+}
+
+impl Uploads {
+    /// Leaves what was stored to the sweeper (see `accept_with_files`): nothing is
+    /// removed now.
+    pub fn leave_to_sweeper(mut self) {
+        self.ids.clear();
     }
 }
 
@@ -117,11 +125,7 @@ pub async fn receive(
         let name = field.name().unwrap_or_default().to_string();
         let Some(file_name) = part_file_name(field.headers())? else {
             let mut value = Vec::new();
-            while let Some(piece) = field
-                .chunk()
-                .await
-                .map_err(refused)?
-            {
+            while let Some(piece) = field.chunk().await.map_err(refused)? {
                 text_bytes += piece.len();
                 if text_bytes > text_limit {
                     return Err(ApiError::RequestBodyTooLarge {
@@ -140,11 +144,7 @@ pub async fn receive(
         let mut start = BytesMut::new();
         let mut ended = false;
         while start.len() < SNIFF_BYTES {
-            match field
-                .chunk()
-                .await
-                .map_err(refused)?
-            {
+            match field.chunk().await.map_err(refused)? {
                 Some(piece) => start.extend_from_slice(&piece),
                 None => {
                     ended = true;
@@ -233,11 +233,7 @@ pub async fn receive(
             hash.update(&start);
             writer.write(&start).await.map_err(unavailable)?;
             drop(start);
-            while let Some(piece) = field
-                .chunk()
-                .await
-                .map_err(refused)?
-            {
+            while let Some(piece) = field.chunk().await.map_err(refused)? {
                 check(piece.len(), &mut size, &mut total_bytes)?;
                 hash.update(&piece);
                 writer.write(&piece).await.map_err(unavailable)?;

@@ -35,12 +35,12 @@ use crate::db::submissions::NewSubmission;
 use crate::db::Db;
 use crate::error::ApiError;
 use crate::files::Files;
-use files::Uploads;
 use crate::http::BodyBudget;
-use crate::model::files::FileUploadSettings;
 use crate::model::fields::count_stored_values;
+use crate::model::files::FileUploadSettings;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 use endpoint_cache::IntakeEndpoint;
+use files::Uploads;
 
 use committer::{Counted, EndpointStage, IntakeRequest, Work};
 use fields::{Honeypot, NormalisedFields};
@@ -191,15 +191,18 @@ async fn file_settings(
     headers: &HeaderMap,
 ) -> Result<Option<FileUploadSettings>, ApiError> {
     let content_type = header_text(headers, header::CONTENT_TYPE);
-    if !matches!(parse::media_type(content_type), Ok(parse::MediaType::Multipart)) {
+    if !matches!(
+        parse::media_type(content_type),
+        Ok(parse::MediaType::Multipart)
+    ) {
         return Ok(None);
     }
     let Ok(found) = find_endpoint(intake, endpoint_id).await else {
         return Ok(None);
     };
-    found.file_upload_settings().map_err(|_| {
-        ApiError::Internal("an endpoint's stored file settings do not parse".into())
-    })
+    found
+        .file_upload_settings()
+        .map_err(|_| ApiError::Internal("an endpoint's stored file settings do not parse".into()))
 }
 
 /// [`accept`] for an endpoint that takes files: the body is never read whole. Its limit is
@@ -245,7 +248,13 @@ async fn accept_with_files(
             limit_seconds: timeout.as_secs(),
         }),
     };
-    uploads.settle().await;
+    match &answer {
+        // The outbox statement may still commit (its answer was lost, or its call gave up
+        // while it ran): removing the files now could take them from a submission that
+        // is written after all. The sweeper removes them after the grace period if not.
+        Err(ApiError::StorageUnavailable(_)) => uploads.leave_to_sweeper(),
+        _ => uploads.settle().await,
+    }
     answer
 }
 
@@ -340,7 +349,10 @@ async fn after_limits(
     // 10. Parse; 11. rules; 12. honeypot.
     let content_type = content_type.unwrap_or_default();
     let (mut pairs, files) = match body {
-        Content::Read(body) => (parse::parse(media_type, content_type, body).await?, Vec::new()),
+        Content::Read(body) => (
+            parse::parse(media_type, content_type, body).await?,
+            Vec::new(),
+        ),
         Content::Streamed {
             body,
             settings,

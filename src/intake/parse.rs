@@ -153,8 +153,11 @@ pub(crate) const MALFORMED_PART_HEADERS: &str = "a multipart part has malformed 
 /// text after a quoted string) is malformed rather than guessed at, so no reading of an
 /// odd header can turn a file into a text field.
 fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
-    disposition_parameters(value)
-        .map(|parameters| parameters.iter().any(|(name, _)| is_file_name_parameter(name)))
+    disposition_parameters(value).map(|parameters| {
+        parameters
+            .iter()
+            .any(|(name, _)| is_file_name_parameter(name))
+    })
 }
 
 /// A `Content-Disposition` value's parameters in order: each name and its value (a
@@ -243,7 +246,10 @@ pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>,
     };
     let parameters = disposition_parameters(disposition.as_bytes())
         .ok_or_else(|| malformed(MALFORMED_PART_HEADERS))?;
-    if !parameters.iter().any(|(name, _)| is_file_name_parameter(name)) {
+    if !parameters
+        .iter()
+        .any(|(name, _)| is_file_name_parameter(name))
+    {
         return Ok(None);
     }
     let lower = |name: &[u8]| String::from_utf8_lossy(name).to_ascii_lowercase();
@@ -269,7 +275,10 @@ pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>,
     let continued = (!pieces.is_empty()).then(|| {
         pieces.sort_by_key(|(index, _, _)| *index);
         let encoded = pieces.iter().any(|(_, encoded, _)| *encoded);
-        let joined: Vec<u8> = pieces.iter().flat_map(|(_, _, text)| text.iter().copied()).collect();
+        let joined: Vec<u8> = pieces
+            .iter()
+            .flat_map(|(_, _, text)| text.iter().copied())
+            .collect();
         if encoded {
             decode_extended(&joined)
         } else {
@@ -278,7 +287,9 @@ pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>,
     });
     let name = extended.or(continued).or(plain).unwrap_or_default();
     let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
-    Ok(Some(base.chars().filter(|c| !c.is_control()).take(255).collect()))
+    Ok(Some(
+        base.chars().filter(|c| !c.is_control()).take(255).collect(),
+    ))
 }
 
 /// `charset'language'percent-encoded` (RFC 8187): UTF-8 decoded strictly where it can be,
@@ -569,7 +580,10 @@ mod tests {
             part_file_name(&headers).unwrap()
         };
         assert_eq!(name("form-data; name=\"a\""), None);
-        assert_eq!(name("form-data; name=\"cv\"; filename=\"cv.pdf\""), Some("cv.pdf".into()));
+        assert_eq!(
+            name("form-data; name=\"cv\"; filename=\"cv.pdf\""),
+            Some("cv.pdf".into())
+        );
         assert_eq!(
             name("form-data; name=cv; filename=\"x.pdf\"; filename*=UTF-8''%E2%82%AC.pdf"),
             Some("€.pdf".into())
@@ -590,7 +604,10 @@ mod tests {
             name("form-data; name=cv; filename=\"C:\\\\Users\\\\me\\\\a.png\""),
             Some("a.png".into())
         );
-        assert_eq!(name("form-data; name=cv; filename=\"\""), Some(String::new()));
+        assert_eq!(
+            name("form-data; name=cv; filename=\"\""),
+            Some(String::new())
+        );
     }
 
     #[tokio::test]

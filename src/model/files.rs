@@ -59,7 +59,10 @@ impl Default for FileUploadSettings {
             max_files: 5,
             max_file_bytes: 10 << 20,
             max_total_bytes: 25 << 20,
-            allowed_types: DEFAULT_ALLOWED_TYPES.iter().map(|t| t.to_string()).collect(),
+            allowed_types: DEFAULT_ALLOWED_TYPES
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
         }
     }
 }
@@ -258,7 +261,10 @@ mod tests {
         );
         let mut long_elf = elf.to_vec();
         long_elf.resize(4096, 0);
-        assert!(matches!(judge(&long_elf, "photo.png"), Judged::Executable(_)));
+        assert!(matches!(
+            judge(&long_elf, "photo.png"),
+            Judged::Executable(_)
+        ));
         assert!(matches!(
             judge(b"#!/bin/sh\necho hi\n", "notes.txt"),
             Judged::Executable("application/x-shellscript")
@@ -314,14 +320,42 @@ mod tests {
         assert_eq!(family.allowed_types, vec!["image/*".to_string()]);
         assert!(family.allows("image/webp") && !family.allows("text/plain"));
         for (bad, setting) in [
-            (FileUploadSettings { max_files: 0, ..Default::default() }, "maxFiles"),
-            (FileUploadSettings { max_file_bytes: 0, ..Default::default() }, "maxFileBytes"),
             (
-                FileUploadSettings { max_file_bytes: 10, max_total_bytes: 5, ..Default::default() },
+                FileUploadSettings {
+                    max_files: 0,
+                    ..Default::default()
+                },
+                "maxFiles",
+            ),
+            (
+                FileUploadSettings {
+                    max_file_bytes: 0,
+                    ..Default::default()
+                },
+                "maxFileBytes",
+            ),
+            (
+                FileUploadSettings {
+                    max_file_bytes: 10,
+                    max_total_bytes: 5,
+                    ..Default::default()
+                },
                 "maxTotalBytes",
             ),
-            (FileUploadSettings { allowed_types: vec![], ..Default::default() }, "allowedTypes"),
-            (FileUploadSettings { allowed_types: vec!["png".into()], ..Default::default() }, "allowedTypes"),
+            (
+                FileUploadSettings {
+                    allowed_types: vec![],
+                    ..Default::default()
+                },
+                "allowedTypes",
+            ),
+            (
+                FileUploadSettings {
+                    allowed_types: vec!["png".into()],
+                    ..Default::default()
+                },
+                "allowedTypes",
+            ),
             (
                 FileUploadSettings {
                     allowed_types: vec!["application/x-executable".into()],

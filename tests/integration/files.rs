@@ -29,8 +29,10 @@ const DEV: &[(&str, &str)] = &[
 
 const BOUNDARY: &str = "----hymicalFilesTest7MA4YWxkTrZu0gW";
 
-const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
-const ELF: &[u8] = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0\x3e\0\x01\0\0\0\x80\x10\x40\0\0\0\0\0";
+const PNG: &[u8] =
+    b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+const ELF: &[u8] =
+    b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x02\0\x3e\0\x01\0\0\0\x80\x10\x40\0\0\0\0\0";
 
 /// One part of a multipart body.
 enum Part<'a> {
@@ -103,7 +105,8 @@ async fn create_endpoint(
 async fn file_rows(db: &TestDb) -> (i64, i64) {
     (
         db.count("SELECT count(*) AS n FROM submission_files").await,
-        db.count("SELECT count(*) AS n FROM submission_file_chunks").await,
+        db.count("SELECT count(*) AS n FROM submission_file_chunks")
+            .await,
     )
 }
 
@@ -178,7 +181,10 @@ async fn postgres_files_reach_the_webhook_with_links_that_expire_and_refuse_tamp
     picture.extend((0..600 * 1024).map(|i| (i * 7 % 251) as u8));
     let csv = "name,amount\nZoë,3\n".as_bytes();
     let mut body = Vec::new();
-    body.extend_from_slice(format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n").as_bytes());
+    body.extend_from_slice(
+        format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n")
+            .as_bytes(),
+    );
     body.extend_from_slice(format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"C:\\\\Users\\\\me\\\\cat.png\"\r\nContent-Type: image/png\r\n\r\n").as_bytes());
     body.extend_from_slice(&picture);
     body.extend_from_slice(format!("\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"sheet\"; filename*=UTF-8''%E2%82%AC%20costs.csv\r\n\r\n").as_bytes());
@@ -193,7 +199,10 @@ async fn postgres_files_reach_the_webhook_with_links_that_expire_and_refuse_tamp
     assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
     let received = receiver.wait_for(1).await;
     let payload: Value = serde_json::from_slice(&received[0].body).unwrap();
-    assert_eq!(payload["submission"]["fields"], json!({ "note": ["hello"] }));
+    assert_eq!(
+        payload["submission"]["fields"],
+        json!({ "note": ["hello"] })
+    );
     let files = payload["submission"]["files"].as_array().unwrap().clone();
     assert_eq!(files.len(), 2);
     assert_eq!(files[0]["field"], "photo");
@@ -209,7 +218,10 @@ async fn postgres_files_reach_the_webhook_with_links_that_expire_and_refuse_tamp
     assert!(!String::from_utf8_lossy(&received[0].body).contains("IHDR"));
 
     let url = files[0]["url"].as_str().unwrap();
-    assert!(url.starts_with(&format!("http://127.0.0.1:8080/files/fil_")), "{url}");
+    assert!(
+        url.starts_with(&format!("http://127.0.0.1:8080/files/fil_")),
+        "{url}"
+    );
     let (path, expires, signature) = link_parts(url);
     let download = app.http.get(app.url(&path)).send().await.unwrap();
     assert_eq!(download.status(), 200);
@@ -230,7 +242,10 @@ async fn postgres_files_reach_the_webhook_with_links_that_expire_and_refuse_tamp
     let other_file = other_file.split_once('?').unwrap().0;
     for tampered in [
         format!("{file_path}?expires={later}&signature={signature}"),
-        format!("{file_path}?expires={expires}&signature={}", String::from_utf8(flipped).unwrap()),
+        format!(
+            "{file_path}?expires={expires}&signature={}",
+            String::from_utf8(flipped).unwrap()
+        ),
         format!("{other_file}?expires={expires}&signature={signature}"),
         format!("{file_path}?expires={expires}"),
     ] {
@@ -260,7 +275,10 @@ async fn postgres_files_reach_the_webhook_with_links_that_expire_and_refuse_tamp
     assert_eq!(listed[0]["sha256"], sha256_hex(&picture));
     assert_eq!(listed[0]["contentType"], "image/png");
     assert_eq!(listed[1]["size"], csv.len());
-    assert_eq!(listed[1]["downloadUrlExpiresAt"], "2026-12-20T09:00:00.000000Z");
+    assert_eq!(
+        listed[1]["downloadUrlExpiresAt"],
+        "2026-12-20T09:00:00.000000Z"
+    );
     let fresh = link_parts(listed[1]["downloadUrl"].as_str().unwrap()).0;
     let response = app.http.get(app.url(&fresh)).send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -364,12 +382,20 @@ async fn each_limit_and_type_rule_refuses_and_stores_nothing() {
     ];
     for (body, status, code, details) in cases {
         let (got, answer) = post(&app, "limited", body).await;
-        assert_eq!((got, answer["error"]["code"].as_str().unwrap()), (status, code), "{answer}");
+        assert_eq!(
+            (got, answer["error"]["code"].as_str().unwrap()),
+            (status, code),
+            "{answer}"
+        );
         if !details.is_null() {
             assert_eq!(answer["error"]["details"], details, "{answer}");
         }
         assert_eq!(app.stored_counts().await.0, 0, "{code}");
-        assert_eq!(file_rows(&app.db).await, (0, 0), "{code}: nothing left stored");
+        assert_eq!(
+            file_rows(&app.db).await,
+            (0, 0),
+            "{code}: nothing left stored"
+        );
     }
 
     // A declared length past the endpoint's total plus the text budget: refused unread.
@@ -403,9 +429,18 @@ async fn each_limit_and_type_rule_refuses_and_stores_nothing() {
     // The rules of the settings, by input field.
     for (settings, field) in [
         (json!({ "maxFiles": 0 }), "fileUploads.maxFiles"),
-        (json!({ "maxFileBytes": 10, "maxTotalBytes": 5 }), "fileUploads.maxTotalBytes"),
-        (json!({ "allowedTypes": ["application/x-executable"] }), "fileUploads.allowedTypes"),
-        (json!({ "allowedTypes": ["png"] }), "fileUploads.allowedTypes"),
+        (
+            json!({ "maxFileBytes": 10, "maxTotalBytes": 5 }),
+            "fileUploads.maxTotalBytes",
+        ),
+        (
+            json!({ "allowedTypes": ["application/x-executable"] }),
+            "fileUploads.allowedTypes",
+        ),
+        (
+            json!({ "allowedTypes": ["png"] }),
+            "fileUploads.allowedTypes",
+        ),
     ] {
         let answer = app
             .gql(
@@ -414,8 +449,14 @@ async fn each_limit_and_type_rule_refuses_and_stores_nothing() {
                 json!({ "input": { "id": "bad", "name": "Bad", "fileUploads": settings } }),
             )
             .await;
-        assert_eq!(answer["errors"][0]["extensions"]["code"], "INVALID_INPUT", "{answer}");
-        assert_eq!(answer["errors"][0]["extensions"]["details"]["field"], field, "{answer}");
+        assert_eq!(
+            answer["errors"][0]["extensions"]["code"], "INVALID_INPUT",
+            "{answer}"
+        );
+        assert_eq!(
+            answer["errors"][0]["extensions"]["details"]["field"], field,
+            "{answer}"
+        );
     }
 }
 
@@ -431,7 +472,12 @@ async fn an_endpoint_without_files_refuses_them_as_before_until_turned_on() {
         )
         .await,
     );
-    let (status, answer) = post(&app, "plain", multipart(&[Part::Text("a", "1"), Part::File("cv", "cv.png", PNG)])).await;
+    let (status, answer) = post(
+        &app,
+        "plain",
+        multipart(&[Part::Text("a", "1"), Part::File("cv", "cv.png", PNG)]),
+    )
+    .await;
     assert_eq!(status, 422);
     assert_eq!(answer["error"]["code"], "file_upload_not_supported");
     assert_eq!(answer["error"]["details"]["field"], "cv");
@@ -452,7 +498,8 @@ async fn an_endpoint_without_files_refuses_them_as_before_until_turned_on() {
             answer["updateEndpoint"]["endpoint"]["fileUploads"].is_null(),
             settings.is_null()
         );
-        let (got, answer) = post(&app, "plain", multipart(&[Part::File("cv", "cv.png", PNG)])).await;
+        let (got, answer) =
+            post(&app, "plain", multipart(&[Part::File("cv", "cv.png", PNG)])).await;
         assert_eq!(got, status, "{answer}");
     }
 }
@@ -487,7 +534,10 @@ async fn a_client_gone_mid_body_leaves_no_row() {
     let db = app.db.clone();
     let watcher = tokio::spawn(async move {
         // The file's row appears while the body streams in.
-        eventually("a pending file row", || async { file_rows(&db).await.1 > 0 }).await;
+        eventually("a pending file row", || async {
+            file_rows(&db).await.1 > 0
+        })
+        .await;
     });
     send_and_drop(app.addr, "uploads", &head, 5 << 20).await;
     watcher.await.unwrap();
@@ -516,7 +566,8 @@ impl Drop for Moto {
 
 /// moto's server: the one `cargo xtask setup` installs under target/, else one on PATH.
 fn moto_binary() -> std::path::PathBuf {
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv/bin/moto_server");
+    let venv =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/moto-venv/bin/moto_server");
     if venv.is_file() {
         return venv;
     }
@@ -548,7 +599,11 @@ impl Moto {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             // moto takes unsigned requests: this creates the bucket.
-            if let Ok(response) = client.put(moto.url(&format!("/{}", moto.bucket))).send().await {
+            if let Ok(response) = client
+                .put(moto.url(&format!("/{}", moto.bucket)))
+                .send()
+                .await
+            {
                 assert!(response.status().is_success(), "{}", response.status());
                 return moto;
             }
@@ -614,18 +669,37 @@ async fn s3_files_are_objects_delivered_downloaded_and_erased() {
     let vars = with(DEV, &moto.vars());
     let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("files").await;
-    create_endpoint(&app, &key, "s3-files", Some(&receiver.url("/hook")), json!({})).await;
+    create_endpoint(
+        &app,
+        &key,
+        "s3-files",
+        Some(&receiver.url("/hook")),
+        json!({}),
+    )
+    .await;
 
     // 6 MiB: more than one part of the object's multipart upload.
     let mut picture = PNG.to_vec();
     picture.extend((0..6 * 1024 * 1024).map(|i| (i % 253) as u8));
-    let (status, receipt) = post(&app, "s3-files", multipart(&[Part::Text("a", "1"), Part::File("photo", "big.png", &picture)])).await;
+    let (status, receipt) = post(
+        &app,
+        "s3-files",
+        multipart(&[
+            Part::Text("a", "1"),
+            Part::File("photo", "big.png", &picture),
+        ]),
+    )
+    .await;
     assert_eq!(status, 202, "{receipt}");
     let submission = receipt["submission_id"].as_str().unwrap().to_string();
     let objects = moto.objects().await;
     assert_eq!(objects.len(), 1, "{objects:?}");
     assert!(objects[0].starts_with("files/s3-files/fil_"), "{objects:?}");
-    assert_eq!(file_rows(&app.db).await, (1, 0), "no chunk rows: the bytes are the object");
+    assert_eq!(
+        file_rows(&app.db).await,
+        (1, 0),
+        "no chunk rows: the bytes are the object"
+    );
 
     assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
     let received = receiver.wait_for(1).await;
@@ -636,12 +710,18 @@ async fn s3_files_are_objects_delivered_downloaded_and_erased() {
     let (path, _, _) = link_parts(file["url"].as_str().unwrap());
     let download = app.http.get(app.url(&path)).send().await.unwrap();
     assert_eq!(download.status(), 200);
-    assert_eq!(sha256_hex(&download.bytes().await.unwrap()), sha256_hex(&picture));
+    assert_eq!(
+        sha256_hex(&download.bytes().await.unwrap()),
+        sha256_hex(&picture)
+    );
 
     // Refused ones leave no object: a program, and a valid file before a bad field.
     for body in [
         multipart(&[Part::File("photo", "cat.png", ELF)]),
-        multipart(&[Part::File("photo", "ok.png", &picture), Part::Text("", "nameless")]),
+        multipart(&[
+            Part::File("photo", "ok.png", &picture),
+            Part::Text("", "nameless"),
+        ]),
     ] {
         let (status, answer) = post(&app, "s3-files", body).await;
         assert_eq!(status, 422, "{answer}");
@@ -667,7 +747,14 @@ async fn s3_a_client_gone_mid_body_leaves_no_object() {
     let vars = with(DEV, &moto.vars());
     let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("files").await;
-    create_endpoint(&app, &key, "s3-files", None, json!({ "maxFileBytes": 20_000_000, "maxTotalBytes": 20_000_000 })).await;
+    create_endpoint(
+        &app,
+        &key,
+        "s3-files",
+        None,
+        json!({ "maxFileBytes": 20_000_000, "maxTotalBytes": 20_000_000 }),
+    )
+    .await;
     let mut head = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"a.png\"\r\n\r\n"
     )
@@ -691,7 +778,13 @@ fn memory_kb(pid: u32) -> (u64, u64) {
         status
             .lines()
             .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
             .unwrap()
     };
     (field("VmRSS:"), field("VmHWM:"))
@@ -730,7 +823,12 @@ async fn serve_endpoint(server: &ServeProcess, db: &TestDb, id: &str, settings: 
 fn streamed_upload(
     size: usize,
     pause_after: Option<usize>,
-) -> (reqwest::Body, usize, Arc<std::sync::Mutex<Sha256>>, tokio::sync::oneshot::Sender<()>) {
+) -> (
+    reqwest::Body,
+    usize,
+    Arc<std::sync::Mutex<Sha256>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
     const PIECE: usize = 64 * 1024;
     let head = format!(
         "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"big.png\"\r\n\r\n"
@@ -812,7 +910,12 @@ async fn a_100_mb_file_streams_through_a_serve_process_in_bounded_memory() {
     assert_eq!(status, 202, "{receipt}");
     let (_, high_water) = memory_kb(pid);
     let growth_mb = (peak.max(high_water).saturating_sub(baseline)) / 1024;
-    eprintln!("serve RSS: baseline {} MB, peak sampled {} MB, VmHWM {} MB", baseline / 1024, peak / 1024, high_water / 1024);
+    eprintln!(
+        "serve RSS: baseline {} MB, peak sampled {} MB, VmHWM {} MB",
+        baseline / 1024,
+        peak / 1024,
+        high_water / 1024
+    );
     assert!(
         growth_mb < 40,
         "a 100 MB upload grew the server by {growth_mb} MB (baseline {baseline} kB, peak {peak} kB, VmHWM {high_water} kB)"
@@ -835,8 +938,14 @@ async fn a_serve_process_killed_mid_upload_leaves_no_row_or_object_after_its_swe
         let mut vars = with(
             DEV,
             &[
-                ("FORMS_FILE_UPLOAD_TIMEOUT_SECONDS".to_string(), "10".to_string()),
-                ("FORMS_FILE_SWEEP_GRACE_SECONDS".to_string(), "11".to_string()),
+                (
+                    "FORMS_FILE_UPLOAD_TIMEOUT_SECONDS".to_string(),
+                    "10".to_string(),
+                ),
+                (
+                    "FORMS_FILE_SWEEP_GRACE_SECONDS".to_string(),
+                    "11".to_string(),
+                ),
             ],
         );
         if s3 {
@@ -844,7 +953,13 @@ async fn a_serve_process_killed_mid_upload_leaves_no_row_or_object_after_its_swe
         }
         let server = ServeProcess::start(&db, &borrowed(&vars));
         crate::harness::wait_for_status(&server.url("/ready"), 200).await;
-        serve_endpoint(&server, &db, "crash", json!({ "maxFileBytes": 100_000_000, "maxTotalBytes": 100_000_000 })).await;
+        serve_endpoint(
+            &server,
+            &db,
+            "crash",
+            json!({ "maxFileBytes": 100_000_000, "maxTotalBytes": 100_000_000 }),
+        )
+        .await;
         // 12 MiB sent (two parts of an object upload, 48 chunk rows), then it waits.
         let (body, total, _hash, release) = streamed_upload(50_000_000, Some(12 << 20));
         let url = server.url("/f/crash");
@@ -920,10 +1035,7 @@ async fn chromium_submits_a_multipart_form_with_a_file() {
         .goto(&format!("http://{site_addr}/form.html"))
         .await
         .unwrap();
-    let input = client
-        .find(Locator::Css("input[type=file]"))
-        .await
-        .unwrap();
+    let input = client.find(Locator::Css("input[type=file]")).await.unwrap();
     input.send_keys(file.to_str().unwrap()).await.unwrap();
     client
         .find(Locator::Css("button[type=submit]"))

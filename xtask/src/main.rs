@@ -249,17 +249,36 @@ fn moto_venv() -> PathBuf {
 fn moto_server() -> Result<(), Failure> {
     let in_venv = moto_venv().join("bin/moto_server");
     if is_executable(&in_venv) {
-        println!("  found    moto_server (PyPI moto[server]): {}", in_venv.display());
+        println!(
+            "  found    moto_server (PyPI moto[server]): {}",
+            in_venv.display()
+        );
         return Ok(());
     }
     if let Some(path) = on_path("moto_server") {
-        println!("  found    moto_server (PyPI moto[server]): {}", path.display());
+        println!(
+            "  found    moto_server (PyPI moto[server]): {}",
+            path.display()
+        );
         return Ok(());
     }
-    println!("  MISSING  moto_server (PyPI moto[server]): installing into {}", moto_venv().display());
-    run(Command::new("python3").arg("-m").arg("venv").arg(moto_venv()))?;
+    println!(
+        "  MISSING  moto_server (PyPI moto[server]): installing into {}",
+        moto_venv().display()
+    );
+    run(Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(moto_venv()))?;
     run(Command::new(moto_venv().join("bin/python"))
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
         .arg(workspace_root().join("tests/s3-server/requirements.txt")))?;
     if is_executable(&in_venv) {
         println!("xtask: installed moto_server");
