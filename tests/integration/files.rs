@@ -1110,3 +1110,68 @@ async fn chromium_submits_a_multipart_form_with_a_file() {
         .await;
     assert_eq!(stored, 1);
 }
+
+// --- Retention and erasing an endpoint remove the bytes, objects included. ---
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retention_and_endpoint_erase_remove_files_and_objects() {
+    let moto = Moto::start().await;
+    let vars = with(DEV, &moto.vars());
+    let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "old-forms", None, json!({})).await;
+    create_endpoint(&app, &key, "erased", None, json!({})).await;
+    for endpoint in ["old-forms", "old-forms", "erased"] {
+        let (status, answer) = post(
+            &app,
+            endpoint,
+            multipart(&[Part::File("cv", "cv.png", PNG)]),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    assert_eq!(moto.objects().await.len(), 3);
+
+    // One of the old endpoint's submissions is 60 days old: the retention command takes
+    // it, its row and its object.
+    app.db
+        .count(
+            "WITH aged AS (UPDATE submissions SET received_at = now() - interval '60 days' \
+             WHERE id = (SELECT min(id) FROM submissions WHERE endpoint_id = 'old-forms') \
+             RETURNING 1) SELECT count(*) AS n FROM aged",
+        )
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = crate::harness::forms_command(dir.path());
+    command
+        .env("FORMS_DATABASE_URL", app.db.url.expose())
+        .args(["retention", "--older-than-days", "30"]);
+    for (name, value) in moto.vars() {
+        command.env(name, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.starts_with("deleted 1 "), "{stdout}");
+    assert!(stdout.contains("removed 1 uploaded file(s)"), "{stdout}");
+    assert_eq!(moto.objects().await.len(), 2);
+    assert_eq!(file_rows(&app.db).await.0, 2);
+
+    // Erasing an endpoint with its history removes its files' bytes at once.
+    data(
+        app.gql(
+            &key,
+            "mutation { deleteEndpoint(input: { id: \"erased\", history: ERASE }) { deletedEndpointId } }",
+            json!({}),
+        )
+        .await,
+    );
+    let objects = moto.objects().await;
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    assert!(objects[0].starts_with("files/old-forms/"), "{objects:?}");
+    assert_eq!(file_rows(&app.db).await, (1, 0));
+}
