@@ -90,7 +90,6 @@ fn unavailable(error: StorageError) -> ApiError {
 /// `FORMS_MAX_BODY_BYTES`; the whole body `limit_bytes`. A file part's name follows the
 /// rule of every field name.
 pub async fn receive(
-    files: &Files,
     endpoint: &EndpointId,
     settings: &FileUploadSettings,
     content_type: &str,
@@ -99,6 +98,7 @@ pub async fn receive(
     limit_bytes: usize,
     uploads: &mut Uploads,
 ) -> Result<Vec<(String, String)>, ApiError> {
+    let files = uploads.files.clone();
     let boundary = multer::parse_boundary(content_type)
         .map_err(|_| malformed("the multipart content type has no boundary"))?;
     let constraints = multer::Constraints::new().size_limit(

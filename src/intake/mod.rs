@@ -360,7 +360,6 @@ async fn after_limits(
             uploads,
         } => {
             let pairs = files::receive(
-                &intake.files,
                 &endpoint.id,
                 &settings,
                 content_type,
@@ -374,7 +373,7 @@ async fn after_limits(
         }
     };
     // A submission of files alone has no text field, and is not empty.
-    if !(pairs.is_empty() && !files.is_empty()) {
+    if !pairs.is_empty() || files.is_empty() {
         fields::check_rules(&pairs, &intake.config.intake)?;
     }
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
