@@ -11,8 +11,9 @@
 //!
 //! - `urlencoded`: the 5-field form of the intake benchmark to `plain`: today's path, the
 //!   baseline;
-//! - `multipart, no file`: the same 5 fields as multipart to `files` (the streaming path,
-//!   no file);
+//! - `multipart, endpoint without files`: the same 5 fields as multipart to `plain`
+//!   (read whole, as before files);
+//! - `multipart, no file`: the same to `files` (the streaming path, no file);
 //! - `multipart + 1 MB file`: the same plus one 1 MB file (a PNG signature, then bytes) to
 //!   `files`, stored in PostgreSQL;
 //! - `… in S3`: the same against a second `serve` process with `FORMS_S3_*` pointing at
@@ -310,6 +311,13 @@ fn main() {
             path: "/f/plain",
             content_type: "application/x-www-form-urlencoded".into(),
             body: urlencoded().into(),
+            file_bytes: 0,
+        },
+        Arm {
+            name: "multipart, endpoint without files",
+            path: "/f/plain",
+            content_type: multipart_type.clone(),
+            body: multipart(false).into(),
             file_bytes: 0,
         },
         Arm {
