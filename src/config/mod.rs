@@ -249,7 +249,14 @@ fn read(r: &mut Reader) -> Config {
     let graphql = graphql::read(r, database.pool_size);
     let log_format = r.log_format("FORMS_LOG_FORMAT");
 
-    let warnings = delivery::check(r, &webhook, &worker);
+    let mut warnings = delivery::check(r, &webhook, &worker);
+    if r.raw("FORMS_PUBLIC_URL").is_none() && http.bind.ip().is_unspecified() {
+        // The default names FORMS_BIND, which no client can reach at 0.0.0.0 or [::].
+        warnings.push(format!(
+            "FORMS_PUBLIC_URL is unset and FORMS_BIND is {}: download links of uploaded files start with {}, which no client can reach; set FORMS_PUBLIC_URL",
+            http.bind, files.public_url
+        ));
+    }
     // An export keeps its transaction open while it waits for the client to take the
     // next chunk; the send deadline must end it first.
     if !r.failed(&[

@@ -540,6 +540,42 @@ mod tests {
         })
     }
 
+    #[test]
+    fn files_are_listed_with_their_links_never_attached() {
+        let fields = fields();
+        let files = [crate::files::FileMetadata {
+            id: crate::model::ids::FileId::generate(),
+            field: "cv".into(),
+            name: "<b>cv</b>.pdf".into(),
+            size: 1234,
+            content_type: "application/pdf".into(),
+            sha256: "ab".repeat(32),
+            url: "https://forms.example.com/files/fil_x?expires=1&signature=s&x=<y>".into(),
+            url_expires_at: "2026-08-31T14:34:27.000000Z".into(),
+        }];
+        let email = notification(&Notification {
+            files: &files,
+            ..sample(&fields, None)
+        });
+        assert!(
+            email.text.contains(
+                "Files:\n  <b>cv</b>.pdf (cv): application/pdf, 1234 bytes, SHA-256 abab"
+            ),
+            "{}",
+            email.text
+        );
+        assert!(
+            email
+                .text
+                .contains("https://forms.example.com/files/fil_x?expires=1&signature=s"),
+            "{}",
+            email.text
+        );
+        assert!(email.html.contains("<a href=\"https://forms.example.com/files/fil_x?expires=1&amp;signature=s&amp;x=&lt;y&gt;\">&lt;b&gt;cv&lt;/b&gt;.pdf</a>"), "{}", email.html);
+        let without = notification(&sample(&fields, None));
+        assert!(!without.text.contains("Files:") && !without.html.contains("<h2>Files"));
+    }
+
     fn sample<'a>(fields: &'a Value, reply_to_field: Option<&'a str>) -> Notification<'a> {
         Notification {
             endpoint_name: "Contact <form>",
