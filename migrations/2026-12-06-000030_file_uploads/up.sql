@@ -33,6 +33,10 @@ CREATE TABLE submission_files (
     created_at    timestamptz NOT NULL DEFAULT now(),
     attached_at   timestamptz,
     CONSTRAINT submission_files_pkey PRIMARY KEY (id),
+    -- As the other ids are checked (migration cheaper_id_checks): a length and an open
+    -- repetition.
+    CONSTRAINT submission_files_id_format CHECK (length(id) = 36 AND id ~ '^fil_[0-9a-f]+$'),
+    CONSTRAINT submission_files_size_non_negative CHECK (size_bytes >= 0),
     CONSTRAINT submission_files_storage_valid CHECK (storage IN ('postgres', 's3')),
     CONSTRAINT submission_files_object_key CHECK ((storage = 's3') = (object_key IS NOT NULL))
 );
