@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::files::{Files, FilesState};
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
@@ -39,6 +40,8 @@ pub struct App {
     pub body_budget: BodyBudget,
     /// Intake's part: its endpoint cache and group commit, and what it shares with the rest.
     pub intake: IntakeState,
+    /// Uploaded files: their storage, links and sweeper.
+    pub files: Arc<Files>,
 }
 
 pub type AppState = Arc<App>;
@@ -47,6 +50,13 @@ pub type AppState = Arc<App>;
 impl FromRef<AppState> for IntakeState {
     fn from_ref(app: &AppState) -> IntakeState {
         app.intake.clone()
+    }
+}
+
+/// The file routes take the files only.
+impl FromRef<AppState> for FilesState {
+    fn from_ref(app: &AppState) -> FilesState {
+        FilesState(app.files.clone())
     }
 }
 
@@ -71,7 +81,9 @@ impl App {
         // Before anything is counted.
         crate::telemetry::meters::install();
         let body_budget = BodyBudget::new(config.http.max_buffered_body_bytes);
+        let files = Arc::new(Files::new(config.files.clone(), db.clone(), clock.clone()));
         let intake = IntakeState(Arc::new(Intake {
+            files: files.clone(),
             config: config.clone(),
             db: db.clone(),
             clock: clock.clone(),
@@ -93,6 +105,7 @@ impl App {
             )),
             body_budget,
             intake,
+            files,
             config,
         })
     }

@@ -169,7 +169,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
         } => {
             let days = older_than_days.unwrap_or(config_days);
             let spam_days = spam_older_than_days.unwrap_or(config_spam_days);
-            retention_command(days, spam_days, batch_size, dry_run, &database).await
+            retention_command(&config, days, spam_days, batch_size, dry_run, &database).await
         }
         Command::Schema => Ok(()),
     };
@@ -405,6 +405,7 @@ async fn create_first_key(db: &db::Db, now: chrono::DateTime<chrono::Utc>) -> an
 }
 
 async fn retention_command(
+    config: &Config,
     days: u32,
     spam_days: u32,
     batch_size: u32,
@@ -425,6 +426,15 @@ async fn retention_command(
         before(cutoffs.inbox),
         before(cutoffs.spam)
     );
+    if !dry_run {
+        // The deleted submissions' files, bytes and objects: detached by the delete.
+        let files =
+            crate::files::Files::new(config.files.clone(), db.clone(), Arc::new(SystemClock));
+        let removed = files.sweep().await?;
+        if removed > 0 {
+            println!("removed {removed} uploaded file(s) no submission holds");
+        }
+    }
     Ok(())
 }
 

@@ -14,6 +14,7 @@ mod embedded;
 mod error;
 mod export;
 mod feed;
+mod files;
 mod graphql;
 mod http;
 mod intake;

@@ -1,7 +1,8 @@
 //! Retention: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches; those in the spam folder
 //! after their own, usually shorter, number of days. Deliveries and attempt histories
-//! stay, without the submission.
+//! stay, without the submission. Their uploaded files are removed right after, bytes and
+//! all (the delete detaches them; `Files::sweep` removes what is detached).
 
 use std::time::Duration;
 
@@ -70,12 +71,13 @@ pub fn cutoffs(now: DateTime<Utc>, days: u32, spam_days: u32) -> Option<Retentio
 /// `days` for the inbox and `spam_days` for the spam folder (0: kept).
 pub async fn run_on_schedule(
     db: Db,
+    files: Arc<crate::files::Files>,
     days: u32,
     spam_days: u32,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
 ) {
-    let (db, clock) = (&db, &clock);
+    let (db, clock, files) = (&db, &clock, &files);
     crate::clock::every(Duration::from_secs(60), SCHEDULE_EVERY, &shutdown, || async move {
         let Some(cutoffs) = cutoffs(clock.now(), days, spam_days) else {
             tracing::error!(
@@ -86,7 +88,11 @@ pub async fn run_on_schedule(
             return;
         };
         match apply(db, cutoffs, 1000, false).await {
-            Ok(deleted) => tracing::info!(deleted, days, spam_days, "retention applied"),
+            Ok(deleted) => {
+                tracing::info!(deleted, days, spam_days, "retention applied");
+                // The erased submissions' files: their rows were detached by the delete.
+                files.sweep_logged().await;
+            }
             Err(error) => {
                 tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
             }

@@ -11,8 +11,8 @@
 //! | event reader | with the API | pool, the feed |
 //! | key-revocation check | with the API | pool, the revocation watch |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
-//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days |
-//! | event pruning (and autoresponder recipients past their quiet time) | with the workers | pool, clock, event retention |
+//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days, files |
+//! | event pruning (and autoresponder recipients past their quiet time, captcha tokens seen long ago, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
 //! its deadline, the workers stop claiming and record what is in flight, the event reader
@@ -114,6 +114,7 @@ impl Services {
         if plan.retention {
             tasks.spawn(crate::retention::run_on_schedule(
                 app.db.clone(),
+                app.files.clone(),
                 app.config.submission_retention_days,
                 app.config.spam.spam_retention_days,
                 app.clock.clone(),
@@ -125,6 +126,13 @@ impl Services {
                 app.db.clone(),
                 app.config.event_retention,
                 app.clock.clone(),
+                {
+                    let files = app.files.clone();
+                    move || {
+                        let files = files.clone();
+                        Box::pin(async move { files.sweep_logged().await })
+                    }
+                },
                 stop.clone(),
             ));
         }
@@ -149,6 +157,7 @@ impl Services {
                 app.clock.clone(),
                 senders,
                 wake,
+                app.files.clone(),
             );
             let handed = api.then(|| {
                 let (intake_side, handed) = worker.handoff(stop.clone(), wake_mark);

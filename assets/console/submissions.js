@@ -1,8 +1,8 @@
 // Submissions: the list per endpoint and folder (the inbox, the spam folder; no values:
 // when and how many fields), one submission's fields (the only view with submitted values,
-// each a text node, so markup in a value shows as text), its deliveries, one per
-// destination, its spam verdict with "Not spam" / "Mark as spam", and the export of the
-// filtered list as CSV or JSON.
+// each a text node, so markup in a value shows as text), its uploaded files with download
+// links, its deliveries, one per destination, its spam verdict with "Not spam" / "Mark as
+// spam", and the export of the filtered list as CSV or JSON.
 
 import { downloadExport, graphql, session } from "./api.js";
 import { targetLabel } from "./destinations.js";
@@ -24,6 +24,7 @@ const ONE = `query Submission($id: ID!) {
     endpoint { id name }
     deliveries { id state destinationUrl destination { id kind } }
     fields { name values }
+    files { id field name size contentType sha256 downloadUrl }
   }
 }`;
 
@@ -35,6 +36,52 @@ const FOLDERS = [
   ["SPAM", "Spam folder"],
   ["ALL", "Both"],
 ];
+
+// A download link on this page's own origin: the API's link starts with FORMS_PUBLIC_URL,
+// which may name a proxy the operator's browser does not go through; its path and
+// signature work on any address of the service.
+function sameOriginLink(url) {
+  const parsed = new URL(url, window.location.href);
+  return `${parsed.pathname}${parsed.search}`;
+}
+
+function bytes(size) {
+  if (size < 1024) return `${size} B`;
+  if (size < 1024 * 1024) return `${(size / 1024).toFixed(1)} KiB`;
+  return `${(size / (1024 * 1024)).toFixed(1)} MiB`;
+}
+
+function filesSection(files) {
+  if (!files.length) return null;
+  return [
+    h("h2", {}, `Files (${files.length})`),
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        { id: "submission-files" },
+        h("thead", {}, h("tr", {}, ["File", "Field", "Type", "Size", "SHA-256"].map((t) => h("th", {}, t)))),
+        h(
+          "tbody",
+          {},
+          files.map((file) =>
+            h(
+              "tr",
+              { "data-file": file.id },
+              // `download`: saved, never opened as a page of the console's origin.
+              h("td", {}, h("a", { href: sameOriginLink(file.downloadUrl), download: file.name || "file" }, file.name || "(no name)")),
+              h("td", { class: "mono" }, file.field),
+              h("td", { class: "mono" }, file.contentType),
+              h("td", { class: "num" }, bytes(file.size)),
+              h("td", { class: "mono" }, file.sha256 || ""),
+            ),
+          ),
+        ),
+      ),
+    ),
+  ];
+}
 
 export function list(view, route, shell) {
   const endpointId = route.params.get("endpoint") || null;
@@ -240,6 +287,7 @@ export function detail(view, route, shell) {
             h("dd", {}, field.values.map((value) => h("div", { class: "value" }, value))),
           ]),
         ),
+        filesSection(submission.files),
       );
       body.className = "";
     })

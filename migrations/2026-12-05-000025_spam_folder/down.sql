@@ -1,4 +1,3 @@
-DROP TABLE server_keys;
 DROP FUNCTION submitted_address(json, varchar);
 DROP FUNCTION destination_snapshot_url(varchar, varchar, text[], varchar);
 DROP TABLE captcha_tokens_seen;

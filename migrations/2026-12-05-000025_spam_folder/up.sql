@@ -62,14 +62,6 @@ CREATE TABLE captcha_tokens_seen (
 );
 CREATE INDEX captcha_tokens_seen_seen_at_idx ON captcha_tokens_seen (seen_at);
 
--- Keys the processes share, made once by the first process that needs one: signing the
--- form stamps (the time a form was served) and the like. Never shown.
-CREATE TABLE server_keys (
-    purpose varchar(32) PRIMARY KEY,
-    secret bytea NOT NULL,
-    created_at timestamptz NOT NULL,
-    CONSTRAINT server_keys_secret_length CHECK (octet_length(secret) >= 32)
-);
 
 -- Where a delivery to a destination goes, as the delivery keeps it (its snapshot): a
 -- webhook's URL, a `mailto:` of an email destination's recipients, and for an

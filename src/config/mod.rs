@@ -8,6 +8,7 @@
 mod alerts;
 mod database;
 mod delivery;
+mod files;
 mod graphql;
 mod http;
 mod intake;
@@ -23,6 +24,7 @@ use std::time::Duration;
 pub use alerts::AlertConfig;
 pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
 pub use delivery::{WebhookConfig, WorkerConfig};
+pub use files::{FilesConfig, S3Config};
 pub use graphql::GraphqlConfig;
 pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
@@ -115,6 +117,8 @@ pub struct Config {
     pub rate_limit: RateLimitConfig,
     /// Captcha providers, Akismet and the spam folder's retention.
     pub spam: SpamConfig,
+    /// Uploaded files: storage, links, the sweeper's grace.
+    pub files: FilesConfig,
     pub submission_retention_days: u32,
     /// How long delivery events stay resumable for subscribers (`afterEventId`).
     pub event_retention: Duration,
@@ -241,6 +245,7 @@ fn read(r: &mut Reader) -> Config {
     let alerts = alerts::read(r, smtp_host_set, webhook.allow_private_targets);
     let rate_limit = intake::read_rate_limits(r);
     let spam = spam::read(r);
+    let files = files::read(r, http.bind);
     let submission_retention_days =
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
     let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
@@ -249,7 +254,14 @@ fn read(r: &mut Reader) -> Config {
     let graphql = graphql::read(r, database.pool_size);
     let log_format = r.log_format("FORMS_LOG_FORMAT");
 
-    let warnings = delivery::check(r, &webhook, &worker);
+    let mut warnings = delivery::check(r, &webhook, &worker);
+    if r.raw("FORMS_PUBLIC_URL").is_none() && http.bind.ip().is_unspecified() {
+        // The default names FORMS_BIND, which no client can reach at 0.0.0.0 or [::].
+        warnings.push(format!(
+            "FORMS_PUBLIC_URL is unset and FORMS_BIND is {}: download links of uploaded files start with {}, which no client can reach; set FORMS_PUBLIC_URL",
+            http.bind, files.public_url
+        ));
+    }
     // An export keeps its transaction open while it waits for the client to take the
     // next chunk; the send deadline must end it first.
     if !r.failed(&[
@@ -298,6 +310,7 @@ fn read(r: &mut Reader) -> Config {
         alerts,
         rate_limit,
         spam,
+        files,
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),
         export_max_submissions,
@@ -476,6 +489,18 @@ mod tests {
             ("FORMS_AKISMET_URL", "mailto:a@b.example", "an http(s) URL"),
             ("FORMS_AKISMET_API_KEY", "short", "at least 8"),
             ("FORMS_SPAM_RETENTION_DAYS", "-1", "whole number"),
+            ("FORMS_PUBLIC_URL", "forms.example.com", "absolute http or https URL"),
+            ("FORMS_FILE_LINK_TTL_SECONDS", "0", "from 1"),
+            ("FORMS_FILE_UPLOAD_TIMEOUT_SECONDS", "0", "from 1"),
+            ("FORMS_FILE_SWEEP_GRACE_SECONDS", "60", "must exceed FORMS_FILE_UPLOAD_TIMEOUT_SECONDS"),
+            // Each of the others alone is an error for being set without the bucket;
+            // src/config/files.rs tests them with it.
+            ("FORMS_S3_BUCKET", "forms", "set without FORMS_S3_ENDPOINT"),
+            ("FORMS_S3_ENDPOINT", "http://127.0.0.1:9000", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_REGION", "eu-west-1", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_ACCESS_KEY_ID", "id", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2", "only with FORMS_S3_BUCKET"),
+            ("FORMS_S3_PATH_STYLE", "true", "only with FORMS_S3_BUCKET"),
         ];
         for (variable, value, expected) in cases {
             let errors = load(&[(variable, value)]).expect_err(variable).0;

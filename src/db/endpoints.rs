@@ -170,6 +170,7 @@ where
                 endpoints::redirect_url.eq(next.redirect_url),
                 endpoints::allowed_origins.eq(next.allowed_origins),
                 endpoints::honeypot_field.eq(next.honeypot_field),
+                endpoints::file_uploads.eq(next.file_uploads),
             ))
             .returning(EndpointRow::as_returning())
             .get_result(conn)

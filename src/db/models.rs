@@ -33,6 +33,9 @@ pub struct EndpointRow {
     pub honeypot_field: Option<String>,
     /// Set when it was deleted with its history kept: the row is a tombstone.
     pub deleted_at: Option<DateTime<Utc>>,
+    /// Its file settings (`model::files::FileUploadSettings` as JSON); `None`: file parts
+    /// are refused.
+    pub file_uploads: Option<serde_json::Value>,
 }
 
 impl EndpointRow {
@@ -47,7 +50,20 @@ impl EndpointRow {
             allowed_origins: Vec::new(),
             honeypot_field: None,
             deleted_at: None,
+            file_uploads: None,
         }
+    }
+
+    /// Its file settings, `None` when it takes no files. A stored value this build cannot
+    /// read is an error, never "off": intake would otherwise quietly refuse files an
+    /// operator allowed.
+    pub fn file_upload_settings(
+        &self,
+    ) -> Result<Option<crate::model::files::FileUploadSettings>, serde_json::Error> {
+        self.file_uploads
+            .as_ref()
+            .map(|value| serde_json::from_value(value.clone()))
+            .transpose()
     }
 
     pub fn allowed_origins(&self) -> impl Iterator<Item = &str> {

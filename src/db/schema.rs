@@ -42,15 +42,6 @@ diesel::table! {
 }
 
 diesel::table! {
-    server_keys (purpose) {
-        #[max_length = 32]
-        purpose -> Varchar,
-        secret -> Bytea,
-        created_at -> Timestamptz,
-    }
-}
-
-diesel::table! {
     delivery_attempts (id) {
         #[max_length = 36]
         id -> Varchar,
@@ -197,6 +188,7 @@ diesel::table! {
         pause_reason -> Nullable<Varchar>,
         consecutive_failed_deliveries -> Int4,
         deleted_at -> Nullable<Timestamptz>,
+        file_uploads -> Nullable<Jsonb>,
     }
 }
 
@@ -254,6 +246,51 @@ diesel::table! {
 }
 
 diesel::table! {
+    server_secrets (name) {
+        #[max_length = 64]
+        name -> Varchar,
+        secret -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    submission_file_chunks (file_id, seq) {
+        #[max_length = 36]
+        file_id -> Varchar,
+        seq -> Int4,
+        data -> Bytea,
+    }
+}
+
+diesel::table! {
+    submission_files (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 64]
+        endpoint_id -> Varchar,
+        #[max_length = 36]
+        submission_id -> Nullable<Varchar>,
+        #[max_length = 1024]
+        field -> Varchar,
+        #[max_length = 1024]
+        name -> Varchar,
+        #[max_length = 255]
+        content_type -> Varchar,
+        size_bytes -> Int8,
+        #[max_length = 64]
+        sha256 -> Nullable<Varchar>,
+        #[max_length = 16]
+        storage -> Varchar,
+        #[max_length = 1024]
+        object_key -> Nullable<Varchar>,
+        position -> Int4,
+        created_at -> Timestamptz,
+        attached_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
     submissions (id) {
         #[max_length = 36]
         id -> Varchar,
@@ -303,6 +340,8 @@ diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(delivery_state_counts -> endpoints (endpoint_id));
 diesel::joinable!(destinations -> endpoints (endpoint_id));
 diesel::joinable!(endpoint_spam_protection -> endpoints (endpoint_id));
+diesel::joinable!(submission_file_chunks -> submission_files (file_id));
+diesel::joinable!(submission_files -> submissions (submission_id));
 diesel::joinable!(submissions -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> destinations (destination_id));
 diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
@@ -323,7 +362,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     management_api_keys,
     operator_alerts,
     rate_limit_counters,
-    server_keys,
+    server_secrets,
+    submission_file_chunks,
+    submission_files,
     submissions,
     webhook_deliveries,
 );

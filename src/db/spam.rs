@@ -1,5 +1,5 @@
 //! The spam folder and what judges it: an endpoint's protection settings, the captcha
-//! tokens already seen, the keys the processes share, and an operator's verdicts.
+//! tokens already seen, and an operator's verdicts.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -7,7 +7,7 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
 use super::models::{SpamProtectionRow, SubmissionRow};
-use super::schema::{captcha_tokens_seen, endpoint_spam_protection, server_keys, submissions};
+use super::schema::{captcha_tokens_seen, endpoint_spam_protection, submissions};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{EndpointId, SubmissionId};
@@ -118,30 +118,6 @@ pub async fn forget_tokens(
     .bind::<BigInt, _>(limit)
     .execute(conn)
     .await?)
-}
-
-/// The key the processes share for `purpose`: made from `candidate` by the first process
-/// that asks, read by every later one.
-pub async fn server_key(
-    conn: &mut AsyncPgConnection,
-    purpose: &str,
-    candidate: &[u8],
-    now: DateTime<Utc>,
-) -> Result<Vec<u8>, DbError> {
-    diesel::insert_into(server_keys::table)
-        .values((
-            server_keys::purpose.eq(purpose),
-            server_keys::secret.eq(candidate),
-            server_keys::created_at.eq(now),
-        ))
-        .on_conflict_do_nothing()
-        .execute(conn)
-        .await?;
-    Ok(server_keys::table
-        .find(purpose)
-        .select(server_keys::secret)
-        .first(conn)
-        .await?)
 }
 
 static RELEASE_SPAM: SqlText = sql!("release_spam.sql", with_events);

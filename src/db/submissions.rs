@@ -38,6 +38,8 @@ pub struct NewSubmission {
     /// Why it was judged spam (`None`: accepted). Spam is stored in the spam folder and
     /// gets no delivery.
     pub spam_reasons: Option<Vec<String>>,
+    /// The files uploaded with it, stored already and attached by the same statement.
+    pub files: Vec<crate::model::ids::FileId>,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
@@ -122,6 +124,10 @@ pub async fn insert_batch(
     } else {
         Vec::new()
     };
+    let files: Vec<serde_json::Value> = batch
+        .iter()
+        .map(|s| serde_json::Value::from(s.files.iter().map(|id| id.as_str()).collect::<Vec<_>>()))
+        .collect();
     type Row = (
         SubmissionId,
         bool,
@@ -175,6 +181,7 @@ pub async fn insert_batch(
             bind::<Array<Integer>, _>(&counters.attempts),
             bind::<Array<Integer>, _>(&counters.limits),
             bind::<Array<Nullable<Json>>, _>(spam_reasons),
+            bind::<Array<Json>, _>(&files),
         ),
     )
     .load(conn)

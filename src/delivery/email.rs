@@ -299,6 +299,8 @@ pub struct Notification<'a> {
     pub delivery_id: &'a str,
     /// The From address's domain (`Mailer::message_domain`).
     pub message_domain: &'a str,
+    /// The files uploaded with it: described and linked, never attached.
+    pub files: &'a [crate::files::FileMetadata],
 }
 
 /// The email of one submission: a fixed Subject with the endpoint's name, a plain-text
@@ -426,6 +428,22 @@ fn plain_text(
             let _ = writeln!(text, "  {}", value.replace('\n', "\n  "));
         }
     }
+    if !n.files.is_empty() {
+        let _ = writeln!(text, "\nFiles:");
+        for file in n.files {
+            let _ = writeln!(
+                text,
+                "  {} ({}): {}, {} bytes, SHA-256 {}\n  {} (until {})",
+                single_line(&file.name),
+                single_line(&file.field),
+                file.content_type,
+                file.size,
+                file.sha256,
+                file.url,
+                file.url_expires_at
+            );
+        }
+    }
     let _ = write!(text, "\n-- \nHymical Forms, delivery {}\n", n.delivery_id);
     text
 }
@@ -460,9 +478,27 @@ fn html(n: &Notification<'_>, subject: &str, received_at: &str, fields: &[Stored
         }
         html.push_str("</td></tr>\n");
     }
+    html.push_str("</table>\n");
+    if !n.files.is_empty() {
+        html.push_str("<h2>Files</h2>\n<ul>\n");
+        for file in n.files {
+            let _ = writeln!(
+                html,
+                "<li><a href=\"{url}\">{name}</a> ({field}): {kind}, {size} bytes, SHA-256 <code>{sha256}</code>, link valid until {until}</li>",
+                url = escape_html(&file.url),
+                name = escape_html(&file.name),
+                field = escape_html(&file.field),
+                kind = escape_html(&file.content_type),
+                size = file.size,
+                sha256 = escape_html(&file.sha256),
+                until = escape_html(&file.url_expires_at),
+            );
+        }
+        html.push_str("</ul>\n");
+    }
     let _ = write!(
         html,
-        "</table>\n<p>Hymical Forms, delivery <code>{}</code></p>\n</body>\n</html>\n",
+        "<p>Hymical Forms, delivery <code>{}</code></p>\n</body>\n</html>\n",
         escape_html(n.delivery_id)
     );
     html
@@ -504,6 +540,42 @@ mod tests {
         })
     }
 
+    #[test]
+    fn files_are_listed_with_their_links_never_attached() {
+        let fields = fields();
+        let files = [crate::files::FileMetadata {
+            id: crate::model::ids::FileId::generate(),
+            field: "cv".into(),
+            name: "<b>cv</b>.pdf".into(),
+            size: 1234,
+            content_type: "application/pdf".into(),
+            sha256: "ab".repeat(32),
+            url: "https://forms.example.com/files/fil_x?expires=1&signature=s&x=<y>".into(),
+            url_expires_at: "2026-08-31T14:34:27.000000Z".into(),
+        }];
+        let email = notification(&Notification {
+            files: &files,
+            ..sample(&fields, None)
+        });
+        assert!(
+            email.text.contains(
+                "Files:\n  <b>cv</b>.pdf (cv): application/pdf, 1234 bytes, SHA-256 abab"
+            ),
+            "{}",
+            email.text
+        );
+        assert!(
+            email
+                .text
+                .contains("https://forms.example.com/files/fil_x?expires=1&signature=s"),
+            "{}",
+            email.text
+        );
+        assert!(email.html.contains("<a href=\"https://forms.example.com/files/fil_x?expires=1&amp;signature=s&amp;x=&lt;y&gt;\">&lt;b&gt;cv&lt;/b&gt;.pdf</a>"), "{}", email.html);
+        let without = notification(&sample(&fields, None));
+        assert!(!without.text.contains("Files:") && !without.html.contains("<h2>Files"));
+    }
+
     fn sample<'a>(fields: &'a Value, reply_to_field: Option<&'a str>) -> Notification<'a> {
         Notification {
             endpoint_name: "Contact <form>",
@@ -518,6 +590,7 @@ mod tests {
             reply_to_field,
             delivery_id: "whd_abc",
             message_domain: "example.com",
+            files: &[],
         }
     }
 

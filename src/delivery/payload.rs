@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::clock::format_timestamp;
 use crate::digest::{hmac_sha256, hmac_sha256_hex};
+use crate::files::FileMetadata;
 use crate::model::ids::{EndpointId, SubmissionId};
 
 #[derive(Serialize)]
@@ -24,15 +25,21 @@ struct SubmissionPayload<'a> {
     endpoint_id: &'a EndpointId,
     received_at: String,
     fields: &'a serde_json::Value,
+    /// Left out for a submission without files, so those bodies are what they always
+    /// were.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    files: &'a [FileMetadata],
 }
 
 /// The compact body, keys in the documented order, non-ASCII unescaped. It is a pure
-/// function of the stored submission, so every attempt of a delivery sends the same bytes.
+/// function of the stored submission (its files' links expire a fixed time after its
+/// receipt), so every attempt of a delivery sends the same bytes.
 pub fn body(
     submission_id: &SubmissionId,
     endpoint_id: &EndpointId,
     received_at: DateTime<Utc>,
     fields: &serde_json::Value,
+    files: &[FileMetadata],
 ) -> Vec<u8> {
     let envelope = Envelope {
         kind: "submission.received",
@@ -41,6 +48,7 @@ pub fn body(
             endpoint_id,
             received_at: format_timestamp(received_at),
             fields,
+            files,
         },
     };
     // Strings and a JSON value (whose keys are strings) serialise without fail; a body that
@@ -177,6 +185,7 @@ mod tests {
             &EndpointId::parse("contact-form").unwrap(),
             received,
             &fields,
+            &[],
         );
         assert_eq!(
             String::from_utf8(body).unwrap(),

@@ -51,6 +51,8 @@ pub struct Worker {
     caught_up: Arc<AtomicBool>,
     /// Its claims, for intake to tell whether one overlapped a batch of its own.
     claims: Arc<ClaimActivity>,
+    /// Describes and links a submission's files in its webhooks and emails.
+    files: Arc<crate::files::Files>,
 }
 
 impl Worker {
@@ -61,6 +63,7 @@ impl Worker {
         clock: Arc<dyn Clock>,
         senders: Senders,
         wake: Arc<Notify>,
+        files: Arc<crate::files::Files>,
     ) -> Arc<Worker> {
         let slots = Arc::new(Semaphore::new(config.concurrency));
         let recorder = Recorder::start(
@@ -83,6 +86,7 @@ impl Worker {
             slots,
             caught_up: Arc::new(AtomicBool::new(false)),
             claims: Arc::default(),
+            files,
         })
     }
 
@@ -276,12 +280,27 @@ impl Worker {
             return;
         };
         let attempted_at = self.clock.now();
+        // The files' descriptions and links, for a webhook or an email; should they not be
+        // readable, the delivery goes back to the queue rather than out without them.
+        let files = match delivery.kind {
+            DestinationKind::Autoresponder => Vec::new(),
+            DestinationKind::Webhook | DestinationKind::Email => {
+                match self.files.metadata(submission_id, received_at).await {
+                    Ok(files) => files,
+                    Err(error) => {
+                        tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "cannot read the submission's files; the delivery goes back to the queue");
+                        handoff::hand_back(&self.db, [delivery.claim()]).await;
+                        return;
+                    }
+                }
+            }
+        };
         let signing_secret = match (delivery.kind, delivery.signing_secret.as_deref()) {
             (DestinationKind::Webhook, Some(secret)) => secret,
             (DestinationKind::Email, _) => {
                 let started = Instant::now();
                 let result = self
-                    .send_email(&delivery, submission_id, received_at, fields)
+                    .send_email(&delivery, submission_id, received_at, fields, &files)
                     .await;
                 self.record(&delivery, &result, attempted_at, started.elapsed())
                     .await;
@@ -307,7 +326,13 @@ impl Worker {
                 return;
             }
         };
-        let body = payload::body(submission_id, &delivery.endpoint_id, received_at, fields);
+        let body = payload::body(
+            submission_id,
+            &delivery.endpoint_id,
+            received_at,
+            fields,
+            &files,
+        );
         let live: Vec<&str> = [
             delivery.destination_secret.as_deref(),
             delivery.destination_previous_secret.as_deref(),
@@ -345,6 +370,7 @@ impl Worker {
         submission_id: &crate::model::ids::SubmissionId,
         received_at: chrono::DateTime<chrono::Utc>,
         fields: &serde_json::Value,
+        files: &[crate::files::FileMetadata],
     ) -> AttemptResult {
         let Some(mailer) = &self.mailer else {
             return AttemptResult::failure(
@@ -373,6 +399,7 @@ impl Worker {
             reply_to_field: delivery.reply_to_field.as_deref(),
             delivery_id: delivery.id.as_str(),
             message_domain: mailer.message_domain(),
+            files,
         });
         AttemptResult::from_mail(mailer.send(&message).await)
     }

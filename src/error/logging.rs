@@ -19,6 +19,9 @@ impl ApiError {
                 }
             }
             ApiError::Internal(what) => tracing::error!(error = %what, "internal error"),
+            ApiError::FileStorageUnavailable(what) => {
+                tracing::error!(error = %what, "file storage unavailable")
+            }
             _ => {}
         }
     }

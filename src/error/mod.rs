@@ -88,6 +88,25 @@ pub enum ApiError {
     MalformedFormBody { reason: String },
     #[error("File uploads are not supported.")]
     FileUploadNotSupported { field: String },
+    #[error("The submission has more than {limit} files.")]
+    TooManyFiles { limit: i32 },
+    #[error("The file is larger than the endpoint's {limit} of {limit_bytes} bytes.")]
+    FileTooLarge {
+        field: String,
+        /// Which limit: `max_file_bytes` (one file) or `max_total_bytes` (all together).
+        limit: &'static str,
+        limit_bytes: i64,
+    },
+    #[error("The file's content is not a type this endpoint accepts.")]
+    FileTypeNotAllowed {
+        field: String,
+        /// The type judged from the content's first bytes.
+        detected: String,
+        /// A program: refused whatever the endpoint allows.
+        executable: bool,
+    },
+    #[error("The file storage is unavailable; try again shortly.")]
+    FileStorageUnavailable(#[serde(serialize_with = "no_details")] String),
     #[error("The submission has more than {limit} values.")]
     TooManyFields { limit: usize, received: usize },
     #[error("A field name is empty or contains a control character.")]
@@ -181,6 +200,12 @@ pub enum ApiError {
         #[serde(serialize_with = "as_text")]
         pruned_through: i64,
     },
+    #[error("No file has this id (or it was erased).")]
+    FileNotFound { file_id: String },
+    #[error("The file link is not valid: its signature does not match.")]
+    FileLinkInvalid,
+    #[error("The file link has expired; ask for a new one.")]
+    FileLinkExpired,
     #[error("An unexpected error occurred.")]
     Internal(#[serde(serialize_with = "no_details")] String),
 }
@@ -258,6 +283,13 @@ impl ApiError {
             ApiError::InvalidIdempotencyKey => "invalid_idempotency_key",
             ApiError::MalformedFormBody { .. } => "malformed_form_body",
             ApiError::FileUploadNotSupported { .. } => "file_upload_not_supported",
+            ApiError::TooManyFiles { .. } => "too_many_files",
+            ApiError::FileTooLarge { .. } => "file_too_large",
+            ApiError::FileTypeNotAllowed { .. } => "file_type_not_allowed",
+            ApiError::FileStorageUnavailable(_) => "file_storage_unavailable",
+            ApiError::FileNotFound { .. } => "file_not_found",
+            ApiError::FileLinkInvalid => "file_link_invalid",
+            ApiError::FileLinkExpired => "file_link_expired",
             ApiError::TooManyFields { .. } => "too_many_fields",
             ApiError::InvalidFieldName => "invalid_field_name",
             ApiError::FieldNameTooLong { .. } => "field_name_too_long",
@@ -300,7 +332,12 @@ impl ApiError {
             ApiError::AuthenticationRequired | ApiError::InvalidApiKey => StatusCode::UNAUTHORIZED,
             ApiError::StorageUnavailable(_)
             | ApiError::ServerBusy { .. }
-            | ApiError::VerifierUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::VerifierUnavailable { .. }
+            | ApiError::FileStorageUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::FileTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::FileLinkInvalid => StatusCode::FORBIDDEN,
+            ApiError::FileLinkExpired => StatusCode::GONE,
+            ApiError::FileNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::RequestBodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
@@ -333,6 +370,8 @@ impl ApiError {
             | ApiError::PageSizeTooLarge { .. }
             | ApiError::QueryTooComplex { .. } => StatusCode::BAD_REQUEST,
             ApiError::FileUploadNotSupported { .. }
+            | ApiError::TooManyFiles { .. }
+            | ApiError::FileTypeNotAllowed { .. }
             | ApiError::TooManyFields { .. }
             | ApiError::InvalidFieldName
             | ApiError::FieldNameTooLong { .. }

@@ -66,12 +66,19 @@ fn variant(error: &ApiError) -> usize {
         ApiError::DestinationLimitReached { .. } => 45,
         ApiError::DestinationNotWebhook { .. } => 46,
         ApiError::EmailNotConfigured => 47,
-        ApiError::CaptchaFailed { .. } => 48,
-        ApiError::VerifierUnavailable { .. } => 49,
+        ApiError::TooManyFiles { .. } => 48,
+        ApiError::FileTooLarge { .. } => 49,
+        ApiError::FileTypeNotAllowed { .. } => 50,
+        ApiError::FileStorageUnavailable(_) => 51,
+        ApiError::FileNotFound { .. } => 52,
+        ApiError::FileLinkInvalid => 53,
+        ApiError::FileLinkExpired => 54,
+        ApiError::CaptchaFailed { .. } => 55,
+        ApiError::VerifierUnavailable { .. } => 56,
     }
 }
 
-const VARIANTS: usize = 50;
+const VARIANTS: usize = 57;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -204,6 +211,58 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::UNPROCESSABLE_ENTITY,
             "file_upload_not_supported",
             json!({ "field": "cv" }),
+        ),
+        (
+            ApiError::TooManyFiles { limit: 2 },
+            S::UNPROCESSABLE_ENTITY,
+            "too_many_files",
+            json!({ "limit": 2 }),
+        ),
+        (
+            ApiError::FileTooLarge {
+                field: s("cv"),
+                limit: "max_file_bytes",
+                limit_bytes: 10,
+            },
+            S::PAYLOAD_TOO_LARGE,
+            "file_too_large",
+            json!({ "field": "cv", "limit": "max_file_bytes", "limit_bytes": 10 }),
+        ),
+        (
+            ApiError::FileTypeNotAllowed {
+                field: s("cv"),
+                detected: s("application/x-executable"),
+                executable: true,
+            },
+            S::UNPROCESSABLE_ENTITY,
+            "file_type_not_allowed",
+            json!({ "field": "cv", "detected": "application/x-executable", "executable": true }),
+        ),
+        (
+            ApiError::FileStorageUnavailable(s("down")),
+            S::SERVICE_UNAVAILABLE,
+            "file_storage_unavailable",
+            json!({}),
+        ),
+        (
+            ApiError::FileNotFound {
+                file_id: s("fil_x"),
+            },
+            S::NOT_FOUND,
+            "file_not_found",
+            json!({ "file_id": "fil_x" }),
+        ),
+        (
+            ApiError::FileLinkInvalid,
+            S::FORBIDDEN,
+            "file_link_invalid",
+            json!({}),
+        ),
+        (
+            ApiError::FileLinkExpired,
+            S::GONE,
+            "file_link_expired",
+            json!({}),
         ),
         (
             ApiError::TooManyFields {

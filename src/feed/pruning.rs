@@ -2,8 +2,12 @@
 //! may resume); older ones are deleted in batches, at start and hourly. The same hourly
 //! pass forgets the autoresponders' recipients whose quiet time has passed (a row that
 //! decides nothing any more: the next submission from that address would take it over),
-//! and the captcha tokens seen more than [`TOKEN_MEMORY`] ago (every provider refuses a
-//! token that old itself).
+//! the captcha tokens seen more than [`TOKEN_MEMORY`] ago (every provider refuses a
+//! token that old itself), and runs the duty handed to it by its caller beside them: the
+//! sweep of uploaded files no submission holds (`Files::sweep`: those of erased
+//! submissions, and uploads never attached within `FORMS_FILE_SWEEP_GRACE_SECONDS`,
+//! objects in S3 included). A closure rather than the files themselves, so that the feed
+//! depends on nothing of theirs.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,17 +25,20 @@ const PRUNE_BATCH: i64 = 10_000;
 /// minutes of validity (Turnstile five, hCaptcha and reCAPTCHA two).
 pub const TOKEN_MEMORY: chrono::Duration = chrono::Duration::hours(1);
 
-/// Deletes events older than `retention`, at start and hourly, until `shutdown`.
+/// Deletes events older than `retention` and runs `also`, at start and hourly, until
+/// `shutdown`.
 pub async fn prune_on_schedule(
     db: Db,
     retention: Duration,
     clock: Arc<dyn Clock>,
+    also: impl Fn() -> futures_util::future::BoxFuture<'static, ()> + Send + Sync,
     shutdown: CancellationToken,
 ) {
     // The configuration bounds the retention to a year: always representable.
     let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-    let (db, clock) = (&db, &clock);
+    let (db, clock, also) = (&db, &clock, &also);
     crate::clock::every(Duration::ZERO, PRUNE_INTERVAL, &shutdown, || async move {
+        also().await;
         let now = clock.now();
         match db
             .run(async |conn| {

@@ -5,6 +5,7 @@ pub mod cost;
 pub mod destination;
 pub mod destination_mutation;
 pub mod fanout;
+pub mod files;
 pub mod handler;
 pub mod listing;
 pub mod loaders;

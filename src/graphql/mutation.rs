@@ -31,6 +31,8 @@ pub struct CreateEndpointInput {
     pub redirect_url: Option<String>,
     pub allowed_origins: Option<Vec<String>>,
     pub honeypot_field: Option<String>,
+    /// File uploads on, with these settings (left out or `null`: off).
+    pub file_uploads: Option<super::files::FileUploadsInput>,
 }
 
 /// A field left out is unchanged; `null` removes it (`webhookUrl: null` removes the webhook
@@ -44,6 +46,9 @@ pub struct UpdateEndpointInput {
     pub redirect_url: MaybeUndefined<String>,
     pub allowed_origins: MaybeUndefined<Vec<String>>,
     pub honeypot_field: MaybeUndefined<String>,
+    /// File uploads on with these settings (replacing the previous ones whole); `null`:
+    /// off.
+    pub file_uploads: MaybeUndefined<super::files::FileUploadsInput>,
 }
 
 /// Which failed deliveries to replay: exclusive bounds on when they failed and on when
@@ -259,6 +264,11 @@ impl MutationRoot {
                 .transpose()
                 .map_err(refused)
                 .gql()?,
+            file_uploads: input
+                .file_uploads
+                .map(super::files::FileUploadsInput::settings)
+                .transpose()
+                .gql()?,
             ..EndpointRow::new(id, name, now)
         };
         let inserted = database(ctx)
@@ -344,6 +354,11 @@ impl MutationRoot {
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
+        let file_uploads = match input.file_uploads {
+            MaybeUndefined::Value(files) => MaybeUndefined::Value(files.settings().gql()?),
+            MaybeUndefined::Null => MaybeUndefined::Null,
+            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
+        };
         let webhook_url = input.webhook_url.clone();
         let allow_private = config.webhook.allow_private_targets;
         let candidate_secret = rules::new_secret();
@@ -396,6 +411,11 @@ impl MutationRoot {
                 MaybeUndefined::Undefined => {}
                 MaybeUndefined::Null => next.honeypot_field = None,
                 MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
+            }
+            match file_uploads {
+                MaybeUndefined::Undefined => {}
+                MaybeUndefined::Null => next.file_uploads = None,
+                MaybeUndefined::Value(settings) => next.file_uploads = Some(settings),
             }
             Ok((next, webhook))
         })
@@ -576,6 +596,8 @@ impl MutationRoot {
         match outcome {
             DeleteOutcome::Deleted { cancelled } => {
                 tracing::warn!(endpoint_id = %target, history = ?history, cancelled, "endpoint deleted");
+                // Erased submissions' files were detached by the delete: their bytes go now.
+                app.files.sweep_logged().await;
                 Ok(DeleteEndpointPayload {
                     deleted_endpoint_id: input.id,
                     history: input.history,
@@ -726,9 +748,14 @@ impl MutationRoot {
             .await
             .gql()?
         {
-            EraseOutcome::Erased => Ok(DeleteSubmissionPayload {
-                deleted_submission_id: id,
-            }),
+            EraseOutcome::Erased => {
+                // Its files were detached by the delete: their bytes (rows, objects) go now;
+                // should that fail, the workers' hourly sweep removes them.
+                app(ctx).files.sweep_logged().await;
+                Ok(DeleteSubmissionPayload {
+                    deleted_submission_id: id,
+                })
+            }
             EraseOutcome::NotFound => Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,
             })

@@ -140,6 +140,19 @@ impl Endpoint {
     async fn honeypot_field(&self) -> Option<&str> {
         self.row.honeypot_field.as_deref()
     }
+    /// Its file uploads; null: file parts are refused (`file_upload_not_supported`).
+    async fn file_uploads(&self) -> Result<Option<super::files::FileUploads>> {
+        Ok(self
+            .row
+            .file_upload_settings()
+            .map_err(|_| {
+                crate::error::ApiError::Internal(
+                    "an endpoint's stored file settings do not parse".into(),
+                )
+            })
+            .gql()?
+            .map(super::files::FileUploads::from))
+    }
 
     /// Where its submissions are delivered: every destination not removed, in order (the
     /// first webhook is `webhookUrl`).
@@ -324,6 +337,11 @@ impl Submission {
                     .collect()
             })
             .unwrap_or_default()
+    }
+    /// The files uploaded with it, in the order they came, each with a fresh download
+    /// link.
+    async fn files(&self, ctx: &Context<'_>) -> Result<Vec<super::files::SubmissionFile>> {
+        super::files::of_submission(ctx, &self.0.id).await
     }
     /// Its delivery to the endpoint's first destination (the one a single-webhook
     /// endpoint has); null when none was made. `deliveries` lists them all.

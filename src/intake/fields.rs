@@ -7,6 +7,18 @@ use crate::config::IntakeConfig;
 use crate::error::ApiError;
 use crate::model::fields::{name_problem, NameProblem};
 
+/// The rule of a field's name (a file part's too).
+pub fn check_name(name: &str, limits: &IntakeConfig) -> Result<(), ApiError> {
+    match name_problem(name, limits.max_field_name_length) {
+        None => Ok(()),
+        Some(NameProblem::Empty | NameProblem::ControlCharacter) => Err(ApiError::InvalidFieldName),
+        Some(NameProblem::TooLong { length }) => Err(ApiError::FieldNameTooLong {
+            limit: limits.max_field_name_length,
+            received: length,
+        }),
+    }
+}
+
 /// Applies the rules in the specified order: the value count first, then pair by pair
 /// (name before value), then emptiness.
 pub fn check_rules(pairs: &[(String, String)], limits: &IntakeConfig) -> Result<(), ApiError> {
@@ -17,18 +29,7 @@ pub fn check_rules(pairs: &[(String, String)], limits: &IntakeConfig) -> Result<
         });
     }
     for (name, value) in pairs {
-        match name_problem(name, limits.max_field_name_length) {
-            None => {}
-            Some(NameProblem::Empty | NameProblem::ControlCharacter) => {
-                return Err(ApiError::InvalidFieldName)
-            }
-            Some(NameProblem::TooLong { length }) => {
-                return Err(ApiError::FieldNameTooLong {
-                    limit: limits.max_field_name_length,
-                    received: length,
-                })
-            }
-        }
+        check_name(name, limits)?;
         let value_length = value.chars().count();
         if value_length > limits.max_field_value_length {
             return Err(ApiError::FieldValueTooLong {

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod committer;
 pub mod endpoint_cache;
 pub mod fields;
+pub mod files;
 pub mod parse;
 pub mod rate_limit;
 pub mod screening;
@@ -34,10 +35,13 @@ use crate::db::models::KeyedSubmission;
 use crate::db::submissions::NewSubmission;
 use crate::db::Db;
 use crate::error::ApiError;
+use crate::files::Files;
 use crate::http::BodyBudget;
 use crate::model::fields::count_stored_values;
+use crate::model::files::FileUploadSettings;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
 use endpoint_cache::IntakeEndpoint;
+use files::Uploads;
 
 use committer::{Counted, EndpointStage, IntakeRequest, Work};
 use fields::{Honeypot, NormalisedFields};
@@ -57,6 +61,8 @@ pub struct Intake {
     pub body_budget: BodyBudget,
     /// The captcha, spam rules and Akismet.
     pub screening: screening::Screening,
+    /// Where the files of endpoints that take them go.
+    pub files: Arc<Files>,
 }
 
 /// [`Intake`] as the handlers' state.
@@ -143,6 +149,12 @@ async fn accept(
     body: Body,
     endpoint: &mut Option<Arc<IntakeEndpoint>>,
 ) -> Result<Accepted, ApiError> {
+    // A multipart post to an endpoint that takes files streams (docs/intake.md, "Files");
+    // every other request is read whole first, as always.
+    if let Some(settings) = file_settings(intake, endpoint_id.as_deref(), headers).await? {
+        return accept_with_files(intake, peer, endpoint_id, headers, body, settings, endpoint)
+            .await;
+    }
     // 1. Body size: a declared length is judged before any byte is read.
     let limit_bytes = intake.config.intake.max_body_bytes;
     let declared =
@@ -163,7 +175,7 @@ async fn accept(
         peer,
         endpoint_id,
         headers,
-        body.bytes().clone(),
+        Content::Read(body.bytes().clone()),
         now,
         endpoint,
     )
@@ -172,6 +184,94 @@ async fn accept(
     // The body counts against the budget of bodies held until its submission is answered.
     drop(body);
     answer
+}
+
+/// The file settings of the request's endpoint when the request is multipart and the
+/// endpoint takes files; `None` otherwise, and whenever the endpoint cannot be found
+/// (the checks in order then answer that, as for any request).
+async fn file_settings(
+    intake: &Intake,
+    endpoint_id: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Option<FileUploadSettings>, ApiError> {
+    let content_type = header_text(headers, header::CONTENT_TYPE);
+    if !matches!(
+        parse::media_type(content_type),
+        Ok(parse::MediaType::Multipart)
+    ) {
+        return Ok(None);
+    }
+    let Ok(found) = find_endpoint(intake, endpoint_id).await else {
+        return Ok(None);
+    };
+    found
+        .file_upload_settings()
+        .map_err(|_| ApiError::Internal("an endpoint's stored file settings do not parse".into()))
+}
+
+/// [`accept`] for an endpoint that takes files: the body is never read whole. Its limit is
+/// the endpoint's total for files plus `FORMS_MAX_BODY_BYTES` for the text, and the whole
+/// request must arrive within `FORMS_FILE_UPLOAD_TIMEOUT_SECONDS`. Files are stored as
+/// they arrive and attached by the outbox statement; whatever the answer, anything the
+/// request stored that no submission holds is removed before it is sent.
+async fn accept_with_files(
+    intake: &Intake,
+    peer: IpAddr,
+    endpoint_id: Option<String>,
+    headers: &HeaderMap,
+    body: Body,
+    settings: FileUploadSettings,
+    endpoint: &mut Option<Arc<IntakeEndpoint>>,
+) -> Result<Accepted, ApiError> {
+    let text_limit = intake.config.intake.max_body_bytes;
+    let limit_bytes = usize::try_from(settings.max_total_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(text_limit);
+    let declared =
+        header_text(headers, header::CONTENT_LENGTH).and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit_bytes as u64) {
+        return Err(ApiError::RequestBodyTooLarge { limit_bytes });
+    }
+    let mut uploads = Uploads::new(intake.files.clone());
+    let now = intake.clock.now();
+    let timeout = intake.config.files.upload_timeout;
+    let content = Content::Streamed {
+        body,
+        settings,
+        limit_bytes,
+        uploads: &mut uploads,
+    };
+    let prepared = tokio::time::timeout(
+        timeout,
+        prepare(intake, peer, endpoint_id, headers, content, now, endpoint),
+    )
+    .await;
+    let answer = match prepared {
+        Ok(request) => intake.committer.submit(request).await,
+        Err(_) => Err(ApiError::RequestBodyTimeout {
+            limit_seconds: timeout.as_secs(),
+        }),
+    };
+    match &answer {
+        // The outbox statement may still commit (its answer was lost, or its call gave up
+        // while it ran): removing the files now could take them from a submission that
+        // is written after all. The sweeper removes them after the grace period if not.
+        Err(ApiError::StorageUnavailable(_)) => uploads.leave_to_sweeper(),
+        _ => uploads.settle().await,
+    }
+    answer
+}
+
+/// A request's body as the checks get it: read whole, or (an endpoint that takes files)
+/// still streaming, with where its files are recorded.
+enum Content<'a> {
+    Read(Bytes),
+    Streamed {
+        body: Body,
+        settings: FileUploadSettings,
+        limit_bytes: usize,
+        uploads: &'a mut Uploads,
+    },
 }
 
 /// Steps 2 to 13 as far as they need no database: what the committer must count and
@@ -183,7 +283,7 @@ async fn prepare(
     peer: IpAddr,
     endpoint_id: Option<String>,
     headers: &HeaderMap,
-    body: Bytes,
+    body: Content<'_>,
     now: DateTime<Utc>,
     endpoint: &mut Option<Arc<IntakeEndpoint>>,
 ) -> IntakeRequest {
@@ -228,7 +328,7 @@ async fn after_limits(
     endpoint: &IntakeEndpoint,
     peer: IpAddr,
     headers: &HeaderMap,
-    body: Bytes,
+    body: Content<'_>,
     now: DateTime<Utc>,
 ) -> Result<Work, ApiError> {
     // 6. Active; 7. origin.
@@ -252,8 +352,35 @@ async fn after_limits(
     };
 
     // 10. Parse; 11. rules; 12. honeypot.
-    let mut pairs = parse::parse(media_type, content_type.unwrap_or_default(), body).await?;
-    fields::check_rules(&pairs, &intake.config.intake)?;
+    let content_type = content_type.unwrap_or_default();
+    let (mut pairs, files) = match body {
+        Content::Read(body) => (
+            parse::parse(media_type, content_type, body).await?,
+            Vec::new(),
+        ),
+        Content::Streamed {
+            body,
+            settings,
+            limit_bytes,
+            uploads,
+        } => {
+            let pairs = files::receive(
+                &endpoint.id,
+                &settings,
+                content_type,
+                body,
+                &intake.config.intake,
+                limit_bytes,
+                uploads,
+            )
+            .await?;
+            (pairs, uploads.ids().to_vec())
+        }
+    };
+    // A submission of files alone has no text field, and is not empty.
+    if !pairs.is_empty() || files.is_empty() {
+        fields::check_rules(&pairs, &intake.config.intake)?;
+    }
     if fields::apply_honeypot(&mut pairs, endpoint.honeypot_field.as_deref()) == Honeypot::Tripped {
         // Answer exactly as a success would, so the bot learns nothing; store nothing.
         return Ok(Work::Answer(Accepted {
@@ -297,7 +424,7 @@ async fn after_limits(
         });
     }
     let spam_reasons = Some(screened?.spam_reasons).filter(|reasons| !reasons.is_empty());
-    if pairs.is_empty() {
+    if pairs.is_empty() && files.is_empty() {
         // Only empty honeypot fields (or the screening's own fields) were sent.
         return Err(ApiError::EmptySubmission);
     }
@@ -307,7 +434,7 @@ async fn after_limits(
     let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
     Ok(Work::Store {
         field_count: fields.value_count(),
-        submission: NewSubmission {
+        submission: Box::new(NewSubmission {
             id: SubmissionId::generate(),
             endpoint_id: endpoint.id.clone(),
             received_at: now,
@@ -317,7 +444,8 @@ async fn after_limits(
             // The committer gives it one when this process may claim at intake.
             claim_token: None,
             spam_reasons,
-        },
+            files,
+        }),
     })
 }
 

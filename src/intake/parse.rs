@@ -46,7 +46,7 @@ pub fn media_type(content_type: Option<&str>) -> Result<MediaType, ApiError> {
     }
 }
 
-fn malformed(reason: impl Into<String>) -> ApiError {
+pub(crate) fn malformed(reason: impl Into<String>) -> ApiError {
     ApiError::MalformedFormBody {
         reason: reason.into(),
     }
@@ -139,7 +139,7 @@ fn part_is_a_file(headers: &axum::http::HeaderMap) -> Result<bool, ApiError> {
         .ok_or_else(|| malformed(MALFORMED_PART_HEADERS))
 }
 
-const MALFORMED_PART_HEADERS: &str = "a multipart part has malformed headers";
+pub(crate) const MALFORMED_PART_HEADERS: &str = "a multipart part has malformed headers";
 
 /// Whether a `Content-Disposition` value has a file-name parameter: `filename`, or the
 /// extended `filename*` of RFC 5987/8187 (`filename*=UTF-8''cv.pdf`) and its RFC 2231
@@ -153,6 +153,17 @@ const MALFORMED_PART_HEADERS: &str = "a multipart part has malformed headers";
 /// text after a quoted string) is malformed rather than guessed at, so no reading of an
 /// odd header can turn a file into a text field.
 fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
+    disposition_parameters(value).map(|parameters| {
+        parameters
+            .iter()
+            .any(|(name, _)| is_file_name_parameter(name))
+    })
+}
+
+/// A `Content-Disposition` value's parameters in order: each name and its value (a
+/// quoted string unquoted, `\` pairs resolved). `None` when the value does not parse (see
+/// [`disposition_names_a_file`]).
+fn disposition_parameters(value: &[u8]) -> Option<Vec<(&[u8], Vec<u8>)>> {
     let is_space = |byte: &u8| matches!(byte, b' ' | b'\t');
     let skip_spaces = |mut at: usize| {
         while value.get(at).is_some_and(is_space) {
@@ -173,7 +184,7 @@ fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
         return None;
     }
     at = skip_spaces(type_end);
-    let mut names_a_file = false;
+    let mut parameters = Vec::new();
     while at < value.len() {
         if value[at] != b';' {
             return None;
@@ -194,6 +205,7 @@ fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
             return None;
         }
         at = skip_spaces(at + 1);
+        let mut text = Vec::new();
         if value.get(at) == Some(&b'"') {
             at += 1;
             loop {
@@ -201,19 +213,99 @@ fn disposition_names_a_file(value: &[u8]) -> Option<bool> {
                     None => return None,
                     Some(b'"') => break,
                     // A quoted pair: the escaped byte, whatever it is, is text.
-                    Some(b'\\') => at += 2,
-                    Some(_) => at += 1,
+                    Some(b'\\') => {
+                        text.push(*value.get(at + 1)?);
+                        at += 2;
+                    }
+                    Some(&byte) => {
+                        text.push(byte);
+                        at += 1;
+                    }
                 }
             }
             at += 1;
         } else {
             // A bare value may be empty (`name=`), as older clients send it.
+            let start = at;
             at = token_end(at);
+            text.extend_from_slice(&value[start..at]);
         }
         at = skip_spaces(at);
-        names_a_file |= is_file_name_parameter(name);
+        parameters.push((name, text));
     }
-    Some(names_a_file)
+    Some(parameters)
+}
+
+/// The file name a file part's `Content-Disposition` gives, for display only: the
+/// extended `filename*` (RFC 8187, with RFC 2231 continuations) when present, else
+/// `filename`; any path before the last `/` or `\\` dropped, control characters removed,
+/// at most 255 characters. `None` when the part is no file.
+pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(disposition) = headers.get(axum::http::header::CONTENT_DISPOSITION) else {
+        return Ok(None);
+    };
+    let parameters = disposition_parameters(disposition.as_bytes())
+        .ok_or_else(|| malformed(MALFORMED_PART_HEADERS))?;
+    if !parameters
+        .iter()
+        .any(|(name, _)| is_file_name_parameter(name))
+    {
+        return Ok(None);
+    }
+    let lower = |name: &[u8]| String::from_utf8_lossy(name).to_ascii_lowercase();
+    let mut plain = None;
+    let mut extended = None;
+    let mut pieces: Vec<(u32, bool, &[u8])> = Vec::new();
+    for (name, text) in &parameters {
+        match lower(name).as_str() {
+            "filename" => plain = Some(String::from_utf8_lossy(text).into_owned()),
+            "filename*" => extended = Some(decode_extended(text)),
+            other => {
+                let rest = other.trim_start_matches("filename*");
+                let (index, encoded) = match rest.strip_suffix('*') {
+                    Some(index) => (index, true),
+                    None => (rest, false),
+                };
+                if let Ok(index) = index.parse::<u32>() {
+                    pieces.push((index, encoded, text));
+                }
+            }
+        }
+    }
+    let continued = (!pieces.is_empty()).then(|| {
+        pieces.sort_by_key(|(index, _, _)| *index);
+        let encoded = pieces.iter().any(|(_, encoded, _)| *encoded);
+        let joined: Vec<u8> = pieces
+            .iter()
+            .flat_map(|(_, _, text)| text.iter().copied())
+            .collect();
+        if encoded {
+            decode_extended(&joined)
+        } else {
+            String::from_utf8_lossy(&joined).into_owned()
+        }
+    });
+    let name = extended.or(continued).or(plain).unwrap_or_default();
+    let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
+    Ok(Some(
+        base.chars().filter(|c| !c.is_control()).take(255).collect(),
+    ))
+}
+
+/// `charset'language'percent-encoded` (RFC 8187): UTF-8 decoded strictly where it can be,
+/// ISO-8859-1 byte for character, anything else as lossy UTF-8.
+fn decode_extended(text: &[u8]) -> String {
+    let text = String::from_utf8_lossy(text);
+    let mut parts = text.splitn(3, '\'');
+    let (charset, encoded) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(charset), Some(_language), Some(encoded)) => (charset.to_ascii_lowercase(), encoded),
+        _ => (String::new(), &*text),
+    };
+    let bytes: Vec<u8> = percent_encoding::percent_decode_str(encoded).collect();
+    if charset == "iso-8859-1" {
+        return bytes.iter().map(|&b| char::from(b)).collect();
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// `filename`, `filename*`, `filename*0`, `filename*0*`, … in any case.
@@ -232,7 +324,7 @@ fn is_token_byte(byte: u8) -> bool {
 
 /// multer's messages describe the structure only, but they are mapped to fixed texts so
 /// nothing of the body can ever be echoed.
-fn multipart_reason(error: &multer::Error) -> &'static str {
+pub(crate) fn multipart_reason(error: &multer::Error) -> &'static str {
     match error {
         multer::Error::IncompleteStream | multer::Error::IncompleteFieldData { .. } => {
             "the multipart body ends before its closing boundary"
@@ -475,6 +567,47 @@ mod tests {
                 other => panic!("{disposition}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn file_names_for_display() {
+        let name = |disposition: &str| {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(
+                axum::http::header::CONTENT_DISPOSITION,
+                axum::http::HeaderValue::from_str(disposition).unwrap(),
+            );
+            part_file_name(&headers).unwrap()
+        };
+        assert_eq!(name("form-data; name=\"a\""), None);
+        assert_eq!(
+            name("form-data; name=\"cv\"; filename=\"cv.pdf\""),
+            Some("cv.pdf".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"x.pdf\"; filename*=UTF-8''%E2%82%AC.pdf"),
+            Some("€.pdf".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename*=iso-8859-1'fr'caf%E9.txt"),
+            Some("café.txt".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename*0=\"par\"; filename*1=\"ts.txt\""),
+            Some("parts.txt".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"../../etc/passwd\""),
+            Some("passwd".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"C:\\\\Users\\\\me\\\\a.png\""),
+            Some("a.png".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"\""),
+            Some(String::new())
+        );
     }
 
     #[tokio::test]

@@ -8,7 +8,6 @@
 use std::net::IpAddr;
 
 use chrono::{DateTime, Utc};
-use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -27,7 +26,7 @@ const MAX_TOKEN_BYTES: usize = 8192;
 /// A form stamp from further in the future than this (clocks of several processes) is
 /// not valid.
 const STAMP_CLOCK_SKEW_SECONDS: i64 = 60;
-/// The key purpose of form stamps in `server_keys`.
+/// The name of the form stamps' key in `server_secrets`.
 pub const FORM_STAMP_KEY: &str = "form_stamp";
 
 /// What screening needs: where the services are, the client that asks them, and the key
@@ -38,7 +37,7 @@ pub struct Screening {
     config: SpamConfig,
     db: Db,
     client: tokio::sync::OnceCell<VerifierClient>,
-    stamp_key: tokio::sync::OnceCell<Vec<u8>>,
+    stamp_key: tokio::sync::OnceCell<std::sync::Arc<[u8]>>,
 }
 
 /// The submission as screening saw it: what to store, and whether it is spam.
@@ -68,26 +67,17 @@ impl Screening {
 
     /// The key of form stamps: the one in the database, made by the first process that
     /// needed it.
-    async fn stamp_key(&self, now: DateTime<Utc>) -> Result<&[u8], ApiError> {
+    async fn stamp_key(&self) -> Result<&[u8], ApiError> {
         let key = self
             .stamp_key
-            .get_or_try_init(|| async {
-                use rand::RngCore;
-                let mut candidate = [0u8; 32];
-                rand::rng().fill_bytes(&mut candidate);
-                self.db
-                    .run(async |conn| {
-                        db::spam::server_key(conn, FORM_STAMP_KEY, &candidate, now).await
-                    })
-                    .await
-            })
+            .get_or_try_init(|| db::server_secrets::load(&self.db, FORM_STAMP_KEY))
             .await?;
         Ok(key)
     }
 
     /// A form stamp for `endpoint_id` served at `now`: the seconds and their signature.
     pub async fn stamp(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<String, ApiError> {
-        let key = self.stamp_key(now).await?;
+        let key = self.stamp_key().await?;
         let seconds = now.timestamp();
         Ok(format!(
             "{seconds}.{}",
@@ -98,11 +88,7 @@ impl Screening {
 
 /// The signature of a form stamp: HMAC-SHA-256 of `endpoint_id.seconds`, in hex.
 fn stamp_signature(key: &[u8], endpoint_id: &str, seconds: i64) -> String {
-    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts keys of any length");
-    mac.update(endpoint_id.as_bytes());
-    mac.update(b".");
-    mac.update(seconds.to_string().as_bytes());
-    hex::encode(mac.finalize().into_bytes())
+    crate::digest::hmac_sha256_hex(key, format!("{endpoint_id}.{seconds}").as_bytes())
 }
 
 impl Screening {
@@ -153,7 +139,7 @@ impl Screening {
                 .judge(pairs.iter().map(|(_, value)| value.as_str())),
         );
         if let Some(min) = protection.row.min_fill_seconds {
-            let key = self.stamp_key(now).await?;
+            let key = self.stamp_key().await?;
             if let Some(reason) = judge_stamp(key, endpoint.id.as_str(), stamp.as_deref(), min, now)
             {
                 reasons.push(reason);

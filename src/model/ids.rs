@@ -124,6 +124,10 @@ prefixed_id!(
     AttemptId = "att_", "attempt id", time_ordered
 );
 prefixed_id!(
+    /// `fil_…`: an uploaded file (its row is written before its bytes).
+    FileId = "fil_", "file id", time_ordered
+);
+prefixed_id!(
     /// `clm_…`: the token a claim wrote onto its delivery (the fence).
     ClaimToken = "clm_", "claim token"
 );

@@ -32,6 +32,7 @@ macro_rules! text_column {
 pub mod destination;
 pub mod endpoint;
 pub mod fields;
+pub mod files;
 pub mod ids;
 pub mod rate_limit;
 pub mod spam;

@@ -21,7 +21,7 @@ use tracing::Span;
 use crate::app::AppState;
 use crate::db;
 use crate::error::ApiError;
-use crate::{export, graphql, intake, pages};
+use crate::{export, files, graphql, intake, pages};
 
 mod metrics;
 
@@ -36,6 +36,7 @@ pub fn router(app: AppState) -> Router {
         .route("/ready", get(ready))
         .merge(intake::routes())
         .merge(export::routes())
+        .merge(files::routes::routes())
         .merge(graphql::routes(schema))
         .merge(pages::console::routes());
     if app.config.metrics.bind.is_none() {

@@ -31,6 +31,9 @@ pub mod embedded {
 pub mod feed {
     pub use crate::feed::*;
 }
+pub mod files {
+    pub use crate::files::*;
+}
 pub mod graphql {
     pub use crate::graphql::*;
 }

@@ -54,6 +54,7 @@ fn submission(
         reply_to_field,
         delivery_id: DELIVERY_ID,
         message_domain: mailer.message_domain(),
+        files: &[],
     })
 }
 

@@ -583,6 +583,7 @@ impl TestApp {
             self.app.clock.clone(),
             self.senders(resolver),
             Arc::new(tokio::sync::Notify::new()),
+            self.app.files.clone(),
         )
     }
 

@@ -24,6 +24,7 @@ mod endpoint_cache;
 mod endpoint_lifecycle;
 mod export_retention;
 mod fairness;
+mod files;
 mod foundation_http;
 mod fuzz_seeds;
 mod graphql_api;

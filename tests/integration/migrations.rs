@@ -740,7 +740,7 @@ async fn every_check_and_unique_constraint_refuses() {
     .await;
     refused(c, &protect("", ""), "endpoint_spam_protection_pkey").await;
 
-    // submissions' spam reasons, captcha tokens, server keys
+    // submissions' spam reasons, captcha tokens
     refused(
         c,
         &format!("INSERT INTO submissions (id, endpoint_id, received_at, fields, spam, spam_reasons) VALUES ('sub_{HEX32}', 'contact', now(), '{{}}', true, array_fill('r'::text, ARRAY[17]))"),
@@ -756,12 +756,6 @@ async fn every_check_and_unique_constraint_refuses() {
         c,
         "INSERT INTO captcha_tokens_seen (token_digest, seen_at) VALUES ('d', now())",
         "captcha_tokens_seen_pkey",
-    )
-    .await;
-    refused(
-        c,
-        "INSERT INTO server_keys (purpose, secret, created_at) VALUES ('p', '\\x00', now())",
-        "server_keys_secret_length",
     )
     .await;
 }

@@ -5,7 +5,9 @@
 //! PostgreSQL server, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
 //! Python 3 with venv, aiosmtpd, systemd-analyze. `cargo xtask setup` looks for each of them and
 //! installs the Debian packages of the missing ones in one `apt-get install` (as root;
-//! otherwise it prints the command to run). `cargo xtask test [ARGS…]` does the same, then
+//! otherwise it prints the command to run). Then it looks for moto's S3 server (PyPI, not
+//! a Debian package) and, when missing, installs it with pip into a virtualenv under
+//! `target/` (tests/s3-server/). `cargo xtask test [ARGS…]` does the same, then
 //! `cargo test [ARGS…]` and, without ARGS, a short coverage-guided fuzzing pass: the
 //! README's second command, and what CI runs. Standard library only, so that it builds in
 //! seconds, before anything else.
@@ -127,6 +129,12 @@ fn main() -> ExitCode {
 /// Finds every program the test suite needs; installs the packages of the missing ones
 /// when root, otherwise prints the command that would.
 fn setup() -> Result<(), Failure> {
+    debian_packages()?;
+    moto_server()
+}
+
+/// The Debian packages of [`NEEDS`].
+fn debian_packages() -> Result<(), Failure> {
     println!("xtask: the programs the test suite needs");
     let packages = missing_packages();
     if packages.is_empty() {
@@ -227,6 +235,60 @@ fn test(args: &[OsString]) -> Result<(), Failure> {
             .current_dir(&root))?;
     }
     Ok(())
+}
+
+/// Where `cargo xtask setup` installs moto's S3 server when none is found, and where the
+/// tests look for it first (tests/s3-server/README.md).
+fn moto_venv() -> PathBuf {
+    workspace_root().join("target/moto-venv")
+}
+
+/// moto's S3 server, for the file-upload tests: found in the virtualenv or on PATH, or
+/// installed with pip (pinned in tests/s3-server/requirements.txt) into the virtualenv,
+/// which needs only python3 with venv (a Debian package of [`NEEDS`], installed first).
+fn moto_server() -> Result<(), Failure> {
+    let in_venv = moto_venv().join("bin/moto_server");
+    if is_executable(&in_venv) {
+        println!(
+            "  found    moto_server (PyPI moto[server]): {}",
+            in_venv.display()
+        );
+        return Ok(());
+    }
+    if let Some(path) = on_path("moto_server") {
+        println!(
+            "  found    moto_server (PyPI moto[server]): {}",
+            path.display()
+        );
+        return Ok(());
+    }
+    println!(
+        "  MISSING  moto_server (PyPI moto[server]): installing into {}",
+        moto_venv().display()
+    );
+    run(Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(moto_venv()))?;
+    run(Command::new(moto_venv().join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-r",
+        ])
+        .arg(workspace_root().join("tests/s3-server/requirements.txt")))?;
+    if is_executable(&in_venv) {
+        println!("xtask: installed moto_server");
+        Ok(())
+    } else {
+        Err(Failure::Message(format!(
+            "pip installed moto[server] but {} is not there",
+            in_venv.display()
+        )))
+    }
 }
 
 /// Runs a command with this process's stdio, without the variables `cargo run` gave this

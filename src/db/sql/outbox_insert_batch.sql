@@ -34,7 +34,8 @@
 -- $18 the rate-limit counters to add the batch's requests to, one element per counter in
 -- the order they are locked (limiter, subject, window start, requests to add, limit;
 -- empty with rate limiting off); $19 per submission the reasons it was judged spam (a
--- JSON array of strings), NULL for one accepted. Answers one row per submission written: its id, whether
+-- JSON array of strings), NULL for one accepted; $20 each submission's uploaded files
+-- (see attached_file). Answers one row per submission written: its id, whether
 -- a delivery was queued with it, and for a claimed first delivery its token, destination
 -- and kind, where it goes, the snapshot secret, the destination's live secrets after the
 -- lock and its run of failed deliveries.
@@ -230,6 +231,21 @@ WITH input AS (
                     THEN counter.attempts + excluded.attempts
             END,
             attempt_limit = excluded.attempt_limit
+), attached_file AS (
+    -- A submission's uploaded files, stored before this statement (submission_files,
+    -- migration file_uploads) and named by $20 (one JSON array of file ids per
+    -- submission, in the order of $1; `[]` for a submission without files), become its
+    -- own in this transaction: written with it or not at all. Only a row no submission
+    -- holds is taken. A submission that lost an idempotency-key race is not in
+    -- new_submission, so its files stay unattached and intake removes them.
+    UPDATE submission_files f
+    SET submission_id = s.id, attached_at = coalesce($8, statement_timestamp())
+    FROM new_submission s
+    JOIN unnest($1::varchar[], $20::json[]) AS a (submission_id, file_ids)
+        ON a.submission_id = s.id
+    CROSS JOIN LATERAL json_array_elements_text(a.file_ids) AS named (id)
+    WHERE f.id = named.id AND f.submission_id IS NULL
+    RETURNING f.id
 ), result AS (
     SELECT s.id,
            -- Spam is answered as it would have been accepted: queued when its endpoint

@@ -76,7 +76,7 @@ pub struct EndpointStage {
 pub enum Work {
     /// Store it.
     Store {
-        submission: NewSubmission,
+        submission: Box<NewSubmission>,
         field_count: usize,
     },
     /// Answer without storing (a tripped honeypot).

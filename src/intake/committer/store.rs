@@ -114,7 +114,7 @@ pub(super) async fn count_and_store(
                 submission,
                 field_count,
             }) => {
-                stores.push((submission, field_count));
+                stores.push((*submission, field_count));
                 stored_at.push(index);
                 answers.push(None);
             }
@@ -203,7 +203,7 @@ pub(super) async fn store_counted(
                 field_count,
             }) => {
                 let written = queued.get(&submission.id).copied();
-                answer_stored(conn, submission, field_count, Ok(written)).await
+                answer_stored(conn, *submission, field_count, Ok(written)).await
             }
             Ok(Work::Answer(accepted)) => Ok(accepted),
             Err(error) => Err(error),
