@@ -228,6 +228,11 @@ async fn accept_with_files(
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(ApiError::RequestBodyTooLarge { limit_bytes });
     }
+    // The upload's window of memory counts against the bodies held at once: however many
+    // connections upload, memory stays bounded (503 server_busy past it, before a byte).
+    let _held = intake
+        .body_budget
+        .hold(intake.files.storage.upload_memory())?;
     let mut uploads = Uploads::new(intake.files.clone());
     let now = intake.clock.now();
     let timeout = intake.config.files.upload_timeout;

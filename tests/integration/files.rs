@@ -1185,3 +1185,36 @@ async fn retention_and_endpoint_erase_remove_files_and_objects() {
     assert!(objects[0].starts_with("files/old-forms/"), "{objects:?}");
     assert_eq!(file_rows(&app.db).await, (1, 0));
 }
+
+/// An upload's window of memory counts against the bodies held at once: a server whose
+/// budget has no room for one refuses it before reading a byte, and stores nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_count_against_the_buffered_bodies_budget() {
+    let vars = with(
+        DEV,
+        &[
+            ("FORMS_MAX_BODY_BYTES".to_string(), "1000".to_string()),
+            (
+                "FORMS_HTTP_MAX_BUFFERED_BODY_BYTES".to_string(),
+                "1048576".to_string(),
+            ),
+        ],
+    );
+    let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "tight", None, json!({})).await;
+    let response = app
+        .post_form(
+            "tight",
+            Some(&content_type()),
+            multipart(&[Part::File("cv", "cv.png", PNG)]),
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "server_busy");
+    assert_eq!(file_rows(&app.db).await, (0, 0));
+    assert_eq!(app.stored_counts().await.0, 0);
+}
