@@ -353,9 +353,10 @@ async fn after_limits(
 
     // 10. Parse; 11. rules; 12. honeypot.
     let content_type = content_type.unwrap_or_default();
-    let (mut pairs, files) = match body {
+    let (mut pairs, files, digests) = match body {
         Content::Read(body) => (
             parse::parse(media_type, content_type, body).await?,
+            Vec::new(),
             Vec::new(),
         ),
         Content::Streamed {
@@ -374,7 +375,7 @@ async fn after_limits(
                 uploads,
             )
             .await?;
-            (pairs, uploads.ids().to_vec())
+            (pairs, uploads.ids().to_vec(), uploads.digests().to_vec())
         }
     };
     // A submission of files alone has no text field, and is not empty.
@@ -399,7 +400,18 @@ async fn after_limits(
 
     // 13. Normalise; the committer stores it.
     let fields = NormalisedFields::from_pairs(pairs);
-    let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
+    // With files, the fingerprint covers their bytes too: the same key with other files is
+    // another submission (409), not a replay.
+    let idempotency = idempotency_key.map(|key| {
+        let fingerprint = if digests.is_empty() {
+            fields.fingerprint()
+        } else {
+            crate::digest::sha256_hex(
+                format!("{}:{}", fields.fingerprint(), digests.join(",")).as_bytes(),
+            )
+        };
+        (key, fingerprint)
+    });
     Ok(Work::Store {
         field_count: fields.value_count(),
         submission: NewSubmission {
