@@ -17,7 +17,8 @@
 //! - `multipart + 1 MB file`: the same plus one 1 MB file (a PNG signature, then bytes) to
 //!   `files`, stored in PostgreSQL;
 //! - `… in S3`: the same against a second `serve` process with `FORMS_S3_*` pointing at
-//!   moto's server on loopback (when `moto_server` is installed, as `cargo xtask setup`
+//!   moto's server on loopback (and `FORMS_HTTP_MAX_BUFFERED_BODY_BYTES` at 256 MiB: each
+//!   S3 upload counts for 17 MiB of it) (when `moto_server` is installed, as `cargo xtask setup`
 //!   does; otherwise the arm says it was not run).
 //!
 //! Each arm reports accepted/s, MB/s of file bytes, latency p50/p99, and the serve
@@ -262,6 +263,12 @@ async fn start_moto(binary: &std::path::Path) -> (Serve, Vec<(String, String)>) 
             .is_ok()
         {
             let vars = [
+                // Each S3 upload counts for 17 MiB of the buffered-bodies budget: room for
+                // the benchmark's connections (the default 64 MiB holds three).
+                (
+                    "FORMS_HTTP_MAX_BUFFERED_BODY_BYTES",
+                    (256u64 << 20).to_string(),
+                ),
                 ("FORMS_S3_ENDPOINT", format!("http://127.0.0.1:{port}")),
                 ("FORMS_S3_BUCKET", "bench-files".to_string()),
                 ("FORMS_S3_ACCESS_KEY_ID", "bench".to_string()),

@@ -27,6 +27,13 @@ pub const PG_CHUNK_BYTES: usize = 256 * 1024;
 const S3_PART_BYTES: usize = 5 * 1024 * 1024;
 const S3_PARTS_IN_FLIGHT: usize = 2;
 
+/// What one upload is counted for against `FORMS_HTTP_MAX_BUFFERED_BODY_BYTES` while it
+/// streams, beside the buffered bodies of other requests: its storage's window (one row,
+/// or the parts in flight and the one filling) and the parser's and connection's buffers
+/// around it (measured at a few MB an upload, docs/BENCHMARKS.md).
+const PG_UPLOAD_MEMORY: usize = 2 * 1024 * 1024;
+const S3_UPLOAD_MEMORY: usize = (S3_PARTS_IN_FLIGHT + 1) * S3_PART_BYTES + 2 * 1024 * 1024;
+
 #[derive(Clone)]
 pub enum Storage {
     Postgres,
@@ -66,6 +73,14 @@ impl Storage {
                 tracing::error!(error = %error, "cannot set up the S3 client (FORMS_S3_*); uploads will be refused");
                 Storage::Unavailable(error.to_string().into())
             }
+        }
+    }
+
+    /// The memory one upload is counted for while it streams (see [`PG_UPLOAD_MEMORY`]).
+    pub fn upload_memory(&self) -> usize {
+        match self {
+            Storage::Postgres => PG_UPLOAD_MEMORY,
+            Storage::S3(_) | Storage::Unavailable(_) => S3_UPLOAD_MEMORY,
         }
     }
 

@@ -76,6 +76,17 @@ impl BodyBudget {
         BodyBudget(Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))))
     }
 
+    /// Holds `bytes` of the budget until the permit is dropped: a streamed body's buffers
+    /// (an upload keeps a bounded window of its body in memory, never all of it). Refused
+    /// at once when the budget has no room, as a buffered body's next piece would be.
+    pub fn hold(&self, bytes: usize) -> Result<OwnedSemaphorePermit, BodyError> {
+        let bytes = u32::try_from(bytes).map_err(|_| BodyError::ServerBusy)?;
+        self.0.clone().try_acquire_many_owned(bytes).map_err(|_| {
+            crate::telemetry::meters::request_refused_for_buffered_bodies();
+            BodyError::ServerBusy
+        })
+    }
+
     /// Bytes still free (tests).
     #[cfg(any(test, feature = "testing"))]
     pub fn available(&self) -> usize {

@@ -26,6 +26,8 @@ use crate::model::ids::{EndpointId, FileId};
 pub struct Uploads {
     files: Arc<Files>,
     ids: Vec<FileId>,
+    /// The SHA-256 of each file stored whole, in order (for the idempotency fingerprint).
+    digests: Vec<String>,
 }
 
 impl Uploads {
@@ -33,11 +35,17 @@ impl Uploads {
         Uploads {
             files,
             ids: Vec::new(),
+            digests: Vec::new(),
         }
     }
 
     pub fn ids(&self) -> &[FileId] {
         &self.ids
+    }
+
+    /// The SHA-256 of each file, in order.
+    pub fn digests(&self) -> &[String] {
+        &self.digests
     }
 
     /// Once the request is answered: removes what no submission holds (all of it for a
@@ -251,6 +259,7 @@ pub async fn receive(
             .db
             .run(async |conn| crate::db::files::finish(conn, &id, size, &sha256).await)
             .await?;
+        uploads.digests.push(sha256);
     }
     Ok(pairs)
 }

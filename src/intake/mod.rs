@@ -232,6 +232,11 @@ async fn accept_with_files(
     if declared.is_some_and(|length| length > limit_bytes as u64) {
         return Err(ApiError::RequestBodyTooLarge { limit_bytes });
     }
+    // The upload's window of memory counts against the bodies held at once: however many
+    // connections upload, memory stays bounded (503 server_busy past it, before a byte).
+    let _held = intake
+        .body_budget
+        .hold(intake.files.storage.upload_memory())?;
     let mut uploads = Uploads::new(intake.files.clone());
     let now = intake.clock.now();
     let timeout = intake.config.files.upload_timeout;
@@ -353,9 +358,10 @@ async fn after_limits(
 
     // 10. Parse; 11. rules; 12. honeypot.
     let content_type = content_type.unwrap_or_default();
-    let (mut pairs, files) = match body {
+    let (mut pairs, files, digests) = match body {
         Content::Read(body) => (
             parse::parse(media_type, content_type, body).await?,
+            Vec::new(),
             Vec::new(),
         ),
         Content::Streamed {
@@ -374,7 +380,7 @@ async fn after_limits(
                 uploads,
             )
             .await?;
-            (pairs, uploads.ids().to_vec())
+            (pairs, uploads.ids().to_vec(), uploads.digests().to_vec())
         }
     };
     // A submission of files alone has no text field, and is not empty.
@@ -431,7 +437,18 @@ async fn after_limits(
 
     // Normalise; the committer checks the key (14) and stores it (15).
     let fields = NormalisedFields::from_pairs(pairs);
-    let idempotency = idempotency_key.map(|key| (key, fields.fingerprint()));
+    // With files, the fingerprint covers their bytes too: the same key with other files is
+    // another submission (409), not a replay.
+    let idempotency = idempotency_key.map(|key| {
+        let fingerprint = if digests.is_empty() {
+            fields.fingerprint()
+        } else {
+            crate::digest::sha256_hex(
+                format!("{}:{}", fields.fingerprint(), digests.join(",")).as_bytes(),
+            )
+        };
+        (key, fingerprint)
+    });
     Ok(Work::Store {
         field_count: fields.value_count(),
         submission: Box::new(NewSubmission {

@@ -1185,3 +1185,75 @@ async fn retention_and_endpoint_erase_remove_files_and_objects() {
     assert!(objects[0].starts_with("files/old-forms/"), "{objects:?}");
     assert_eq!(file_rows(&app.db).await, (1, 0));
 }
+
+/// An upload's window of memory counts against the bodies held at once: a server whose
+/// budget has no room for one refuses it before reading a byte, and stores nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn uploads_count_against_the_buffered_bodies_budget() {
+    let vars = with(
+        DEV,
+        &[
+            ("FORMS_MAX_BODY_BYTES".to_string(), "1000".to_string()),
+            (
+                "FORMS_HTTP_MAX_BUFFERED_BODY_BYTES".to_string(),
+                "1048576".to_string(),
+            ),
+        ],
+    );
+    let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "tight", None, json!({})).await;
+    let response = app
+        .post_form(
+            "tight",
+            Some(&content_type()),
+            multipart(&[Part::File("cv", "cv.png", PNG)]),
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(response.headers()["retry-after"], "1");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["error"]["code"], "server_busy");
+    assert_eq!(file_rows(&app.db).await, (0, 0));
+    assert_eq!(app.stored_counts().await.0, 0);
+}
+
+/// The idempotency fingerprint covers the files: the same key with the same file is the
+/// original receipt (the repeat's copy removed), with another file a conflict.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idempotency_key_covers_the_files() {
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "keyed", None, json!({})).await;
+    let send = |bytes: Vec<u8>| {
+        let app = &app;
+        async move {
+            let response = app
+                .post_form(
+                    "keyed",
+                    Some(&content_type()),
+                    multipart(&[Part::Text("a", "1"), Part::File("cv", "cv.txt", &bytes)]),
+                    &[("idempotency-key", "files-key-0123456789")],
+                )
+                .await;
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, first) = send(b"first file\n".to_vec()).await;
+    assert_eq!(status, 202, "{first}");
+    let (status, again) = send(b"first file\n".to_vec()).await;
+    assert_eq!(status, 202, "{again}");
+    assert_eq!(again["idempotent_replay"], true);
+    assert_eq!(again["submission_id"], first["submission_id"]);
+    let (status, other) = send(b"another file\n".to_vec()).await;
+    assert_eq!(status, 409, "{other}");
+    assert_eq!(other["error"]["code"], "idempotency_conflict");
+    assert_eq!(app.stored_counts().await.0, 1);
+    assert_eq!(
+        file_rows(&app.db).await.0,
+        1,
+        "the repeats' files are removed"
+    );
+}
