@@ -21,8 +21,6 @@ use axum::Router;
 
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// When it arrived (its body read).
-    pub at: Instant,
     pub path: String,
     pub headers: HeaderMap,
     pub body: Bytes,
@@ -130,7 +128,6 @@ fn remember(receiver: &Receiver, uri: &Uri, headers: HeaderMap, body: Bytes) {
         .lock()
         .expect("receiver lock")
         .push(Received {
-            at: Instant::now(),
             path: uri.path().to_string(),
             headers,
             body,
