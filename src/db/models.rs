@@ -363,6 +363,9 @@ pub struct ClaimedDelivery {
     pub reply_to_field: Option<String>,
     pub reply_subject: Option<String>,
     pub reply_body: Option<String>,
+    /// Whether its submission has uploaded files (their descriptions and links go in the
+    /// webhook and the email; they are read only then).
+    pub has_files: bool,
 }
 
 impl ClaimedDelivery {

@@ -51,6 +51,7 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Nullable<Text>,
+    Bool,
 );
 
 /// Claims up to `limit` due deliveries in one statement (claim.sql).

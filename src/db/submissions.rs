@@ -237,6 +237,7 @@ pub async fn insert_batch(
                             reply_to_field: None,
                             reply_subject: None,
                             reply_body: None,
+                            has_files: !submission.files.is_empty(),
                         })
                     }
                     _ => None,

@@ -283,6 +283,7 @@ mod tests {
             reply_to_field: None,
             reply_subject: None,
             reply_body: None,
+            has_files: false,
         }
     }
 

@@ -283,6 +283,7 @@ impl Worker {
         // The files' descriptions and links, for a webhook or an email; should they not be
         // readable, the delivery goes back to the queue rather than out without them.
         let files = match delivery.kind {
+            _ if !delivery.has_files => Vec::new(),
             DestinationKind::Autoresponder => Vec::new(),
             DestinationKind::Webhook | DestinationKind::Email => {
                 match self.files.metadata(submission_id, received_at).await {

@@ -502,7 +502,16 @@ async fn an_endpoint_without_files_refuses_them_as_before_until_turned_on() {
 }
 
 /// Sends the head of a multipart upload over a raw connection, then closes it.
-async fn send_and_drop(addr: std::net::SocketAddr, endpoint: &str, head: &[u8], declared: usize) {
+/// Sends the head of a multipart upload over a raw connection, waits until the server has
+/// stored some of it (`stored` of the file tables' rows holds), then closes it.
+async fn send_and_drop(
+    addr: std::net::SocketAddr,
+    db: &TestDb,
+    endpoint: &str,
+    head: &[u8],
+    declared: usize,
+    stored: fn((i64, i64)) -> bool,
+) {
     use tokio::io::AsyncWriteExt;
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
@@ -512,8 +521,10 @@ async fn send_and_drop(addr: std::net::SocketAddr, endpoint: &str, head: &[u8], 
     stream.write_all(request.as_bytes()).await.unwrap();
     stream.write_all(head).await.unwrap();
     stream.flush().await.unwrap();
-    // Long enough for the server to store what arrived.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    eventually("the upload stored in part", || async {
+        stored(file_rows(db).await)
+    })
+    .await;
     drop(stream);
 }
 
@@ -528,16 +539,16 @@ async fn a_client_gone_mid_body_leaves_no_row() {
     .into_bytes();
     head.extend_from_slice(PNG);
     head.extend(std::iter::repeat_n(7u8, 700 * 1024));
-    let db = app.db.clone();
-    let watcher = tokio::spawn(async move {
-        // The file's row appears while the body streams in.
-        eventually("a pending file row", || async {
-            file_rows(&db).await.1 > 0
-        })
-        .await;
-    });
-    send_and_drop(app.addr, "uploads", &head, 5 << 20).await;
-    watcher.await.unwrap();
+    // The file's row and a first piece of it appear while the body streams in.
+    send_and_drop(
+        app.addr,
+        &app.db,
+        "uploads",
+        &head,
+        5 << 20,
+        |(rows, chunks)| rows == 1 && chunks > 0,
+    )
+    .await;
     eventually("nothing left of the dropped upload", || async {
         file_rows(&app.db).await == (0, 0)
     })
@@ -758,7 +769,16 @@ async fn s3_a_client_gone_mid_body_leaves_no_object() {
     .into_bytes();
     head.extend_from_slice(PNG);
     head.extend(std::iter::repeat_n(7u8, 11 << 20));
-    send_and_drop(app.addr, "s3-files", &head, 15 << 20).await;
+    // The file's row is written before the object's first part goes out.
+    send_and_drop(
+        app.addr,
+        &app.db,
+        "s3-files",
+        &head,
+        15 << 20,
+        |(rows, _)| rows == 1,
+    )
+    .await;
     eventually("nothing left of the dropped upload", || async {
         file_rows(&app.db).await == (0, 0)
     })

@@ -124,7 +124,11 @@ WITH adopted AS (
                 THEN ds.previous_secret END AS destination_previous_secret,
            ds.consecutive_failed_deliveries,
            CASE WHEN ds.kind = 'email' THEN e.name END AS endpoint_name,
-           ds.reply_to_field, ds.reply_subject, ds.reply_body
+           ds.reply_to_field, ds.reply_subject, ds.reply_body,
+           -- Whether the submission has uploaded files, which the worker then reads for
+           -- the payload: one index probe here rather than a round trip per delivery.
+           EXISTS (SELECT 1 FROM submission_files f WHERE f.submission_id = c.submission_id)
+               AS has_files
     FROM claimed c
     JOIN destinations ds ON ds.id = c.destination_id
     JOIN endpoints e ON e.id = c.endpoint_id
