@@ -150,8 +150,9 @@ fn submission_or_not_found(id: &ID) -> Result<SubmissionId> {
         .gql()
 }
 
-/// An endpoint that exists and is not a tombstone.
-async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<EndpointId> {
+/// An endpoint that exists and is not a tombstone, read once: its id and its row (which
+/// setting its protection does not change, so the answer shows it as read).
+async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<(EndpointId, EndpointRow)> {
     let endpoint_id = endpoint_or_not_found(id)?;
     let row = database(ctx)
         .run(async |conn| db::endpoints::find(conn, &endpoint_id).await)
@@ -166,7 +167,7 @@ async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<EndpointId> {
             endpoint_id: id.0.clone(),
         })
         .gql(),
-        Some(_) => Ok(endpoint_id),
+        Some(row) => Ok((endpoint_id, row)),
     }
 }
 
@@ -180,7 +181,7 @@ impl SpamMutation {
         input: SetSpamProtectionInput,
     ) -> Result<SpamProtectionPayload> {
         let app = app(ctx);
-        let endpoint_id = live_endpoint(ctx, &input.endpoint_id).await?;
+        let (endpoint_id, endpoint) = live_endpoint(ctx, &input.endpoint_id).await?;
         let current = database(ctx)
             .run(async |conn| db::spam::protection(conn, &endpoint_id).await)
             .await
@@ -234,7 +235,6 @@ impl SpamMutation {
                     "this server has no Akismet key (FORMS_AKISMET_API_KEY)",
                 ));
             }
-            let endpoint = db_endpoint(ctx, &endpoint_id).await?;
             if endpoint.allowed_origins().next().is_none() {
                 return Err(invalid(
                     Setting::Akismet,
@@ -287,7 +287,7 @@ impl SpamMutation {
             .gql()?;
         app.intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
-            endpoint: Endpoint::new(db_endpoint(ctx, &endpoint_id).await?),
+            endpoint: Endpoint::new(endpoint),
             spam_protection: stored.map(SpamProtection),
         })
     }
@@ -298,14 +298,14 @@ impl SpamMutation {
         ctx: &Context<'_>,
         endpoint_id: ID,
     ) -> Result<SpamProtectionPayload> {
-        let endpoint_id = live_endpoint(ctx, &endpoint_id).await?;
+        let (endpoint_id, endpoint) = live_endpoint(ctx, &endpoint_id).await?;
         database(ctx)
             .run(async |conn| db::spam::set_protection(conn, &endpoint_id, None, false).await)
             .await
             .gql()?;
         app(ctx).intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
-            endpoint: Endpoint::new(db_endpoint(ctx, &endpoint_id).await?),
+            endpoint: Endpoint::new(endpoint),
             spam_protection: None,
         })
     }
@@ -365,17 +365,6 @@ impl SpamMutation {
             submission: Submission(row),
         })
     }
-}
-
-async fn db_endpoint(ctx: &Context<'_>, endpoint_id: &EndpointId) -> Result<EndpointRow> {
-    database(ctx)
-        .run(async |conn| db::endpoints::find(conn, endpoint_id).await)
-        .await
-        .gql()?
-        .ok_or_else(|| ApiError::EndpointNotFound {
-            endpoint_id: endpoint_id.to_string(),
-        })
-        .gql()
 }
 
 async fn submission_row(
