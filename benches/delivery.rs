@@ -18,10 +18,13 @@
 //!    the time from the POST to their receiver (target: p99 under 1 s, where the dead
 //!    backlog would take about 300 / 8 × 3 s to drain).
 //!
+//! 5. **Hot destination.** 5,000 queued to one endpoint, drained by one worker process.
+//!
 //! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_WORKER_PROCESSES` (2),
 //! `BENCH_RELAXED` (0; 1 runs the cluster with `synchronous_commit = off`),
 //! `BENCH_LATENCY_SAMPLES` (300),
-//! `BENCH_NEIGHBOUR_SAMPLES` (200).
+//! `BENCH_NEIGHBOUR_SAMPLES` (200), `BENCH_HOT_DELIVERIES` (5000), `BENCH_HOT_ROUNDS` (3),
+//! `BENCH_ONLY_HOT` (0; 1 runs section 5 alone).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -115,12 +118,21 @@ fn main() {
              SELECT 'bench-' || n, 'Benchmark ' || n, 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)
              FROM generate_series(0, {}) AS n;
              INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-             VALUES ('dead', 'Dead receiver', 'http://{receiver_addr}/dead', 'whsec_' || repeat('cd', 32))",
+             VALUES ('dead', 'Dead receiver', 'http://{receiver_addr}/dead', 'whsec_' || repeat('cd', 32));
+             INSERT INTO destinations (id, endpoint_id, kind, position, url, secret)
+             SELECT 'dst_' || replace(gen_random_uuid()::text, '-', ''), e.id, 'webhook', 1,
+                    e.webhook_url, e.webhook_secret
+             FROM endpoints e",
             ENDPOINTS - 1
         ))
         .await
         .expect("endpoints");
     });
+
+    if env_number("BENCH_ONLY_HOT", 0) == 1 {
+        hot_destination(&runtime, &cluster, &receiver);
+        return;
+    }
 
     let claim_and_record = cluster.script(
         "claim_and_record.sql",
@@ -286,6 +298,47 @@ fn main() {
     );
     runtime.block_on(clear(&cluster.url));
     noisy_neighbour(&runtime, &cluster.url, &receiver);
+    hot_destination(&runtime, &cluster, &receiver);
+}
+
+/// Section 5: one hot destination. `BENCH_HOT_DELIVERIES` (5,000) queued to one endpoint,
+/// drained by one worker process with the default settings (so at most
+/// `FORMS_WORKER_ENDPOINT_CONCURRENCY` requests in flight to it), `BENCH_HOT_ROUNDS` (3)
+/// times. Beside the rate, the CPU per delivery of the worker process and of the
+/// PostgreSQL server, counted by process (the whole machine's busy time would count
+/// whatever else runs on a shared machine), and the receiver's (this process).
+fn hot_destination(runtime: &tokio::runtime::Runtime, cluster: &BenchCluster, receiver: &Receiver) {
+    let deliveries = env_number("BENCH_HOT_DELIVERIES", 5_000);
+    let rounds = env_number("BENCH_HOT_ROUNDS", 3);
+    let postmaster = cluster.postmaster_pid();
+    for round in 1..=rounds {
+        runtime.block_on(clear(&cluster.url));
+        // The queue is written before the worker starts: its cost is not the worker's.
+        runtime.block_on(queue_to(&cluster.url, deliveries, 1));
+        runtime.block_on(cluster.print_statements("before"));
+        let server_before = common::server_cpu_seconds(postmaster);
+        let (receiver_before, _) = common::cpu_seconds();
+        let before = receiver.count.load(Ordering::Relaxed);
+        let started = Instant::now();
+        let worker = spawn_worker(&cluster.url);
+        let worker_pid = worker.id();
+        runtime.block_on(wait_delivered(&cluster.url, deliveries, receiver, before));
+        let elapsed = started.elapsed().as_secs_f64();
+        let worker_cpu = common::child_cpu_seconds(worker_pid);
+        let server_cpu = common::server_cpu_seconds(postmaster) - server_before;
+        let receiver_cpu = common::cpu_seconds().0 - receiver_before;
+        stop(worker);
+        runtime.block_on(cluster.print_statements(&format!("hot destination, round {round}")));
+        let per = |seconds: f64| 1e6 * seconds / deliveries as f64;
+        println!(
+            "hot destination, round {round}: {deliveries} queued to one endpoint, one worker process: {:.0} deliveries/s (from the worker's start, its start-up included); CPU per delivery: worker {:.0} µs, PostgreSQL {:.0} µs, receiver {:.0} µs, together {:.0} µs",
+            deliveries as f64 / elapsed,
+            per(worker_cpu),
+            per(server_cpu),
+            per(receiver_cpu),
+            per(worker_cpu + server_cpu + receiver_cpu),
+        );
+    }
 }
 
 /// Section 4: healthy endpoints' delay behind a dead receiver's backlog.
@@ -299,9 +352,9 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
             "INSERT INTO submissions (id, endpoint_id, received_at, fields)
                  SELECT 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', now(), '{\"n\":[\"1\"]}'::json
                  FROM generate_series(1, 300) AS n;
-             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at)
-                 SELECT 'whd_' || 'd' || lpad(to_hex(n), 31, '0'), 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', e.webhook_url, e.webhook_secret, now(), now()
-                 FROM generate_series(1, 300) AS n, endpoints e WHERE e.id = 'dead';",
+             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret, next_attempt_at, created_at)
+                 SELECT 'whd_' || 'd' || lpad(to_hex(n), 31, '0'), 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', ds.id, e.webhook_url, e.webhook_secret, now(), now()
+                 FROM generate_series(1, 300) AS n, endpoints e JOIN destinations ds ON ds.endpoint_id = e.id WHERE e.id = 'dead';",
         )
         .await
         .unwrap_or_else(|e| panic!("dead backlog: {e}"));
@@ -392,6 +445,11 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
 /// Queues `count` pending deliveries (with their submissions) across the endpoints, in
 /// one transaction, and wakes the workers.
 async fn queue(url: &Secret, count: u64) {
+    queue_to(url, count, ENDPOINTS).await
+}
+
+/// [`queue`] across the first `endpoints` endpoints.
+async fn queue_to(url: &Secret, count: u64, endpoints: usize) {
     let mut conn = AsyncPgConnection::establish(url.expose())
         .await
         .expect("connect");
@@ -401,10 +459,11 @@ async fn queue(url: &Secret, count: u64) {
              SELECT n, replace(gen_random_uuid()::text, '-', '') AS s, replace(gen_random_uuid()::text, '-', '') AS d
              FROM generate_series(1, {count}) AS n;
          INSERT INTO submissions (id, endpoint_id, received_at, fields)
-             SELECT 'sub_' || s, 'bench-' || (n % {ENDPOINTS}), now(), ('{{\"n\":[\"' || n || '\"],\"email\":[\"a@example.com\"]}}')::json FROM batch;
-         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, next_attempt_at, created_at)
-             SELECT 'whd_' || d, 'sub_' || s, e.id, e.webhook_url, e.webhook_secret, now(), now()
-             FROM batch JOIN endpoints e ON e.id = 'bench-' || (n % {ENDPOINTS});
+             SELECT 'sub_' || s, 'bench-' || (n % {endpoints}), now(), ('{{\"n\":[\"' || n || '\"],\"email\":[\"a@example.com\"]}}')::json FROM batch;
+         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret, next_attempt_at, created_at)
+             SELECT 'whd_' || d, 'sub_' || s, e.id, ds.id, e.webhook_url, e.webhook_secret, now(), now()
+             FROM batch JOIN endpoints e ON e.id = 'bench-' || (n % {endpoints})
+             JOIN destinations ds ON ds.endpoint_id = e.id;
          SELECT pg_notify('hymical_delivery_due', '');
          COMMIT;
          ANALYZE submissions, webhook_deliveries;"
@@ -419,7 +478,7 @@ async fn clear(url: &Secret) {
         .await
         .expect("connect");
     conn.batch_execute(
-        "TRUNCATE delivery_attempts, webhook_deliveries, submissions, delivery_events",
+        "TRUNCATE delivery_attempts, webhook_deliveries, submissions, delivery_events CASCADE",
     )
     .await
     .expect("clear");
@@ -454,7 +513,10 @@ async fn delivered_on(conn: &mut AsyncPgConnection) -> u64 {
 /// table through a new connection every few milliseconds cost the machine a share of
 /// what is measured (a backend started and a scan of every delivery, 50 times a second).
 async fn wait_delivered(url: &Secret, count: u64, receiver: &Receiver, received_before: u64) {
+    // Bounded: a queue the workers cannot claim (a setup fault) ends the run.
+    let deadline = Instant::now() + Duration::from_secs(600);
     while receiver.count.load(Ordering::Relaxed) - received_before < count {
+        assert!(Instant::now() < deadline, "the deliveries were not delivered within 10 minutes");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut conn = AsyncPgConnection::establish(url.expose())

@@ -101,7 +101,15 @@ impl BenchCluster {
         // `synchronous_commit` is not set here: a `-c` setting on the server's command line
         // outranks `ALTER SYSTEM`, and `set_synchronous_commit` changes it during a run.
         let settings = embedded::ServerSettings {
-            extra: vec![("max_connections".into(), "300".into())],
+            extra: {
+                let mut extra = vec![("max_connections".into(), "300".into())];
+                // BENCH_STATEMENTS=1: pg_stat_statements loaded, for a profile of where the
+                // database's time goes ([`BenchCluster::print_statements`]).
+                if env_number("BENCH_STATEMENTS", 0) == 1 {
+                    extra.push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
+                }
+                extra
+            },
             remove_after_stop: true,
             port: None,
         };
@@ -196,6 +204,79 @@ impl BenchCluster {
     }
 
     /// Writes a pgbench script readable by the server's user.
+    /// With `BENCH_STATEMENTS=1`, prints the statements that took the most of the
+    /// database's time since the last call, and forgets them.
+    pub async fn print_statements(&self, label: &str) {
+        if env_number("BENCH_STATEMENTS", 0) != 1 {
+            return;
+        }
+        use diesel_async::RunQueryDsl;
+        #[derive(diesel::QueryableByName)]
+        struct Statement {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            query: String,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            calls: i64,
+            #[diesel(sql_type = diesel::sql_types::Double)]
+            total_ms: f64,
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            rows: i64,
+        }
+        let mut conn = db::connect_one(&self.url).await.expect("connect");
+        diesel::sql_query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(&mut conn)
+            .await
+            .expect("pg_stat_statements");
+        let top: Vec<Statement> = diesel::sql_query(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query, calls,
+                    total_exec_time AS total_ms, rows
+             FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12",
+        )
+        .load(&mut conn)
+        .await
+        .expect("statements");
+        println!("{label}: the database's statements by time");
+        for s in top {
+            println!(
+                "  {:>8.1} ms {:>7} calls {:>7.3} ms/call {:>7} rows  {}",
+                s.total_ms,
+                s.calls,
+                s.total_ms / s.calls.max(1) as f64,
+                s.rows,
+                s.query
+            );
+        }
+        diesel::sql_query("SELECT pg_stat_statements_reset()")
+            .execute(&mut conn)
+            .await
+            .expect("reset");
+    }
+
+    /// The server's postmaster process, from `postmaster.pid` under the cluster's root.
+    pub fn postmaster_pid(&self) -> u32 {
+        fn find(dir: &Path) -> Option<PathBuf> {
+            for entry in std::fs::read_dir(dir).ok()?.flatten() {
+                let path = entry.path();
+                if path.file_name().is_some_and(|n| n == "postmaster.pid") {
+                    return Some(path);
+                }
+                if path.is_dir() {
+                    if let Some(found) = find(&path) {
+                        return Some(found);
+                    }
+                }
+            }
+            None
+        }
+        let file = find(&self.root).expect("postmaster.pid under the cluster root");
+        std::fs::read_to_string(file)
+            .expect("postmaster.pid")
+            .lines()
+            .next()
+            .and_then(|line| line.trim().parse().ok())
+            .expect("postmaster pid")
+    }
+
     pub fn script(&self, name: &str, text: &str) -> PathBuf {
         let path = self.root.join(name);
         std::fs::write(&path, text).expect("script");
@@ -264,6 +345,49 @@ pub fn cpu_seconds() -> (f64, f64) {
         .map(|(_, v)| v)
         .sum();
     (own_ticks / ticks, busy / ticks)
+}
+
+/// CPU seconds (user + system) of one process, and of its children it has waited for.
+fn process_cpu_seconds(pid: u32) -> (f64, f64) {
+    let ticks = 100.0; // USER_HZ on Linux
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0.0);
+    // After the name: 11 utime, 12 stime, 13 cutime, 14 cstime (0-based from the state).
+    ((at(11) + at(12)) / ticks, (at(13) + at(14)) / ticks)
+}
+
+/// The parent of a process, read from /proc.
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU seconds spent so far by a PostgreSQL server: the postmaster, its live children
+/// (backends, writers) and the children it has reaped. Unlike the whole machine's busy
+/// time, this does not count whatever else runs on a shared machine.
+pub fn server_cpu_seconds(postmaster: u32) -> f64 {
+    let (own, reaped) = process_cpu_seconds(postmaster);
+    let children: f64 = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| parent_pid(*pid) == Some(postmaster))
+        .map(|pid| process_cpu_seconds(pid).0)
+        .sum();
+    own + reaped + children
+}
+
+/// CPU seconds of one process (a child this benchmark started).
+pub fn child_cpu_seconds(pid: u32) -> f64 {
+    process_cpu_seconds(pid).0
 }
 
 /// The form every load generator posts: five fields, urlencoded.
