@@ -82,6 +82,12 @@ impl Replica {
         serving
     }
 
+    /// The monitor's verdict now, uncounted (tests wait for it).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn serving(&self) -> bool {
+        self.serving.load(Ordering::SeqCst)
+    }
+
     /// Where a subscription's catch-up up to a frontier reads: the replica's pool when it
     /// has replayed the primary's log through `position` (the primary's position when the
     /// frontier was fixed, so every event up to it and its delivery are there), asked now;

@@ -46,6 +46,7 @@ mod pgbouncer;
 mod proxy;
 mod receiver;
 mod receiver_examples;
+mod replicas;
 mod recording_batches;
 mod schema_files;
 mod self_contained;
