@@ -264,7 +264,12 @@ impl PrimaryHistory {
     /// The standby's lag when it has replayed through `replayed` and the primary stands
     /// at `primary`: the time since the primary was first seen past `replayed`, and the
     /// bytes between.
-    fn lag(&mut self, replayed: WalPosition, primary: WalPosition, now: Instant) -> (Duration, u64) {
+    fn lag(
+        &mut self,
+        replayed: WalPosition,
+        primary: WalPosition,
+        now: Instant,
+    ) -> (Duration, u64) {
         while self
             .samples
             .front()
@@ -305,7 +310,10 @@ mod tests {
         let at = |second: u64| start + Duration::from_secs(second);
         let mut history = PrimaryHistory::default();
         history.primary_at(at(0), WalPosition(100));
-        assert_eq!(history.lag(WalPosition(100), WalPosition(100), at(0)).0, Duration::ZERO);
+        assert_eq!(
+            history.lag(WalPosition(100), WalPosition(100), at(0)).0,
+            Duration::ZERO
+        );
         // Replay stops at 100 while the primary writes on.
         history.primary_at(at(1), WalPosition(150));
         history.primary_at(at(2), WalPosition(200));

@@ -107,7 +107,11 @@ mod tests {
         for (variable, value, expected) in [
             ("FORMS_DATABASE_READ_POOL_SIZE", "0", "out of range"),
             ("FORMS_DATABASE_READ_MAX_LAG_SECONDS", "0", "greater than 0"),
-            ("FORMS_DATABASE_READ_MAX_LAG_SECONDS", "soon", "not a number"),
+            (
+                "FORMS_DATABASE_READ_MAX_LAG_SECONDS",
+                "soon",
+                "not a number",
+            ),
         ] {
             let errors = load(&[PRIMARY, STANDBY, (variable, value)])
                 .expect_err(variable)

@@ -344,8 +344,15 @@ mod tests {
 
     #[test]
     fn snapshots_parse_and_tell_when_everything_below_a_bound_ended() {
-        let snapshot =
-            Snapshot::new("100:105:100,103", &[], &[100, 103], 106, 105, WalPosition(0)).expect("parses");
+        let snapshot = Snapshot::new(
+            "100:105:100,103",
+            &[],
+            &[100, 103],
+            106,
+            105,
+            WalPosition(0),
+        )
+        .expect("parses");
         assert_eq!(
             (snapshot.xmax, snapshot.in_progress.clone()),
             (105, vec![100, 103])

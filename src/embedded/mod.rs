@@ -267,15 +267,20 @@ impl Cluster {
     /// replica tests).
     pub fn standby_at(&self, primary: &Connection, root: &Path) -> Result<Cluster, ClusterError> {
         let standby = Cluster {
-            root: std::path::absolute(root)
-                .map_err(ClusterError::io(format!("cannot resolve {}", root.display())))?,
+            root: std::path::absolute(root).map_err(ClusterError::io(format!(
+                "cannot resolve {}",
+                root.display()
+            )))?,
             relocated_from: None,
             bin_dir: self.bin_dir.clone(),
             run_as: self.run_as,
         };
         standby.hand_root_to_server_user()?;
         fs::set_permissions(&standby.root, fs::Permissions::from_mode(0o755)).map_err(
-            ClusterError::io(format!("cannot set permissions on {}", standby.root.display())),
+            ClusterError::io(format!(
+                "cannot set permissions on {}",
+                standby.root.display()
+            )),
         )?;
         write_private(&standby.password_file(), primary.password.expose())?;
         let output = self
@@ -284,7 +289,11 @@ impl Cluster {
             .arg("--pgdata")
             .arg(standby.pgdata())
             // standby.signal and primary_conninfo (with the password given here).
-            .args(["--write-recovery-conf", "--wal-method=stream", "--checkpoint=fast"])
+            .args([
+                "--write-recovery-conf",
+                "--wal-method=stream",
+                "--checkpoint=fast",
+            ])
             .arg("--dbname")
             .arg(format!(
                 "host=127.0.0.1 port={} user={ROLE} password={}",

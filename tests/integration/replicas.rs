@@ -70,9 +70,13 @@ fn start_pair() -> Pair {
         uuid::Uuid::new_v4().simple()
     ));
     let primary = embedded::Cluster::new(&root.join("primary")).expect("server binaries");
-    primary.hand_root_to_server_user().expect("primary directory");
+    primary
+        .hand_root_to_server_user()
+        .expect("primary directory");
     primary.initialize().expect("initdb");
-    let (started, connection) = primary.ensure_running(&settings()).expect("start the primary");
+    let (started, connection) = primary
+        .ensure_running(&settings())
+        .expect("start the primary");
     let primary_server = running(started);
     let primary_url = connection.url("postgres");
     let template = format!("replica_template_{}", uuid::Uuid::new_v4().simple());
@@ -305,7 +309,10 @@ async fn queries_and_exports_are_served_by_the_standby() {
     assert_eq!(answer["data"]["submission"]["id"], first.as_str());
     assert_eq!(answer["data"]["deliveryCounts"]["pending"], 2);
     assert_eq!(on_primary, 0, "the primary ran the listing");
-    assert!(on_standby >= 2, "the listing and the detail ran on the standby");
+    assert!(
+        on_standby >= 2,
+        "the listing and the detail ran on the standby"
+    );
     let (_, on_primary, on_standby) = ran_during(
         &databases,
         DELIVERY_COUNTS,
@@ -338,7 +345,10 @@ async fn queries_and_exports_are_served_by_the_standby() {
         "hymical-forms-read",
     )
     .await;
-    assert!(named >= 1, "no connection named hymical-forms-read on the standby");
+    assert!(
+        named >= 1,
+        "no connection named hymical-forms-read on the standby"
+    );
     let after = metrics(&app, &key).await;
     assert_eq!(value(&after, "hymical_replica_serving{}"), 1.0);
     assert!(reads(&after, "graphql", "replica") >= reads(&before, "graphql", "replica") + 2.0);
@@ -373,7 +383,10 @@ async fn past_the_lag_reads_go_to_the_primary_until_replay_catches_up() {
     assert_eq!(on_standby, 0, "the paused standby ran the listing");
     let lagging = metrics(&app, &key).await;
     assert_eq!(value(&lagging, "hymical_replica_serving{}"), 0.0);
-    assert!(value(&lagging, "hymical_replica_lag_seconds{}") > 1.0, "{lagging:?}");
+    assert!(
+        value(&lagging, "hymical_replica_lag_seconds{}") > 1.0,
+        "{lagging:?}"
+    );
     assert!(value(&lagging, "hymical_replica_lag_bytes{}") > 0.0);
 
     databases.resume_replay().await;
@@ -381,9 +394,15 @@ async fn past_the_lag_reads_go_to_the_primary_until_replay_catches_up() {
     let (answer, on_primary, on_standby) =
         ran_during(&databases, SUBMISSIONS, app.gql(&key, LISTING, variables)).await;
     assert_eq!(listed(&answer), 2, "{answer}");
-    assert_eq!(on_primary, 0, "the primary ran the listing after replay resumed");
+    assert_eq!(
+        on_primary, 0,
+        "the primary ran the listing after replay resumed"
+    );
     assert!(on_standby >= 2, "the standby did not take the reads back");
-    assert_eq!(value(&metrics(&app, &key).await, "hymical_replica_serving{}"), 1.0);
+    assert_eq!(
+        value(&metrics(&app, &key).await, "hymical_replica_serving{}"),
+        1.0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -431,8 +450,7 @@ async fn a_key_revoked_on_the_primary_is_refused_while_the_standby_still_has_it(
         )
         .await;
     assert_eq!(
-        created["data"]["createEndpoint"]["endpoint"]["name"],
-        "Written",
+        created["data"]["createEndpoint"]["endpoint"]["name"], "Written",
         "{created}"
     );
     databases.resume_replay().await;
@@ -448,7 +466,10 @@ async fn events(
     let stream = std::pin::pin!(stream);
     tokio::time::timeout(
         Duration::from_secs(30),
-        stream.take(count).map(|event| event.expect("event").id).collect(),
+        stream
+            .take(count)
+            .map(|event| event.expect("event").id)
+            .collect(),
     )
     .await
     .expect("the events within 30 s")
@@ -512,8 +533,15 @@ async fn a_catch_up_reads_the_standby_only_once_it_has_replayed_its_frontier() {
     }
     let history = feed.subscribe(primary, EventFilter::default(), Some(0), |_| {});
     let (ids, _, on_standby) = ran_during(&databases, EVENTS, events(history, 5)).await;
-    assert_eq!(ids.len(), 5, "the history the standby lacks came from the primary");
-    assert_eq!(on_standby, 0, "the catch-up read the standby behind its frontier");
+    assert_eq!(
+        ids.len(),
+        5,
+        "the history the standby lacks came from the primary"
+    );
+    assert_eq!(
+        on_standby, 0,
+        "the catch-up read the standby behind its frontier"
+    );
     let later = metrics(&app, &key).await;
     assert_eq!(
         reads(&later, "catch_up", "primary"),
