@@ -14,6 +14,8 @@ use crate::intake::committer::Committer;
 use crate::intake::endpoint_cache::EndpointCache;
 use crate::intake::screening::Screening;
 use crate::intake::{Intake, IntakeState};
+use crate::replica::Replica;
+use crate::telemetry::meters::ReplicaRead;
 use axum::extract::FromRef;
 
 pub struct App {
@@ -25,6 +27,10 @@ pub struct App {
     /// `FORMS_GRAPHQL_DATABASE_CONNECTIONS` connections at once: the rest is kept for
     /// intake and the workers.
     pub graphql_db: Db,
+    /// The read replica (`FORMS_DATABASE_READ_URL`), if any: reads that may trail the
+    /// primary go to it through [`App::graphql_query_db`] and [`App::export_connection`]
+    /// while its monitor allows.
+    pub replica: Option<Arc<Replica>>,
     pub clock: Arc<dyn Clock>,
     /// The process's delivery event reader, shared by every subscription.
     pub events: Arc<EventFeed>,
@@ -70,6 +76,17 @@ impl App {
         App::with_event_feed(config, connection, db, clock, EventFeed::new())
     }
 
+    /// [`App::new`] with a read replica.
+    pub fn with_replica(
+        config: Config,
+        connection: ConnectionSettings,
+        db: Db,
+        replica: Option<Replica>,
+        clock: Arc<dyn Clock>,
+    ) -> AppState {
+        App::build(config, connection, db, replica, clock, EventFeed::new())
+    }
+
     /// [`App::new`] with a given event feed (tests use one with a tiny buffer).
     pub fn with_event_feed(
         config: Config,
@@ -78,6 +95,21 @@ impl App {
         clock: Arc<dyn Clock>,
         events: EventFeed,
     ) -> AppState {
+        App::build(config, connection, db, None, clock, events)
+    }
+
+    fn build(
+        config: Config,
+        connection: ConnectionSettings,
+        db: Db,
+        replica: Option<Replica>,
+        clock: Arc<dyn Clock>,
+        mut events: EventFeed,
+    ) -> AppState {
+        let replica = replica.map(Arc::new);
+        if let Some(replica) = &replica {
+            events.catch_up_on(replica.clone());
+        }
         // Before anything is counted.
         crate::telemetry::meters::install();
         let body_budget = BodyBudget::new(config.http.max_buffered_body_bytes);
@@ -96,6 +128,7 @@ impl App {
             connection,
             graphql_db: db.share(config.graphql.database_connections),
             db,
+            replica,
             clock,
             events: Arc::new(events),
             revocations: Arc::new(KeyRevocations::default()),
@@ -108,5 +141,34 @@ impl App {
             files,
             config,
         })
+    }
+}
+
+/// The one choice of where a read that may trail the primary goes (docs/operations.md,
+/// "Read replicas"); everything else uses the primary's `db`, `graphql_db`, `connection`.
+impl App {
+    /// The replica, when there is one and its monitor lets reads go to it now.
+    fn serving_replica(&self, read: ReplicaRead) -> Option<&Replica> {
+        self.replica
+            .as_deref()
+            .filter(|replica| replica.serves(read))
+    }
+
+    /// The database of one GraphQL query operation (not a mutation, whose answer must show
+    /// its own write, nor a subscription): the replica's pool, or GraphQL's share of the
+    /// primary's.
+    pub fn graphql_query_db(&self) -> Db {
+        match self.serving_replica(ReplicaRead::Graphql) {
+            Some(replica) => replica.db.clone(),
+            None => self.graphql_db.clone(),
+        }
+    }
+
+    /// How an export opens its connection: to the replica, or to the primary.
+    pub fn export_connection(&self) -> &ConnectionSettings {
+        match self.serving_replica(ReplicaRead::Export) {
+            Some(replica) => &replica.connection,
+            None => &self.connection,
+        }
     }
 }

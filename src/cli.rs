@@ -306,7 +306,14 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
     if database.embedded {
         create_first_key(&pool, clock.now()).await?;
     }
-    let app = App::new(config, settings, pool, clock);
+    let replica = config
+        .database
+        .read
+        .as_ref()
+        .map(|read| crate::replica::Replica::open(read, &config.database))
+        .transpose()
+        .context("cannot set up the read replica's connections")?;
+    let app = App::with_replica(config, settings, pool, replica, clock);
     let config = &app.config;
     let http = if config.api_enabled {
         let listener = listen("FORMS_BIND", config.http.bind, "listening").await?;

@@ -21,6 +21,7 @@ mod intake;
 mod model;
 mod pages;
 mod postgres_url;
+mod replica;
 mod retention;
 mod router;
 mod services;

@@ -10,6 +10,7 @@
 //! | notification listener (the one `LISTEN` connection) | always | connection settings, the feed, the workers' wake-up |
 //! | event reader | with the API | pool, the feed |
 //! | key-revocation check | with the API | pool, the revocation watch |
+//! | read replica monitor (its lag, where reads go) | with the API and `FORMS_DATABASE_READ_URL` | the replica, pool |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
 //! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days, files |
 //! | event pruning (and autoresponder recipients past their quiet time, captcha tokens seen long ago, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
@@ -102,6 +103,13 @@ impl Services {
                 stop.clone(),
             ));
             tasks.spawn(app.revocations.clone().run(app.db.clone(), stop.clone()));
+            if let Some(replica) = &app.replica {
+                tasks.spawn(crate::replica::monitor(
+                    replica.clone(),
+                    app.db.clone(),
+                    stop.clone(),
+                ));
+            }
         }
         if plan.sweeper {
             tasks.spawn(crate::intake::rate_limit::sweep_expired_counters(

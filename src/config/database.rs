@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::reader::Reader;
-use super::Secret;
+use super::{ReadReplicaConfig, Secret};
 
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
@@ -20,6 +20,9 @@ pub struct DatabaseConfig {
     pub idle_in_transaction_timeout: Duration,
     pub data_dir: PathBuf,
     pub auto_migrate: bool,
+    /// A streaming standby for the reads that may trail the primary
+    /// (`FORMS_DATABASE_READ_*`); `None`: every read goes to the primary.
+    pub read: Option<ReadReplicaConfig>,
 }
 
 impl DatabaseConfig {
@@ -35,8 +38,14 @@ impl DatabaseConfig {
 pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
 
 pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
+    let url = url(
+        r,
+        "FORMS_DATABASE_URL",
+        "a postgres:// or postgresql:// URL, or unset for the embedded cluster",
+    );
+    let read = super::replica::read(r, url.is_some());
     DatabaseConfig {
-        url: url(r),
+        url,
         pool_size: r.integer("FORMS_DATABASE_POOL_SIZE", 16, 1, 10_000) as u32,
         statement_timeout: r.seconds("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", 30.0),
         connect_timeout: r.seconds("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", 5.0),
@@ -47,17 +56,17 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
                 .unwrap_or_else(|| "./.hymical".into()),
         ),
         auto_migrate: r.boolean("FORMS_AUTO_MIGRATE", false),
+        read,
     }
 }
 
-fn url(r: &mut Reader) -> Option<Secret> {
-    const NAME: &str = "FORMS_DATABASE_URL";
-    let raw = r.raw(NAME)?;
-    let rule = "a postgres:// or postgresql:// URL, or unset for the embedded cluster";
+/// A PostgreSQL URL in `name` (the primary's and the read replica's follow one rule).
+pub(super) fn url(r: &mut Reader, name: &'static str, rule: &str) -> Option<Secret> {
+    let raw = r.raw(name)?;
     // The URL may hold a password: problems are described, the value never repeated.
     if !(raw.starts_with("postgres://") || raw.starts_with("postgresql://")) {
         r.fail(
-            NAME,
+            name,
             "the value does not start with postgres:// or postgresql://".into(),
             rule,
         );
@@ -65,7 +74,7 @@ fn url(r: &mut Reader) -> Option<Secret> {
     }
     // Also reads `sslrootcert`, so a missing certificate file is reported here.
     if let Err(problem) = crate::postgres_url::parse(&raw) {
-        r.fail(NAME, problem, rule);
+        r.fail(name, problem, rule);
         return None;
     }
     Some(Secret::new(raw))

@@ -13,6 +13,7 @@ mod graphql;
 mod http;
 mod intake;
 mod reader;
+mod replica;
 mod smtp;
 mod spam;
 
@@ -29,6 +30,7 @@ pub use graphql::GraphqlConfig;
 pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
 use reader::Reader;
+pub use replica::ReadReplicaConfig;
 pub use smtp::{SmtpConfig, SmtpTls};
 pub use spam::SpamConfig;
 
@@ -403,6 +405,12 @@ mod tests {
             ("FORMS_DATABASE_URL", "postgres://u:hunter2@h:notaport/db", "valid"),
             ("FORMS_DATABASE_POOL_SIZE", "0", "out of range"),
             ("FORMS_DATABASE_POOL_SIZE", "many", "not a whole number"),
+            ("FORMS_DATABASE_READ_URL", "mysql://u:hunter2@h/db", "postgres://"),
+            ("FORMS_DATABASE_READ_URL", "postgres://u:hunter2@standby/db", "set without FORMS_DATABASE_URL"),
+            // Each of the others alone is an error for being set without the URL;
+            // src/config/replica.rs tests them with it.
+            ("FORMS_DATABASE_READ_POOL_SIZE", "4", "set without FORMS_DATABASE_READ_URL"),
+            ("FORMS_DATABASE_READ_MAX_LAG_SECONDS", "2", "set without FORMS_DATABASE_READ_URL"),
             ("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", "0", "greater than 0"),
             ("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "0", "greater than 0"),
             ("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "10", "must exceed FORMS_HTTP_SEND_TIMEOUT_SECONDS"),

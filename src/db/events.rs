@@ -8,6 +8,7 @@ use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{EventRow, EventRowSql};
+use super::replica::WalPosition;
 use super::schema::{delivery_event_retention, delivery_events, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
@@ -29,6 +30,10 @@ pub struct Snapshot {
     /// A transaction id assigned after the read: once every transaction below it has
     /// ended, the read's events are final.
     pub horizon: i64,
+    /// The primary's log position taken with the horizon, after the read: past the commit
+    /// of every event the read saw, and of every event a later read finds final because
+    /// the transactions below an earlier horizon ended before it.
+    pub wal_position: WalPosition,
 }
 
 impl Snapshot {
@@ -57,6 +62,7 @@ impl Snapshot {
         own: &[i64],
         horizon: i64,
         xmax_after: i64,
+        wal_position: WalPosition,
     ) -> Option<Snapshot> {
         let (xmax, mut in_progress) = Snapshot::parse(text)?;
         in_progress.retain(|xid| !foreign.contains(&(xid & 0xFFFF_FFFF)));
@@ -68,6 +74,7 @@ impl Snapshot {
             xmax,
             in_progress,
             horizon,
+            wal_position,
         })
     }
 
@@ -110,11 +117,19 @@ async fn with_horizon(
     conn: &mut AsyncPgConnection,
     (text, foreign, own): Seen,
 ) -> Result<Snapshot, DbError> {
-    let (horizon, xmax_after): (i64, i64) =
-        Statement::<FeedHorizon, (BigInt, BigInt), _>::new(&FEED_HORIZON, ())
+    let (horizon, xmax_after, wal_position): (i64, i64, i64) =
+        Statement::<FeedHorizon, (BigInt, BigInt, BigInt), _>::new(&FEED_HORIZON, ())
             .get_result(conn)
             .await?;
-    Snapshot::new(&text, &foreign, &own, horizon, xmax_after).ok_or_else(|| {
+    Snapshot::new(
+        &text,
+        &foreign,
+        &own,
+        horizon,
+        xmax_after,
+        WalPosition(wal_position),
+    )
+    .ok_or_else(|| {
         DbError::Query(diesel::result::Error::DeserializationError(
             format!("unexpected snapshot text {text:?}").into(),
         ))
@@ -329,8 +344,15 @@ mod tests {
 
     #[test]
     fn snapshots_parse_and_tell_when_everything_below_a_bound_ended() {
-        let snapshot =
-            Snapshot::new("100:105:100,103", &[], &[100, 103], 106, 105).expect("parses");
+        let snapshot = Snapshot::new(
+            "100:105:100,103",
+            &[],
+            &[100, 103],
+            106,
+            105,
+            WalPosition(0),
+        )
+        .expect("parses");
         assert_eq!(
             (snapshot.xmax, snapshot.in_progress.clone()),
             (105, vec![100, 103])
@@ -342,22 +364,22 @@ mod tests {
         // 105 may have been assigned and be running: a snapshot lists nothing from its
         // xmax on, so it cannot say.
         assert!(!snapshot.settled(106));
-        let quiet = Snapshot::new("7:7:", &[], &[], 8, 7).expect("parses");
+        let quiet = Snapshot::new("7:7:", &[], &[], 8, 7, WalPosition(0)).expect("parses");
         assert!(quiet.final_now);
         // Nothing listed, but one of the service's runs from xmax on.
         assert!(
-            !Snapshot::new("7:7:", &[], &[7], 8, 7)
+            !Snapshot::new("7:7:", &[], &[7], 8, 7, WalPosition(0))
                 .expect("parses")
                 .final_now
         );
         // Nothing listed and nothing seen running, but a transaction from xmax on ended
         // in between (the xmax moved): it may have run unseen at the read.
         assert!(
-            !Snapshot::new("7:7:", &[], &[], 9, 8)
+            !Snapshot::new("7:7:", &[], &[], 9, 8, WalPosition(0))
                 .expect("parses")
                 .final_now
         );
-        assert_eq!(Snapshot::new("7:x:", &[], &[], 7, 7), None);
+        assert_eq!(Snapshot::new("7:x:", &[], &[], 7, 7, WalPosition(0)), None);
         // A transaction of another database, known by its 32-bit id, is not waited for.
         let epoch_two = (2i64 << 32) + 103;
         let snapshot = Snapshot::new(
@@ -366,6 +388,7 @@ mod tests {
             &[100],
             epoch_two + 2,
             epoch_two + 1,
+            WalPosition(0),
         )
         .expect("parses");
         assert_eq!(snapshot.in_progress, vec![100]);

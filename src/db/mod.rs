@@ -18,6 +18,7 @@ pub mod migrations;
 pub mod models;
 pub mod queue;
 pub mod rate_limits;
+pub mod replica;
 pub mod schema;
 pub mod server_secrets;
 pub mod spam;
@@ -301,6 +302,25 @@ impl Db {
         call_timeout: Duration,
         counter: Option<StatementCounter>,
     ) -> Result<Db, DbError> {
+        let db = Db::open(settings, size, call_timeout, counter);
+        // Fail at start-up, not on the first request, when the database cannot be reached.
+        db.run(async |_| Ok(())).await?;
+        Ok(db)
+    }
+
+    /// [`Db::connect`] without a first connection: the pool opens them as calls need
+    /// them, so a server that is down at start-up fails those calls, not the start (the
+    /// read replica's pool: while its standby is down, reads go to the primary).
+    pub fn lazy(settings: ConnectionSettings, size: u32, call_timeout: Duration) -> Db {
+        Db::open(settings, size, call_timeout, None)
+    }
+
+    fn open(
+        settings: ConnectionSettings,
+        size: u32,
+        call_timeout: Duration,
+        counter: Option<StatementCounter>,
+    ) -> Db {
         let reachability = Arc::new(Reachability::default());
         let connect_timeout = settings.connect_timeout;
         let mut manager_config = ManagerConfig::default();
@@ -342,10 +362,9 @@ impl Db {
             // One attempt per connection wanted: a failure is recorded at once (see
             // `Reachability`) rather than retried inside the pool for seconds.
             .retry_connection(false)
-            .build(manager)
-            .await
-            .map_err(|e| DbError::Pool(e.to_string()))?;
-        let db = Db {
+            // No connection is opened here (there is no minimum of idle ones).
+            .build_unchecked(manager);
+        Db {
             pool,
             call_timeout,
             connect_timeout,
@@ -353,10 +372,7 @@ impl Db {
             waiting: Arc::default(),
             share: None,
             operation: None,
-        };
-        // Fail at start-up, not on the first request, when the database cannot be reached.
-        db.run(async |_| Ok(())).await?;
-        Ok(db)
+        }
     }
 
     /// Runs `work` on a pooled connection within the call deadline. A call that misses it
@@ -555,6 +571,15 @@ impl ConnectionSettings {
             ADMIN_STATEMENT_TIMEOUT,
             Duration::from_secs(10),
         )
+    }
+}
+
+impl ConnectionSettings {
+    /// The same settings under another `application_name` (the read replica's
+    /// connections, so that an operator tells them apart on the standby).
+    pub fn named(mut self, application_name: &str) -> ConnectionSettings {
+        self.config.application_name(application_name);
+        self
     }
 }
 

@@ -260,6 +260,59 @@ impl Cluster {
         self.run_as.give(&self.root)
     }
 
+    #[cfg(any(test, feature = "testing"))]
+    /// A streaming standby of this cluster's running server (reached through `primary`)
+    /// in `root`, made by `pg_basebackup` as the server's user, with the same superuser
+    /// password; started with [`Cluster::ensure_running`] like any cluster (the read
+    /// replica tests).
+    pub fn standby_at(&self, primary: &Connection, root: &Path) -> Result<Cluster, ClusterError> {
+        let standby = Cluster {
+            root: std::path::absolute(root).map_err(ClusterError::io(format!(
+                "cannot resolve {}",
+                root.display()
+            )))?,
+            relocated_from: None,
+            bin_dir: self.bin_dir.clone(),
+            run_as: self.run_as,
+        };
+        standby.hand_root_to_server_user()?;
+        fs::set_permissions(&standby.root, fs::Permissions::from_mode(0o755)).map_err(
+            ClusterError::io(format!(
+                "cannot set permissions on {}",
+                standby.root.display()
+            )),
+        )?;
+        write_private(&standby.password_file(), primary.password.expose())?;
+        let output = self
+            .run_as
+            .command(self.bin_dir.join("pg_basebackup"))
+            .arg("--pgdata")
+            .arg(standby.pgdata())
+            // standby.signal and primary_conninfo (with the password given here).
+            .args([
+                "--write-recovery-conf",
+                "--wal-method=stream",
+                "--checkpoint=fast",
+            ])
+            .arg("--dbname")
+            .arg(format!(
+                "host=127.0.0.1 port={} user={ROLE} password={}",
+                primary.port,
+                primary.password.expose()
+            ))
+            .current_dir(&standby.root)
+            .output()
+            .map_err(ClusterError::io("cannot run pg_basebackup"))?;
+        if !output.status.success() {
+            return Err(ClusterError::Failed(format!(
+                "pg_basebackup failed ({}): {}",
+                output.status,
+                last_lines(&String::from_utf8_lossy(&output.stderr), 5)
+            )));
+        }
+        Ok(standby)
+    }
+
     fn pgdata(&self) -> PathBuf {
         self.root.join("pgdata")
     }

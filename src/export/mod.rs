@@ -132,7 +132,9 @@ async fn export(
         }
         .into_response();
     };
-    let connection = match app.connection.connect().await {
+    // A snapshot a little behind the primary is as good a copy: the replica's, while it is
+    // within its lag.
+    let connection = match app.export_connection().connect().await {
         Ok(connection) => connection,
         Err(error) => return ApiError::from(error).into_response(),
     };

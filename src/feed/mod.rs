@@ -46,6 +46,17 @@
 //! its capacity behind is told it lagged, and reads what it missed from the table (up to
 //! the frontier) before it rejoins the broadcast; nobody else, and no worker, waits for it.
 //!
+//! ## Catch-up on the read replica
+//!
+//! With a read replica, a catch-up may read it instead of the primary, but only when the
+//! replica has everything up to the frontier. Each read of the reader also takes the
+//! primary's log position after it (db/sql/feed_horizon.sql): every event up to the
+//! frontier it publishes committed before that position. A catch-up asks the replica how
+//! far it has replayed as it starts, and reads it only when it has replayed through the
+//! position that came with its frontier; otherwise (behind, unreachable, not a standby of
+//! the primary) it reads the primary, as without a replica. The live events after the
+//! frontier always come from the primary's reader.
+//!
 //! Here: the feed and its subscriptions. The commit-safe reader is `reader.rs`; the pruning
 //! of events past their retention, `pruning.rs`.
 
@@ -57,8 +68,10 @@ use tokio::sync::{broadcast, watch, Notify};
 use crate::db::endpoints;
 use crate::db::events::{self, EventFilter, HistoryExpired};
 use crate::db::models::{EndpointEventRow, EventRow};
+use crate::db::replica::WalPosition;
 use crate::db::{Db, DbError};
 use crate::model::ids::EndpointId;
+use crate::replica::Replica;
 
 mod pruning;
 mod reader;
@@ -87,12 +100,17 @@ pub struct EventFeed {
     closing: watch::Sender<bool>,
     /// Bumped when an endpoint may have changed (see "Endpoint events").
     endpoint_changes: watch::Sender<u64>,
+    /// Where catch-ups may read when it has replayed far enough (see "Catch-up on the
+    /// read replica").
+    replica: Option<Arc<Replica>>,
 }
 
 struct Shared {
     /// Every event up to this id is committed and was broadcast (or predates the feed's
     /// start); nothing at or below it can still appear. `None` while nobody listens.
     frontier: Option<i64>,
+    /// The primary's log position taken after the read that fixed the frontier.
+    frontier_position: WalPosition,
     subscribers: usize,
     /// Bumped whenever the last subscriber leaves and the frontier is forgotten, so a read
     /// begun before cannot publish into the next start.
@@ -103,6 +121,8 @@ struct Shared {
 /// `receiver`, in id order.
 pub struct Registration {
     pub frontier: i64,
+    /// Every event up to `frontier` committed before the primary's log reached this.
+    pub position: WalPosition,
     pub receiver: broadcast::Receiver<EventBatch>,
     _subscriber: SubscriberGuard,
 }
@@ -150,6 +170,7 @@ impl EventFeed {
         EventFeed {
             shared: Mutex::new(Shared {
                 frontier: None,
+                frontier_position: WalPosition(0),
                 subscribers: 0,
                 generation: 0,
             }),
@@ -158,7 +179,13 @@ impl EventFeed {
             ready: Notify::new(),
             closing: watch::channel(false).0,
             endpoint_changes: watch::channel(0).0,
+            replica: None,
         }
+    }
+
+    /// Lets catch-ups read `replica` once it has replayed through their frontier.
+    pub fn catch_up_on(&mut self, replica: Arc<Replica>) {
+        self.replica = Some(replica);
     }
 
     /// An endpoint changed (or the listener reconnected and may have missed it).
@@ -247,6 +274,7 @@ impl EventFeed {
                     // Under the lock the reader cannot publish between the two.
                     return Ok(Registration {
                         frontier,
+                        position: shared.frontier_position,
                         receiver: self.sender.subscribe(),
                         _subscriber: guard,
                     });
@@ -281,9 +309,13 @@ impl EventFeed {
             started(cursor);
             loop {
                 if cursor < registration.frontier {
+                    let history = match &feed.replica {
+                        Some(replica) => replica.for_catch_up(&db, registration.position).await,
+                        None => db.clone(),
+                    };
                     let mut from = cursor;
                     loop {
-                        let page = catch_up_page(&db, from, registration.frontier, &filter).await?;
+                        let page = catch_up_page(&history, from, registration.frontier, &filter).await?;
                         let full = page.len() as i64 == CATCH_UP_PAGE;
                         for event in page {
                             from = event.id;

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::EventFeed;
 use crate::db::events;
 use crate::db::models::EventRow;
+use crate::db::replica::WalPosition;
 use crate::db::{Db, DbError};
 
 /// Events read per round; a full round is followed by another at once.
@@ -105,6 +106,7 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
         // have ended. The start waits like any read events: as one pending through the
         // newest id, decided by the same rule.
         let (snapshot, newest) = db.run(async |conn| events::read_start(conn).await).await?;
+        let position = snapshot.wal_position;
         let start = pending.take().unwrap_or(Pending {
             generation,
             through: newest,
@@ -114,7 +116,7 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
         *pending = decision.pending;
         let started = decision.publish.is_some();
         if let Some((through, events)) = decision.publish {
-            publish(feed, generation, through, events);
+            publish(feed, generation, through, position, events);
         }
         // Once started, read what came meanwhile at once.
         return Ok(started);
@@ -123,6 +125,7 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
         .run(async |conn| events::read_feed(conn, frontier, ROUND_LIMIT).await)
         .await?;
     let full = read.events.len() as i64 == ROUND_LIMIT;
+    let position = read.snapshot.wal_position;
     let decision = decide(
         pending.take(),
         generation,
@@ -133,7 +136,7 @@ async fn round(db: &Db, feed: &EventFeed, pending: &mut Option<Pending>) -> Resu
     );
     *pending = decision.pending;
     if let Some((through, events)) = decision.publish {
-        publish(feed, generation, through, events);
+        publish(feed, generation, through, position, events);
     }
     Ok(decision.again)
 }
@@ -239,7 +242,15 @@ fn decide(
 
 /// Moves the frontier to `through` and broadcasts `events` (all at or below it), under
 /// the lock registrations take, so each registration gets a consistent (frontier, receiver).
-fn publish(feed: &EventFeed, generation: u64, through: i64, events: Vec<EventRow>) {
+/// `position`: the primary's log position taken after the read that allowed it, past the
+/// commit of every event up to `through` (a catch-up on the replica waits for it).
+fn publish(
+    feed: &EventFeed,
+    generation: u64,
+    through: i64,
+    position: WalPosition,
+    events: Vec<EventRow>,
+) {
     let mut shared = feed.lock();
     if shared.generation != generation
         || shared.frontier.is_some_and(|frontier| frontier >= through)
@@ -247,6 +258,7 @@ fn publish(feed: &EventFeed, generation: u64, through: i64, events: Vec<EventRow
         return;
     }
     shared.frontier = Some(through);
+    shared.frontier_position = position;
     let newest = events.last().map(|event| event.occurred_at);
     if !events.is_empty() {
         // No receiver is not an error: subscribers come and go.
@@ -284,6 +296,7 @@ mod tests {
             in_progress: in_progress.to_vec(),
             final_now: in_progress.is_empty() && horizon == xmax,
             horizon,
+            wal_position: WalPosition(0),
         }
     }
 

@@ -89,11 +89,15 @@ pub(crate) fn with_operation_data(
     key: AuthenticatedKey,
 ) -> async_graphql::Request {
     let subscription = operation == Some(OperationType::Subscription);
-    let db = if subscription {
-        app.graphql_db.clone()
-    } else {
-        app.graphql_db
-            .for_operation(app.config.graphql.max_database_calls, OPERATION_CONNECTIONS)
+    let allowance =
+        |db: Db| db.for_operation(app.config.graphql.max_database_calls, OPERATION_CONNECTIONS);
+    // Only a query may read the replica: a mutation's answer shows its own write, and a
+    // subscription's events come from the primary's reader (its catch-up is the feed's
+    // to route).
+    let db = match operation {
+        Some(OperationType::Subscription) => app.graphql_db.clone(),
+        Some(OperationType::Query) => allowance(app.graphql_query_db()),
+        Some(OperationType::Mutation) | None => allowance(app.graphql_db.clone()),
     };
     let loaders = if subscription {
         Loaders::uncached(&db)

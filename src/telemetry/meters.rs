@@ -167,6 +167,54 @@ fn describe() {
         "hymical_db_pool_waiting",
         "Database calls of this process waiting for a pooled connection."
     );
+    describe_gauge!(
+        "hymical_replica_lag_seconds",
+        Unit::Seconds,
+        "How long the read replica has been missing write-ahead log the primary had (0 when it has replayed all the primary had at the last measurement), measured every second."
+    );
+    describe_gauge!(
+        "hymical_replica_lag_bytes",
+        Unit::Bytes,
+        "Write-ahead log the primary had and the read replica had not replayed, at the last measurement."
+    );
+    describe_gauge!(
+        "hymical_replica_serving",
+        "1 while reads go to the read replica, 0 while they go to the primary (the replica past FORMS_DATABASE_READ_MAX_LAG_SECONDS, unreachable, or not a standby of the primary)."
+    );
+    describe_counter!(
+        "hymical_replica_reads_total",
+        "Reads that may go to the read replica, by read (graphql: a query operation; export; catch_up: a subscription's history) and by the server that served them (replica, primary)."
+    );
+}
+
+/// Which reads may go to the read replica.
+#[derive(Debug, Clone, Copy)]
+pub enum ReplicaRead {
+    Graphql,
+    Export,
+    CatchUp,
+}
+
+/// One read that may go to the replica, and where it went.
+pub fn replica_read(read: ReplicaRead, on_replica: bool) {
+    let read = match read {
+        ReplicaRead::Graphql => "graphql",
+        ReplicaRead::Export => "export",
+        ReplicaRead::CatchUp => "catch_up",
+    };
+    let served_by = if on_replica { "replica" } else { "primary" };
+    metrics::counter!("hymical_replica_reads_total", "read" => read, "served_by" => served_by)
+        .increment(1);
+}
+
+/// What the replica's monitor measured: the lag (unchanged when it could not measure)
+/// and whether reads go to the replica.
+pub fn replica_measured(lag: Option<(Duration, u64)>, serving: bool) {
+    if let Some((seconds, bytes)) = lag {
+        metrics::gauge!("hymical_replica_lag_seconds").set(seconds.as_secs_f64());
+        metrics::gauge!("hymical_replica_lag_bytes").set(bytes as f64);
+    }
+    metrics::gauge!("hymical_replica_serving").set(if serving { 1.0 } else { 0.0 });
 }
 
 /// One answered form submission.

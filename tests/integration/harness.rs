@@ -335,7 +335,12 @@ impl TestApp {
     ) -> TestApp {
         let config = config(vars);
         let (settings, pool) = pool_on(url, &config, counter).await;
-        let app = App::new(config, settings, pool, clock);
+        // With FORMS_DATABASE_READ_URL, the read replica as a serving process opens it.
+        let replica = config.database.read.as_ref().map(|read| {
+            hymical_forms::testing::replica::Replica::open(read, &config.database)
+                .expect("read replica settings")
+        });
+        let app = App::with_replica(config, settings, pool, replica, clock);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");

@@ -47,6 +47,7 @@ mod proxy;
 mod receiver;
 mod receiver_examples;
 mod recording_batches;
+mod replicas;
 mod schema_files;
 mod self_contained;
 mod smtp_server;
