@@ -64,8 +64,28 @@ fn url(r: &mut Reader) -> Option<Secret> {
         return None;
     }
     // Also reads `sslrootcert`, so a missing certificate file is reported here.
-    if let Err(problem) = crate::postgres_url::parse(&raw) {
-        r.fail(NAME, problem, rule);
+    let target = match crate::postgres_url::parse(&raw) {
+        Ok(target) => target,
+        Err(problem) => {
+            r.fail(NAME, problem, rule);
+            return None;
+        }
+    };
+    // Several hosts are a primary and its standbys: without the read-write check a
+    // connection could land on a standby, where every write fails.
+    if target.hosts.len() > 1
+        && target.hosts.iter().any(|host| {
+            host.get_target_session_attrs() != tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        })
+    {
+        r.fail(
+            NAME,
+            format!(
+                "the URL names {} hosts but not target_session_attrs=read-write",
+                target.hosts.len()
+            ),
+            rule,
+        );
         return None;
     }
     Some(Secret::new(raw))

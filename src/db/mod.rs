@@ -53,13 +53,15 @@ pub const APPLICATION_NAME: &str = "hymical-forms";
 /// How every connection of the process is opened and set up.
 #[derive(Clone)]
 pub struct ConnectionSettings {
-    config: tokio_postgres::Config,
+    /// One configuration per host of the URL, tried in its order.
+    hosts: Arc<[tokio_postgres::Config]>,
     tls: tls::Tls,
     setup: String,
-    /// The whole opening (TCP, TLS, start-up, authentication, set-up) must fit in this:
-    /// tokio-postgres's own connect timeout covers only the TCP connect, and a server that
-    /// accepts and then says nothing would hold the attempt (and its place in the pool)
-    /// for ever.
+    /// The whole opening of one host (TCP, TLS, start-up, authentication, the read-write
+    /// check `target_session_attrs=read-write` asks for, set-up) must fit in this, and each
+    /// host has its own: tokio-postgres's own connect timeout covers only the TCP connect,
+    /// and a server that accepts and then says nothing would otherwise hold the attempt
+    /// (and its place in the pool) for ever, or leave no time for the next host.
     connect_timeout: Duration,
 }
 
@@ -90,36 +92,42 @@ impl ConnectionSettings {
         let target = tls::parse(url.expose()).map_err(|problem| {
             DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(problem))
         })?;
-        let mut config = target.config;
-        config
-            .application_name(APPLICATION_NAME)
-            .connect_timeout(connect_timeout)
-            .keepalives(true)
-            .keepalives_idle(KEEPALIVE_IDLE)
-            .keepalives_interval(KEEPALIVE_INTERVAL)
-            .keepalives_retries(KEEPALIVE_RETRIES)
-            // Sent data that stays unacknowledged this long ends the connection, so a
-            // query on a dead route fails rather than waiting for ever.
-            .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+        let mut hosts = target.hosts;
+        for config in &mut hosts {
+            config
+                .application_name(APPLICATION_NAME)
+                .connect_timeout(connect_timeout)
+                .keepalives(true)
+                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_interval(KEEPALIVE_INTERVAL)
+                .keepalives_retries(KEEPALIVE_RETRIES)
+                // Sent data that stays unacknowledged this long ends the connection, so a
+                // query on a dead route fails rather than waiting for ever.
+                .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+        }
         let setup = format!(
             "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
             statement_timeout.as_millis().max(1),
             idle_in_transaction_timeout.as_millis().max(1),
         );
         Ok(ConnectionSettings {
-            config,
+            hosts: hosts.into(),
             tls: target.tls,
             setup,
             connect_timeout,
         })
     }
 
-    async fn open_with<T>(&self, tls: T) -> Result<AsyncPgConnection, DbError>
+    async fn open_with<T>(
+        &self,
+        config: &tokio_postgres::Config,
+        tls: T,
+    ) -> Result<AsyncPgConnection, DbError>
     where
         T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
         T::Stream: Send + Unpin + 'static,
     {
-        let (client, connection) = self.config.connect(tls).await.map_err(|error| {
+        let (client, connection) = config.connect(tls).await.map_err(|error| {
             // tokio-postgres names the cause (a refused certificate, say) only in the
             // error's source.
             let cause = std::error::Error::source(&error)
@@ -133,17 +141,36 @@ impl ConnectionSettings {
     }
 
     /// Opens one connection, set up like every other (outside the pool: migrations,
-    /// administrative commands, exports, the notification listener).
+    /// administrative commands, exports, the notification listener). The URL's hosts are
+    /// tried in order, each within the connect timeout, and the first that opens (and,
+    /// with `target_session_attrs=read-write`, takes writes) is used: after a failover the
+    /// new primary is found by the next connection, whatever host it is.
     pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
-        tokio::time::timeout(self.connect_timeout, self.open())
-            .await
-            .map_err(|_| DbError::Deadline(self.connect_timeout))?
+        let mut failures = Vec::new();
+        for config in self.hosts.iter() {
+            match tokio::time::timeout(self.connect_timeout, self.open(config)).await {
+                Ok(Ok(connection)) => return Ok(connection),
+                Ok(Err(error)) if self.hosts.len() == 1 => return Err(error),
+                Err(_) if self.hosts.len() == 1 => {
+                    return Err(DbError::Deadline(self.connect_timeout))
+                }
+                Ok(Err(error)) => failures.push(format!("{}: {error}", host_name(config))),
+                Err(_) => failures.push(format!(
+                    "{}: no connection within {:?}",
+                    host_name(config),
+                    self.connect_timeout
+                )),
+            }
+        }
+        Err(DbError::Connect(diesel::ConnectionError::BadConnection(
+            format!("no host could be used ({})", failures.join("; ")),
+        )))
     }
 
-    async fn open(&self) -> Result<AsyncPgConnection, DbError> {
+    async fn open(&self, config: &tokio_postgres::Config) -> Result<AsyncPgConnection, DbError> {
         let mut connection = match &self.tls {
-            tls::Tls::Off => self.open_with(tokio_postgres::NoTls).await?,
-            tls::Tls::Rustls(connector) => self.open_with(connector.clone()).await?,
+            tls::Tls::Off => self.open_with(config, tokio_postgres::NoTls).await?,
+            tls::Tls::Rustls(connector) => self.open_with(config, connector.clone()).await?,
         };
         connection
             .batch_execute(&self.setup)
@@ -151,6 +178,18 @@ impl ConnectionSettings {
             .map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
         Ok(connection)
     }
+}
+
+/// `host:port` of a one-host configuration, for an error message (never the password).
+fn host_name(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(name)) if name.contains(':') => format!("[{name}]"),
+        Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "?".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
 }
 
 /// The process's database: a bb8 pool of diesel-async connections and the deadline of each
@@ -408,6 +447,13 @@ impl Db {
         };
         let remaining = self.call_timeout.saturating_sub(started.elapsed());
         match tokio::time::timeout(remaining, work(&mut connection)).await {
+            Ok(Err(error)) if error.ends_connection() => {
+                // A server that was demoted (a failover) or is shutting down answers this
+                // way: the connection must not go back to the pool, where the next call
+                // would fail on it too; a new one finds the current primary.
+                discard(&mut connection);
+                Err(error)
+            }
             Ok(result) => result,
             Err(_) => {
                 discard(&mut connection);
