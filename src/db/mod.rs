@@ -358,6 +358,24 @@ impl Db {
                     DbError::Connect(error) => error,
                     other => diesel::ConnectionError::BadConnection(other.to_string()),
                 })?;
+                // Before the pool hands it out: every write of the service on a timeline
+                // comes after its event ids were made safe (db/sql/enter_timeline.sql).
+                match events::enter_timeline(&mut connection).await {
+                    Ok((Some(timeline), true)) => tracing::warn!(
+                        timeline,
+                        "the database is on a new timeline (a failover): event ids moved on \
+                         by {} so none is handed out twice",
+                        events::TIMELINE_ID_MARGIN
+                    ),
+                    Ok(_) => {}
+                    Err(error) => {
+                        reach.failed();
+                        return Err(diesel::ConnectionError::BadConnection(format!(
+                            "cannot read the database's timeline: {}",
+                            error.summary()
+                        )));
+                    }
+                }
                 // Counted from here: a connection's own set-up is no statement of a request.
                 if let Some(counter) = counter {
                     use diesel_async::AsyncConnection;
