@@ -450,18 +450,29 @@ impl Db {
         } else {
             self.call_timeout
         };
-        let mut connection = {
-            let _waiting = Waiting::start(&self.waiting);
-            let attempt_failed = self.reachability.attempt_failed.notified();
-            tokio::pin!(attempt_failed);
-            attempt_failed.as_mut().enable();
-            tokio::select! {
-                checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
-                    checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+        let checkout_until = tokio::time::Instant::now() + checkout_limit;
+        let mut connection = loop {
+            let mut connection = {
+                let _waiting = Waiting::start(&self.waiting);
+                let attempt_failed = self.reachability.attempt_failed.notified();
+                tokio::pin!(attempt_failed);
+                attempt_failed.as_mut().enable();
+                tokio::select! {
+                    checkout = tokio::time::timeout_at(checkout_until, self.pool.get()) => {
+                        checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+                    }
+                    // The connection this checkout waits for may be the one that failed.
+                    _ = attempt_failed, if !idle => return Err(DbError::Unreachable),
                 }
-                // The connection this checkout waits for may be the one that failed.
-                _ = attempt_failed, if !idle => return Err(DbError::Unreachable),
+            };
+            // An idle connection whose server went away meanwhile (a primary that died or
+            // was demoted in a failover closes its sessions) is known closed without a
+            // round trip: take another rather than fail this call on it.
+            if diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *connection) {
+                discard(&mut connection);
+                continue;
             }
+            break connection;
         };
         let remaining = self.call_timeout.saturating_sub(started.elapsed());
         match tokio::time::timeout(remaining, work(&mut connection)).await {

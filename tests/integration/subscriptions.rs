@@ -1326,7 +1326,6 @@ fn server_send_queue(server_port: u16, client_port: u16) -> u64 {
 /// written afterwards, none skipped, and the move happens once.
 #[tokio::test(flavor = "multi_thread")]
 async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subscribers() {
-    use futures_util::StreamExt;
     use hymical_forms::testing::app::App;
     use hymical_forms::testing::db::events::{EventFilter, TIMELINE_ID_MARGIN};
     use hymical_forms::testing::feed::EventFeed;
