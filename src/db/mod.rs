@@ -198,7 +198,8 @@ fn host_name(config: &tokio_postgres::Config) -> String {
 pub struct Db {
     pool: DbPool,
     call_timeout: Duration,
-    /// A checkout while the database refuses connections waits at most this long.
+    /// A checkout while the database refuses connections waits at most this long: one
+    /// opening, every host of the URL in turn.
     connect_timeout: Duration,
     reachability: Arc<Reachability>,
     /// Calls waiting for a pooled connection (bb8 does not count them).
@@ -341,7 +342,8 @@ impl Db {
         counter: Option<StatementCounter>,
     ) -> Result<Db, DbError> {
         let reachability = Arc::new(Reachability::default());
-        let connect_timeout = settings.connect_timeout;
+        // The longest an opening can take: each host in turn, within its own timeout.
+        let connect_timeout = settings.connect_timeout * settings.hosts.len().max(1) as u32;
         let mut manager_config = ManagerConfig::default();
         let reach = reachability.clone();
         manager_config.custom_setup = Box::new(move |_url| {
