@@ -441,26 +441,29 @@ impl Db {
             ),
             None => None,
         };
-        let idle = self.pool.state().idle_connections > 0;
-        let checkout_limit = if idle {
-            self.call_timeout
-        } else if self.reachability.refuse_now() {
-            return Err(DbError::Unreachable);
-        } else if self.reachability.failing() {
-            // Trying again while the database was unreachable: no longer than a connect.
-            self.connect_timeout.min(self.call_timeout)
-        } else {
-            self.call_timeout
-        };
-        let checkout_until = tokio::time::Instant::now() + checkout_limit;
+        // Broken connections handed out so far: at most those the pool holds now and one
+        // it opens, then give up.
+        let broken_limit = self.pool.state().connections + 1;
+        let mut broken = 0;
         let mut connection = loop {
+            let idle = self.pool.state().idle_connections > 0;
+            let checkout_limit = if idle {
+                self.call_timeout
+            } else if self.reachability.refuse_now() {
+                return Err(DbError::Unreachable);
+            } else if self.reachability.failing() {
+                // Trying again while the database was unreachable: no longer than a connect.
+                self.connect_timeout.min(self.call_timeout)
+            } else {
+                self.call_timeout
+            };
             let mut connection = {
                 let _waiting = Waiting::start(&self.waiting);
                 let attempt_failed = self.reachability.attempt_failed.notified();
                 tokio::pin!(attempt_failed);
                 attempt_failed.as_mut().enable();
                 tokio::select! {
-                    checkout = tokio::time::timeout_at(checkout_until, self.pool.get()) => {
+                    checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
                         checkout.map_err(|_| DbError::Deadline(checkout_limit))??
                     }
                     // The connection this checkout waits for may be the one that failed.
@@ -472,6 +475,10 @@ impl Db {
             // round trip: take another rather than fail this call on it.
             if diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *connection) {
                 discard(&mut connection);
+                broken += 1;
+                if broken > broken_limit {
+                    return Err(DbError::Unreachable);
+                }
                 continue;
             }
             break connection;
