@@ -361,3 +361,56 @@ async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
         .expect("setting");
     assert_eq!(read_only, "off");
 }
+
+/// An idle pooled connection whose server ended it (as a primary does to its sessions when
+/// it dies or is demoted in a failover) is passed over at checkout: the next call gets a
+/// fresh connection and succeeds, rather than failing on the dead one.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
+    let db = TestDb::new().await;
+    let (_settings, pool) = crate::harness::pool(&db, None).await;
+    let pid_of = || async {
+        pool.run(async |conn| {
+            let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
+                .get_result(conn)
+                .await?;
+            Ok(row.port)
+        })
+        .await
+    };
+    let first = pid_of().await.expect("pid");
+    let mut admin = db.connect().await;
+    diesel::sql_query(format!("SELECT pg_terminate_backend({first})"))
+        .execute(&mut admin)
+        .await
+        .expect("terminate");
+    // Until the backend has ended (bounded); the pool's connection then reads the server's
+    // goodbye on its own, without being asked.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let gone: i64 = {
+            #[derive(diesel::QueryableByName)]
+            struct Count {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                n: i64,
+            }
+            diesel::sql_query(format!(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = {first}"
+            ))
+            .get_result::<Count>(&mut admin)
+            .await
+            .expect("activity")
+            .n
+        };
+        if gone == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backend did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = pid_of()
+        .await
+        .expect("a call after the server ended the idle connection");
+    assert_ne!(second, first);
+}
