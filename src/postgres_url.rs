@@ -56,7 +56,10 @@ impl SslMode {
 
 /// A database URL split into what tokio-postgres reads and what this module does.
 pub struct Target {
-    pub config: tokio_postgres::Config,
+    /// One configuration per host, in the URL's order: a connection tries them in turn,
+    /// each within a deadline of its own (tokio-postgres, given them all, would spend one
+    /// deadline on every host together).
+    pub hosts: Vec<tokio_postgres::Config>,
     pub tls: Tls,
 }
 
@@ -67,50 +70,242 @@ pub enum Tls {
     Rustls(MakeRustlsConnect),
 }
 
-/// Parses a `postgres://` URL with libpq's TLS parameters. Errors describe the problem
-/// without repeating the URL (it may hold a password).
+/// Parses a `postgres://` URL as libpq does, with several hosts if it names them (the
+/// form pg_auto_failover and managed services print: `postgres://u:p@h1:5432,h2:5433/db?
+/// target_session_attrs=read-write`, or `?host=h1,h2&port=5432,5433`), and libpq's TLS
+/// parameters. Errors describe the problem without repeating the URL (it may hold a
+/// password).
 pub fn parse(url: &str) -> Result<Target, String> {
-    let mut parsed =
-        url::Url::parse(url).map_err(|_| "the value is not a valid URL".to_string())?;
+    let parts = Parts::split(url)?;
     let mut mode = SslMode::Prefer;
     let mut root_cert: Option<PathBuf> = None;
     let mut kept: Vec<(String, String)> = Vec::new();
-    for (name, value) in parsed.query_pairs() {
-        match name.as_ref() {
-            "sslmode" => mode = SslMode::parse(&value)?,
+    let mut query_hosts: Option<Vec<String>> = None;
+    let mut query_ports: Option<Vec<String>> = None;
+    let mut query_addrs: Option<Vec<String>> = None;
+    for (name, value) in &parts.query {
+        match name.as_str() {
+            "sslmode" => mode = SslMode::parse(value)?,
             "sslrootcert" if value == "system" => root_cert = None,
-            "sslrootcert" => root_cert = Some(PathBuf::from(value.as_ref())),
+            "sslrootcert" => root_cert = Some(PathBuf::from(value)),
             "sslcert" | "sslkey" | "sslpassword" => {
                 return Err(format!(
                     "{name} is not supported: client certificates cannot be used"
                 ))
             }
-            _ => kept.push((name.into_owned(), value.into_owned())),
+            // libpq: a parameter in the query string overrides the URL's own part.
+            "host" => query_hosts = Some(list(value)),
+            "port" => query_ports = Some(list(value)),
+            "hostaddr" => query_addrs = Some(list(value)),
+            "user" | "password" | "dbname" => {
+                return Err(format!(
+                    "{name} belongs in the URL itself, not in its query string"
+                ))
+            }
+            _ => kept.push((name.clone(), value.clone())),
         }
     }
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(&kept);
+    let (hosts, mut ports): (Vec<String>, Vec<String>) = match query_hosts {
+        Some(hosts) => (hosts, Vec::new()),
+        None => parts.hosts.into_iter().unzip(),
+    };
+    if let Some(query_ports) = query_ports {
+        ports = query_ports;
     }
-    let mut config: tokio_postgres::Config = parsed
-        .as_str()
-        .parse()
-        .map_err(|_| "the value is not a valid PostgreSQL connection URL".to_string())?;
+    let addrs = query_addrs.unwrap_or_default();
+    if hosts.is_empty() {
+        return Err("the URL names no host".into());
+    }
+    if hosts.iter().any(String::is_empty) {
+        return Err("the URL's host list has an empty entry".into());
+    }
+    // libpq: one port for every host, or one per host.
+    let port_of = |index: usize| -> Result<String, String> {
+        let port = match ports.len() {
+            0 => "",
+            1 => ports[0].as_str(),
+            n if n == hosts.len() => ports[index].as_str(),
+            n => {
+                return Err(format!(
+                    "the URL names {} hosts and {n} ports: give one port, or one per host",
+                    hosts.len()
+                ))
+            }
+        };
+        let port = if port.is_empty() { "5432" } else { port };
+        match port.parse::<u16>() {
+            Ok(number) if number > 0 => Ok(number.to_string()),
+            _ => Err(format!("{port:?} is not a port number")),
+        }
+    };
+    if !addrs.is_empty() && addrs.len() != hosts.len() {
+        return Err(format!(
+            "the URL names {} hosts and {} hostaddr values: give one per host",
+            hosts.len(),
+            addrs.len()
+        ));
+    }
     // libpq: `require` with a root certificate checks the chain, like `verify-ca`.
     if mode == SslMode::Require && root_cert.is_some() {
         mode = SslMode::VerifyCa;
+    }
+    let wire_mode = match mode {
+        SslMode::Disable => WireMode::Disable,
+        SslMode::Prefer => WireMode::Prefer,
+        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => WireMode::Require,
+    };
+    let mut configs = Vec::with_capacity(hosts.len());
+    for (index, host) in hosts.iter().enumerate() {
+        let mut fields: Vec<(&str, &str)> = Vec::new();
+        let port = port_of(index)?;
+        fields.push(("host", host));
+        fields.push(("port", &port));
+        if let Some(addr) = addrs.get(index) {
+            fields.push(("hostaddr", addr));
+        }
+        if let Some(user) = &parts.user {
+            fields.push(("user", user));
+        }
+        if let Some(password) = &parts.password {
+            fields.push(("password", password));
+        }
+        if let Some(dbname) = &parts.dbname {
+            fields.push(("dbname", dbname));
+        }
+        fields.extend(
+            kept.iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        );
+        let conninfo = fields
+            .iter()
+            .map(|(name, value)| {
+                format!(
+                    "{name}='{}'",
+                    value.replace('\\', "\\\\").replace('\'', "\\'")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        // tokio-postgres names the parameter (in the error's source), never its value.
+        let mut config: tokio_postgres::Config = conninfo.parse().map_err(|error| {
+            let cause = std::error::Error::source(&error)
+                .map(|source| format!(": {source}"))
+                .unwrap_or_default();
+            format!("the value is not a valid PostgreSQL connection URL{cause}")
+        })?;
+        config.ssl_mode(wire_mode);
+        configs.push(config);
     }
     let tls = match mode {
         SslMode::Disable => Tls::Off,
         _ => Tls::Rustls(MakeRustlsConnect::new(client_config(mode, root_cert)?)),
     };
-    config.ssl_mode(match mode {
-        SslMode::Disable => WireMode::Disable,
-        SslMode::Prefer => WireMode::Prefer,
-        SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => WireMode::Require,
-    });
-    Ok(Target { config, tls })
+    Ok(Target {
+        hosts: configs,
+        tls,
+    })
+}
+
+/// A comma-separated list of a query parameter (`host=a,b`).
+fn list(value: &str) -> Vec<String> {
+    value.split(',').map(str::to_string).collect()
+}
+
+/// A URL cut where libpq cuts it, each part percent-decoded.
+struct Parts {
+    user: Option<String>,
+    password: Option<String>,
+    /// Host and port (empty: the default) of each entry of the host list.
+    hosts: Vec<(String, String)>,
+    dbname: Option<String>,
+    query: Vec<(String, String)>,
+}
+
+impl Parts {
+    fn split(url: &str) -> Result<Parts, String> {
+        let rest = url
+            .strip_prefix("postgres://")
+            .or_else(|| url.strip_prefix("postgresql://"))
+            .ok_or("the value does not start with postgres:// or postgresql://")?;
+        // libpq: the credentials end at the first `@` before the path.
+        let (credentials, rest) = match rest.find(['@', '/']) {
+            Some(at) if rest.as_bytes()[at] == b'@' => (Some(&rest[..at]), &rest[at + 1..]),
+            _ => (None, rest),
+        };
+        let (user, password) = match credentials {
+            None => (None, None),
+            Some(credentials) => match credentials.split_once(':') {
+                Some((user, password)) => (
+                    Some(decode(user, "the user name")?),
+                    Some(decode(password, "the password")?),
+                ),
+                None => (Some(decode(credentials, "the user name")?), None),
+            },
+        };
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, rest) = rest.split_at(end);
+        let mut hosts = Vec::new();
+        if !authority.is_empty() {
+            for entry in authority.split(',') {
+                hosts.push(host_and_port(entry)?);
+            }
+        }
+        let (path, query) = match rest.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (rest, None),
+        };
+        let dbname = match path.strip_prefix('/') {
+            Some("") | None => None,
+            Some(name) => Some(decode(name, "the database name")?),
+        };
+        let mut pairs = Vec::new();
+        for pair in query
+            .unwrap_or("")
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+        {
+            let (name, value) = pair.split_once('=').ok_or("a query parameter has no `=`")?;
+            let name = decode(name, "a query parameter's name")?;
+            let value = decode(value, &format!("the value of {name}"))?;
+            pairs.push((name, value));
+        }
+        Ok(Parts {
+            user,
+            password,
+            hosts,
+            dbname,
+            query: pairs,
+        })
+    }
+}
+
+/// One entry of the host list: `host`, `host:port`, `[v6]` or `[v6]:port`.
+fn host_and_port(entry: &str) -> Result<(String, String), String> {
+    let (host, port) = if let Some(bracketed) = entry.strip_prefix('[') {
+        let (host, after) = bracketed
+            .split_once(']')
+            .ok_or("an IPv6 address in the host list has no closing `]`")?;
+        let port = match after {
+            "" => "",
+            after => after
+                .strip_prefix(':')
+                .ok_or("unexpected characters after an IPv6 address in the host list")?,
+        };
+        (host, port)
+    } else {
+        entry.split_once(':').unwrap_or((entry, ""))
+    };
+    if host.is_empty() {
+        return Err("the URL's host list has an empty entry".into());
+    }
+    Ok((decode(host, "a host name")?, decode(port, "a port")?))
+}
+
+fn decode(text: &str, what: &str) -> Result<String, String> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(|decoded| decoded.into_owned())
+        .map_err(|_| format!("{what} is not valid UTF-8 once percent-decoded"))
 }
 
 fn client_config(
@@ -242,7 +437,7 @@ mod tests {
     fn mode_of(url: &str) -> Result<(WireMode, bool), String> {
         let target = parse(url)?;
         Ok((
-            target.config.get_ssl_mode(),
+            target.hosts[0].get_ssl_mode(),
             matches!(target.tls, Tls::Rustls(_)),
         ))
     }
@@ -282,5 +477,116 @@ mod tests {
             .err()
             .unwrap();
         assert!(error.contains("/nonexistent.pem"), "{error}");
+    }
+
+    use tokio_postgres::config::{Host, TargetSessionAttrs};
+
+    /// Each host's `host:port`, in order.
+    fn hosts(url: &str) -> Vec<String> {
+        parse(url)
+            .unwrap()
+            .hosts
+            .iter()
+            .map(|config| {
+                assert_eq!(config.get_hosts().len(), 1);
+                assert_eq!(config.get_ports().len(), 1);
+                let host = match &config.get_hosts()[0] {
+                    Host::Tcp(name) => name.clone(),
+                    Host::Unix(path) => path.display().to_string(),
+                };
+                format!("{host}/{}", config.get_ports()[0])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn several_hosts_in_the_forms_libpq_and_pg_auto_failover_print() {
+        // pg_autoctl show uri
+        let url = "postgres://autoctl_node@10.0.0.1:5432,10.0.0.2:5433/forms?target_session_attrs=read-write&sslmode=prefer";
+        assert_eq!(hosts(url), ["10.0.0.1/5432", "10.0.0.2/5433"]);
+        let target = parse(url).unwrap();
+        for config in &target.hosts {
+            assert_eq!(config.get_dbname(), Some("forms"));
+            assert_eq!(config.get_user(), Some("autoctl_node"));
+            assert_eq!(
+                config.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite
+            );
+            assert_eq!(config.get_ssl_mode(), WireMode::Prefer);
+        }
+        // Default ports, IPv6, a port for one host only.
+        assert_eq!(
+            hosts("postgres://u@a,[::1]:6543,[fe80::1],b:7/db"),
+            ["a/5432", "::1/6543", "fe80::1/5432", "b/7"]
+        );
+        // Host and port lists as query parameters, one port for all or one per host.
+        assert_eq!(
+            hosts("postgresql:///db?host=a,b&port=5433"),
+            ["a/5433", "b/5433"]
+        );
+        assert_eq!(hosts("postgres://u@/db?host=a,b&port=1,2"), ["a/1", "b/2"]);
+        // The query's list overrides the URL's.
+        assert_eq!(hosts("postgres://x:9/db?host=a,b"), ["a/5432", "b/5432"]);
+        assert_eq!(hosts("postgres://x,y/db?port=6,7"), ["x/6", "y/7"]);
+        // A socket directory.
+        assert_eq!(
+            hosts("postgres:///db?host=%2Fvar%2Frun%2Fpostgresql"),
+            ["/var/run/postgresql/5432"]
+        );
+        let one = parse("postgres://u@h/db?hostaddr=127.0.0.1").unwrap();
+        assert_eq!(one.hosts[0].get_hostaddrs().len(), 1);
+    }
+
+    #[test]
+    fn passwords_with_special_characters_are_decoded_and_kept_whole() {
+        let target = parse(
+            "postgres://me%40home:p%40ss%3Aw%2Fo'rd%5C%20x@h1,h2/my%20db?application_name=a%26b",
+        )
+        .unwrap();
+        for config in &target.hosts {
+            assert_eq!(config.get_user(), Some("me@home"));
+            assert_eq!(config.get_password(), Some(&b"p@ss:w/o'rd\\ x"[..]));
+            assert_eq!(config.get_dbname(), Some("my db"));
+            assert_eq!(config.get_application_name(), Some("a&b"));
+        }
+        // A raw `+` stays a `+`, as in libpq (not a space, as in HTML forms).
+        let target = parse("postgres://u:a+b@h/db").unwrap();
+        assert_eq!(target.hosts[0].get_password(), Some(&b"a+b"[..]));
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_clear_error_that_never_holds_the_password() {
+        let cases = [
+            ("mysql://u:hunter2@h/db", "does not start with"),
+            ("postgres://u:hunter2@/db", "names no host"),
+            ("postgres://u:hunter2@a,,b/db", "empty entry"),
+            ("postgres://u:hunter2@[::1/db", "closing `]`"),
+            ("postgres://u:hunter2@[::1]x/db", "after an IPv6 address"),
+            ("postgres://u:hunter2@h:notaport/db", "not a port number"),
+            ("postgres://u:hunter2@h:70000/db", "not a port number"),
+            (
+                "postgres://u:hunter2@a,b,c/db?port=1,2",
+                "3 hosts and 2 ports",
+            ),
+            ("postgres://u:hunter2@a,b/db?hostaddr=127.0.0.1", "hostaddr"),
+            ("postgres://u:hunter2@h/db?nonsense=1", "nonsense"),
+            (
+                "postgres://u:hunter2@h/db?target_session_attrs=primary",
+                "target_session_attrs",
+            ),
+            ("postgres://u:hunter2@h/db?sslmode", "no `=`"),
+            (
+                "postgres://u:hunter2@h/db?password=x",
+                "not in its query string",
+            ),
+            ("postgres://u:hunter2%ff@h/db", "UTF-8"),
+        ];
+        for (url, expected) in cases {
+            let error = parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} was accepted"));
+            assert!(error.contains(expected), "{url}: {error}");
+            assert!(!error.contains("hunter2"), "{url}: {error}");
+        }
     }
 }

@@ -41,6 +41,7 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
     let url = url(
         r,
         "FORMS_DATABASE_URL",
+        UrlRole::Primary,
         "a postgres:// or postgresql:// URL, or unset for the embedded cluster",
     );
     let read = super::replica::read(r, url.is_some());
@@ -60,8 +61,22 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
     }
 }
 
+/// What a database URL connects to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UrlRole {
+    /// Writes: with several hosts, only the one that accepts them (`read-write`).
+    Primary,
+    /// Reads only (`FORMS_DATABASE_READ_URL`).
+    ReadReplica,
+}
+
 /// A PostgreSQL URL in `name` (the primary's and the read replica's follow one rule).
-pub(super) fn url(r: &mut Reader, name: &'static str, rule: &str) -> Option<Secret> {
+pub(super) fn url(
+    r: &mut Reader,
+    name: &'static str,
+    role: UrlRole,
+    rule: &str,
+) -> Option<Secret> {
     let raw = r.raw(name)?;
     // The URL may hold a password: problems are described, the value never repeated.
     if !(raw.starts_with("postgres://") || raw.starts_with("postgresql://")) {
@@ -73,8 +88,30 @@ pub(super) fn url(r: &mut Reader, name: &'static str, rule: &str) -> Option<Secr
         return None;
     }
     // Also reads `sslrootcert`, so a missing certificate file is reported here.
-    if let Err(problem) = crate::postgres_url::parse(&raw) {
-        r.fail(name, problem, rule);
+    let target = match crate::postgres_url::parse(&raw) {
+        Ok(target) => target,
+        Err(problem) => {
+            r.fail(name, problem, rule);
+            return None;
+        }
+    };
+    // Several hosts are a primary and its standbys: without the read-write check a
+    // connection could land on a standby, where every write fails. (A read replica's URL
+    // may name several standbys and lands on any of them.)
+    if role == UrlRole::Primary
+        && target.hosts.len() > 1
+        && target.hosts.iter().any(|host| {
+            host.get_target_session_attrs() != tokio_postgres::config::TargetSessionAttrs::ReadWrite
+        })
+    {
+        r.fail(
+            name,
+            format!(
+                "the URL names {} hosts but not target_session_attrs=read-write",
+                target.hosts.len()
+            ),
+            rule,
+        );
         return None;
     }
     Some(Secret::new(raw))

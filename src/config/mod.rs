@@ -402,7 +402,9 @@ mod tests {
         // (variable, value, text the problem or rule must contain)
         let cases: &[(&str, &str, &str)] = &[
             ("FORMS_DATABASE_URL", "mysql://u:hunter2@h/db", "postgres://"),
-            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h:notaport/db", "valid"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h:notaport/db", "not a port number"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h1,h2/db", "target_session_attrs=read-write"),
+            ("FORMS_DATABASE_URL", "postgres://u:hunter2@h1,h2/db?target_session_attrs=any", "target_session_attrs=read-write"),
             ("FORMS_DATABASE_POOL_SIZE", "0", "out of range"),
             ("FORMS_DATABASE_POOL_SIZE", "many", "not a whole number"),
             ("FORMS_DATABASE_READ_URL", "mysql://u:hunter2@h/db", "postgres://"),
@@ -563,6 +565,18 @@ mod tests {
         assert!(!text.contains("tooshort"), "{text}");
         let config = load(&[("FORMS_DATABASE_URL", "postgres://u:hunter2@db/forms")]).unwrap();
         assert!(!format!("{config:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_database_url_may_name_a_primary_and_its_standbys() {
+        for url in [
+            "postgres://u:p@10.0.0.1:5432,10.0.0.2:5433/forms?target_session_attrs=read-write&sslmode=prefer",
+            "postgresql://u:p@/forms?host=a,b&port=5432,5433&target_session_attrs=read-write",
+            "postgres://u:p@[::1]:5432,[::1]:5433/forms?target_session_attrs=read-write",
+        ] {
+            let config = load(&[("FORMS_DATABASE_URL", url)]).unwrap();
+            assert!(config.database.url.is_some(), "{url}");
+        }
     }
 
     #[test]

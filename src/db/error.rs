@@ -71,6 +71,25 @@ impl DbError {
         )
     }
 
+    /// Whether the connection the call ran on is no use any more: the server took no
+    /// writes (`25006`, a demoted primary or a standby), the connection broke, or the
+    /// server answered with an error this service never expects of its own statements
+    /// (`57P01`-`57P03`, a shutdown or a crash, are among those: the SQLSTATE itself is
+    /// not visible through Diesel). A constraint's refusal leaves it as good as before.
+    pub fn ends_connection(&self) -> bool {
+        use diesel::result::DatabaseErrorKind as Kind;
+        matches!(
+            self,
+            DbError::Query(diesel::result::Error::DatabaseError(
+                Kind::ReadOnlyTransaction
+                    | Kind::UnableToSendCommand
+                    | Kind::ClosedConnection
+                    | Kind::Unknown,
+                _,
+            ))
+        )
+    }
+
     /// A foreign key, named `constraint`, refused the statement.
     pub fn violates_foreign_key(&self, constraint: &str) -> bool {
         matches!(

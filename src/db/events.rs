@@ -338,6 +338,31 @@ impl EventRow {
     }
 }
 
+/// How far a new timeline moves the event id sequences on (db/sql/enter_timeline.sql):
+/// more ids than asynchronous replication can lose in a failover. A standby more than
+/// 16 MB of WAL behind is not promoted by pg_auto_failover
+/// (`pgautofailover.promote_wal_log_threshold`), and every event costs well over
+/// 100 bytes of WAL, so fewer than 200,000 ids can be lost; the margin is fifty times that.
+pub const TIMELINE_ID_MARGIN: i64 = 10_000_000;
+
+static ENTER_TIMELINE: SqlText = sql!("enter_timeline.sql");
+struct EnterTimeline;
+
+/// Where a newly opened connection writes: the server's timeline (`None` on a standby),
+/// and whether this connection was the service's first on it, and so moved the event id
+/// sequences past the previous timeline's (a failover).
+pub async fn enter_timeline(conn: &mut AsyncPgConnection) -> Result<(Option<i32>, bool), DbError> {
+    use diesel::sql_types::{Bool, Integer};
+    Ok(
+        Statement::<EnterTimeline, (Nullable<Integer>, Bool), _>::new(
+            &ENTER_TIMELINE,
+            (bind::<BigInt, _>(TIMELINE_ID_MARGIN),),
+        )
+        .get_result(conn)
+        .await?,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,13 +54,15 @@ pub const APPLICATION_NAME: &str = "hymical-forms";
 /// How every connection of the process is opened and set up.
 #[derive(Clone)]
 pub struct ConnectionSettings {
-    config: tokio_postgres::Config,
+    /// One configuration per host of the URL, tried in its order.
+    hosts: Arc<[tokio_postgres::Config]>,
     tls: tls::Tls,
     setup: String,
-    /// The whole opening (TCP, TLS, start-up, authentication, set-up) must fit in this:
-    /// tokio-postgres's own connect timeout covers only the TCP connect, and a server that
-    /// accepts and then says nothing would hold the attempt (and its place in the pool)
-    /// for ever.
+    /// The whole opening of one host (TCP, TLS, start-up, authentication, the read-write
+    /// check `target_session_attrs=read-write` asks for, set-up) must fit in this, and each
+    /// host has its own: tokio-postgres's own connect timeout covers only the TCP connect,
+    /// and a server that accepts and then says nothing would otherwise hold the attempt
+    /// (and its place in the pool) for ever, or leave no time for the next host.
     connect_timeout: Duration,
 }
 
@@ -91,36 +93,42 @@ impl ConnectionSettings {
         let target = tls::parse(url.expose()).map_err(|problem| {
             DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(problem))
         })?;
-        let mut config = target.config;
-        config
-            .application_name(APPLICATION_NAME)
-            .connect_timeout(connect_timeout)
-            .keepalives(true)
-            .keepalives_idle(KEEPALIVE_IDLE)
-            .keepalives_interval(KEEPALIVE_INTERVAL)
-            .keepalives_retries(KEEPALIVE_RETRIES)
-            // Sent data that stays unacknowledged this long ends the connection, so a
-            // query on a dead route fails rather than waiting for ever.
-            .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+        let mut hosts = target.hosts;
+        for config in &mut hosts {
+            config
+                .application_name(APPLICATION_NAME)
+                .connect_timeout(connect_timeout)
+                .keepalives(true)
+                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_interval(KEEPALIVE_INTERVAL)
+                .keepalives_retries(KEEPALIVE_RETRIES)
+                // Sent data that stays unacknowledged this long ends the connection, so a
+                // query on a dead route fails rather than waiting for ever.
+                .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+        }
         let setup = format!(
             "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
             statement_timeout.as_millis().max(1),
             idle_in_transaction_timeout.as_millis().max(1),
         );
         Ok(ConnectionSettings {
-            config,
+            hosts: hosts.into(),
             tls: target.tls,
             setup,
             connect_timeout,
         })
     }
 
-    async fn open_with<T>(&self, tls: T) -> Result<AsyncPgConnection, DbError>
+    async fn open_with<T>(
+        &self,
+        config: &tokio_postgres::Config,
+        tls: T,
+    ) -> Result<AsyncPgConnection, DbError>
     where
         T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
         T::Stream: Send + Unpin + 'static,
     {
-        let (client, connection) = self.config.connect(tls).await.map_err(|error| {
+        let (client, connection) = config.connect(tls).await.map_err(|error| {
             // tokio-postgres names the cause (a refused certificate, say) only in the
             // error's source.
             let cause = std::error::Error::source(&error)
@@ -134,17 +142,36 @@ impl ConnectionSettings {
     }
 
     /// Opens one connection, set up like every other (outside the pool: migrations,
-    /// administrative commands, exports, the notification listener).
+    /// administrative commands, exports, the notification listener). The URL's hosts are
+    /// tried in order, each within the connect timeout, and the first that opens (and,
+    /// with `target_session_attrs=read-write`, takes writes) is used: after a failover the
+    /// new primary is found by the next connection, whatever host it is.
     pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
-        tokio::time::timeout(self.connect_timeout, self.open())
-            .await
-            .map_err(|_| DbError::Deadline(self.connect_timeout))?
+        let mut failures = Vec::new();
+        for config in self.hosts.iter() {
+            match tokio::time::timeout(self.connect_timeout, self.open(config)).await {
+                Ok(Ok(connection)) => return Ok(connection),
+                Ok(Err(error)) if self.hosts.len() == 1 => return Err(error),
+                Err(_) if self.hosts.len() == 1 => {
+                    return Err(DbError::Deadline(self.connect_timeout))
+                }
+                Ok(Err(error)) => failures.push(format!("{}: {error}", host_name(config))),
+                Err(_) => failures.push(format!(
+                    "{}: no connection within {:?}",
+                    host_name(config),
+                    self.connect_timeout
+                )),
+            }
+        }
+        Err(DbError::Connect(diesel::ConnectionError::BadConnection(
+            format!("no host could be used ({})", failures.join("; ")),
+        )))
     }
 
-    async fn open(&self) -> Result<AsyncPgConnection, DbError> {
+    async fn open(&self, config: &tokio_postgres::Config) -> Result<AsyncPgConnection, DbError> {
         let mut connection = match &self.tls {
-            tls::Tls::Off => self.open_with(tokio_postgres::NoTls).await?,
-            tls::Tls::Rustls(connector) => self.open_with(connector.clone()).await?,
+            tls::Tls::Off => self.open_with(config, tokio_postgres::NoTls).await?,
+            tls::Tls::Rustls(connector) => self.open_with(config, connector.clone()).await?,
         };
         connection
             .batch_execute(&self.setup)
@@ -154,13 +181,26 @@ impl ConnectionSettings {
     }
 }
 
+/// `host:port` of a one-host configuration, for an error message (never the password).
+fn host_name(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(name)) if name.contains(':') => format!("[{name}]"),
+        Some(tokio_postgres::config::Host::Tcp(name)) => name.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "?".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}
+
 /// The process's database: a bb8 pool of diesel-async connections and the deadline of each
 /// call. Every use of a pooled connection goes through [`Db::run`].
 #[derive(Clone)]
 pub struct Db {
     pool: DbPool,
     call_timeout: Duration,
-    /// A checkout while the database refuses connections waits at most this long.
+    /// A checkout while the database refuses connections waits at most this long: one
+    /// opening, every host of the URL in turn.
     connect_timeout: Duration,
     reachability: Arc<Reachability>,
     /// Calls waiting for a pooled connection (bb8 does not count them).
@@ -302,7 +342,7 @@ impl Db {
         call_timeout: Duration,
         counter: Option<StatementCounter>,
     ) -> Result<Db, DbError> {
-        let db = Db::open(settings, size, call_timeout, counter);
+        let db = Db::open(settings, size, call_timeout, counter, Timelines::Enter);
         // Fail at start-up, not on the first request, when the database cannot be reached.
         db.run(async |_| Ok(())).await?;
         Ok(db)
@@ -311,8 +351,10 @@ impl Db {
     /// [`Db::connect`] without a first connection: the pool opens them as calls need
     /// them, so a server that is down at start-up fails those calls, not the start (the
     /// read replica's pool: while its standby is down, reads go to the primary).
+    /// Its connections only read, on a standby: they do not enter the timeline (that
+    /// writes, and only the primary's writers need it).
     pub fn lazy(settings: ConnectionSettings, size: u32, call_timeout: Duration) -> Db {
-        Db::open(settings, size, call_timeout, None)
+        Db::open(settings, size, call_timeout, None, Timelines::Skip)
     }
 
     fn open(
@@ -320,9 +362,11 @@ impl Db {
         size: u32,
         call_timeout: Duration,
         counter: Option<StatementCounter>,
+        timelines: Timelines,
     ) -> Db {
         let reachability = Arc::new(Reachability::default());
-        let connect_timeout = settings.connect_timeout;
+        // The longest an opening can take: each host in turn, within its own timeout.
+        let connect_timeout = settings.connect_timeout * settings.hosts.len().max(1) as u32;
         let mut manager_config = ManagerConfig::default();
         let reach = reachability.clone();
         manager_config.custom_setup = Box::new(move |_url| {
@@ -339,6 +383,28 @@ impl Db {
                     DbError::Connect(error) => error,
                     other => diesel::ConnectionError::BadConnection(other.to_string()),
                 })?;
+                // Before the pool hands it out: every write of the service on a timeline
+                // comes after its event ids were made safe (db/sql/enter_timeline.sql).
+                let entered = match timelines {
+                    Timelines::Enter => events::enter_timeline(&mut connection).await,
+                    Timelines::Skip => Ok((None, false)),
+                };
+                match entered {
+                    Ok((Some(timeline), true)) => tracing::warn!(
+                        timeline,
+                        "the database is on a new timeline (a failover): event ids moved on \
+                         by {} so none is handed out twice",
+                        events::TIMELINE_ID_MARGIN
+                    ),
+                    Ok(_) => {}
+                    Err(error) => {
+                        reach.failed();
+                        return Err(diesel::ConnectionError::BadConnection(format!(
+                            "cannot read the database's timeline: {}",
+                            error.summary()
+                        )));
+                    }
+                }
                 // Counted from here: a connection's own set-up is no statement of a request.
                 if let Some(counter) = counter {
                     use diesel_async::AsyncConnection;
@@ -398,32 +464,57 @@ impl Db {
             ),
             None => None,
         };
-        let idle = self.pool.state().idle_connections > 0;
-        let checkout_limit = if idle {
-            self.call_timeout
-        } else if self.reachability.refuse_now() {
-            return Err(DbError::Unreachable);
-        } else if self.reachability.failing() {
-            // Trying again while the database was unreachable: no longer than a connect.
-            self.connect_timeout.min(self.call_timeout)
-        } else {
-            self.call_timeout
-        };
-        let mut connection = {
-            let _waiting = Waiting::start(&self.waiting);
-            let attempt_failed = self.reachability.attempt_failed.notified();
-            tokio::pin!(attempt_failed);
-            attempt_failed.as_mut().enable();
-            tokio::select! {
-                checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
-                    checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+        // Broken connections handed out so far: at most those the pool holds now and one
+        // it opens, then give up.
+        let broken_limit = self.pool.state().connections + 1;
+        let mut broken = 0;
+        let mut connection = loop {
+            let idle = self.pool.state().idle_connections > 0;
+            let checkout_limit = if idle {
+                self.call_timeout
+            } else if self.reachability.refuse_now() {
+                return Err(DbError::Unreachable);
+            } else if self.reachability.failing() {
+                // Trying again while the database was unreachable: no longer than a connect.
+                self.connect_timeout.min(self.call_timeout)
+            } else {
+                self.call_timeout
+            };
+            let mut connection = {
+                let _waiting = Waiting::start(&self.waiting);
+                let attempt_failed = self.reachability.attempt_failed.notified();
+                tokio::pin!(attempt_failed);
+                attempt_failed.as_mut().enable();
+                tokio::select! {
+                    checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
+                        checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+                    }
+                    // The connection this checkout waits for may be the one that failed.
+                    _ = attempt_failed, if !idle => return Err(DbError::Unreachable),
                 }
-                // The connection this checkout waits for may be the one that failed.
-                _ = attempt_failed, if !idle => return Err(DbError::Unreachable),
+            };
+            // An idle connection whose server went away meanwhile (a primary that died or
+            // was demoted in a failover closes its sessions) is known closed without a
+            // round trip: take another rather than fail this call on it.
+            if diesel_async::pooled_connection::PoolableConnection::is_broken(&mut *connection) {
+                discard(&mut connection);
+                broken += 1;
+                if broken > broken_limit {
+                    return Err(DbError::Unreachable);
+                }
+                continue;
             }
+            break connection;
         };
         let remaining = self.call_timeout.saturating_sub(started.elapsed());
         match tokio::time::timeout(remaining, work(&mut connection)).await {
+            Ok(Err(error)) if error.ends_connection() => {
+                // A server that was demoted (a failover) or is shutting down answers this
+                // way: the connection must not go back to the pool, where the next call
+                // would fail on it too; a new one finds the current primary.
+                discard(&mut connection);
+                Err(error)
+            }
             Ok(result) => result,
             Err(_) => {
                 discard(&mut connection);
@@ -578,9 +669,21 @@ impl ConnectionSettings {
     /// The same settings under another `application_name` (the read replica's
     /// connections, so that an operator tells them apart on the standby).
     pub fn named(mut self, application_name: &str) -> ConnectionSettings {
-        self.config.application_name(application_name);
+        let mut hosts = self.hosts.to_vec();
+        for config in &mut hosts {
+            config.application_name(application_name);
+        }
+        self.hosts = hosts.into();
         self
     }
+}
+
+/// Whether a pool's connections enter the server's timeline when they open
+/// (db/sql/enter_timeline.sql): the primary's pools do; a read replica's does not.
+#[derive(Debug, Clone, Copy)]
+enum Timelines {
+    Enter,
+    Skip,
 }
 
 /// `SELECT 1` through the pool: the readiness probe.

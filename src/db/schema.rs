@@ -193,6 +193,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    event_timelines (timeline) {
+        timeline -> Int4,
+        entered_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     management_api_keys (id) {
         #[max_length = 35]
         id -> Varchar,
@@ -359,6 +366,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     endpoint_events,
     endpoint_spam_protection,
     endpoints,
+    event_timelines,
     management_api_keys,
     operator_alerts,
     rate_limit_counters,

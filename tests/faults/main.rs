@@ -24,6 +24,7 @@ mod probe;
 
 mod chaos;
 mod clients;
+mod failover;
 mod outage;
 mod receivers;
 mod resume;

@@ -196,3 +196,221 @@ async fn exports_whose_clients_never_read_cannot_take_the_pool() {
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(body["submissions"].as_array().unwrap().len(), 20_010);
 }
+
+/// A listener on loopback that accepts connections and never says a word: a host that is
+/// up but hung, as a crashed primary's address can be during a failover.
+async fn silent_host() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, task)
+}
+
+/// `db`'s URL with the host list `hosts` (each `host:port`) and the read-write check.
+fn multi_host_url(db: &TestDb, hosts: &[String]) -> hymical_forms::testing::config::Secret {
+    let url = url::Url::parse(db.url.expose()).expect("database URL");
+    hymical_forms::testing::config::Secret::new(format!(
+        "postgres://{}:{}@{}{}?target_session_attrs=read-write&sslmode=disable",
+        url.username(),
+        url.password().unwrap_or_default(),
+        hosts.join(","),
+        url.path()
+    ))
+}
+
+/// Each host of a multi-host URL gets its own connect deadline: a first host that accepts
+/// and never answers uses up its own, and the second is still tried (one deadline for
+/// all of them would leave it none).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used() {
+    let db = TestDb::new().await;
+    let (silent, _task) = silent_host().await;
+    let url = multi_host_url(&db, &[silent.to_string(), db.server_addr().to_string()]);
+    let connect_timeout = Duration::from_secs(1);
+    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
+        &url,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        connect_timeout,
+    )
+    .expect("settings");
+    let started = Instant::now();
+    let mut connection = settings.connect().await.expect("the second host");
+    let took = started.elapsed();
+    // A correctness bound, not a benchmark: the first host's deadline, then the second
+    // host's opening, which must not have had to share that deadline.
+    assert!(
+        took >= connect_timeout,
+        "the first host was not tried: {took:?}"
+    );
+    assert!(took < connect_timeout * 2, "took {took:?}");
+    let port: i32 = diesel::sql_query("SELECT inet_server_port() AS port")
+        .get_result::<Port>(&mut connection)
+        .await
+        .expect("query")
+        .port;
+    assert_eq!(port, i32::from(db.server_addr().port()));
+
+    // The whole service starts and serves on such a URL.
+    let vars = [("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1")];
+    let app = TestApp::start_on_url(db, &url, &vars, Arc::new(SystemClock), None).await;
+    app.insert_endpoint(&crate::harness::endpoint("contact"))
+        .await;
+    let response = app
+        .post_form(
+            "contact",
+            Some("application/x-www-form-urlencoded"),
+            "a=1",
+            &[],
+        )
+        .await;
+    assert_eq!(response.status(), 202);
+
+    // When no host can be used the error names each host and why, never the password.
+    let password = url::Url::parse(app.db.url.expose())
+        .unwrap()
+        .password()
+        .unwrap_or_default()
+        .to_string();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let nowhere = multi_host_url(&app.db, &[silent.to_string(), closed.to_string()]);
+    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
+        &nowhere,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        connect_timeout,
+    )
+    .expect("settings");
+    let error = settings.connect().await.err().expect("no host").to_string();
+    assert!(error.contains(&silent.to_string()), "{error}");
+    assert!(error.contains(&closed.to_string()), "{error}");
+    assert!(
+        !password.is_empty() && !error.contains(&password),
+        "{error}"
+    );
+}
+
+#[derive(diesel::QueryableByName)]
+struct Port {
+    #[diesel(sql_type = diesel::sql_types::Integer)]
+    port: i32,
+}
+
+#[derive(diesel::QueryableByName)]
+struct Setting {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    value: String,
+}
+
+/// A server that no longer takes writes (a demoted primary, which answers `25006`) costs
+/// the pool that connection: the next call gets a fresh one, which finds the primary,
+/// rather than failing on the same connection again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
+    let db = TestDb::new().await;
+    let (_settings, pool) = crate::harness::pool(&db, None).await;
+    let pid_of = || async {
+        pool.run(async |conn| {
+            let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
+                .get_result(conn)
+                .await?;
+            Ok(row.port)
+        })
+        .await
+        .expect("pid")
+    };
+    // One connection at a time: each call below gets the pool's idle one when it has one.
+    let first = pid_of().await;
+    assert_eq!(pid_of().await, first, "the idle connection is reused");
+    let refused = pool
+        .run(async |conn| {
+            // As a standby, or a primary demoted under it, would answer.
+            diesel::sql_query("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+                .execute(conn)
+                .await?;
+            diesel::sql_query("CREATE TEMPORARY TABLE written (x int)")
+                .execute(conn)
+                .await?;
+            Ok(())
+        })
+        .await
+        .expect_err("read-only");
+    assert!(refused.ends_connection(), "{refused}");
+    let after = pid_of().await;
+    assert_ne!(
+        after, first,
+        "the read-only connection went back to the pool"
+    );
+    let read_only = pool
+        .run(async |conn| {
+            let row: Setting =
+                diesel::sql_query("SELECT current_setting('transaction_read_only') AS value")
+                    .get_result(conn)
+                    .await?;
+            Ok(row.value)
+        })
+        .await
+        .expect("setting");
+    assert_eq!(read_only, "off");
+}
+
+/// An idle pooled connection whose server ended it (as a primary does to its sessions when
+/// it dies or is demoted in a failover) is passed over at checkout: the next call gets a
+/// fresh connection and succeeds, rather than failing on the dead one.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
+    let db = TestDb::new().await;
+    let (_settings, pool) = crate::harness::pool(&db, None).await;
+    let pid_of = || async {
+        pool.run(async |conn| {
+            let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
+                .get_result(conn)
+                .await?;
+            Ok(row.port)
+        })
+        .await
+    };
+    let first = pid_of().await.expect("pid");
+    let mut admin = db.connect().await;
+    diesel::sql_query(format!("SELECT pg_terminate_backend({first})"))
+        .execute(&mut admin)
+        .await
+        .expect("terminate");
+    // Until the backend has ended (bounded); the pool's connection then reads the server's
+    // goodbye on its own, without being asked.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let gone: i64 = {
+            #[derive(diesel::QueryableByName)]
+            struct Count {
+                #[diesel(sql_type = diesel::sql_types::BigInt)]
+                n: i64,
+            }
+            diesel::sql_query(format!(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = {first}"
+            ))
+            .get_result::<Count>(&mut admin)
+            .await
+            .expect("activity")
+            .n
+        };
+        if gone == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backend did not end");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = pid_of()
+        .await
+        .expect("a call after the server ended the idle connection");
+    assert_ne!(second, first);
+}

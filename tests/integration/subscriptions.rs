@@ -1317,3 +1317,135 @@ fn server_send_queue(server_port: u16, client_port: u16) -> u64 {
         .map(|fields| u64::from_str_radix(fields[4].split(':').next().unwrap(), 16).unwrap())
         .unwrap_or(0)
 }
+
+/// A failover with asynchronous replication: the promoted server lacks the last events the
+/// old primary committed (and subscribers saw), and its sequence would hand their ids out
+/// again. Simulated on one server: the last events deleted, the sequence set back, and the
+/// timeline forgotten (as a server on a timeline the service has not written on). The
+/// first connection of a writer on it moves the ids on; the subscriber gets the events
+/// written afterwards, none skipped, and the move happens once.
+#[tokio::test(flavor = "multi_thread")]
+async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subscribers() {
+    use hymical_forms::testing::app::App;
+    use hymical_forms::testing::db::events::{EventFilter, TIMELINE_ID_MARGIN};
+    use hymical_forms::testing::feed::EventFeed;
+
+    let db = crate::harness::TestDb::new().await;
+    let (settings, pool) = crate::harness::pool(&db, None).await;
+    let app = App::with_event_feed(
+        crate::harness::config(DEV),
+        settings,
+        pool.clone(),
+        Arc::new(hymical_forms::testing::clock::SystemClock),
+        EventFeed::new(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
+    let _services = hymical_forms::testing::services::Services::start(
+        &app,
+        hymical_forms::testing::services::Plan {
+            http: Some((listener, limits)),
+            metrics: None,
+            workers: None,
+            sweeper: false,
+            retention: false,
+            pruning: false,
+        },
+    );
+    let mut conn = db.connect().await;
+    diesel::sql_query(
+        "INSERT INTO endpoints (id, name, is_active, created_at) VALUES ('contact', 'c', true, now())",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    // A delivery and its `created` event, written by another process's pool.
+    let create = async |writer: &hymical_forms::testing::db::Db, n: u32| {
+        writer
+            .run(async |conn| {
+                diesel::sql_query(format!(
+                    "WITH d AS (INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, \
+                     signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at) \
+                     VALUES ('whd_{n:032x}', 'contact', 'https://example.com/h', 's', 'pending', \
+                     0, 0, now(), now()) RETURNING id) \
+                     INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, attempts, \
+                     cycle_attempts, occurred_at) \
+                     SELECT id, 'contact', 'created', 'pending', 0, 0, now() FROM d \
+                     RETURNING pg_notify('hymical_delivery_event', '')"
+                ))
+                .execute(conn)
+                .await?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+    };
+    let mut subscriber =
+        Box::pin(
+            app.events
+                .subscribe(pool.clone(), EventFilter::default(), Some(0), |_| {}),
+        );
+    let (_, before) = crate::harness::pool(&db, None).await;
+    let mut seen = Vec::new();
+    for n in 1..=3 {
+        create(&before, n).await;
+        seen.push(next_event(&mut subscriber).await.id);
+    }
+    let last = *seen.last().unwrap();
+
+    // The failover: the last two events never reached the promoted server.
+    for statement in [
+        format!("DELETE FROM delivery_events WHERE id > {}", seen[0]),
+        format!(
+            "SELECT setval(pg_get_serial_sequence('delivery_events', 'id'), {})",
+            seen[0]
+        ),
+        "DELETE FROM event_timelines".to_string(),
+    ] {
+        diesel::sql_query(statement)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    // A writer connecting afresh, as every process does after a failover.
+    let (_, after) = crate::harness::pool(&db, None).await;
+    create(&after, 4).await;
+    let moved = next_event(&mut subscriber).await;
+    assert!(
+        moved.id > last,
+        "an id handed out again: {} after {last}",
+        moved.id
+    );
+    assert!(moved.id > seen[0] + TIMELINE_ID_MARGIN);
+    // Once per timeline: another process connecting now does not move the ids again.
+    let (_, later) = crate::harness::pool(&db, None).await;
+    create(&later, 5).await;
+    assert_eq!(next_event(&mut subscriber).await.id, moved.id + 1);
+    let timelines: i64 = {
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        diesel::sql_query("SELECT count(*) AS n FROM event_timelines")
+            .get_result::<Count>(&mut conn)
+            .await
+            .unwrap()
+            .n
+    };
+    assert_eq!(timelines, 1);
+}
+
+async fn next_event<E: std::fmt::Debug>(
+    subscriber: &mut (impl futures_util::Stream<Item = Result<hymical_forms::testing::db::models::EventRow, E>>
+              + Unpin),
+) -> hymical_forms::testing::db::models::EventRow {
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        futures_util::StreamExt::next(subscriber),
+    )
+    .await
+    .expect("an event, not skipped")
+    .expect("the stream goes on")
+    .expect("an event")
+}

@@ -2,7 +2,7 @@
 //! cargo commands (the alias is in `.cargo/config.toml`).
 //!
 //! The test suite runs real programs that `cargo test` cannot build or install: a
-//! PostgreSQL server, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
+//! PostgreSQL server, pg_auto_failover, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
 //! Python 3 with venv, aiosmtpd, systemd-analyze. `cargo xtask setup` looks for each of them and
 //! installs the Debian packages of the missing ones in one `apt-get install` (as root;
 //! otherwise it prints the command to run). Then it looks for moto's S3 server (PyPI, not
@@ -41,6 +41,11 @@ const NEEDS: &[Need] = &[
         name: "PostgreSQL server (initdb, postgres)",
         packages: &["postgresql"],
         find: postgres_server,
+    },
+    Need {
+        name: "pg_auto_failover (pg_autoctl and its monitor extension, PostgreSQL 15)",
+        packages: &["postgresql-15-auto-failover", "pg-auto-failover-cli"],
+        find: pg_auto_failover,
     },
     Need {
         name: "node",
@@ -435,6 +440,14 @@ fn pgbouncer() -> Option<String> {
         .or_else(|| Some(PathBuf::from("/usr/sbin/pgbouncer")).filter(|p| is_executable(p)))
         .as_deref()
         .and_then(found)
+}
+
+/// The failover test (tests/faults/failover.rs) runs a pg_auto_failover formation: the
+/// `pg_autoctl` program and the monitor's extension for the PostgreSQL 15 it runs.
+fn pg_auto_failover() -> Option<String> {
+    let extension = Path::new("/usr/share/postgresql/15/extension/pgautofailover.control");
+    let program = on_path("pg_autoctl")?;
+    extension.exists().then(|| program.display().to_string())
 }
 
 fn python3() -> Option<String> {
