@@ -177,7 +177,12 @@ DECLARE
     v_ahead interval;
     v_last bigint;
 BEGIN
-    LOCK TABLE delivery_attempts, delivery_events IN ACCESS EXCLUSIVE MODE;
+    -- Every lock the swap needs, taken at once and first: attaching the attempts takes
+    -- over their foreign keys, which replaces the triggers those keys keep on
+    -- `submissions` and `webhook_deliveries`, under an exclusive lock on each; asked for
+    -- later, while a writer holds one of the history tables, that would deadlock.
+    LOCK TABLE submissions, webhook_deliveries, delivery_attempts, delivery_events
+        IN ACCESS EXCLUSIVE MODE;
     ALTER TABLE delivery_events RENAME TO delivery_events_initial;
     ALTER TABLE delivery_attempts RENAME TO delivery_attempts_initial;
 

@@ -64,7 +64,7 @@ mod pruning;
 mod reader;
 
 #[cfg(any(test, feature = "testing"))]
-pub use pruning::prune;
+pub use pruning::{make_partitions, prune, prune_history, Pruned};
 pub use pruning::prune_on_schedule;
 pub use reader::run_feed;
 
