@@ -63,9 +63,9 @@ use crate::model::ids::EndpointId;
 mod pruning;
 mod reader;
 
+pub use pruning::prune_on_schedule;
 #[cfg(any(test, feature = "testing"))]
 pub use pruning::{make_partitions, prune, prune_history, Pruned};
-pub use pruning::prune_on_schedule;
 pub use reader::run_feed;
 
 /// Batches a receiver may fall behind before it catches up from the table instead.

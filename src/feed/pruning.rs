@@ -144,7 +144,11 @@ pub async fn make_partitions(
             .run(async |conn| history::make_partitions(conn, table, span, now, until).await)
             .await?;
         if made > 0 {
-            tracing::info!(table = table.name(), made, "made the history's partitions ahead");
+            tracing::info!(
+                table = table.name(),
+                made,
+                "made the history's partitions ahead"
+            );
         }
     }
     Ok(())

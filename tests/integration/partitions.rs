@@ -17,7 +17,6 @@ use hymical_forms::testing::model::ids::DeliveryId;
 
 use crate::harness::{claim_at, TestApp, TestDb};
 
-
 #[derive(diesel::QueryableByName, Debug)]
 struct Partition {
     #[diesel(sql_type = Text)]
@@ -66,7 +65,12 @@ async fn placed_attempts(conn: &mut AsyncPgConnection, delivery: &str) -> Vec<Pl
     .unwrap()
 }
 
-async fn insert_attempt(conn: &mut AsyncPgConnection, delivery: &str, number: i32, at: DateTime<Utc>) {
+async fn insert_attempt(
+    conn: &mut AsyncPgConnection,
+    delivery: &str,
+    number: i32,
+    at: DateTime<Utc>,
+) {
     conn.batch_execute(&format!(
         "INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, \
              destination_url, attempted_at, outcome, response_status) \
@@ -79,7 +83,12 @@ async fn insert_attempt(conn: &mut AsyncPgConnection, delivery: &str, number: i3
     .unwrap();
 }
 
-async fn insert_events(conn: &mut AsyncPgConnection, delivery: &str, count: i32, at: DateTime<Utc>) {
+async fn insert_events(
+    conn: &mut AsyncPgConnection,
+    delivery: &str,
+    count: i32,
+    at: DateTime<Utc>,
+) {
     conn.batch_execute(&format!(
         "INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, \
              attempts, cycle_attempts, outcome, occurred_at) \
@@ -305,7 +314,10 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     let pruned = feed::prune_history(&app.app.db, HistoryTable::Attempts, cutoff)
         .await
         .unwrap();
-    assert_eq!(pruned.partitions, vec!["delivery_attempts_20270701".to_string()]);
+    assert_eq!(
+        pruned.partitions,
+        vec!["delivery_attempts_20270701".to_string()]
+    );
     assert!(app.db.attempts(&queued).await.is_empty());
 }
 
@@ -349,7 +361,10 @@ async fn a_history_of_the_previous_layout_is_partitioned_in_place() {
     // follow them, and a DEFAULT.
     let events = partitions(&mut conn, "delivery_events").await;
     assert_eq!(events[0].name, "delivery_events_initial");
-    assert!(events.len() >= 3 && events.last().unwrap().is_default, "{events:?}");
+    assert!(
+        events.len() >= 3 && events.last().unwrap().is_default,
+        "{events:?}"
+    );
     let attempts = names(&mut conn, "delivery_attempts").await;
     assert_eq!(attempts[0], "delivery_attempts_initial");
     assert_eq!(
@@ -359,7 +374,13 @@ async fn a_history_of_the_previous_layout_is_partitioned_in_place() {
     );
     assert_eq!(event_ids(&mut conn).await, before);
     // Ids go on from where they were, into the partition of their day.
-    insert_events(&mut conn, "whd_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 1, Utc::now()).await;
+    insert_events(
+        &mut conn,
+        "whd_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        1,
+        Utc::now(),
+    )
+    .await;
     let after = event_ids(&mut conn).await;
     assert_eq!(after.len(), 6);
     assert!(after[5] > before[4]);
@@ -381,11 +402,9 @@ async fn a_history_of_the_previous_layout_is_partitioned_in_place() {
     );
     // The foreign keys hold across the partitions: erasing the submission keeps its
     // attempts, without it.
-    conn.batch_execute(
-        "DELETE FROM submissions WHERE id = 'sub_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'",
-    )
-    .await
-    .unwrap();
+    conn.batch_execute("DELETE FROM submissions WHERE id = 'sub_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'")
+        .await
+        .unwrap();
     assert_eq!(
         db.count("SELECT count(*) AS n FROM delivery_attempts WHERE submission_id IS NULL")
             .await,
