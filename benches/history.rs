@@ -60,7 +60,13 @@ fn main() {
                  SELECT 'bench-' || lpad(e::text, 3, '0'), 'Bench ' || e, 'https://hooks.example.com/' || e, 'whsec_' || repeat('ab', 32)
                  FROM generate_series(0, 99) AS e;
              INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-                 VALUES ('hot', 'Hot', 'https://hooks.example.com/hot', 'whsec_' || repeat('ab', 32));",
+                 VALUES ('hot', 'Hot', 'https://hooks.example.com/hot', 'whsec_' || repeat('ab', 32));
+             -- Each endpoint's webhook as its first destination, as the API makes it
+             -- (intake queues a delivery per destination; the claim takes the queue's
+             -- deliveries, which have none, for this one).
+             INSERT INTO destinations (id, endpoint_id, kind, position, url, secret)
+                 SELECT 'dst_' || md5(id), id, 'webhook', 1, webhook_url, webhook_secret
+                 FROM endpoints;",
         )
         .await
         .expect("endpoints");
