@@ -4,8 +4,9 @@
 //! after `FORMS_EVENT_RETENTION_HOURS` (how far back a subscriber may resume), attempts
 //! after `FORMS_ATTEMPT_RETENTION_DAYS` when set. A partition goes once all of its time is
 //! past the horizon, so a row is kept at least as long as asked and at most a partition's
-//! span longer. The same hourly pass forgets the autoresponders' recipients whose quiet time has passed (a row that
-//! decides nothing any more: the next submission from that address would take it over),
+//! span longer. The same hourly pass forgets the autoresponders' recipients whose quiet
+//! time has passed (a row that decides nothing any more: the next submission from that
+//! address would take it over),
 //! the captcha tokens seen more than [`TOKEN_MEMORY`] ago (every provider refuses a
 //! token that old itself), and runs the duty handed to it by its caller beside them: the
 //! sweep of uploaded files no submission holds (`Files::sweep`: those of erased
@@ -16,9 +17,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
-
 use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::db::history::{self, HistoryTable, PartitionSpan};
@@ -85,7 +85,8 @@ pub async fn prune_on_schedule(
             None => tracing::error!("the event retention reaches before any time; nothing pruned"),
         }
         if attempt_retention_days > 0 {
-            match crate::retention::cutoff(now, attempt_retention_days) {
+            let age = chrono::Duration::try_days(i64::from(attempt_retention_days));
+            match age.and_then(|age| now.checked_sub_signed(age)) {
                 Some(cutoff) => report(
                     "delivery attempts",
                     prune_history(db, HistoryTable::Attempts, cutoff).await,
