@@ -455,6 +455,7 @@ mod tests {
             ("FORMS_TRUSTED_PROXY_HOPS", "-1", "not a whole number"),
             ("FORMS_SUBMISSION_RETENTION_DAYS", "-3", "not a whole number"),
             ("FORMS_EVENT_RETENTION_HOURS", "0", "from 1"),
+            ("FORMS_ATTEMPT_RETENTION_DAYS", "1000001", "from 0 to 1000000"),
             ("FORMS_EXPORT_MAX_SUBMISSIONS", "0", "from 1"),
             ("FORMS_EXPORT_MAX_CONCURRENT", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_DEPTH", "0", "from 1"),
