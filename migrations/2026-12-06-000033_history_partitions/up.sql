@@ -46,8 +46,10 @@ $$;
 -- UPDATE EXCLUSIVE on the parent, which reads and writes do not wait for (CREATE TABLE
 -- ... PARTITION OF would take ACCESS EXCLUSIVE). It does lock the DEFAULT partition, to
 -- check that no row there belongs in the new range: rows that do are moved in first
--- (normally there are none, and the check reads an empty table). A lock not granted
--- within a second fails the call; the next pass makes it.
+-- (normally there are none, and the check reads an empty table). Attaching an attempt
+-- partition also takes SHARE ROW EXCLUSIVE on `webhook_deliveries` and `submissions` for a
+-- moment (its foreign keys). A lock not granted within a second fails the call; the next
+-- pass makes it.
 CREATE FUNCTION history_make_partitions(p_parent regclass, p_unit text, p_from timestamptz,
                                         p_until timestamptz)
 RETURNS integer LANGUAGE plpgsql AS $$
