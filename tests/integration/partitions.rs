@@ -302,6 +302,12 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     .await
     .unwrap();
     assert_eq!(claimed.len(), 1);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM delivery_events_default WHERE kind = 'claimed'")
+            .await,
+        1
+    );
 
     // Once it is done, its month goes too.
     conn.batch_execute(&format!(
