@@ -14,8 +14,9 @@
 //!   sequential requests (p50, p99).
 //!
 //! Then it seeds the history (0.5% of it failed; one attempt and three events per
-//! delivery, the events within the retention window), vacuums and analyses, and measures
-//! the same three again. Seeding 10 million takes a while on a small machine (18 minutes
+//! delivery, spread over the last 180 days and so over the monthly partitions of the
+//! attempts and events), vacuums and analyses, and measures the same three again; and
+//! prints how the rows lie in the partitions. Seeding 10 million takes a while on a small machine (18 minutes
 //! on 2 cores, about 20 in all) and some 15 GB of disk; `BENCH_HISTORY=1000000` is a
 //! quick run.
 
@@ -59,7 +60,13 @@ fn main() {
                  SELECT 'bench-' || lpad(e::text, 3, '0'), 'Bench ' || e, 'https://hooks.example.com/' || e, 'whsec_' || repeat('ab', 32)
                  FROM generate_series(0, 99) AS e;
              INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-                 VALUES ('hot', 'Hot', 'https://hooks.example.com/hot', 'whsec_' || repeat('ab', 32));",
+                 VALUES ('hot', 'Hot', 'https://hooks.example.com/hot', 'whsec_' || repeat('ab', 32));
+             -- Each endpoint's webhook as its first destination, as the API makes it
+             -- (intake queues a delivery per destination; the claim takes the queue's
+             -- deliveries, which have none, for this one).
+             INSERT INTO destinations (id, endpoint_id, kind, position, url, secret)
+                 SELECT 'dst_' || md5(id), id, 'webhook', 1, webhook_url, webhook_secret
+                 FROM endpoints;",
         )
         .await
         .expect("endpoints");
@@ -165,6 +172,7 @@ fn main() {
         "seeded {history} delivered deliveries with their submissions, attempts and events in {:.0} s",
         seeding.elapsed().as_secs_f64()
     );
+    runtime.block_on(print_partitions(&url));
     let full = measure(&format!("with {history} in the history"));
     println!(
         "with history / empty: intake {:.0}%, claim+record {:.0}%, failed page p50 {:.0}%, p99 {:.0}%",
@@ -196,11 +204,19 @@ async fn count(url: &Secret, sql: &str) -> i64 {
 }
 
 /// The history: `total` deliveries, 0.5% failed, the rest delivered, each with its
-/// submission, one attempt and three events (created, claimed, attempt recorded) within
-/// the last 20 hours. Triggers are off while seeding; the counts are filled in after, as
+/// submission, one attempt and three events (created, claimed, attempt recorded), spread
+/// evenly over the last 180 days, so over the partitions of seven months. Triggers are off while seeding; the counts are filled in after, as
 /// the migration that added them does.
 async fn seed(url: &Secret, total: u64) {
     let mut conn = connect(url).await;
+    // The partitions of the six months the history spans, as the product makes them
+    // (monthly, as for events kept longer than 31 days); the days already made stay.
+    conn.batch_execute(
+        "SELECT history_make_partitions('delivery_events', 'month', now() - interval '181 days', now());
+         SELECT history_make_partitions('delivery_attempts', 'month', now() - interval '181 days', now());",
+    )
+    .await
+    .expect("partitions");
     // In slices, so no single statement holds a transaction of tens of millions of rows.
     let slice = 1_000_000u64;
     let mut from = 1u64;
@@ -210,25 +226,25 @@ async fn seed(url: &Secret, total: u64) {
             "SET session_replication_role = replica;
              INSERT INTO submissions (id, endpoint_id, received_at, fields)
                  SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'),
-                        now() - interval '20 hours' + n * interval '5 milliseconds',
+                        now() - interval '180 days' + n * (interval '180 days' / {total}),
                         json_build_object('email', json_build_array('user' || n || '@example.com'), 'message', json_build_array('hello'))
                  FROM generate_series({from}, {to}) AS n;
              INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at, completed_at)
                  SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'),
                         'https://hooks.example.com/' || (n % 100), 'whsec_' || repeat('ab', 32),
                         CASE WHEN n % 200 = 0 THEN 'failed' ELSE 'delivered' END, 1, 1,
-                        now() - interval '20 hours' + n * interval '5 milliseconds',
-                        now() - interval '20 hours' + n * interval '5 milliseconds',
-                        now() - interval '20 hours' + n * interval '5 milliseconds' + interval '1 second'
+                        now() - interval '180 days' + n * (interval '180 days' / {total}),
+                        now() - interval '180 days' + n * (interval '180 days' / {total}),
+                        now() - interval '180 days' + n * (interval '180 days' / {total}) + interval '1 second'
                  FROM generate_series({from}, {to}) AS n;
              INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, duration_ms)
                  SELECT 'att_' || lpad(to_hex(n), 32, '0'), 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), 1,
-                        'https://hooks.example.com/' || (n % 100), now() - interval '20 hours' + n * interval '5 milliseconds',
+                        'https://hooks.example.com/' || (n % 100), now() - interval '180 days' + n * (interval '180 days' / {total}),
                         CASE WHEN n % 200 = 0 THEN 'http_error' ELSE 'succeeded' END, CASE WHEN n % 200 = 0 THEN 503 ELSE 200 END, 12
                  FROM generate_series({from}, {to}) AS n;
              INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, outcome, occurred_at)
                  SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'), e.kind, e.state, e.previous, e.attempts, e.attempts, e.outcome,
-                        now() - interval '20 hours' + n * interval '5 milliseconds'
+                        now() - interval '180 days' + n * (interval '180 days' / {total})
                  FROM generate_series({from}, {to}) AS n,
                       LATERAL (VALUES ('created', 'pending', NULL, 0, NULL),
                                       ('claimed', 'processing', 'pending', 0, NULL),
@@ -254,6 +270,31 @@ async fn seed(url: &Secret, total: u64) {
     .expect("counts");
     // On its own: VACUUM cannot run in the implicit transaction of a multi-statement batch.
     conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
+}
+
+/// How the history lies in the partitions (the planner's row estimates, fresh from the
+/// VACUUM ANALYZE after seeding).
+async fn print_partitions(url: &Secret) {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Line {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        line: String,
+    }
+    let lines: Vec<Line> = diesel::sql_query(
+        "SELECT p.partition::text || ': ' || c.reltuples::bigint AS line
+         FROM (SELECT * FROM history_partitions('delivery_events')
+               UNION ALL SELECT * FROM history_partitions('delivery_attempts')) p
+         JOIN pg_class c ON c.oid = p.partition
+         WHERE c.reltuples > 0
+         ORDER BY 1",
+    )
+    .load(&mut connect(url).await)
+    .await
+    .expect("partitions");
+    for line in lines {
+        println!("    {}", line.line);
+    }
 }
 
 async fn start_server(url: &Secret) -> (SocketAddr, String) {

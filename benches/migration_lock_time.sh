@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Migrating to destinations: how long do the migrations that introduce destinations
-# (000015 onwards) hold up writers, on a large history? (docs/BENCHMARKS.md, "Migrating to
-# destinations: lock time on 10 million deliveries")
+# How long do migrations hold up writers, on a large history? By default the migrations
+# that introduce destinations (000015 onwards: docs/BENCHMARKS.md, "Migrating to
+# destinations: lock time on 10 million deliveries"); with BENCH_FROM_MIGRATION=31 those
+# that partition the history (000031 onwards: "Partitioning the history in place: lock time
+# on 10 million rows"), on a history that then also holds one event per delivery.
 #
 #   benches/migration_lock_time.sh [DELIVERIES]        (default 10,000,000; or BENCH_DELIVERIES)
 #
 # What it does, all on a throwaway PostgreSQL cluster of its own (127.0.0.1, a free port,
 # a temporary data directory, stopped and removed on exit):
 #
-# 1. applies migrations 000001..000014 with psql, each in one transaction;
+# 1. applies the migrations before BENCH_FROM_MIGRATION (15) with psql, each in one
+#    transaction (or none, as its metadata.toml says);
 # 2. loads a history of DELIVERIES deliveries over 1,000 endpoints: one submission per
 #    delivery, nearly all delivered (5% failed), a queue of pending ones (1 in 2,000) and a
 #    few in flight, one attempt per finished delivery; set-based inserts in one transaction
@@ -31,7 +34,7 @@
 #    it, the max and p99 latency (and their ratios to the baseline) and how many writer
 #    transactions completed during it; and the slowest statements of each step.
 #
-# Environment: BENCH_DELIVERIES, BENCH_ENDPOINTS (1000), BENCH_BASELINE_SECONDS (20),
+# Environment: BENCH_FROM_MIGRATION (15), BENCH_DELIVERIES, BENCH_ENDPOINTS (1000), BENCH_BASELINE_SECONDS (20),
 # BENCH_TAIL_SECONDS (5), BENCH_WRITER_PAUSE_MS (20), BENCH_WRITER_MAX_TRANSACTIONS
 # (1000000 per writer), BENCH_WRITER_MAX_SECONDS (10800), BENCH_SHARED_BUFFERS (2GB),
 # BENCH_DIR (where the temporary cluster goes; default: a new directory under $TMPDIR or
@@ -53,8 +56,9 @@ writer_pause_ms=${BENCH_WRITER_PAUSE_MS:-20}
 writer_max_transactions=${BENCH_WRITER_MAX_TRANSACTIONS:-1000000}
 writer_max_seconds=${BENCH_WRITER_MAX_SECONDS:-10800}
 shared_buffers=${BENCH_SHARED_BUFFERS:-2GB}
+from_migration=${BENCH_FROM_MIGRATION:-15}
 
-for value in "$deliveries" "$endpoints" "$baseline_seconds" "$tail_seconds" \
+for value in "$from_migration" "$deliveries" "$endpoints" "$baseline_seconds" "$tail_seconds" \
     "$writer_pause_ms" "$writer_max_transactions" "$writer_max_seconds"; do
     if ! [[ $value =~ ^[0-9]+$ ]]; then
         echo "not a whole number: $value" >&2
@@ -173,7 +177,7 @@ export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres PGAPPNA
 sql() { "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 now() { date +%s.%N; }
 
-# --- Migrations 000001..000014 ------------------------------------------------------------
+# --- The migrations before the measured ones ----------------------------------------------
 
 mapfile -t all_migrations < <(find "$migrations" -mindepth 1 -maxdepth 1 -type d | sort)
 before=()
@@ -182,10 +186,13 @@ for dir in "${all_migrations[@]}"; do
     name=$(basename "$dir")
     version=${name#*-*-*-}
     version=${version%%_*}
-    if ((10#$version <= 14)); then before+=("$dir"); else measured+=("$dir"); fi
+    if ((10#$version < from_migration)); then before+=("$dir"); else measured+=("$dir"); fi
 done
-((${#before[@]} == 14)) || { echo "expected migrations 000001..000014, found ${#before[@]}" >&2; exit 5; }
-((${#measured[@]} >= 6)) || { echo "expected migrations 000015 onwards, found ${#measured[@]}" >&2; exit 5; }
+((${#before[@]} >= 14)) || { echo "expected migrations 000001..000014 at least before the measured ones, found ${#before[@]}" >&2; exit 5; }
+((${#measured[@]} >= 1)) || { echo "expected migrations from $from_migration on, found none" >&2; exit 5; }
+outside_transaction() {
+    [[ -f $1/metadata.toml ]] && grep -Eq '^[[:space:]]*run_in_transaction[[:space:]]*=[[:space:]]*false' "$1/metadata.toml"
+}
 
 # Diesel's bookkeeping table, only should a migration refer to it (none does).
 if grep -qs '__diesel_schema_migrations' "${before[@]/%//up.sql}" "${measured[@]/%//up.sql}"; then
@@ -195,9 +202,13 @@ if grep -qs '__diesel_schema_migrations' "${before[@]/%//up.sql}" "${measured[@]
 fi
 
 for dir in "${before[@]}"; do
-    sql -1 -f "$dir/up.sql" >>"$logs/migrations-before.log"
+    if outside_transaction "$dir"; then
+        sql -f "$dir/up.sql" >>"$logs/migrations-before.log"
+    else
+        sql -1 -f "$dir/up.sql" >>"$logs/migrations-before.log"
+    fi
 done
-say "migrations 000001..000014 applied"
+say "migrations before $from_migration applied"
 
 # --- The history --------------------------------------------------------------------------
 
@@ -207,8 +218,11 @@ failed_every=20        # 5% of the finished ones failed
 
 say "loading $deliveries deliveries over $endpoints endpoints"
 load_started=$(now)
+with_events=false
+if ((from_migration >= 31)); then with_events=true; fi
 sql -v n="$deliveries" -v e="$endpoints" -v pending_every="$pending_every" \
-    -v processing_every="$processing_every" -v failed_every="$failed_every" <<'SQL'
+    -v processing_every="$processing_every" -v failed_every="$failed_every" \
+    -v with_events="$with_events" <<'SQL'
 SET temp_buffers = '1GB';
 SET work_mem = '256MB';
 BEGIN;
@@ -218,7 +232,7 @@ SET LOCAL session_replication_role = replica;
 SET LOCAL synchronous_commit = off;
 -- Truncated in this transaction: with wal_level minimal, what follows writes no WAL.
 TRUNCATE endpoints, submissions, webhook_deliveries, delivery_attempts,
-         delivery_state_counts CASCADE;
+         delivery_state_counts, delivery_events CASCADE;
 
 INSERT INTO endpoints (id, name, is_active, created_at, webhook_url, webhook_secret)
 SELECT 'ep_' || lpad(k::text, 6, '0'), 'Endpoint ' || k, true,
@@ -242,10 +256,13 @@ SELECT i,
 FROM (SELECT i, timestamptz '2025-12-05 00:00:00+00' + i * (interval '365 days' / :n) AS at
       FROM generate_series(1, :n) AS i) g;
 
+-- The fields are what the destinations' migrations carry along; those that partition the
+-- history never read submissions, which then hold a short form (less disk, same rows).
 INSERT INTO submissions (id, endpoint_id, received_at, fields)
 SELECT 'sub_' || suffix, endpoint_id, at,
-       format('{"name":"Person %s","email":"person%s@example.com","message":"Hello, this is submission %s of the benchmark history."}',
-              i, i, i)::json
+       CASE WHEN :with_events THEN format('{"n":"%s"}', i)
+            ELSE format('{"name":"Person %s","email":"person%s@example.com","message":"Hello, this is submission %s of the benchmark history."}',
+                        i, i, i) END::json
 FROM history;
 
 INSERT INTO webhook_deliveries
@@ -277,6 +294,24 @@ SELECT 'att_' || h.suffix, 'whd_' || h.suffix, 'sub_' || h.suffix, 1,
 FROM history h
 WHERE h.state IN ('delivered', 'failed');
 
+-- For the migrations that partition the history: each delivery's latest event.
+\if :with_events
+INSERT INTO delivery_events
+    (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts,
+     outcome, occurred_at)
+SELECT 'whd_' || h.suffix, h.endpoint_id,
+       CASE WHEN h.state IN ('delivered', 'failed') THEN 'attempt_recorded' ELSE 'created' END,
+       CASE WHEN h.state = 'processing' THEN 'pending' ELSE h.state END,
+       CASE WHEN h.state IN ('delivered', 'failed') THEN 'processing' END,
+       CASE WHEN h.state IN ('delivered', 'failed') THEN 1 ELSE 0 END,
+       CASE WHEN h.state IN ('delivered', 'failed') THEN 1 ELSE 0 END,
+       CASE WHEN h.state = 'delivered' THEN 'succeeded'
+            WHEN h.state = 'failed' THEN 'http_error' END,
+       h.at + interval '1 second'
+FROM history h
+ORDER BY h.i;
+\endif
+
 -- As migration 000003 fills them.
 INSERT INTO delivery_state_counts (endpoint_id, state, shard, deliveries)
 SELECT endpoint_id, state, 0, count(*)
@@ -295,7 +330,8 @@ sql -c 'CHECKPOINT'
 sql -At -F ' ' >"$logs/sizes.txt" <<'SQL'
 SELECT c.relname, pg_size_pretty(pg_total_relation_size(c.oid)), c.reltuples::bigint
 FROM pg_class c
-WHERE c.relname IN ('submissions', 'webhook_deliveries', 'delivery_attempts', 'endpoints')
+WHERE c.relname IN ('submissions', 'webhook_deliveries', 'delivery_attempts', 'delivery_events',
+                    'endpoints')
 ORDER BY 1;
 SELECT 'database', pg_size_pretty(pg_database_size(current_database())), NULL;
 SELECT 'server', version(), NULL;
@@ -460,7 +496,7 @@ for dir in "${measured[@]}"; do
     name=$(basename "$dir")
     short=${name#*-*-*-}
     in_transaction=true
-    if [[ -f $dir/metadata.toml ]] && grep -Eq '^[[:space:]]*run_in_transaction[[:space:]]*=[[:space:]]*false' "$dir/metadata.toml"; then
+    if outside_transaction "$dir"; then
         in_transaction=false
     fi
     say "applying $short (in a transaction: $in_transaction)"
@@ -533,7 +569,7 @@ SQL
 
 {
     echo
-    echo "Migrating to destinations: $deliveries deliveries, $endpoints endpoints ($(sed -n 's/^server //p' "$logs/sizes.txt" | cut -d' ' -f1-2))"
+    echo "Migrations from $from_migration on: $deliveries deliveries, $endpoints endpoints ($(sed -n 's/^server //p' "$logs/sizes.txt" | cut -d' ' -f1-2))"
     echo "history: $(grep -v '^server' "$logs/sizes.txt" | tr '\n' ';' | sed 's/;$//')"
     echo "loaded in $(awk -v a="$load_started" -v b="$load_ended" 'BEGIN { printf "%.0f", b - a }') s, vacuumed and analysed in $(awk -v a="$load_ended" -v b="$vacuum_ended" 'BEGIN { printf "%.0f", b - a }') s"
     echo "writers: intake, claim, hand-back, one connection each for intake and for the queue, $writer_pause_ms ms apart; latency of the transactions that started in the step; completed = ended in the step"

@@ -1,7 +1,8 @@
 //! Retention: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches; those in the spam folder
 //! after their own, usually shorter, number of days. Deliveries and attempt histories
-//! stay, without the submission. Their uploaded files are removed right after, bytes and
+//! stay, without the submission (attempts go by their own retention, whole partitions at a
+//! time: feed/pruning.rs). Their uploaded files are removed right after, bytes and
 //! all (the delete detaches them; `Files::sweep` removes what is detached).
 
 use std::time::Duration;

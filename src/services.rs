@@ -133,6 +133,7 @@ impl Services {
             tasks.spawn(crate::feed::prune_on_schedule(
                 app.db.clone(),
                 app.config.event_retention,
+                app.config.attempt_retention_days,
                 app.clock.clone(),
                 {
                     let files = app.files.clone();

@@ -682,6 +682,8 @@ pub fn claim_and_record(claim: &db::statement::SqlText, record: &db::statement::
         "ARRAY['delivered']",
         "ARRAY[NULL::interval]",
         "NULL::timestamptz",
+        // $13: no SMTP reply (a webhook's attempt).
+        "ARRAY[NULL::varchar]",
     ];
     let claim = claim.render(&claim_binds);
     let claim = claim

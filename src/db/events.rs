@@ -1,10 +1,9 @@
 //! The delivery change feed: every statement that changes a delivery writes its event in
 //! the same transaction (sql/write_events.sql, appended to each of them); this module
-//! reads, pages and prunes them.
+//! reads and pages them (db/history.rs drops them, a partition at a time).
 
-use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+use diesel::sql_types::{BigInt, Nullable, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{EventRow, EventRowSql};
@@ -283,30 +282,12 @@ pub async fn page(
         .await?)
 }
 
-static PRUNE_EVENTS: SqlText = sql!("prune_events.sql");
-struct PruneEvents;
-
-/// Deletes up to `batch` of the oldest events that occurred before `cutoff` and moves the
-/// pruning mark (prune_events.sql). Returns how many went.
-pub async fn prune_before(
-    conn: &mut AsyncPgConnection,
-    cutoff: DateTime<Utc>,
-    batch: i64,
-) -> Result<i64, DbError> {
-    Ok(Statement::<PruneEvents, BigInt, _>::new(
-        &PRUNE_EVENTS,
-        (bind::<Timestamptz, _>(cutoff), bind::<BigInt, _>(batch)),
-    )
-    .get_result(conn)
-    .await?)
-}
-
 #[cfg(test)]
 impl EventRow {
     /// A created event of a pending delivery.
     pub fn for_tests(id: i64, delivery: &str, endpoint: &str, state: DeliveryState) -> EventRow {
         use crate::db::models::DeliveryRow;
-        let now = Utc::now();
+        let now = chrono::Utc::now();
         let delivery_id = DeliveryId::parse(delivery).expect("a delivery id");
         let endpoint_id = EndpointId::parse(endpoint).expect("an endpoint id");
         EventRow {

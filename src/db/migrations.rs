@@ -324,3 +324,20 @@ pub async fn revert_all(url: &Secret) -> Result<usize, MigrationError> {
     })
     .await
 }
+
+/// Reverts the `count` newest applied migrations, newest first; returns their versions
+/// (used by the tests that migrate a database of an earlier layout, with rows, in place).
+#[cfg(any(test, feature = "testing"))]
+pub async fn revert_newest(url: &Secret, count: usize) -> Result<Vec<String>, MigrationError> {
+    with_lock(url, false, |harness| {
+        (0..count)
+            .map(|_| {
+                harness
+                    .revert_last_migration(MIGRATIONS)
+                    .map(|version| version.to_string())
+                    .map_err(migration_failed)
+            })
+            .collect()
+    })
+    .await
+}

@@ -11,6 +11,7 @@ pub mod destinations;
 pub mod endpoints;
 pub mod events;
 pub mod files;
+pub mod history;
 pub mod keys;
 mod keyset;
 pub mod listen;

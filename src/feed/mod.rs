@@ -76,9 +76,9 @@ use crate::replica::Replica;
 mod pruning;
 mod reader;
 
-#[cfg(any(test, feature = "testing"))]
-pub use pruning::prune;
 pub use pruning::prune_on_schedule;
+#[cfg(any(test, feature = "testing"))]
+pub use pruning::{make_partitions, prune, prune_history, Pruned};
 pub use reader::run_feed;
 
 /// Batches a receiver may fall behind before it catches up from the table instead.

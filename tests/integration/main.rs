@@ -42,6 +42,7 @@ mod metrics;
 mod migrations;
 mod module_graph;
 mod operations;
+mod partitions;
 mod pgbouncer;
 mod proxy;
 mod receiver;

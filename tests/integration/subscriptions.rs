@@ -707,7 +707,7 @@ async fn pruned_history_is_refused_and_kept_history_resumes() {
     )
     .await
     .unwrap();
-    assert_eq!(pruned, 3);
+    assert_eq!(pruned.rows, 3, "{pruned:?}");
     let mut client = WsClient::ready(&ws_url(&app), &key).await;
     client
         .subscribe_events("old", &format!(r#"afterEventId: "{}""#, ids[0]))
@@ -1136,7 +1136,7 @@ async fn pruning_never_removes_events_still_within_retention() {
         )
         .await
         .unwrap();
-        assert_eq!(pruned, 0);
+        assert_eq!(pruned.rows, 0, "{pruned:?}");
     }
     let mut client = WsClient::ready(&ws_url(&app), &key).await;
     client

@@ -1,0 +1,2 @@
+ALTER TABLE delivery_events DROP CONSTRAINT delivery_events_partition_bound;
+ALTER TABLE delivery_attempts DROP CONSTRAINT delivery_attempts_partition_bound;
