@@ -516,7 +516,10 @@ async fn wait_delivered(url: &Secret, count: u64, receiver: &Receiver, received_
     // Bounded: a queue the workers cannot claim (a setup fault) ends the run.
     let deadline = Instant::now() + Duration::from_secs(600);
     while receiver.count.load(Ordering::Relaxed) - received_before < count {
-        assert!(Instant::now() < deadline, "the deliveries were not delivered within 10 minutes");
+        assert!(
+            Instant::now() < deadline,
+            "the deliveries were not delivered within 10 minutes"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let mut conn = AsyncPgConnection::establish(url.expose())

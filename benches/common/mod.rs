@@ -106,7 +106,10 @@ impl BenchCluster {
                 // BENCH_STATEMENTS=1: pg_stat_statements loaded, for a profile of where the
                 // database's time goes ([`BenchCluster::print_statements`]).
                 if env_number("BENCH_STATEMENTS", 0) == 1 {
-                    extra.push(("shared_preload_libraries".into(), "pg_stat_statements".into()));
+                    extra.push((
+                        "shared_preload_libraries".into(),
+                        "pg_stat_statements".into(),
+                    ));
                 }
                 extra
             },
@@ -366,7 +369,12 @@ fn process_cpu_seconds(pid: u32) -> (f64, f64) {
 /// The parent of a process, read from /proc.
 fn parent_pid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// CPU seconds spent so far by a PostgreSQL server: the postmaster, its live children

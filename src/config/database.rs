@@ -71,12 +71,7 @@ pub(super) enum UrlRole {
 }
 
 /// A PostgreSQL URL in `name` (the primary's and the read replica's follow one rule).
-pub(super) fn url(
-    r: &mut Reader,
-    name: &'static str,
-    role: UrlRole,
-    rule: &str,
-) -> Option<Secret> {
+pub(super) fn url(r: &mut Reader, name: &'static str, role: UrlRole, rule: &str) -> Option<Secret> {
     let raw = r.raw(name)?;
     // The URL may hold a password: problems are described, the value never repeated.
     if !(raw.starts_with("postgres://") || raw.starts_with("postgresql://")) {
