@@ -316,21 +316,7 @@ impl BenchCluster {
 /// (CPU seconds of this process, busy CPU seconds of the whole machine).
 pub fn cpu_seconds() -> (f64, f64) {
     let ticks = 100.0; // USER_HZ on Linux
-    let own = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = own
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let own_ticks: f64 = fields
-        .get(11)
-        .and_then(|u| u.parse::<f64>().ok())
-        .unwrap_or(0.0)
-        + fields
-            .get(12)
-            .and_then(|s| s.parse::<f64>().ok())
-            .unwrap_or(0.0);
+    let (own, _) = process_cpu_seconds(std::process::id());
     let all = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let cpu: Vec<f64> = all
         .lines()
@@ -347,7 +333,7 @@ pub fn cpu_seconds() -> (f64, f64) {
         .filter(|(i, _)| *i != 3 && *i != 4)
         .map(|(_, v)| v)
         .sum();
-    (own_ticks / ticks, busy / ticks)
+    (own, busy / ticks)
 }
 
 /// CPU seconds (user + system) of one process, and of its children it has waited for.
