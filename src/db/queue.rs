@@ -12,11 +12,11 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::models::ClaimedDelivery;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{AttemptId, ClaimToken, DeliveryId};
+use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
 use crate::model::state::{AttemptOutcome, DeliveryState};
 
 /// Public for the benchmarks, which run it through pgbench.
-pub static CLAIM: SqlText = sql!("claim.sql", with_events);
+pub static CLAIM: SqlText = sql!("claim.sql", "claim_take.sql", "write_events.sql");
 struct Claim;
 
 /// What a claim asks for.
@@ -66,6 +66,61 @@ pub async fn claim(
             bind::<Interval, _>(interval(request.lease)),
             bind::<Integer, _>(clamp_i32(request.limit)),
             bind::<Integer, _>(clamp_i32(request.destination_concurrency)),
+        ),
+    );
+    Ok(query.load(conn).await?)
+}
+
+static HAND_ON: SqlText = sql!("hand_on.sql", "claim_take.sql", "write_events.sql");
+struct HandOn;
+
+/// Request slots being handed on, by destination: the attempts just recorded (in the
+/// same transaction) that took a delivery of it out of `processing`.
+#[derive(Debug, Clone, Default)]
+pub struct SlotsHandedOn {
+    pub destinations: Vec<DestinationId>,
+    pub slots: Vec<i32>,
+}
+
+impl SlotsHandedOn {
+    pub fn add(&mut self, destination: &DestinationId) {
+        match self.destinations.iter().position(|d| d == destination) {
+            Some(at) => self.slots[at] += 1,
+            None => {
+                self.destinations.push(destination.clone());
+                self.slots.push(1);
+            }
+        }
+    }
+
+    pub fn total(&self) -> u32 {
+        self.slots.iter().map(|&n| n.max(0) as u32).sum()
+    }
+}
+
+/// Claims the next due deliveries of the destinations whose slots are handed on
+/// (hand_on.sql), at most one per slot, within each destination's cap. Runs in the
+/// transaction that recorded the attempts that freed the slots.
+pub async fn hand_on(
+    conn: &mut AsyncPgConnection,
+    request: ClaimRequest,
+    handed: &SlotsHandedOn,
+) -> Result<Vec<ClaimedDelivery>, DbError> {
+    let query = Statement::<HandOn, ClaimedDeliverySql, _>::new(
+        &HAND_ON,
+        (
+            bind::<Nullable<Timestamptz>, _>(request.now),
+            bind::<Interval, _>(interval(request.lease)),
+            bind::<Integer, _>(clamp_i32(request.limit)),
+            bind::<Integer, _>(clamp_i32(request.destination_concurrency)),
+            bind::<Array<Text>, _>(
+                handed
+                    .destinations
+                    .iter()
+                    .map(DestinationId::as_str)
+                    .collect::<Vec<_>>(),
+            ),
+            bind::<Array<Integer>, _>(&handed.slots),
         ),
     );
     Ok(query.load(conn).await?)

@@ -9,6 +9,16 @@
 //! the database's reach, its attempts are recorded again one by one, so one bad row cannot
 //! fail the others. The writers end when the worker that owns this recorder is gone.
 //!
+//! Handing slots on: an attempt whose task asks for it (`hand_on`: its worker has free
+//! slots, so no other destination is waiting for this one) and that moved its delivery
+//! out of `processing` hands its request slot on to the next due delivery of the same
+//! destination, claimed in the transaction that records the attempt (db/sql/hand_on.sql,
+//! migration hand_on_slots). The task sends that delivery next in the same slot: for a
+//! busy destination, one commit per delivery instead of two, and no claim loop between
+//! one request and the next. Under a full worker (no free slot) nothing is handed on and
+//! every freed slot goes back to the claim loop, which shares slots among destinations
+//! by turn.
+//!
 //! After a batch is committed and answered, its writer keeps each destination's run of
 //! failed deliveries (db/destinations.rs `count_failed_deliveries`: a delivery ending
 //! `failed` adds one, a delivered one starts the run again) and pauses a destination whose
@@ -22,15 +32,20 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use diesel_async::AsyncConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use super::pausing;
 use crate::clock::Clock;
 use crate::db::destinations::{FailureRun, FailureThresholds};
-use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded};
+use crate::db::models::ClaimedDelivery;
+use crate::db::queue::{
+    self, AttemptRecord, ClaimRequest, OwnerTransition, Recorded, SlotsHandedOn,
+};
 use crate::db::{Db, DbError};
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
 use crate::model::state::{AttemptOutcome, DeliveryState, DestinationKind, PauseReason};
+use crate::telemetry::meters;
 
 /// The most attempts one statement records.
 pub const MAX_BATCH: usize = 32;
@@ -54,6 +69,8 @@ pub struct Attempt {
     pub destination_kind: DestinationKind,
     /// The destination's run of failed deliveries was nonzero when this was claimed.
     pub destination_had_failures: bool,
+    /// Whether the task takes the next due delivery of the destination into its slot.
+    pub hand_on: bool,
 }
 
 impl Attempt {
@@ -73,7 +90,22 @@ impl Attempt {
     }
 }
 
-type Answer = Result<Recorded, Arc<DbError>>;
+/// How an attempt was recorded and, when its slot was handed on, the delivery claimed
+/// into it.
+#[derive(Debug)]
+pub struct Written {
+    pub recorded: Recorded,
+    pub next: Option<ClaimedDelivery>,
+}
+
+type Answer = Result<Written, Arc<DbError>>;
+
+/// What a slot handed on claims with: the worker's lease and per-destination cap.
+#[derive(Debug, Clone, Copy)]
+pub struct HandOnSettings {
+    pub lease: std::time::Duration,
+    pub destination_concurrency: u32,
+}
 
 struct Job {
     attempt: Attempt,
@@ -87,7 +119,12 @@ pub struct Recorder {
 impl Recorder {
     /// Starts the writers (on the current runtime). `thresholds`: the runs of failed
     /// deliveries that warn of and pause a destination.
-    pub fn start(db: Db, clock: Arc<dyn Clock>, thresholds: FailureThresholds) -> Recorder {
+    pub fn start(
+        db: Db,
+        clock: Arc<dyn Clock>,
+        thresholds: FailureThresholds,
+        hand_on: HandOnSettings,
+    ) -> Recorder {
         let (sender, receiver) = mpsc::channel(1024);
         let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
         for _ in 0..WRITERS {
@@ -96,6 +133,7 @@ impl Recorder {
                 clock.clone(),
                 receiver.clone(),
                 thresholds,
+                hand_on,
             ));
         }
         Recorder { sender }
@@ -118,6 +156,7 @@ async fn write_batches(
     clock: Arc<dyn Clock>,
     receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
     thresholds: FailureThresholds,
+    hand_on: HandOnSettings,
 ) {
     // Attempts for a delivery already in the batch, kept for this writer's next one.
     let mut deferred: Vec<Job> = Vec::new();
@@ -150,7 +189,7 @@ async fn write_batches(
                 }
             }
         }
-        let (attempts, answers) = write_batch(&db, clock.pinned(), batch).await;
+        let (attempts, answers) = write_batch(&db, clock.pinned(), hand_on, batch).await;
         let (runs, gone) = destination_effects(&attempts, &answers);
         if !runs.is_empty() || !gone.is_empty() {
             // On a task of its own: a pause may wait for an endpoint's row lock (a long
@@ -167,6 +206,7 @@ async fn write_batches(
 async fn write_batch(
     db: &Db,
     now: Option<DateTime<Utc>>,
+    hand_on: HandOnSettings,
     batch: Vec<Job>,
 ) -> (Vec<Attempt>, Vec<Option<Recorded>>) {
     let (attempts, replies): (Vec<Attempt>, Vec<_>) = batch
@@ -177,11 +217,46 @@ async fn write_batch(
         .iter()
         .map(|a| (a.record(), a.transition))
         .collect();
-    let answers: Vec<Answer> = match db
-        .run(async |conn| Ok(queue::record_attempts(conn, &rows, now).await))
+    let written = if attempts.iter().any(|a| a.hand_on) {
+        db.run(async |conn| {
+            Ok(conn
+                .transaction::<_, DbError, _>(async |conn| {
+                    let recorded = queue::record_attempts(conn, &rows, now).await?;
+                    let handed = slots_handed_on(&attempts, &recorded);
+                    let claimed = if handed.total() > 0 {
+                        let request = ClaimRequest {
+                            now,
+                            lease: hand_on.lease,
+                            limit: handed.total(),
+                            destination_concurrency: hand_on.destination_concurrency,
+                        };
+                        queue::hand_on(conn, request, &handed).await?
+                    } else {
+                        Vec::new()
+                    };
+                    Ok((recorded, claimed))
+                })
+                .await)
+        })
         .await
-    {
-        Ok(Ok(recorded)) => recorded.into_iter().map(found).collect(),
+    } else {
+        db.run(async |conn| {
+            Ok(queue::record_attempts(conn, &rows, now)
+                .await
+                .map(|recorded| (recorded, Vec::new())))
+        })
+        .await
+    };
+    let answers: Vec<Answer> = match written {
+        Ok(Ok((recorded, claimed))) => {
+            let mut answers: Vec<Answer> = recorded.into_iter().map(found).collect();
+            let unplaced = place_successors(&attempts, &mut answers, claimed);
+            if !unplaced.is_empty() {
+                // Never more than the slots handed on; should it happen, they go back.
+                super::handoff::hand_back(db, unplaced.iter().map(ClaimedDelivery::claim)).await;
+            }
+            answers
+        }
         Ok(Err(error @ DbError::Query(_))) if rows.len() > 1 => {
             // The summary, not the driver's message, which may quote a value.
             tracing::warn!(error = %error.summary(), size = rows.len(), "a batch of attempts failed; recording them one by one");
@@ -204,11 +279,53 @@ async fn write_batch(
             rows.iter().map(|_| Err(error.clone())).collect()
         }
     };
-    let recorded = answers.iter().map(|a| a.as_ref().ok().cloned()).collect();
+    let recorded = answers
+        .iter()
+        .map(|a| a.as_ref().ok().map(|written| written.recorded.clone()))
+        .collect();
     for (reply, answer) in replies.into_iter().zip(answers) {
         let _ = reply.send(answer);
     }
     (attempts, recorded)
+}
+
+/// The slots a recorded batch hands on: one per attempt that asked to and moved its
+/// delivery out of `processing` (an owner's; a late worker's attempt frees no slot of
+/// its destination).
+fn slots_handed_on(attempts: &[Attempt], recorded: &[Option<Recorded>]) -> SlotsHandedOn {
+    let mut handed = SlotsHandedOn::default();
+    for (attempt, recorded) in attempts.iter().zip(recorded) {
+        if attempt.hand_on && matches!(recorded, Some(Recorded::Owner { .. })) {
+            handed.add(&attempt.destination_id);
+        }
+    }
+    handed
+}
+
+/// Gives each attempt that handed its slot on a delivery claimed for its destination, in
+/// batch order; answers what no attempt took.
+fn place_successors(
+    attempts: &[Attempt],
+    answers: &mut [Answer],
+    mut claimed: Vec<ClaimedDelivery>,
+) -> Vec<ClaimedDelivery> {
+    if claimed.is_empty() {
+        return claimed;
+    }
+    meters::deliveries_claimed("hand_on", claimed.len());
+    for (attempt, answer) in attempts.iter().zip(answers.iter_mut()) {
+        let Ok(written) = answer else { continue };
+        if !attempt.hand_on || !matches!(written.recorded, Recorded::Owner { .. }) {
+            continue;
+        }
+        if let Some(at) = claimed
+            .iter()
+            .position(|c| c.destination_id == attempt.destination_id)
+        {
+            written.next = Some(claimed.remove(at));
+        }
+    }
+    claimed
 }
 
 /// What a recorded batch means for its destinations: each one's run of failed
@@ -311,7 +428,12 @@ async fn follow_destinations(
 /// A missing row: the delivery is gone (its endpoint was erased, cancelling what it owed,
 /// while the request was in flight), reported as the single statement reported it.
 fn found(recorded: Option<Recorded>) -> Answer {
-    recorded.ok_or_else(|| Arc::new(DbError::Query(diesel::result::Error::NotFound)))
+    recorded
+        .map(|recorded| Written {
+            recorded,
+            next: None,
+        })
+        .ok_or_else(|| Arc::new(DbError::Query(diesel::result::Error::NotFound)))
 }
 
 #[cfg(test)]
@@ -339,6 +461,7 @@ mod tests {
             destination_id: destination(endpoint),
             destination_kind: DestinationKind::Webhook,
             destination_had_failures: had_failures,
+            hand_on: false,
         }
     }
 

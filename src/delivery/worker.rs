@@ -20,7 +20,7 @@ use super::email::{self, Mailer, Notification};
 use super::handoff::{self, ClaimActivity, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
 use super::payload;
-use super::recorder::{self, Recorder};
+use super::recorder::{self, HandOnSettings, Recorder};
 use super::Senders;
 use crate::clock::Clock;
 use crate::config::{WebhookConfig, WorkerConfig};
@@ -73,6 +73,10 @@ impl Worker {
                 pause: webhook.pause_after_failed_deliveries,
                 warn: webhook.warn_after_failed_deliveries,
             },
+            HandOnSettings {
+                lease: config.lease,
+                destination_concurrency: config.destination_concurrency,
+            },
         );
         Arc::new(Worker {
             recorder,
@@ -114,7 +118,7 @@ impl Worker {
     /// a task for each. Returns how many were claimed and how many were asked for.
     async fn claim_and_start(
         self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
+        tasks: &mut JoinSet<usize>,
         stopping: &CancellationToken,
     ) -> Result<(usize, usize), DbError> {
         // The slots are taken first, so that intake cannot take them meanwhile.
@@ -162,7 +166,7 @@ impl Worker {
     /// Starts the task that sends `delivery` in its slot.
     fn start(
         self: &Arc<Self>,
-        tasks: &mut JoinSet<()>,
+        tasks: &mut JoinSet<usize>,
         delivery: ClaimedDelivery,
         permit: OwnedSemaphorePermit,
         stopping: &CancellationToken,
@@ -171,21 +175,29 @@ impl Worker {
         let stopping = stopping.clone();
         tasks.spawn(async move {
             let in_flight = meters::in_flight();
-            worker.process(delivery, &stopping).await;
+            let taken = worker.process(delivery, &stopping).await;
             drop(in_flight);
             drop(permit);
+            taken
         });
     }
 
-    /// Test seam: claims one batch and processes it to the end. Returns how many were
-    /// claimed.
+    /// Test seam: claims one batch and processes it to the end, deliveries handed on to
+    /// its slots included. Returns how many deliveries it took (claimed or handed on).
     #[cfg(any(test, feature = "testing"))]
     pub async fn run_once(self: &Arc<Self>) -> Result<usize, DbError> {
         let never = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let (claimed, _) = self.claim_and_start(&mut tasks, &never).await?;
-        while tasks.join_next().await.is_some() {}
-        Ok(claimed)
+        self.claim_and_start(&mut tasks, &never).await?;
+        let mut taken = 0;
+        while let Some(task) = tasks.join_next().await {
+            match task {
+                Ok(n) => taken += n,
+                Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+                Err(_) => {}
+            }
+        }
+        Ok(taken)
     }
 
     /// Runs until `shutdown` is cancelled, then stops claiming, lets requests in flight
@@ -265,11 +277,29 @@ impl Worker {
         }
     }
 
-    /// Sends one delivery and records the result.
-    async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) {
+    /// Sends `delivery` and records the result; then, while its slot is handed on, each
+    /// next delivery of the same destination claimed with the recording (recorder.rs).
+    /// Returns how many deliveries the slot took.
+    async fn process(&self, delivery: ClaimedDelivery, stopping: &CancellationToken) -> usize {
+        let mut taken = 0;
+        let mut next = Some(delivery);
+        while let Some(delivery) = next.take() {
+            taken += 1;
+            next = self.process_one(delivery, stopping).await;
+        }
+        taken
+    }
+
+    /// Sends one delivery and records the result; answers the delivery claimed into its
+    /// slot, if it was handed on.
+    async fn process_one(
+        &self,
+        delivery: ClaimedDelivery,
+        stopping: &CancellationToken,
+    ) -> Option<ClaimedDelivery> {
         if stopping.is_cancelled() {
             handoff::hand_back(&self.db, [delivery.claim()]).await;
-            return;
+            return None;
         }
         let (Some(submission_id), Some(received_at), Some(fields)) = (
             &delivery.submission_id,
@@ -277,7 +307,7 @@ impl Worker {
             &delivery.fields,
         ) else {
             self.fail_erased(&delivery).await;
-            return;
+            return None;
         };
         let attempted_at = self.clock.now();
         // The files' descriptions and links, for a webhook or an email; should they not be
@@ -291,7 +321,7 @@ impl Worker {
                     Err(error) => {
                         tracing::warn!(delivery_id = %delivery.id, error = %error.summary(), "cannot read the submission's files; the delivery goes back to the queue");
                         handoff::hand_back(&self.db, [delivery.claim()]).await;
-                        return;
+                        return None;
                     }
                 }
             }
@@ -303,16 +333,28 @@ impl Worker {
                 let result = self
                     .send_email(&delivery, submission_id, received_at, fields, &files)
                     .await;
-                self.record(&delivery, &result, attempted_at, started.elapsed())
+                return self
+                    .record(
+                        &delivery,
+                        &result,
+                        attempted_at,
+                        started.elapsed(),
+                        stopping,
+                    )
                     .await;
-                return;
             }
             (DestinationKind::Autoresponder, _) => {
                 let started = Instant::now();
                 let result = self.send_autoresponse(&delivery, fields).await;
-                self.record(&delivery, &result, attempted_at, started.elapsed())
+                return self
+                    .record(
+                        &delivery,
+                        &result,
+                        attempted_at,
+                        started.elapsed(),
+                        stopping,
+                    )
                     .await;
-                return;
             }
             (DestinationKind::Webhook, None) => {
                 // The delivery row's CHECK makes this impossible; fail it loudly rather
@@ -322,9 +364,9 @@ impl Worker {
                     crate::model::state::AttemptOutcome::BlockedDestination,
                     "the delivery has no signing secret",
                 );
-                self.record(&delivery, &result, attempted_at, Duration::ZERO)
+                return self
+                    .record(&delivery, &result, attempted_at, Duration::ZERO, stopping)
                     .await;
-                return;
             }
         };
         let body = payload::body(
@@ -358,7 +400,8 @@ impl Worker {
             .send(&delivery.destination_url, body, &signatures)
             .await;
         let elapsed = started.elapsed();
-        self.record(&delivery, &result, attempted_at, elapsed).await;
+        self.record(&delivery, &result, attempted_at, elapsed, stopping)
+            .await
     }
 
     /// Sends an email delivery: the notification of its submission to the recipients
@@ -448,14 +491,18 @@ impl Worker {
 
     /// Records the attempt, retrying briefly if the database is unavailable: the request
     /// went out, so it belongs in the history. If it still cannot be recorded, the lease
-    /// expires and the delivery is sent again (at least once, never lost).
+    /// expires and the delivery is sent again (at least once, never lost). Answers the
+    /// destination's next delivery when the slot was handed on to it: only while this
+    /// worker has other free slots (no destination waits for this one) and is not
+    /// stopping.
     async fn record(
         &self,
         delivery: &ClaimedDelivery,
         result: &AttemptResult,
         attempted_at: chrono::DateTime<chrono::Utc>,
         elapsed: Duration,
-    ) {
+        stopping: &CancellationToken,
+    ) -> Option<ClaimedDelivery> {
         // The owner's transition, decided from the cycle count it claimed with.
         let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
         let transition = match outcome::next_step(result, cycle_attempts, &self.webhook) {
@@ -478,14 +525,19 @@ impl Worker {
             destination_id: delivery.destination_id.clone(),
             destination_kind: delivery.kind,
             destination_had_failures: delivery.destination_failed_deliveries > 0,
+            hand_on: !stopping.is_cancelled() && self.slots.available_permits() > 0,
         };
         let mut delay = Duration::from_millis(100);
         for attempt in 1..=5 {
             let outcome = self.recorder.record(record.clone()).await;
             match outcome {
-                Ok(Recorded::Owner {
-                    attempt_number,
-                    state,
+                Ok(recorder::Written {
+                    recorded:
+                        Recorded::Owner {
+                            attempt_number,
+                            state,
+                        },
+                    next,
                 }) => {
                     meters::delivery_attempt(delivery.kind, result.outcome, elapsed, Some(state));
                     // One line per attempt, with its ids; a delivery that ends failed is
@@ -512,11 +564,15 @@ impl Worker {
                         // A retry is due later; make sure the loop looks again then.
                         self.wake.notify_one();
                     }
-                    return;
+                    return next;
                 }
-                Ok(Recorded::Late {
-                    attempt_number,
-                    state,
+                Ok(recorder::Written {
+                    recorded:
+                        Recorded::Late {
+                            attempt_number,
+                            state,
+                        },
+                    next,
                 }) => {
                     meters::delivery_attempt(delivery.kind, result.outcome, elapsed, None);
                     meters::late_attempt();
@@ -528,12 +584,12 @@ impl Worker {
                         state = %state,
                         "late delivery attempt: the claim had been superseded"
                     );
-                    return;
+                    return next;
                 }
                 Err(error) if matches!(*error, DbError::Query(diesel::result::Error::NotFound)) => {
                     // Nothing to record it on, and nothing will send it again.
                     tracing::warn!(delivery_id = %delivery.id, "delivery attempt not recorded: the delivery was erased with its endpoint meanwhile");
-                    return;
+                    return None;
                 }
                 Err(error) => {
                     tracing::warn!(delivery_id = %delivery.id, try_number = attempt, error = %error.summary(), "could not record a delivery attempt");
@@ -543,6 +599,7 @@ impl Worker {
             }
         }
         tracing::error!(delivery_id = %delivery.id, "gave up recording a delivery attempt; the lease will expire and it will be sent again");
+        None
     }
 
     async fn fail_erased(&self, delivery: &ClaimedDelivery) {

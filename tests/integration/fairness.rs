@@ -1,5 +1,6 @@
 //! One bad receiver never holds up the others: a per-endpoint cap on requests in flight,
-//! exact across claimers, and claims that take turns across endpoints.
+//! exact across claimers, claims that take turns across endpoints, and slots handed on
+//! to a busy destination's next delivery within its cap.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -180,4 +181,113 @@ async fn the_endpoint_cap_is_exact_across_claimers() {
     }
     assert_eq!(claimed, 2, "busy had 3 of 5 in flight: two more, no more");
     assert_eq!(count_for(&app, "busy").await, 5);
+}
+
+/// Deliveries claimed in the transaction that recorded another delivery's attempt: slots
+/// handed on (their `claimed` event shares the recording's transaction id).
+async fn handed_on(app: &TestApp) -> i64 {
+    app.db
+        .count(
+            "SELECT count(*) AS n FROM delivery_events c WHERE c.kind = 'claimed' AND EXISTS (
+             SELECT 1 FROM delivery_events r
+             WHERE r.kind = 'attempt_recorded' AND r.xmin = c.xmin)",
+        )
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_WORKER_CONCURRENCY", "8"),
+            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "3"),
+            ("FORMS_WORKER_POLL_SECONDS", "0.2"),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    app.webhook_endpoint("busy", &receiver.url("/slow/20"))
+        .await;
+    for n in 0..40 {
+        app.submit("busy", &format!("n={n}")).await;
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(app.worker(None).run(stop.clone(), None));
+    let received = receiver.wait_for(40).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app
+        .db
+        .count("SELECT count(*) AS n FROM webhook_deliveries WHERE state <> 'delivered'")
+        .await
+        > 0
+    {
+        assert!(Instant::now() < deadline, "not every delivery was recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    worker.await.unwrap();
+    // Each delivery went out once, never more than the cap at a time, and the cap was
+    // used: the slots were handed on, not left idle between one request and the next.
+    assert_eq!(received.len(), 40);
+    assert_eq!(receiver.received().len(), 40);
+    assert_eq!(receiver.most_slow_at_once(), 3);
+    assert_eq!(
+        app.db
+            .count(
+                "SELECT count(*) AS n FROM delivery_attempts WHERE attempt_number = 1 AND NOT late"
+            )
+            .await,
+        40
+    );
+    // Most deliveries after the first three were claimed by the recording of the one
+    // before them: the claim loop claimed only when a slot was not handed on.
+    let handed = handed_on(&app).await;
+    assert!(
+        handed >= 20,
+        "only {handed} of 40 claims were slots handed on"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_worker_hands_no_slot_on() {
+    // Every slot of the worker busy with one destination: each freed slot goes back to
+    // the claim loop, which shares slots among destinations by turn.
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_WORKER_CONCURRENCY", "2"),
+            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "2"),
+            ("FORMS_WORKER_POLL_SECONDS", "0.2"),
+        ],
+        Arc::new(SystemClock),
+    )
+    .await;
+    app.webhook_endpoint("busy", &receiver.url("/slow/20"))
+        .await;
+    for n in 0..12 {
+        app.submit("busy", &format!("n={n}")).await;
+    }
+    let stop = tokio_util::sync::CancellationToken::new();
+    let worker = tokio::spawn(app.worker(None).run(stop.clone(), None));
+    receiver.wait_for(12).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while app
+        .db
+        .count("SELECT count(*) AS n FROM webhook_deliveries WHERE state <> 'delivered'")
+        .await
+        > 0
+    {
+        assert!(Instant::now() < deadline, "not every delivery was recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    worker.await.unwrap();
+    assert_eq!(receiver.received().len(), 12);
+    assert_eq!(receiver.most_slow_at_once(), 2);
+    assert_eq!(handed_on(&app).await, 0);
 }

@@ -2,13 +2,14 @@
 //! exact body bytes, when it arrived) and answers by path:
 //! - `/status/{code}`: that status (3xx with a `Location` to `/landing`);
 //! - `/hang`: never answers while `hanging` is set, then 200;
-//! - `/slow/{ms}`: 200 after that many milliseconds;
+//! - `/slow/{ms}`: 200 after that many milliseconds (the most of these in progress at once
+//!   is kept, `most_slow_at_once`);
 //! - `/failing`: 500 while `failing` is set, then 200;
 //! - `/gone`: 410 while `gone` is set, then 200;
 //! - anything else: 200.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ pub struct Receiver {
     pub hanging: Arc<AtomicBool>,
     pub failing: Arc<AtomicBool>,
     pub gone: Arc<AtomicBool>,
+    slow_now: Arc<AtomicUsize>,
+    slow_most: Arc<AtomicUsize>,
 }
 
 impl Receiver {
@@ -69,6 +72,11 @@ impl Receiver {
 
     pub fn received(&self) -> Vec<Received> {
         self.requests.lock().expect("receiver lock").clone()
+    }
+
+    /// The most `/slow/{ms}` requests that were in progress at once.
+    pub fn most_slow_at_once(&self) -> usize {
+        self.slow_most.load(Ordering::SeqCst)
     }
 
     pub fn stop_hanging(&self) {
@@ -170,7 +178,10 @@ async fn slow(
     body: Bytes,
 ) -> StatusCode {
     remember(&receiver, &uri, headers, body);
+    let now = receiver.slow_now.fetch_add(1, Ordering::SeqCst) + 1;
+    receiver.slow_most.fetch_max(now, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(ms)).await;
+    receiver.slow_now.fetch_sub(1, Ordering::SeqCst);
     StatusCode::OK
 }
 

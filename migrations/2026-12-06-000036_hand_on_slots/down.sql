@@ -1,0 +1,1 @@
+DROP FUNCTION handable_destinations(varchar[], integer[], integer);

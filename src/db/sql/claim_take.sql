@@ -1,0 +1,93 @@
+-- The rest of a claim (claim.sql) and of a slot handed on (hand_on.sql), after their
+-- `expired` (leases run out, taken first) and `serving` (destinations with the slots each
+-- may fill): each destination's due deliveries taken round by round, locked, claimed
+-- with a fresh token and lease, the throttles moved on, and what the request needs.
+-- $1 now (NULL: the database's clock), $2 lease, $3 how many in all.
+, candidates AS (
+    SELECT c.id, c.next_attempt_at, c.turn
+    FROM serving s
+    CROSS JOIN LATERAL (
+        -- This destination's head of the queue, read from
+        -- webhook_deliveries_pending_destination_due_idx. The destination is matched as a
+        -- range (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the
+        -- order names both of that index's columns, because with `=` a generic plan may
+        -- read webhook_deliveries_pending_due_idx in due order instead and filter out every
+        -- other destination's due deliveries (thousands per destination with a backlog);
+        -- with the range, only the per-destination index gives this order without a sort.
+        -- `ROWS`: the numbering reads no row past the limit (with the default `RANGE`
+        -- frame it reads every delivery due at the same instant, such as a replay's).
+        SELECT w.id, w.next_attempt_at,
+               row_number() OVER (ORDER BY w.destination_id, w.next_attempt_at
+                                  ROWS UNBOUNDED PRECEDING) AS turn
+        FROM webhook_deliveries w
+        WHERE w.state = 'pending'
+          AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
+          AND w.next_attempt_at <= coalesce($1, statement_timestamp())
+        ORDER BY w.destination_id, w.next_attempt_at
+        LIMIT s.free_slots
+    ) c
+), due AS MATERIALIZED (
+    -- Rows claimed by whoever held a destination before this claim are `processing` by
+    -- now: the lock re-reads them and the state test leaves them out.
+    SELECT w.id, w.state FROM webhook_deliveries w
+    WHERE w.id = ANY (ARRAY(SELECT c.id FROM candidates c
+                            ORDER BY c.turn, c.next_attempt_at
+                            LIMIT greatest($3 - (SELECT count(*) FROM expired), 0)))
+      AND w.state = 'pending'
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT e.id, e.state FROM expired e
+    UNION ALL
+    SELECT d.id, d.state FROM due d
+), claimed AS (
+    UPDATE webhook_deliveries d
+    SET state = 'processing',
+        claim_token = 'clm_' || replace(gen_random_uuid()::text, '-', ''),
+        claim_expires_at = coalesce($1, statement_timestamp()) + $2
+    WHERE d.id = ANY (ARRAY(SELECT p.id FROM picked p))
+    RETURNING d.id, d.claim_token, d.endpoint_id, d.destination_id, d.destination_url,
+              d.signing_secret, d.submission_id, d.state, d.attempts, d.cycle_attempts,
+              (SELECT p.state FROM picked p WHERE p.id = d.id) AS previous_state
+), throttled AS (
+    -- A throttled destination's rate moves on by the requests this claim starts (see
+    -- throttle_allowance, migration destinations). Concurrent claims of one destination
+    -- update its row in turn, each from the other's result.
+    INSERT INTO destination_throttles AS t (destination_id, next_at)
+    SELECT n.destination_id,
+           coalesce($1, statement_timestamp())
+               + n.started * (interval '1 second' / ds.max_requests_per_second)
+    FROM (SELECT c.destination_id, count(*) AS started FROM claimed c
+          GROUP BY c.destination_id) n
+    JOIN destinations ds ON ds.id = n.destination_id
+    WHERE ds.max_requests_per_second IS NOT NULL
+    ORDER BY n.destination_id
+    ON CONFLICT (destination_id) DO UPDATE
+        SET next_at = greatest(t.next_at, coalesce($1, statement_timestamp()))
+                      + (excluded.next_at - coalesce($1, statement_timestamp()))
+), changes AS (
+    SELECT id AS delivery_id, endpoint_id, 'claimed'::varchar AS kind, state,
+           previous_state, attempts, cycle_attempts, NULL::varchar AS outcome
+    FROM claimed
+), result AS (
+    -- With the destination's kind, its live secrets when the delivery goes where it now
+    -- points (a delivery to an earlier URL is never signed with a later receiver's
+    -- secret), and its run of failed deliveries; what an email or an autoresponder's
+    -- message is made of.
+    SELECT c.id, c.claim_token, c.endpoint_id, c.destination_id, ds.kind, c.destination_url,
+           c.signing_secret, c.submission_id, c.cycle_attempts, s.received_at, s.fields,
+           CASE WHEN ds.url = c.destination_url THEN ds.secret END AS destination_secret,
+           CASE WHEN ds.url = c.destination_url
+                 AND ds.previous_secret_expires_at > coalesce($1, statement_timestamp())
+                THEN ds.previous_secret END AS destination_previous_secret,
+           ds.consecutive_failed_deliveries,
+           CASE WHEN ds.kind = 'email' THEN e.name END AS endpoint_name,
+           ds.reply_to_field, ds.reply_subject, ds.reply_body,
+           -- Whether the submission has uploaded files, which the worker then reads for
+           -- the payload: one index probe here rather than a round trip per delivery.
+           EXISTS (SELECT 1 FROM submission_files f WHERE f.submission_id = c.submission_id)
+               AS has_files
+    FROM claimed c
+    JOIN destinations ds ON ds.id = c.destination_id
+    JOIN endpoints e ON e.id = c.endpoint_id
+    LEFT JOIN submissions s ON s.id = c.submission_id
+)
