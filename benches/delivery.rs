@@ -16,7 +16,7 @@
 //! 4. **Noisy neighbour.** 300 deliveries queued for a receiver that accepts and never
 //!    answers (read timeout 3 s), 32 workers; healthy endpoints' forms posted meanwhile:
 //!    the time from the POST to their receiver (target: p99 under 1 s, where the dead
-//!    backlog would take about 300 / 8 × 3 s to drain).
+//!    backlog would take about 300 / 16 × 3 s to drain).
 //!
 //! 5. **Hot destination.** 5,000 queued to one endpoint, drained by one worker process.
 //!
@@ -24,7 +24,8 @@
 //! `BENCH_RELAXED` (0; 1 runs the cluster with `synchronous_commit = off`),
 //! `BENCH_LATENCY_SAMPLES` (300),
 //! `BENCH_NEIGHBOUR_SAMPLES` (200), `BENCH_HOT_DELIVERIES` (5000), `BENCH_HOT_ROUNDS` (3),
-//! `BENCH_ONLY_HOT` (0; 1 runs section 5 alone).
+//! `BENCH_ONLY_HOT` (0; 1 runs section 5 alone), `BENCH_HOT_CAP` (unset: the default
+//! `FORMS_WORKER_ENDPOINT_CONCURRENCY`; the hot section's cap per destination).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -320,7 +321,12 @@ fn hot_destination(runtime: &tokio::runtime::Runtime, cluster: &BenchCluster, re
         let (receiver_before, _) = common::cpu_seconds();
         let before = receiver.count.load(Ordering::Relaxed);
         let started = Instant::now();
-        let worker = spawn_worker(&cluster.url);
+        let mut worker = forms(&cluster.url, free_port());
+        worker.env("FORMS_API_ENABLED", "false");
+        if let Ok(cap) = std::env::var("BENCH_HOT_CAP") {
+            worker.env("FORMS_WORKER_ENDPOINT_CONCURRENCY", cap);
+        }
+        let worker = worker.spawn().expect("start a worker process");
         let worker_pid = worker.id();
         runtime.block_on(wait_delivered(&cluster.url, deliveries, receiver, before));
         let elapsed = started.elapsed().as_secs_f64();

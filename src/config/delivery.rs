@@ -92,10 +92,10 @@ pub(super) fn read_worker(r: &mut Reader) -> WorkerConfig {
     WorkerConfig {
         enabled: r.boolean("FORMS_WORKER_ENABLED", true),
         lease: r.seconds("FORMS_WORKER_LEASE_SECONDS", 60.0),
-        concurrency: r.integer("FORMS_WORKER_CONCURRENCY", 32, 1, 100_000) as usize,
+        concurrency: r.integer("FORMS_WORKER_CONCURRENCY", 64, 1, 100_000) as usize,
         batch_size: r.integer("FORMS_WORKER_BATCH_SIZE", 10, 1, 10_000) as u32,
         poll_interval: r.seconds("FORMS_WORKER_POLL_SECONDS", 1.0),
-        destination_concurrency: r.integer("FORMS_WORKER_ENDPOINT_CONCURRENCY", 8, 1, 100_000)
+        destination_concurrency: r.integer("FORMS_WORKER_ENDPOINT_CONCURRENCY", 16, 1, 100_000)
             as u32,
     }
 }

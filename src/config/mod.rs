@@ -359,7 +359,7 @@ mod tests {
             config.database.idle_in_transaction_timeout,
             Duration::from_secs(60)
         );
-        assert_eq!(config.worker.destination_concurrency, 8);
+        assert_eq!(config.worker.destination_concurrency, 16);
         assert_eq!(config.export_max_concurrent, 2);
         assert_eq!(config.graphql.max_expanded_fields, 5_000);
         assert_eq!(config.graphql.max_fragments, 100);
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(config.webhook.retry_initial, Duration::from_secs(10));
         assert_eq!(config.webhook.retry_max, Duration::from_secs(3600));
         assert_eq!(config.worker.lease, Duration::from_secs(60));
-        assert_eq!(config.worker.concurrency, 32);
+        assert_eq!(config.worker.concurrency, 64);
         assert_eq!(config.worker.batch_size, 10);
         assert_eq!(config.worker.poll_interval, Duration::from_secs(1));
         assert!(!config.webhook.allow_private_targets);

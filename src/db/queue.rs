@@ -93,26 +93,28 @@ impl SlotsHandedOn {
         }
     }
 
-    pub fn total(&self) -> u32 {
-        self.slots.iter().map(|&n| n.max(0) as u32).sum()
+    pub fn is_empty(&self) -> bool {
+        self.destinations.is_empty()
     }
 }
 
 /// Claims the next due deliveries of the destinations whose slots are handed on
 /// (hand_on.sql), at most one per slot, within each destination's cap. Runs in the
-/// transaction that recorded the attempts that freed the slots.
+/// transaction that recorded the attempts that freed the slots. `destination_concurrency`:
+/// requests in flight allowed per destination (unless it sets its own).
 pub async fn hand_on(
     conn: &mut AsyncPgConnection,
-    request: ClaimRequest,
+    now: Option<DateTime<Utc>>,
+    lease: std::time::Duration,
+    destination_concurrency: u32,
     handed: &SlotsHandedOn,
 ) -> Result<Vec<ClaimedDelivery>, DbError> {
     let query = Statement::<HandOn, ClaimedDeliverySql, _>::new(
         &HAND_ON,
         (
-            bind::<Nullable<Timestamptz>, _>(request.now),
-            bind::<Interval, _>(interval(request.lease)),
-            bind::<Integer, _>(clamp_i32(request.limit)),
-            bind::<Integer, _>(clamp_i32(request.destination_concurrency)),
+            bind::<Nullable<Timestamptz>, _>(now),
+            bind::<Interval, _>(interval(lease)),
+            bind::<Integer, _>(clamp_i32(destination_concurrency)),
             bind::<Array<Text>, _>(
                 handed
                     .destinations
@@ -120,7 +122,7 @@ pub async fn hand_on(
                     .map(DestinationId::as_str)
                     .collect::<Vec<_>>(),
             ),
-            bind::<Array<Integer>, _>(&handed.slots),
+            bind::<Array<Integer>, _>(handed.slots.as_slice()),
         ),
     );
     Ok(query.load(conn).await?)

@@ -39,9 +39,7 @@ use super::pausing;
 use crate::clock::Clock;
 use crate::db::destinations::{FailureRun, FailureThresholds};
 use crate::db::models::ClaimedDelivery;
-use crate::db::queue::{
-    self, AttemptRecord, ClaimRequest, OwnerTransition, Recorded, SlotsHandedOn,
-};
+use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded, SlotsHandedOn};
 use crate::db::{Db, DbError};
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
 use crate::model::state::{AttemptOutcome, DeliveryState, DestinationKind, PauseReason};
@@ -49,7 +47,7 @@ use crate::telemetry::meters;
 
 /// The most attempts one statement records.
 pub const MAX_BATCH: usize = 32;
-const WRITERS: usize = 2;
+const WRITERS: usize = 1;
 
 /// One attempt, owned, as the request task hands it over.
 #[derive(Debug, Clone)]
@@ -223,16 +221,17 @@ async fn write_batch(
                 .transaction::<_, DbError, _>(async |conn| {
                     let recorded = queue::record_attempts(conn, &rows, now).await?;
                     let handed = slots_handed_on(&attempts, &recorded);
-                    let claimed = if handed.total() > 0 {
-                        let request = ClaimRequest {
-                            now,
-                            lease: hand_on.lease,
-                            limit: handed.total(),
-                            destination_concurrency: hand_on.destination_concurrency,
-                        };
-                        queue::hand_on(conn, request, &handed).await?
-                    } else {
+                    let claimed = if handed.is_empty() {
                         Vec::new()
+                    } else {
+                        queue::hand_on(
+                            conn,
+                            now,
+                            hand_on.lease,
+                            hand_on.destination_concurrency,
+                            &handed,
+                        )
+                        .await?
                     };
                     Ok((recorded, claimed))
                 })

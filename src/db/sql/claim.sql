@@ -47,3 +47,36 @@ WITH adopted AS (
     SELECT s.destination_id, s.free_slots
     FROM claimable_destinations(coalesce($1, statement_timestamp()), $3, $4) AS s
 )
+, candidates AS (
+    SELECT c.id, c.next_attempt_at, c.turn
+    FROM serving s
+    CROSS JOIN LATERAL (
+        -- This destination's head of the queue, read from
+        -- webhook_deliveries_pending_destination_due_idx. The destination is matched as a
+        -- range (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the
+        -- order names both of that index's columns, because with `=` a generic plan may
+        -- read webhook_deliveries_pending_due_idx in due order instead and filter out every
+        -- other destination's due deliveries (thousands per destination with a backlog);
+        -- with the range, only the per-destination index gives this order without a sort.
+        -- `ROWS`: the numbering reads no row past the limit (with the default `RANGE`
+        -- frame it reads every delivery due at the same instant, such as a replay's).
+        SELECT w.id, w.next_attempt_at,
+               row_number() OVER (ORDER BY w.destination_id, w.next_attempt_at
+                                  ROWS UNBOUNDED PRECEDING) AS turn
+        FROM webhook_deliveries w
+        WHERE w.state = 'pending'
+          AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
+          AND w.next_attempt_at <= coalesce($1, statement_timestamp())
+        ORDER BY w.destination_id, w.next_attempt_at
+        LIMIT s.free_slots
+    ) c
+), due AS MATERIALIZED (
+    -- Rows claimed by whoever held a destination before this claim are `processing` by
+    -- now: the lock re-reads them and the state test leaves them out.
+    SELECT w.id, w.state FROM webhook_deliveries w
+    WHERE w.id = ANY (ARRAY(SELECT c.id FROM candidates c
+                            ORDER BY c.turn, c.next_attempt_at
+                            LIMIT greatest($3 - (SELECT count(*) FROM expired), 0)))
+      AND w.state = 'pending'
+    FOR UPDATE SKIP LOCKED
+)

@@ -1,41 +1,8 @@
--- The rest of a claim (claim.sql) and of a slot handed on (hand_on.sql), after their
--- `expired` (leases run out, taken first) and `serving` (destinations with the slots each
--- may fill): each destination's due deliveries taken round by round, locked, claimed
--- with a fresh token and lease, the throttles moved on, and what the request needs.
--- $1 now (NULL: the database's clock), $2 lease, $3 how many in all.
-, candidates AS (
-    SELECT c.id, c.next_attempt_at, c.turn
-    FROM serving s
-    CROSS JOIN LATERAL (
-        -- This destination's head of the queue, read from
-        -- webhook_deliveries_pending_destination_due_idx. The destination is matched as a
-        -- range (`>=` and `<=`: for a deterministic collation the same rows as `=`) and the
-        -- order names both of that index's columns, because with `=` a generic plan may
-        -- read webhook_deliveries_pending_due_idx in due order instead and filter out every
-        -- other destination's due deliveries (thousands per destination with a backlog);
-        -- with the range, only the per-destination index gives this order without a sort.
-        -- `ROWS`: the numbering reads no row past the limit (with the default `RANGE`
-        -- frame it reads every delivery due at the same instant, such as a replay's).
-        SELECT w.id, w.next_attempt_at,
-               row_number() OVER (ORDER BY w.destination_id, w.next_attempt_at
-                                  ROWS UNBOUNDED PRECEDING) AS turn
-        FROM webhook_deliveries w
-        WHERE w.state = 'pending'
-          AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
-          AND w.next_attempt_at <= coalesce($1, statement_timestamp())
-        ORDER BY w.destination_id, w.next_attempt_at
-        LIMIT s.free_slots
-    ) c
-), due AS MATERIALIZED (
-    -- Rows claimed by whoever held a destination before this claim are `processing` by
-    -- now: the lock re-reads them and the state test leaves them out.
-    SELECT w.id, w.state FROM webhook_deliveries w
-    WHERE w.id = ANY (ARRAY(SELECT c.id FROM candidates c
-                            ORDER BY c.turn, c.next_attempt_at
-                            LIMIT greatest($3 - (SELECT count(*) FROM expired), 0)))
-      AND w.state = 'pending'
-    FOR UPDATE SKIP LOCKED
-), picked AS (
+-- What a claim (claim.sql) and a slot handed on (hand_on.sql) have in common, after their
+-- `expired` (leases that ran out, taken first) and `due` (pending deliveries, locked):
+-- each is claimed with a fresh token and lease, throttled destinations' rates move on,
+-- and what the request needs is read. $1 now (NULL: the database's clock), $2 lease.
+, picked AS (
     SELECT e.id, e.state FROM expired e
     UNION ALL
     SELECT d.id, d.state FROM due d
