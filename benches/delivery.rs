@@ -2,7 +2,7 @@
 //!
 //! `cargo bench --bench delivery`:
 //! 1. **Ceiling.** `pgbench` runs the worker's own statements for one delivery, claim
-//!    (`src/db/sql/claim.sql`, one row) and record (`record_attempts.sql`, one attempt: lock the row,
+//!    (`src/db/sql/claim.sql` with `claim_take.sql`, one row) and record (`record_attempts.sql`, one attempt: lock the row,
 //!    insert the attempt, update the delivery), each with its event tail, over a queue of
 //!    pending deliveries. The worker claims in batches; pgbench claims one row at a time.
 //! 2. **Throughput.** Two worker-only `hymical-forms` processes deliver the same number of
@@ -143,6 +143,7 @@ fn main() {
     // database on the worker's path.
     let claim_without_events = db::statement::SqlText::new(concat!(
         include_str!("../src/db/sql/claim.sql"),
+        include_str!("../src/db/sql/claim_take.sql"),
         "SELECT * FROM result"
     ));
     let record_without_events = db::statement::SqlText::new(concat!(

@@ -33,9 +33,15 @@
 //! Before any of it, the cluster's write-ahead log is brought to the state of a server
 //! that has been running (`BenchCluster::warm_wal`).
 //!
+//! After the rounds, **API processes**: the same load (durable commits, limits on, from
+//! `BENCH_WIDE_CONCURRENCY` connections spread evenly) against 1, 2 and 4 API-only
+//! `hymical-forms serve` processes (`BENCH_API_PROCESSES`, a comma-separated list; empty
+//! skips it), each count against a pgbench run just before it: how intake scales with
+//! processes against one primary.
+//!
 //! Settings: `BENCH_CONCURRENCY` (32, for pgbench and intake alike),
 //! `BENCH_WIDE_CONCURRENCY` (128), `BENCH_SECONDS` per measurement (8),
-//! `BENCH_SLICE_SECONDS` (2), `BENCH_ROUNDS` (3).
+//! `BENCH_SLICE_SECONDS` (2), `BENCH_ROUNDS` (3), `BENCH_API_PROCESSES` (1,2,4).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -47,7 +53,9 @@ use hymical_forms::testing::config::{Config, Secret};
 use hymical_forms::testing::db;
 
 mod common;
-use common::{batch_totals, env_number, offer_spread_load, BenchCluster, LoadResult};
+use common::{
+    batch_totals, env_number, offer_spread_load, offer_spread_load_to, BenchCluster, LoadResult,
+};
 
 const CLIENTS: usize = 1000;
 const ENDPOINTS: usize = 100;
@@ -271,6 +279,73 @@ COMMIT;
         relaxed_rate / pg_relaxed,
         mean(&mut relaxed.iter().map(|r| r.1.cpu_machine_us)),
     );
+
+    // API processes against one primary.
+    runtime.block_on(cluster.set_synchronous_commit(true));
+    let counts: Vec<usize> = std::env::var("BENCH_API_PROCESSES")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    let connections = wide.max(concurrency);
+    for processes in counts {
+        let servers: Vec<(std::process::Child, SocketAddr)> = (0..processes)
+            .map(|_| api_process(&url, &limits_on))
+            .collect();
+        let addrs: Vec<SocketAddr> = servers.iter().map(|(_, addr)| *addr).collect();
+        runtime.block_on(async {
+            for addr in &addrs {
+                common::wait_ready(*addr).await;
+            }
+        });
+        // Warm-up: each process's cache and prepared statements.
+        runtime.block_on(offer_spread_load_to(
+            &addrs,
+            connections,
+            Duration::from_secs(2),
+            CLIENTS,
+            &paths,
+        ));
+        let pg = pgbench();
+        let result = runtime.block_on(offer_spread_load_to(
+            &addrs,
+            connections,
+            Duration::from_secs(seconds),
+            CLIENTS,
+            &paths,
+        ));
+        println!("API processes: {processes}, {connections} connections spread over them, durable commits, limits on:");
+        show("intake", &result, pg);
+        for (mut child, _) in servers {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+/// An API-only `hymical-forms serve` process (no worker) with `vars`, on a free port.
+fn api_process(url: &Secret, vars: &[(&str, &str)]) -> (std::process::Child, SocketAddr) {
+    let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hymical-forms"));
+    command
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("RUST_LOG", "warn")
+        .env("FORMS_DATABASE_URL", url.expose())
+        .env("FORMS_BIND", addr.to_string())
+        .env("FORMS_WORKER_ENABLED", "false")
+        .env("FORMS_DATABASE_POOL_SIZE", SERVER_POOL.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    for (name, value) in vars {
+        command.env(name, value);
+    }
+    (command.spawn().expect("start an API process"), addr)
 }
 
 /// Intake's writers use two connections; the rest of the pool serves the endpoint cache.

@@ -601,6 +601,19 @@ pub async fn offer_spread_load(
     clients: usize,
     paths: &[String],
 ) -> LoadResult {
+    offer_spread_load_to(&[addr], concurrency, duration, clients, paths).await
+}
+
+/// [`offer_spread_load`] against several servers (processes): connection `i` goes to
+/// `addrs[i % addrs.len()]`.
+pub async fn offer_spread_load_to(
+    addrs: &[SocketAddr],
+    concurrency: usize,
+    duration: Duration,
+    clients: usize,
+    paths: &[String],
+) -> LoadResult {
+    let addr = addrs[0];
     // Requests prepared up front, so the client does no formatting while measuring.
     let requests: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..clients.max(paths.len()))
@@ -621,6 +634,7 @@ pub async fn offer_spread_load(
     let mut tasks = Vec::new();
     for connection in 0..concurrency {
         let requests = requests.clone();
+        let addr = addrs[connection % addrs.len()];
         tasks.push(tokio::spawn(async move {
             let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
             stream.set_nodelay(true).expect("nodelay");
@@ -687,4 +701,22 @@ pub fn claim_and_record(claim: &db::statement::SqlText, record: &db::statement::
         .to_string()
         + "SELECT coalesce((SELECT id FROM result), '') AS id, coalesce((SELECT claim_token FROM result), '') AS claim_token";
     format!("{claim}\n\\gset\n{};\n", record.render(&record_binds))
+}
+
+/// Waits until a server process answers `/ready` with 200 (at most 60 s).
+pub async fn wait_ready(addr: SocketAddr) {
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/ready");
+    for _ in 0..1200 {
+        if client
+            .get(&url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{addr} never became ready");
 }

@@ -1,13 +1,19 @@
 //! Batched recording: attempts whose requests finish close together are recorded by one
 //! statement (db/sql/record_attempts.sql), each under its own claim-token fence.
 //!
-//! A worker's request tasks hand their results here; two writer tasks take whatever has
-//! queued the moment they are free (no timer: a lone result is recorded at once), at most
+//! A worker's request tasks hand their results here; the writer task takes whatever has
+//! queued the moment it is free (no timer: a lone result is recorded at once), at most
 //! [`MAX_BATCH`] and at most one attempt per delivery per batch (a second one for the same
 //! delivery, a late worker's say, waits for the next batch, so the attempt numbers come
 //! from the row as the first left it). If a batch's statement fails for a reason other than
 //! the database's reach, its attempts are recorded again one by one, so one bad row cannot
-//! fail the others. The writers end when the worker that owns this recorder is gone.
+//! fail the others. The writer ends when the worker that owns this recorder is gone.
+//!
+//! One writer, not two: a statement's cost is mostly its own (executor start-up, the
+//! table's checks, triggers), not its rows', and two writers split the same results into
+//! batches half as large. With one hot destination, two writers recorded about 2.4
+//! attempts a statement and one about 4, at about two thirds of the database's CPU per
+//! delivery (docs/BENCHMARKS.md, "Slots handed on").
 //!
 //! Handing slots on: an attempt whose task asks for it (`hand_on`: its worker has free
 //! slots, so no other destination is waiting for this one) and that moved its delivery
@@ -19,7 +25,7 @@
 //! every freed slot goes back to the claim loop, which shares slots among destinations
 //! by turn.
 //!
-//! After a batch is committed and answered, its writer keeps each destination's run of
+//! After a batch is committed and answered, the writer keeps each destination's run of
 //! failed deliveries (db/destinations.rs `count_failed_deliveries`: a delivery ending
 //! `failed` adds one, a delivered one starts the run again) and pauses a destination whose
 //! receiver answered `410 Gone` or whose run reached `FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES`
@@ -47,7 +53,6 @@ use crate::telemetry::meters;
 
 /// The most attempts one statement records.
 pub const MAX_BATCH: usize = 32;
-const WRITERS: usize = 1;
 
 /// One attempt, owned, as the request task hands it over.
 #[derive(Debug, Clone)]
@@ -115,7 +120,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the writers (on the current runtime). `thresholds`: the runs of failed
+    /// Starts the writer (on the current runtime). `thresholds`: the runs of failed
     /// deliveries that warn of and pause a destination.
     pub fn start(
         db: Db,
@@ -124,16 +129,7 @@ impl Recorder {
         hand_on: HandOnSettings,
     ) -> Recorder {
         let (sender, receiver) = mpsc::channel(1024);
-        let receiver = Arc::new(tokio::sync::Mutex::new(receiver));
-        for _ in 0..WRITERS {
-            tokio::spawn(write_batches(
-                db.clone(),
-                clock.clone(),
-                receiver.clone(),
-                thresholds,
-                hand_on,
-            ));
-        }
+        tokio::spawn(write_batches(db, clock, receiver, thresholds, hand_on));
         Recorder { sender }
     }
 
@@ -152,11 +148,11 @@ impl Recorder {
 async fn write_batches(
     db: Db,
     clock: Arc<dyn Clock>,
-    receiver: Arc<tokio::sync::Mutex<mpsc::Receiver<Job>>>,
+    mut receiver: mpsc::Receiver<Job>,
     thresholds: FailureThresholds,
     hand_on: HandOnSettings,
 ) {
-    // Attempts for a delivery already in the batch, kept for this writer's next one.
+    // Attempts for a delivery already in the batch, kept for the next one.
     let mut deferred: Vec<Job> = Vec::new();
     loop {
         let mut batch: Vec<Job> = Vec::new();
@@ -168,23 +164,20 @@ async fn write_batches(
                 deferred.push(job);
             }
         }
-        {
-            let mut receiver = receiver.lock().await;
-            if batch.is_empty() {
-                // Every sender gone: the worker has stopped.
-                let Some(first) = receiver.recv().await else {
-                    return;
-                };
-                deliveries.insert(first.attempt.delivery_id.clone());
-                batch.push(first);
-            }
-            while batch.len() < MAX_BATCH {
-                let Ok(job) = receiver.try_recv() else { break };
-                if deliveries.insert(job.attempt.delivery_id.clone()) {
-                    batch.push(job);
-                } else {
-                    deferred.push(job);
-                }
+        if batch.is_empty() {
+            // Every sender gone: the worker has stopped.
+            let Some(first) = receiver.recv().await else {
+                return;
+            };
+            deliveries.insert(first.attempt.delivery_id.clone());
+            batch.push(first);
+        }
+        while batch.len() < MAX_BATCH {
+            let Ok(job) = receiver.try_recv() else { break };
+            if deliveries.insert(job.attempt.delivery_id.clone()) {
+                batch.push(job);
+            } else {
+                deferred.push(job);
             }
         }
         let (attempts, answers) = write_batch(&db, clock.pinned(), hand_on, batch).await;

@@ -1,6 +1,6 @@
 //! Batched recording: results of requests that finish together are recorded by one
 //! statement, each under its own fence. The test holds a lock the record statement needs
-//! while twelve held requests are let go, so their results pile up behind the writers.
+//! while twelve held requests are let go, so their results pile up behind the writer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,7 +51,7 @@ async fn attempts_finishing_together_are_recorded_together_each_fenced() {
         .await
         .unwrap();
     receiver.stop_hanging();
-    app.db.until_waiting_for_locks(2).await;
+    app.db.until_waiting_for_locks(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     drop(lock);
     assert_eq!(run.await.unwrap(), 12);
