@@ -247,19 +247,7 @@ fn main() {
     let serve = spawn_serve(&cluster.url, port);
     let client = reqwest::Client::new();
     runtime.block_on(async {
-        let ready = format!("http://127.0.0.1:{port}/ready");
-        for _ in 0..600 {
-            if client
-                .get(&ready)
-                .send()
-                .await
-                .map(|r| r.status() == 200)
-                .unwrap_or(false)
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        common::wait_ready(SocketAddr::from(([127, 0, 0, 1], port))).await;
     });
     receiver.track.store(true, Ordering::Relaxed);
     let mut after_202 = Vec::new();
@@ -379,18 +367,7 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
     receiver.track.store(true, Ordering::Relaxed);
     let mut delays = Vec::new();
     runtime.block_on(async {
-        let ready = format!("http://127.0.0.1:{port}/ready");
-        for _ in 0..600 {
-            if client
-                .get(&ready)
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        common::wait_ready(SocketAddr::from(([127, 0, 0, 1], port))).await;
         // The dead backlog has every slot it may have by now.
         tokio::time::sleep(Duration::from_secs(1)).await;
         let mut posted = Vec::with_capacity(samples);

@@ -90,20 +90,8 @@ async fn serve(url: &Secret, extra: &[(String, String)]) -> Serve {
         child: command.spawn().expect("serve"),
         port,
     };
-    let client = reqwest::Client::new();
-    for _ in 0..600 {
-        if let Ok(response) = client
-            .get(format!("http://127.0.0.1:{port}/ready"))
-            .send()
-            .await
-        {
-            if response.status() == 200 {
-                return serve;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("serve did not become ready");
+    common::wait_ready(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
+    serve
 }
 
 /// VmRSS and VmHWM of `pid` in kB.

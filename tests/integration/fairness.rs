@@ -195,15 +195,21 @@ async fn handed_on(app: &TestApp) -> i64 {
         .await
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
+/// Queues `deliveries` to one destination whose receiver takes 20 ms an answer, runs a
+/// worker with `slots` request slots and a cap of `cap` per destination until every
+/// delivery is recorded delivered, and answers the receiver as it was then.
+async fn drain_one_busy_destination(
+    slots: &str,
+    cap: &str,
+    deliveries: usize,
+) -> (TestApp, Receiver) {
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(
         &[
             ("FORMS_RATE_LIMIT_ENABLED", "false"),
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-            ("FORMS_WORKER_CONCURRENCY", "8"),
-            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "3"),
+            ("FORMS_WORKER_CONCURRENCY", slots),
+            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", cap),
             ("FORMS_WORKER_POLL_SECONDS", "0.2"),
         ],
         Arc::new(SystemClock),
@@ -211,12 +217,12 @@ async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
     .await;
     app.webhook_endpoint("busy", &receiver.url("/slow/20"))
         .await;
-    for n in 0..40 {
+    for n in 0..deliveries {
         app.submit("busy", &format!("n={n}")).await;
     }
     let stop = tokio_util::sync::CancellationToken::new();
     let worker = tokio::spawn(app.worker(None).run(stop.clone(), None));
-    let received = receiver.wait_for(40).await;
+    receiver.wait_for(deliveries).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while app
         .db
@@ -229,9 +235,14 @@ async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
     }
     stop.cancel();
     worker.await.unwrap();
+    (app, receiver)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
+    let (app, receiver) = drain_one_busy_destination("8", "3", 40).await;
     // Each delivery went out once, never more than the cap at a time, and the cap was
     // used: the slots were handed on, not left idle between one request and the next.
-    assert_eq!(received.len(), 40);
     assert_eq!(receiver.received().len(), 40);
     assert_eq!(receiver.most_slow_at_once(), 3);
     assert_eq!(
@@ -255,38 +266,7 @@ async fn a_busy_destination_hands_its_slots_on_within_its_cap() {
 async fn a_full_worker_hands_no_slot_on() {
     // Every slot of the worker busy with one destination: each freed slot goes back to
     // the claim loop, which shares slots among destinations by turn.
-    let receiver = Receiver::start().await;
-    let app = TestApp::start_with(
-        &[
-            ("FORMS_RATE_LIMIT_ENABLED", "false"),
-            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-            ("FORMS_WORKER_CONCURRENCY", "2"),
-            ("FORMS_WORKER_ENDPOINT_CONCURRENCY", "2"),
-            ("FORMS_WORKER_POLL_SECONDS", "0.2"),
-        ],
-        Arc::new(SystemClock),
-    )
-    .await;
-    app.webhook_endpoint("busy", &receiver.url("/slow/20"))
-        .await;
-    for n in 0..12 {
-        app.submit("busy", &format!("n={n}")).await;
-    }
-    let stop = tokio_util::sync::CancellationToken::new();
-    let worker = tokio::spawn(app.worker(None).run(stop.clone(), None));
-    receiver.wait_for(12).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while app
-        .db
-        .count("SELECT count(*) AS n FROM webhook_deliveries WHERE state <> 'delivered'")
-        .await
-        > 0
-    {
-        assert!(Instant::now() < deadline, "not every delivery was recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.cancel();
-    worker.await.unwrap();
+    let (app, receiver) = drain_one_busy_destination("2", "2", 12).await;
     assert_eq!(receiver.received().len(), 12);
     assert_eq!(receiver.most_slow_at_once(), 2);
     assert_eq!(handed_on(&app).await, 0);
