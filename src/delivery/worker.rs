@@ -328,24 +328,14 @@ impl Worker {
         };
         let signing_secret = match (delivery.kind, delivery.signing_secret.as_deref()) {
             (DestinationKind::Webhook, Some(secret)) => secret,
-            (DestinationKind::Email, _) => {
+            (kind @ (DestinationKind::Email | DestinationKind::Autoresponder), _) => {
                 let started = Instant::now();
-                let result = self
-                    .send_email(&delivery, submission_id, received_at, fields, &files)
-                    .await;
-                return self
-                    .record(
-                        &delivery,
-                        &result,
-                        attempted_at,
-                        started.elapsed(),
-                        stopping,
-                    )
-                    .await;
-            }
-            (DestinationKind::Autoresponder, _) => {
-                let started = Instant::now();
-                let result = self.send_autoresponse(&delivery, fields).await;
+                let result = if kind == DestinationKind::Email {
+                    self.send_email(&delivery, submission_id, received_at, fields, &files)
+                        .await
+                } else {
+                    self.send_autoresponse(&delivery, fields).await
+                };
                 return self
                     .record(
                         &delivery,
