@@ -72,11 +72,16 @@ pub enum Tls {
 
 /// Parses a `postgres://` URL as libpq does, with several hosts if it names them (the
 /// form pg_auto_failover and managed services print: `postgres://u:p@h1:5432,h2:5433/db?
-/// target_session_attrs=read-write`, or `?host=h1,h2&port=5432,5433`), and libpq's TLS
-/// parameters. Errors describe the problem without repeating the URL (it may hold a
-/// password).
+/// target_session_attrs=read-write`, or `?host=h1,h2&port=5432,5433`), or libpq's
+/// keyword/value form (`host=h1,h2 port=5432,5433 dbname=db target_session_attrs=
+/// read-write`), and libpq's TLS parameters. Errors describe the problem without
+/// repeating the value (it may hold a password).
 pub fn parse(url: &str) -> Result<Target, String> {
-    let parts = Parts::split(url)?;
+    let parts = if is_url(url) {
+        Parts::split(url)?
+    } else {
+        Parts::keywords(url)?
+    };
     let mut mode = SslMode::Prefer;
     let mut root_cert: Option<PathBuf> = None;
     let mut kept: Vec<(String, String)> = Vec::new();
@@ -206,6 +211,11 @@ pub fn parse(url: &str) -> Result<Target, String> {
     })
 }
 
+/// Whether `value` is a URL rather than libpq's keyword/value form.
+pub fn is_url(value: &str) -> bool {
+    value.starts_with("postgres://") || value.starts_with("postgresql://")
+}
+
 /// A comma-separated list of a query parameter (`host=a,b`).
 fn list(value: &str) -> Vec<String> {
     value.split(',').map(str::to_string).collect()
@@ -276,6 +286,73 @@ impl Parts {
             dbname,
             query: pairs,
         })
+    }
+}
+
+impl Parts {
+    /// libpq's keyword/value form: `keyword = value` pairs separated by white space, a
+    /// value in single quotes when it holds spaces, `\'` and `\\` escaping a quote and a
+    /// backslash. `host`, `port` and `hostaddr` take lists as in a URL's query string.
+    fn keywords(conninfo: &str) -> Result<Parts, String> {
+        let mut parts = Parts {
+            user: None,
+            password: None,
+            hosts: Vec::new(),
+            dbname: None,
+            query: Vec::new(),
+        };
+        let mut chars = conninfo.chars().peekable();
+        loop {
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            if chars.peek().is_none() {
+                break;
+            }
+            let mut name = String::new();
+            while let Some(c) = chars.next_if(|c| *c != '=' && !c.is_whitespace()) {
+                name.push(c);
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            if chars.next() != Some('=') {
+                // Not the text itself: it may be a password written in the wrong place.
+                return Err(
+                    "the value is neither a postgres:// URL nor keyword=value pairs (a word has no `=`)"
+                        .into(),
+                );
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            let mut value = String::new();
+            if chars.next_if_eq(&'\'').is_some() {
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("the value of {name} has no closing quote")),
+                        Some('\'') => break,
+                        Some('\\') => match chars.next() {
+                            Some(escaped) => value.push(escaped),
+                            None => return Err(format!("the value of {name} ends in a backslash")),
+                        },
+                        Some(c) => value.push(c),
+                    }
+                }
+            } else {
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                    if c == '\\' {
+                        match chars.next() {
+                            Some(escaped) => value.push(escaped),
+                            None => return Err(format!("the value of {name} ends in a backslash")),
+                        }
+                    } else {
+                        value.push(c);
+                    }
+                }
+            }
+            match name.as_str() {
+                "user" => parts.user = Some(value),
+                "password" => parts.password = Some(value),
+                "dbname" => parts.dbname = Some(value),
+                _ => parts.query.push((name, value)),
+            }
+        }
+        Ok(parts)
     }
 }
 
@@ -538,6 +615,38 @@ mod tests {
     }
 
     #[test]
+    fn several_hosts_in_libpqs_keyword_value_form() {
+        let conninfo = r"host=10.0.0.1,10.0.0.2 port=5432,5433 dbname=forms user=app password='it\'s \\ secret' target_session_attrs=read-write";
+        assert_eq!(hosts(&conninfo), ["10.0.0.1/5432", "10.0.0.2/5433"]);
+        let target = parse(&conninfo).unwrap();
+        for config in &target.hosts {
+            assert_eq!(config.get_dbname(), Some("forms"));
+            assert_eq!(config.get_user(), Some("app"));
+            assert_eq!(config.get_password(), Some(&b"it's \\ secret"[..]));
+            assert_eq!(
+                config.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite
+            );
+        }
+        // Spaces around `=`, one port for both, a default port.
+        assert_eq!(
+            hosts("host = a,b port = 6000 dbname=x"),
+            ["a/6000", "b/6000"]
+        );
+        assert_eq!(hosts("host=a dbname=x"), ["a/5432"]);
+        for (bad, problem) in [
+            ("host=a password='unclosed", "no closing quote"),
+            ("host=a password", "has no `=`"),
+            ("dbname=x", "names no host"),
+            ("host=a,b port=1,2,3", "3 ports"),
+        ] {
+            let error = parse(bad).err().unwrap();
+            assert!(error.contains(problem), "{bad}: {error}");
+            assert!(!error.contains("unclosed"), "{error}");
+        }
+    }
+
+    #[test]
     fn passwords_with_special_characters_are_decoded_and_kept_whole() {
         let target = parse(
             "postgres://me%40home:p%40ss%3Aw%2Fo'rd%5C%20x@h1,h2/my%20db?application_name=a%26b",
@@ -557,7 +666,9 @@ mod tests {
     #[test]
     fn garbage_is_refused_with_a_clear_error_that_never_holds_the_password() {
         let cases = [
-            ("mysql://u:hunter2@h/db", "does not start with"),
+            ("mysql://u:hunter2@h/db", "neither a postgres:// URL"),
+            ("host=h password='hunter2", "no closing quote"),
+            ("hunter2 host=h", "a word has no"),
             ("postgres://u:hunter2@/db", "names no host"),
             ("postgres://u:hunter2@a,,b/db", "empty entry"),
             ("postgres://u:hunter2@[::1/db", "closing `]`"),

@@ -42,7 +42,7 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
         r,
         "FORMS_DATABASE_URL",
         UrlRole::Primary,
-        "a postgres:// or postgresql:// URL, or unset for the embedded cluster",
+        "a postgres:// or postgresql:// URL or libpq keyword=value pairs, or unset for the embedded cluster",
     );
     let read = super::replica::read(r, url.is_some());
     DatabaseConfig {
@@ -74,10 +74,10 @@ pub(super) enum UrlRole {
 pub(super) fn url(r: &mut Reader, name: &'static str, role: UrlRole, rule: &str) -> Option<Secret> {
     let raw = r.raw(name)?;
     // The URL may hold a password: problems are described, the value never repeated.
-    if !(raw.starts_with("postgres://") || raw.starts_with("postgresql://")) {
+    if !crate::postgres_url::is_url(&raw) && !raw.contains('=') {
         r.fail(
             name,
-            "the value does not start with postgres:// or postgresql://".into(),
+            "the value is neither a postgres:// or postgresql:// URL nor libpq's keyword=value form".into(),
             rule,
         );
         return None;

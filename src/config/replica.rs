@@ -27,7 +27,7 @@ pub(super) fn read(r: &mut Reader, primary_set: bool) -> Option<ReadReplicaConfi
         r,
         URL,
         super::database::UrlRole::ReadReplica,
-        "a postgres:// or postgresql:// URL of a streaming standby of FORMS_DATABASE_URL, or unset",
+        "a postgres:// or postgresql:// URL (or keyword=value pairs) of a streaming standby of FORMS_DATABASE_URL, or unset",
     );
     let pool_size = r.integer(OTHERS[0], 8, 1, 10_000) as u32;
     let max_lag = r.seconds(OTHERS[1], 5.0);

@@ -256,6 +256,38 @@ async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used(
         .port;
     assert_eq!(port, i32::from(db.server_addr().port()));
 
+    // The same two hosts in libpq's keyword/value form.
+    let parsed = url::Url::parse(db.url.expose()).expect("database URL");
+    let password = percent_encoding::percent_decode_str(parsed.password().unwrap_or_default())
+        .decode_utf8()
+        .expect("password")
+        .replace('\\', "\\\\")
+        .replace('\'', "\\'");
+    let keywords = hymical_forms::testing::config::Secret::new(format!(
+        "host={},{} port={},{} user={} password='{password}' dbname={} \
+         target_session_attrs=read-write sslmode=disable",
+        silent.ip(),
+        db.server_addr().ip(),
+        silent.port(),
+        db.server_addr().port(),
+        parsed.username(),
+        parsed.path().trim_start_matches('/'),
+    ));
+    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
+        &keywords,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        connect_timeout,
+    )
+    .expect("settings from keyword/value pairs");
+    let mut connection = settings.connect().await.expect("the second host");
+    let port: i32 = diesel::sql_query("SELECT inet_server_port() AS port")
+        .get_result::<Port>(&mut connection)
+        .await
+        .expect("query")
+        .port;
+    assert_eq!(port, i32::from(db.server_addr().port()));
+
     // The whole service starts and serves on such a URL.
     let vars = [("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1")];
     let app = TestApp::start_on_url(db, &url, &vars, Arc::new(SystemClock), None).await;
