@@ -617,8 +617,8 @@ mod tests {
     #[test]
     fn several_hosts_in_libpqs_keyword_value_form() {
         let conninfo = r"host=10.0.0.1,10.0.0.2 port=5432,5433 dbname=forms user=app password='it\'s \\ secret' target_session_attrs=read-write";
-        assert_eq!(hosts(&conninfo), ["10.0.0.1/5432", "10.0.0.2/5433"]);
-        let target = parse(&conninfo).unwrap();
+        assert_eq!(hosts(conninfo), ["10.0.0.1/5432", "10.0.0.2/5433"]);
+        let target = parse(conninfo).unwrap();
         for config in &target.hosts {
             assert_eq!(config.get_dbname(), Some("forms"));
             assert_eq!(config.get_user(), Some("app"));
