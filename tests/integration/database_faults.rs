@@ -223,6 +223,31 @@ fn multi_host_url(db: &TestDb, hosts: &[String]) -> hymical_forms::testing::conf
     ))
 }
 
+/// Connection settings for `url` with the given connect deadline (the pool's other
+/// timeouts as the service's defaults would leave them for this test).
+fn settings_with_deadline(
+    url: &hymical_forms::testing::config::Secret,
+    connect_timeout: Duration,
+) -> hymical_forms::testing::db::ConnectionSettings {
+    hymical_forms::testing::db::ConnectionSettings::with_timeouts(
+        url,
+        Duration::from_secs(5),
+        Duration::from_secs(60),
+        connect_timeout,
+    )
+    .expect("settings")
+}
+
+/// The port of the server `connection` reached.
+async fn server_port(connection: &mut diesel_async::AsyncPgConnection) -> u16 {
+    let port = diesel::sql_query("SELECT inet_server_port() AS port")
+        .get_result::<Port>(connection)
+        .await
+        .expect("query")
+        .port;
+    u16::try_from(port).expect("a port")
+}
+
 /// Each host of a multi-host URL gets its own connect deadline: a first host that accepts
 /// and never answers uses up its own, and the second is still tried (one deadline for
 /// all of them would leave it none).
@@ -232,13 +257,7 @@ async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used(
     let (silent, _task) = silent_host().await;
     let url = multi_host_url(&db, &[silent.to_string(), db.server_addr().to_string()]);
     let connect_timeout = Duration::from_secs(1);
-    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
-        &url,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        connect_timeout,
-    )
-    .expect("settings");
+    let settings = settings_with_deadline(&url, connect_timeout);
     let started = Instant::now();
     let mut connection = settings.connect().await.expect("the second host");
     let took = started.elapsed();
@@ -249,12 +268,7 @@ async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used(
         "the first host was not tried: {took:?}"
     );
     assert!(took < connect_timeout * 2, "took {took:?}");
-    let port: i32 = diesel::sql_query("SELECT inet_server_port() AS port")
-        .get_result::<Port>(&mut connection)
-        .await
-        .expect("query")
-        .port;
-    assert_eq!(port, i32::from(db.server_addr().port()));
+    assert_eq!(server_port(&mut connection).await, db.server_addr().port());
 
     // The same two hosts in libpq's keyword/value form.
     let parsed = url::Url::parse(db.url.expose()).expect("database URL");
@@ -273,20 +287,11 @@ async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used(
         parsed.username(),
         parsed.path().trim_start_matches('/'),
     ));
-    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
-        &keywords,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        connect_timeout,
-    )
-    .expect("settings from keyword/value pairs");
-    let mut connection = settings.connect().await.expect("the second host");
-    let port: i32 = diesel::sql_query("SELECT inet_server_port() AS port")
-        .get_result::<Port>(&mut connection)
+    let mut connection = settings_with_deadline(&keywords, connect_timeout)
+        .connect()
         .await
-        .expect("query")
-        .port;
-    assert_eq!(port, i32::from(db.server_addr().port()));
+        .expect("the second host");
+    assert_eq!(server_port(&mut connection).await, db.server_addr().port());
 
     // The whole service starts and serves on such a URL.
     let vars = [("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1")];
@@ -314,14 +319,12 @@ async fn a_hung_first_host_costs_one_connect_deadline_and_the_next_host_is_used(
         listener.local_addr().unwrap()
     };
     let nowhere = multi_host_url(&app.db, &[silent.to_string(), closed.to_string()]);
-    let settings = hymical_forms::testing::db::ConnectionSettings::with_timeouts(
-        &nowhere,
-        Duration::from_secs(5),
-        Duration::from_secs(60),
-        connect_timeout,
-    )
-    .expect("settings");
-    let error = settings.connect().await.err().expect("no host").to_string();
+    let error = settings_with_deadline(&nowhere, connect_timeout)
+        .connect()
+        .await
+        .err()
+        .expect("no host")
+        .to_string();
     assert!(error.contains(&silent.to_string()), "{error}");
     assert!(error.contains(&closed.to_string()), "{error}");
     assert!(
