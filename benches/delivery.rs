@@ -20,12 +20,21 @@
 //!
 //! 5. **Hot destination.** 5,000 queued to one endpoint, drained by one worker process.
 //!
-//! Settings: `BENCH_DELIVERIES` (20000), `BENCH_ROUNDS` (2), `BENCH_WORKER_PROCESSES` (2),
-//! `BENCH_RELAXED` (0; 1 runs the cluster with `synchronous_commit = off`),
-//! `BENCH_LATENCY_SAMPLES` (300),
-//! `BENCH_NEIGHBOUR_SAMPLES` (200), `BENCH_HOT_DELIVERIES` (5000), `BENCH_HOT_ROUNDS` (3),
-//! `BENCH_ONLY_HOT` (0; 1 runs section 5 alone), `BENCH_HOT_CAP` (unset: the default
-//! `FORMS_WORKER_ENDPOINT_CONCURRENCY`; the hot section's cap per destination).
+//! The endpoints and their webhooks are made with the product's own function
+//! (`db::endpoints::insert`), and every queue is written by intake's own statement
+//! (`db::submissions::insert_batch`: submissions, deliveries, events), so that the queue
+//! always has the shape the product gives it.
+//!
+//! Settings (in brackets the smoke configuration's, `cargo test --bench delivery`):
+//! `BENCH_DELIVERIES` (20000 [200]), `BENCH_ROUNDS` (2 [1]), `BENCH_WORKER_PROCESSES`
+//! (2 [1]), `BENCH_RELAXED` (0; 1 runs the cluster with `synchronous_commit = off`),
+//! `BENCH_LATENCY_SAMPLES` (300 [10]), `BENCH_NEIGHBOUR_SAMPLES` (200 [10]),
+//! `BENCH_DEAD_DELIVERIES` (300 [20], the noisy neighbour's backlog),
+//! `BENCH_HOT_DELIVERIES` (5000 [100]), `BENCH_HOT_ROUNDS` (3 [1]), `BENCH_ONLY_HOT` (0; 1
+//! runs section 5 alone), `BENCH_HOT_CAP` (unset: the default
+//! `FORMS_WORKER_ENDPOINT_CONCURRENCY`; the hot section's cap per destination). The run
+//! fails when a section measured nothing: no delivery recorded by pgbench or the
+//! workers, no latency sample.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -46,7 +55,7 @@ use hymical_forms::testing::config::Secret;
 use hymical_forms::testing::db;
 
 mod common;
-use common::{env_number, BenchCluster};
+use common::{env_number, require, setting, BenchCluster};
 
 #[derive(Clone, Default)]
 struct Receiver {
@@ -82,10 +91,11 @@ async fn receive(State(receiver): State<Receiver>, body: Bytes) -> &'static str 
 const ENDPOINTS: usize = 50;
 
 fn main() {
-    let deliveries = env_number("BENCH_DELIVERIES", 20_000);
-    let processes = env_number("BENCH_WORKER_PROCESSES", 2) as usize;
-    let rounds = env_number("BENCH_ROUNDS", 2);
-    let samples = env_number("BENCH_LATENCY_SAMPLES", 300) as usize;
+    common::announce("delivery");
+    let deliveries = setting("BENCH_DELIVERIES", 20_000, 200);
+    let processes = setting("BENCH_WORKER_PROCESSES", 2, 1) as usize;
+    let rounds = setting("BENCH_ROUNDS", 2, 1);
+    let samples = setting("BENCH_LATENCY_SAMPLES", 300, 10) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -112,23 +122,19 @@ fn main() {
         });
         addr
     });
-    runtime.block_on(async {
-        let mut conn = AsyncPgConnection::establish(cluster.url.expose()).await.expect("connect");
-        conn.batch_execute(&format!(
-            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-             SELECT 'bench-' || n, 'Benchmark ' || n, 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)
-             FROM generate_series(0, {}) AS n;
-             INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-             VALUES ('dead', 'Dead receiver', 'http://{receiver_addr}/dead', 'whsec_' || repeat('cd', 32));
-             INSERT INTO destinations (id, endpoint_id, kind, position, url, secret)
-             SELECT 'dst_' || replace(gen_random_uuid()::text, '-', ''), e.id, 'webhook', 1,
-                    e.webhook_url, e.webhook_secret
-             FROM endpoints e",
-            ENDPOINTS - 1
-        ))
-        .await
-        .expect("endpoints");
-    });
+    let endpoints: Vec<(String, Option<String>)> = (0..ENDPOINTS)
+        .map(|n| {
+            (
+                format!("bench-{n}"),
+                Some(format!("http://{receiver_addr}/hook")),
+            )
+        })
+        .chain(std::iter::once((
+            "dead".to_string(),
+            Some(format!("http://{receiver_addr}/dead")),
+        )))
+        .collect();
+    runtime.block_on(common::insert_endpoints(&cluster.url, &endpoints));
 
     if env_number("BENCH_ONLY_HOT", 0) == 1 {
         hot_destination(&runtime, &cluster, &receiver);
@@ -232,6 +238,14 @@ fn main() {
         ceiling_cpu.push(pg_cpu);
         ours_cpu.push(rate_cpu);
     }
+    require(
+        ceiling.iter().all(|pg| *pg > 0.0),
+        "delivery: deliveries recorded by pgbench (the ceiling)",
+    );
+    require(
+        ours.iter().all(|rate| *rate > 0.0),
+        "delivery: deliveries made by the worker processes",
+    );
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     println!(
         "throughput mean: ceiling {:.0}/s, ours {:.0}/s = {:.0}% of the ceiling | CPU per delivery (whole machine): ceiling {:.0} µs, ours {:.0} µs",
@@ -279,6 +293,10 @@ fn main() {
         }
     });
     stop(serve);
+    require(
+        !after_202.is_empty(),
+        "delivery: latency samples at light load",
+    );
     println!(
         "latency over {samples} forms at light load, 202 → receiver's first byte: p50 {:.2} ms, p99 {:.2} ms (POST sent → receiver: p50 {:.2} ms, p99 {:.2} ms)",
         percentile(&mut after_202, 50.0),
@@ -298,8 +316,8 @@ fn main() {
 /// PostgreSQL server, counted by process (the whole machine's busy time would count
 /// whatever else runs on a shared machine), and the receiver's (this process).
 fn hot_destination(runtime: &tokio::runtime::Runtime, cluster: &BenchCluster, receiver: &Receiver) {
-    let deliveries = env_number("BENCH_HOT_DELIVERIES", 5_000);
-    let rounds = env_number("BENCH_HOT_ROUNDS", 3);
+    let deliveries = setting("BENCH_HOT_DELIVERIES", 5_000, 100);
+    let rounds = setting("BENCH_HOT_ROUNDS", 3, 1);
     let postmaster = cluster.postmaster_pid();
     for round in 1..=rounds {
         runtime.block_on(clear(&cluster.url));
@@ -324,6 +342,10 @@ fn hot_destination(runtime: &tokio::runtime::Runtime, cluster: &BenchCluster, re
         let receiver_cpu = common::cpu_seconds().0 - receiver_before;
         stop(worker);
         runtime.block_on(cluster.print_statements(&format!("hot destination, round {round}")));
+        require(
+            receiver.count.load(Ordering::Relaxed) - before >= deliveries,
+            "delivery: the hot destination's deliveries received",
+        );
         let per = |seconds: f64| 1e6 * seconds / deliveries as f64;
         println!(
             "hot destination, round {round}: {deliveries} queued to one endpoint, one worker process: {:.0} deliveries/s (from the worker's start, its start-up included); CPU per delivery: worker {:.0} µs, PostgreSQL {:.0} µs, receiver {:.0} µs, together {:.0} µs",
@@ -338,22 +360,19 @@ fn hot_destination(runtime: &tokio::runtime::Runtime, cluster: &BenchCluster, re
 
 /// Section 4: healthy endpoints' delay behind a dead receiver's backlog.
 fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &Receiver) {
-    let samples = env_number("BENCH_NEIGHBOUR_SAMPLES", 200) as usize;
-    runtime.block_on(async {
-        let mut conn = AsyncPgConnection::establish(url.expose())
-            .await
-            .expect("connect");
-        conn.batch_execute(
-            "INSERT INTO submissions (id, endpoint_id, received_at, fields)
-                 SELECT 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', now(), '{\"n\":[\"1\"]}'::json
-                 FROM generate_series(1, 300) AS n;
-             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret, next_attempt_at, created_at)
-                 SELECT 'whd_' || 'd' || lpad(to_hex(n), 31, '0'), 'sub_' || 'd' || lpad(to_hex(n), 31, '0'), 'dead', ds.id, e.webhook_url, e.webhook_secret, now(), now()
-                 FROM generate_series(1, 300) AS n, endpoints e JOIN destinations ds ON ds.endpoint_id = e.id WHERE e.id = 'dead';",
-        )
-        .await
-        .unwrap_or_else(|e| panic!("dead backlog: {e}"));
-    });
+    let samples = setting("BENCH_NEIGHBOUR_SAMPLES", 200, 10) as usize;
+    let dead = setting("BENCH_DEAD_DELIVERIES", 300, 20);
+    let queued = runtime.block_on(common::queue_submissions(
+        url,
+        dead,
+        |_| "dead".to_string(),
+        |_| chrono::Utc::now(),
+        |_| serde_json::json!({ "n": ["1"] }),
+    ));
+    require(
+        queued == dead,
+        "delivery: the dead receiver's backlog queued",
+    );
     let port = free_port();
     let serve = forms(url, port)
         .env("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1")
@@ -403,8 +422,12 @@ fn noisy_neighbour(runtime: &tokio::runtime::Runtime, url: &Secret, receiver: &R
         }
     });
     stop(serve);
+    require(
+        !delays.is_empty(),
+        "delivery: healthy forms' delays beside the dead backlog",
+    );
     println!(
-        "noisy neighbour: 300 deliveries queued for a receiver that never answers; {samples} healthy forms, POST → receiver: p50 {:.1} ms, p99 {:.1} ms (target p99 < 1000 ms)",
+        "noisy neighbour: {dead} deliveries queued for a receiver that never answers; {samples} healthy forms, POST → receiver: p50 {:.1} ms, p99 {:.1} ms (target p99 < 1000 ms)",
         percentile(&mut delays, 50.0),
         percentile(&mut delays, 99.0),
     );
@@ -426,34 +449,30 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     values[index.min(values.len() - 1)]
 }
 
-/// Queues `count` pending deliveries (with their submissions) across the endpoints, in
-/// one transaction, and wakes the workers.
+/// Queues `count` pending deliveries (with their submissions and events) across the
+/// endpoints through intake's own statement, which wakes the workers.
 async fn queue(url: &Secret, count: u64) {
     queue_to(url, count, ENDPOINTS).await
 }
 
 /// [`queue`] across the first `endpoints` endpoints.
 async fn queue_to(url: &Secret, count: u64, endpoints: usize) {
+    let endpoints = endpoints as u64;
+    let queued = common::queue_submissions(
+        url,
+        count,
+        |n| format!("bench-{}", n % endpoints),
+        |_| chrono::Utc::now(),
+        |n| serde_json::json!({ "n": [n.to_string()], "email": ["a@example.com"] }),
+    )
+    .await;
+    assert_eq!(queued, count, "a delivery for every submission queued");
     let mut conn = AsyncPgConnection::establish(url.expose())
         .await
         .expect("connect");
-    conn.batch_execute(&format!(
-        "BEGIN;
-         CREATE TEMP TABLE batch ON COMMIT DROP AS
-             SELECT n, replace(gen_random_uuid()::text, '-', '') AS s, replace(gen_random_uuid()::text, '-', '') AS d
-             FROM generate_series(1, {count}) AS n;
-         INSERT INTO submissions (id, endpoint_id, received_at, fields)
-             SELECT 'sub_' || s, 'bench-' || (n % {endpoints}), now(), ('{{\"n\":[\"' || n || '\"],\"email\":[\"a@example.com\"]}}')::json FROM batch;
-         INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_id, destination_url, signing_secret, next_attempt_at, created_at)
-             SELECT 'whd_' || d, 'sub_' || s, e.id, ds.id, e.webhook_url, e.webhook_secret, now(), now()
-             FROM batch JOIN endpoints e ON e.id = 'bench-' || (n % {endpoints})
-             JOIN destinations ds ON ds.endpoint_id = e.id;
-         SELECT pg_notify('hymical_delivery_due', '');
-         COMMIT;
-         ANALYZE submissions, webhook_deliveries;"
-    ))
-    .await
-    .expect("queue deliveries");
+    conn.batch_execute("ANALYZE submissions, webhook_deliveries")
+        .await
+        .expect("analyze");
 }
 
 /// Removes every delivery, attempt and submission (between measurements).

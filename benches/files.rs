@@ -25,6 +25,10 @@
 //! process's resident memory: its sampled peak (every 20 ms) above its level before the
 //! arm, and its high-water mark (VmHWM) at the end. Between arms the files' tables are
 //! emptied, so the database does not grow across the run.
+//!
+//! The endpoints are made with the product's own function (`db::endpoints::insert`, what
+//! `createEndpoint` calls). The smoke configuration (`cargo test --bench files`) runs 2
+//! connections, 1 s per arm, 1 round; any run fails when an arm accepted nothing.
 
 // Benchmarks stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -38,7 +42,7 @@ use hymical_forms::testing::config::Secret;
 use hymical_forms::testing::db;
 
 mod common;
-use common::{env_number, BenchCluster};
+use common::{require, setting, BenchCluster};
 
 const BOUNDARY: &str = "----hymicalBenchBoundary";
 const FILE_BYTES: usize = 1_000_000;
@@ -274,9 +278,10 @@ async fn start_moto(binary: &std::path::Path) -> (Serve, Vec<(String, String)>) 
 }
 
 fn main() {
-    let concurrency = env_number("BENCH_CONCURRENCY", 8) as usize;
-    let seconds = env_number("BENCH_SECONDS", 5);
-    let rounds = env_number("BENCH_ROUNDS", 3);
+    common::announce("files");
+    let concurrency = setting("BENCH_CONCURRENCY", 8, 2) as usize;
+    let seconds = setting("BENCH_SECONDS", 5, 1);
+    let rounds = setting("BENCH_ROUNDS", 3, 1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -385,6 +390,9 @@ fn main() {
             list.iter().map(|m| m.accepted as f64).sum::<f64>()
                 / list.iter().map(|m| m.seconds).sum::<f64>()
         };
+        for (name, list) in &totals {
+            require(rate(list) > 0.0, &format!("files: forms accepted, {name}"));
+        }
         let baseline = rate(&totals[0].1);
         println!("\nmeans over the rounds (× the urlencoded baseline of the same run):");
         for (name, list) in &totals {

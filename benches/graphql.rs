@@ -7,7 +7,16 @@
 //! - a page of 100 deliveries with endpoint, submission and attempt history;
 //! - `deliveryCounts`, for all and for one endpoint.
 //!
-//! Settings: `BENCH_DELIVERIES` (1000000), `BENCH_FAILED` (50000), `BENCH_SAMPLES` (200).
+//! The history is made by the product's own functions: the endpoints with
+//! `db::endpoints::insert` (a webhook each), the submissions and their deliveries by
+//! intake's statement (`db::submissions::insert_batch`), and the attempts by the worker's
+//! claim and record statements (`common::settle_queue`), so its rows, events and counts
+//! are the ones the product writes. Every other delivered one failed once first; the
+//! failed ones failed on their one attempt.
+//!
+//! Settings (in brackets the smoke configuration's, `cargo test --bench graphql`):
+//! `BENCH_DELIVERIES` (1000000 [2000]), `BENCH_FAILED` (50000 [100]), `BENCH_SAMPLES` (200
+//! [5]). The run fails when a query answers no rows where the history has them.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -16,66 +25,27 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
-use hymical_forms::testing::config::Config;
+use hymical_forms::testing::config::{Config, Secret};
 
 mod common;
-use common::{env_number, BenchCluster};
+use common::{require, setting, BenchCluster};
 
 fn main() {
-    let total = env_number("BENCH_DELIVERIES", 1_000_000);
-    let failed = env_number("BENCH_FAILED", 50_000);
-    let samples = env_number("BENCH_SAMPLES", 200) as usize;
+    common::announce("graphql");
+    let total = setting("BENCH_DELIVERIES", 1_000_000, 2_000);
+    let failed = setting("BENCH_FAILED", 50_000, 100).clamp(1, total.max(1));
+    let samples = setting("BENCH_SAMPLES", 200, 5) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    // PostgreSQL's durable defaults (reads do not wait for flushes; the seeding session
-    // alone commits without waiting, to be quick).
+    // PostgreSQL's durable defaults for the measurement (reads do not wait for flushes).
     let cluster = BenchCluster::start_with(&runtime, true);
     let seeded = Instant::now();
-    runtime.block_on(async {
-        let mut conn = AsyncPgConnection::establish(cluster.url.expose()).await.expect("connect");
-        // Triggers are off while seeding (the counts are filled in one statement after,
-        // as the migration does); a million row triggers would only slow the set-up.
-        conn.batch_execute("SET session_replication_role = replica").await.expect("replica role");
-        conn.batch_execute("SET synchronous_commit = off").await.expect("seeding without flush waits");
-        conn.batch_execute(&format!(
-            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-                 SELECT 'bench-' || e, 'Bench ' || e, 'https://hooks.example.com/' || e, 'whsec_' || repeat('ab', 32)
-                 FROM generate_series(0, 99) AS e;
-             INSERT INTO submissions (id, endpoint_id, received_at, fields)
-                 SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || (n % 100),
-                        timestamptz '2026-01-01' + n * interval '20 seconds',
-                        json_build_object('email', json_build_array('user' || n || '@example.com'), 'message', json_build_array('hello'))
-                 FROM generate_series(1, {total}) AS n;
-             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at, completed_at)
-                 SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || (n % 100),
-                        'https://hooks.example.com/' || (n % 100), 'whsec_' || repeat('ab', 32),
-                        CASE WHEN n % ({total} / {failed}) = 0 THEN 'failed' ELSE 'delivered' END,
-                        CASE WHEN n % ({total} / {failed}) = 0 THEN 5 ELSE 1 + (n % 2) END,
-                        CASE WHEN n % ({total} / {failed}) = 0 THEN 5 ELSE 1 + (n % 2) END,
-                        timestamptz '2026-01-01' + n * interval '20 seconds',
-                        timestamptz '2026-01-01' + n * interval '20 seconds',
-                        timestamptz '2026-01-01' + n * interval '20 seconds' + interval '1 second'
-                 FROM generate_series(1, {total}) AS n;
-             INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, duration_ms)
-                 SELECT 'att_' || lpad(to_hex(n * 8 + a), 32, '0'), 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), a,
-                        'https://hooks.example.com/' || (n % 100), timestamptz '2026-01-01' + n * interval '20 seconds',
-                        CASE WHEN a = 2 OR n % 2 = 0 THEN 'succeeded' ELSE 'http_error' END, CASE WHEN a = 2 OR n % 2 = 0 THEN 200 ELSE 503 END, 12
-                 FROM generate_series(1, {total}) AS n, generate_series(1, 1 + (n % 2)) AS a;"
-        ))
-        .await
-        .expect("seed");
-        conn.batch_execute(
-            "SET session_replication_role = DEFAULT;
-             INSERT INTO delivery_state_counts (endpoint_id, state, shard, deliveries)
-                 SELECT endpoint_id, state, 0, count(*) FROM webhook_deliveries
-                 WHERE state IN ('delivered', 'failed') GROUP BY endpoint_id, state;",
-        )
-        .await
-        .expect("counts");
-        conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
-    });
+    // The seeding's commits need not wait for their flush.
+    runtime.block_on(cluster.set_synchronous_commit(false));
+    runtime.block_on(seed(&cluster.url, total, failed));
+    runtime.block_on(cluster.set_synchronous_commit(true));
     println!(
         "seeded {total} deliveries ({failed} failed) in {:.0} s",
         seeded.elapsed().as_secs_f64()
@@ -124,6 +94,14 @@ fn main() {
                     .expect("request");
                 let body: serde_json::Value = response.json().await.expect("json");
                 assert!(body.get("errors").is_none(), "{body}");
+                // Every query here finds something in the seeded history: an empty
+                // answer means the seed no longer makes what it is meant to.
+                if round == 0 {
+                    require(
+                        answered_rows(&body),
+                        &format!("graphql: rows answered to {name}"),
+                    );
+                }
                 // The first ten warm caches and prepared statements.
                 if round >= 10 {
                     timings.push(started.elapsed().as_secs_f64() * 1000.0);
@@ -139,4 +117,67 @@ fn main() {
             at(100.0)
         );
     }
+}
+
+/// Whether an answer carries rows: a list with an element, or a count above 0.
+fn answered_rows(body: &serde_json::Value) -> bool {
+    let data = &body["data"];
+    if let Some(counts) = data["deliveryCounts"].as_object() {
+        return counts.values().any(|n| n.as_i64().unwrap_or(0) > 0);
+    }
+    data["deliveries"]["edges"]
+        .as_array()
+        .is_some_and(|edges| !edges.is_empty())
+}
+
+/// `total` deliveries over 100 endpoints (received 20 s apart from 2026-01-01), `failed`
+/// of them failed, every other delivered one on its second attempt; the statistics
+/// fresh.
+async fn seed(url: &Secret, total: u64, failed: u64) {
+    let endpoints: Vec<(String, Option<String>)> = (0..100)
+        .map(|e| {
+            (
+                format!("bench-{e}"),
+                Some(format!("https://hooks.example.com/{e}")),
+            )
+        })
+        .collect();
+    common::insert_endpoints(url, &endpoints).await;
+    let start = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+        .expect("start")
+        .with_timezone(&chrono::Utc);
+    let queued = common::queue_submissions(
+        url,
+        total,
+        |n| format!("bench-{}", n % 100),
+        |n| start + chrono::Duration::seconds(20 * n as i64),
+        |n| {
+            serde_json::json!({
+                "email": [format!("user{n}@example.com")],
+                "message": ["hello"],
+            })
+        },
+    )
+    .await;
+    require(queued == total, "graphql: deliveries queued by the seed");
+    let every = (total / failed).max(1);
+    let attempts = common::settle_queue(
+        url,
+        |k| {
+            if k % every == every - 1 {
+                common::Fate::Failed
+            } else if k % 2 == 1 {
+                common::Fate::DeliveredOnRetry
+            } else {
+                common::Fate::Delivered
+            }
+        },
+        |received| received + chrono::Duration::seconds(1),
+    )
+    .await;
+    require(attempts >= total, "graphql: attempts recorded by the seed");
+    let mut conn = AsyncPgConnection::establish(url.expose())
+        .await
+        .expect("connect");
+    conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
 }

@@ -16,8 +16,12 @@
 //! It prints intake's p50, p99 and worst latency and its rate per arm, their ratios to the
 //! arm alone, and what the GraphQL clients got (answers, refusals, storage errors).
 //!
-//! Settings: `BENCH_CONCURRENCY` (8), `BENCH_SLICE_SECONDS` (2), `BENCH_ROUNDS` (5),
-//! `BENCH_GRAPHQL_CLIENTS` (4).
+//! The endpoints are made through the API (`createEndpoint`).
+//!
+//! Settings (in brackets the smoke configuration's, `cargo test --bench
+//! graphql_pressure`): `BENCH_CONCURRENCY` (8 [4]), `BENCH_SLICE_SECONDS` (2 [1]),
+//! `BENCH_ROUNDS` (5 [1]), `BENCH_GRAPHQL_CLIENTS` (4 [2]). The run fails when an arm
+//! accepted no form, or its GraphQL clients got no answer at all.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -27,11 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use diesel_async::{AsyncConnection, AsyncPgConnection, SimpleAsyncConnection};
 use hymical_forms::testing::config::Config;
 
 mod common;
-use common::{env_number, offer_spread_load, BenchCluster, LoadResult};
+use common::{offer_spread_load, require, setting, BenchCluster, LoadResult};
 
 /// What the GraphQL clients of an arm got.
 #[derive(Default)]
@@ -42,26 +45,16 @@ struct Pressure {
 }
 
 fn main() {
-    let concurrency = env_number("BENCH_CONCURRENCY", 8) as usize;
-    let slice = Duration::from_secs(env_number("BENCH_SLICE_SECONDS", 2));
-    let rounds = env_number("BENCH_ROUNDS", 5);
-    let clients = env_number("BENCH_GRAPHQL_CLIENTS", 4) as usize;
+    common::announce("graphql_pressure");
+    let concurrency = setting("BENCH_CONCURRENCY", 8, 4) as usize;
+    let slice = Duration::from_secs(setting("BENCH_SLICE_SECONDS", 2, 1));
+    let rounds = setting("BENCH_ROUNDS", 5, 1);
+    let clients = setting("BENCH_GRAPHQL_CLIENTS", 4, 2) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let cluster = BenchCluster::start_with(&runtime, true);
-    runtime.block_on(async {
-        let mut conn = AsyncPgConnection::establish(cluster.url.expose())
-            .await
-            .expect("connect");
-        conn.batch_execute(
-            "INSERT INTO endpoints (id, name)
-                 SELECT 'bench-' || e, 'Bench ' || e FROM generate_series(0, 99) AS e;",
-        )
-        .await
-        .expect("seed");
-    });
     let vars = [
         ("FORMS_RATE_LIMIT_ENABLED", "false"),
         ("FORMS_WORKER_ENABLED", "false"),
@@ -76,7 +69,11 @@ fn main() {
         let key = common::admin_key(&cluster.url).await;
         let pool_size = config.database.pool_size;
         let app = common::app_state(&cluster.url, config, pool_size).await;
-        (common::serve(app).await, key)
+        let addr = common::serve(app).await;
+        let endpoints: Vec<(String, Option<String>)> =
+            (0..100).map(|e| (format!("bench-{e}"), None)).collect();
+        common::create_endpoints(addr, &key, &endpoints).await;
+        (addr, key)
     });
     let paths: Vec<String> = (0..100).map(|e| format!("/f/bench-{e}")).collect();
 
@@ -127,6 +124,18 @@ fn main() {
     }
     let combined: Vec<LoadResult> = results.into_iter().map(LoadResult::combined).collect();
     let alone = &combined[0];
+    for (((name, document), result), pressure) in arms.iter().zip(&combined).zip(&pressures) {
+        require(
+            result.rate > 0.0,
+            &format!("graphql_pressure: forms accepted, {name}"),
+        );
+        let got =
+            pressure.answered.load(Ordering::SeqCst) + pressure.refused.load(Ordering::SeqCst);
+        require(
+            document.is_none() || got > 0,
+            &format!("graphql_pressure: answers to the GraphQL clients, {name}"),
+        );
+    }
     for (((name, _), result), pressure) in arms.iter().zip(&combined).zip(&pressures) {
         println!(
             "{name}: intake p50 {:.2} ms ({:.2}x), p99 {:.2} ms ({:.2}x), worst {:.1} ms ({:.2}x), {:.0}/s ({:.0}%); GraphQL: {} answered, {} refused, {} storage errors",

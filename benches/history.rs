@@ -14,11 +14,23 @@
 //!   sequential requests (p50, p99).
 //!
 //! Then it seeds the history (0.5% of it failed; one attempt and three events per
-//! delivery, spread over the last 180 days and so over the monthly partitions of the
-//! attempts and events), vacuums and analyses, and measures the same three again; and
-//! prints how the rows lie in the partitions. Seeding 10 million takes a while on a small machine (18 minutes
-//! on 2 cores, about 20 in all) and some 15 GB of disk; `BENCH_HISTORY=1000000` is a
-//! quick run.
+//! delivery: created, claimed, attempt recorded), vacuums and analyses, and measures the
+//! same three again; and prints how the rows lie in the partitions. The history is made
+//! by the product's own functions: the endpoints by `db::endpoints::insert` (a webhook
+//! each), the submissions and deliveries by intake's statement
+//! (`db::submissions::insert_batch`), the attempts by the worker's claim and record
+//! statements (`common::settle_queue`), so its rows, events and counts are the ones the
+//! product writes. Submissions and attempts are dated over the last 180 days (the
+//! attempts so over the monthly partitions); the events carry the time they were written,
+//! as the product dates every event, so they lie in the current partition. Seeding 10
+//! million takes a while on a small machine and some 15 GB of disk;
+//! `BENCH_HISTORY=1000000` is a quicker run.
+//!
+//! Settings (in brackets the smoke configuration's, `cargo test --bench history`):
+//! `BENCH_HISTORY` (10000000 [2000]), `BENCH_SECONDS` (8 [2]), `BENCH_QUEUED` deliveries
+//! for the claim measurement (3000 [160]), `BENCH_SAMPLES` pages (200 [10]). The run fails
+//! when a measurement is empty: no form accepted, no delivery claimed and recorded, no
+//! failed delivery on the page after the seed.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -31,11 +43,10 @@ use hymical_forms::testing::config::{Config, Secret};
 use hymical_forms::testing::db;
 
 mod common;
-use common::{env_number, offer_spread_load, BenchCluster};
+use common::{offer_spread_load, require, setting, BenchCluster};
 
 const ENDPOINTS: usize = 100;
 const CLIENTS: usize = 1000;
-const QUEUED: u64 = 3000;
 
 struct Figures {
     intake: f64,
@@ -45,32 +56,26 @@ struct Figures {
 }
 
 fn main() {
-    let history = env_number("BENCH_HISTORY", 10_000_000);
-    let seconds = env_number("BENCH_SECONDS", 8);
+    common::announce("history");
+    let history = setting("BENCH_HISTORY", 10_000_000, 2_000);
+    let seconds = setting("BENCH_SECONDS", 8, 2);
+    let queued = setting("BENCH_QUEUED", 3000, 160).max(16);
+    let samples = setting("BENCH_SAMPLES", 200, 10) as usize;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("runtime");
     let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();
-    runtime.block_on(async {
-        let mut conn = connect(&url).await;
-        conn.batch_execute(
-            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-                 SELECT 'bench-' || lpad(e::text, 3, '0'), 'Bench ' || e, 'https://hooks.example.com/' || e, 'whsec_' || repeat('ab', 32)
-                 FROM generate_series(0, 99) AS e;
-             INSERT INTO endpoints (id, name, webhook_url, webhook_secret)
-                 VALUES ('hot', 'Hot', 'https://hooks.example.com/hot', 'whsec_' || repeat('ab', 32));
-             -- Each endpoint's webhook as its first destination, as the API makes it
-             -- (intake queues a delivery per destination; the claim takes the queue's
-             -- deliveries, which have none, for this one).
-             INSERT INTO destinations (id, endpoint_id, kind, position, url, secret)
-                 SELECT 'dst_' || md5(id), id, 'webhook', 1, webhook_url, webhook_secret
-                 FROM endpoints;",
-        )
-        .await
-        .expect("endpoints");
-    });
+    let endpoints: Vec<(String, Option<String>)> = (0..ENDPOINTS)
+        .map(|e| format!("bench-{e:03}"))
+        .chain(std::iter::once("hot".to_string()))
+        .map(|id| {
+            let hook = format!("https://hooks.example.com/{id}");
+            (id, Some(hook))
+        })
+        .collect();
+    runtime.block_on(common::insert_endpoints(&url, &endpoints));
     let (addr, key) = runtime.block_on(start_server(&url));
     let paths: Vec<String> = (0..2 * ENDPOINTS)
         .map(|i| {
@@ -83,7 +88,7 @@ fn main() {
         .collect();
     let claim_script = claim_and_record_script(&cluster);
 
-    let measure = |label: &str| -> Figures {
+    let measure = |label: &str, history_seeded: bool| -> Figures {
         runtime.block_on(offer_spread_load(
             addr,
             32,
@@ -100,23 +105,20 @@ fn main() {
                 &paths,
             ))
             .rate;
-        // What intake queued is not the claim measurement's: it is delivered at once.
+        // What intake queued is not the claim measurement's: it is delivered at once,
+        // through the worker's statements; then the claim measurement's queue, through
+        // intake's.
         runtime.block_on(async {
-            connect(&url)
-                .await
-                .batch_execute(&format!(
-                    "UPDATE webhook_deliveries SET state = 'delivered', attempts = 1, cycle_attempts = 1, completed_at = now() WHERE state = 'pending';
-                     WITH queued AS (
-                         INSERT INTO submissions (id, endpoint_id, received_at, fields)
-                         SELECT 'sub_' || md5(random()::text || n), 'bench-' || lpad((n % 100)::text, 3, '0'), now(), '{{\"a\":[\"1\"]}}'::json
-                         FROM generate_series(1, {QUEUED}) AS n
-                         RETURNING id, endpoint_id)
-                     INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at)
-                         SELECT 'whd_' || md5(random()::text || id), id, endpoint_id, 'https://hooks.example.com/q', 'whsec_' || repeat('ab', 32), 'pending', 0, 0, now(), now()
-                         FROM queued;"
-                ))
-                .await
-                .expect("queue");
+            common::settle_queue(&url, |_| common::Fate::Delivered, |received| received).await;
+            let written = common::queue_submissions(
+                &url,
+                queued,
+                |n| format!("bench-{:03}", n % ENDPOINTS as u64),
+                |_| chrono::Utc::now(),
+                |_| serde_json::json!({ "a": ["1"] }),
+            )
+            .await;
+            require(written == queued, "history: the claim measurement's queue");
         });
         // Seeded attempts are hours old; these are the ones of the last ten minutes.
         let recent = "SELECT count(*) FROM delivery_attempts WHERE attempted_at > now() - interval '10 minutes'";
@@ -128,13 +130,18 @@ fn main() {
                 "-c".into(),
                 "16".into(),
                 "-t".into(),
-                (QUEUED / 16).to_string(),
+                (queued / 16).to_string(),
             ],
         );
         let elapsed = started.elapsed().as_secs_f64();
         let recorded = runtime.block_on(count(&url, recent)) - recorded_before;
         let claim = recorded as f64 / elapsed;
-        let (page_p50, page_p99) = runtime.block_on(failed_page(addr, &key));
+        require(intake > 0.0, "history: forms accepted");
+        require(
+            recorded > 0,
+            "history: deliveries claimed and recorded by pgbench",
+        );
+        let (page_p50, page_p99, rows) = runtime.block_on(failed_page(addr, &key, samples));
         if std::env::var_os("BENCH_EXPLAIN").is_some() {
             runtime.block_on(async {
                 use diesel_async::RunQueryDsl;
@@ -154,6 +161,12 @@ fn main() {
                 }
             });
         }
+        if history_seeded {
+            require(
+                rows > 0,
+                "history: failed deliveries on the page after the seed",
+            );
+        }
         println!(
             "{label}: intake {intake:.0}/s | claim+record {claim:.0}/s | failed page p50 {page_p50:.2} ms, p99 {page_p99:.2} ms"
         );
@@ -165,15 +178,18 @@ fn main() {
         }
     };
 
-    let empty = measure("empty tables");
+    let empty = measure("empty tables", false);
     let seeding = Instant::now();
+    // The seeding's commits need not wait for their flush.
+    runtime.block_on(cluster.set_synchronous_commit(false));
     runtime.block_on(seed(&url, history));
+    runtime.block_on(cluster.set_synchronous_commit(true));
     println!(
         "seeded {history} delivered deliveries with their submissions, attempts and events in {:.0} s",
         seeding.elapsed().as_secs_f64()
     );
     runtime.block_on(print_partitions(&url));
-    let full = measure(&format!("with {history} in the history"));
+    let full = measure(&format!("with {history} in the history"), true);
     println!(
         "with history / empty: intake {:.0}%, claim+record {:.0}%, failed page p50 {:.0}%, p99 {:.0}%",
         100.0 * full.intake / empty.intake,
@@ -204,70 +220,50 @@ async fn count(url: &Secret, sql: &str) -> i64 {
 }
 
 /// The history: `total` deliveries, 0.5% failed, the rest delivered, each with its
-/// submission, one attempt and three events (created, claimed, attempt recorded), spread
-/// evenly over the last 180 days, so over the partitions of seven months. Triggers are off while seeding; the counts are filled in after, as
-/// the migration that added them does.
+/// submission, one attempt and three events (created, claimed, attempt recorded), the
+/// submissions and attempts dated evenly over the last 180 days, so over the partitions of
+/// seven months; all of it written by the product's own statements (module docs).
 async fn seed(url: &Secret, total: u64) {
+    use db::history::{make_partitions, HistoryTable, PartitionSpan};
     let mut conn = connect(url).await;
     // The partitions of the six months the history spans, as the product makes them
     // (monthly, as for events kept longer than 31 days); the days already made stay.
-    conn.batch_execute(
-        "SELECT history_make_partitions('delivery_events', 'month', now() - interval '181 days', now());
-         SELECT history_make_partitions('delivery_attempts', 'month', now() - interval '181 days', now());",
-    )
-    .await
-    .expect("partitions");
-    // In slices, so no single statement holds a transaction of tens of millions of rows.
-    let slice = 1_000_000u64;
-    let mut from = 1u64;
-    while from <= total {
-        let to = (from + slice - 1).min(total);
-        conn.batch_execute(&format!(
-            "SET session_replication_role = replica;
-             INSERT INTO submissions (id, endpoint_id, received_at, fields)
-                 SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'),
-                        now() - interval '180 days' + n * (interval '180 days' / {total}),
-                        json_build_object('email', json_build_array('user' || n || '@example.com'), 'message', json_build_array('hello'))
-                 FROM generate_series({from}, {to}) AS n;
-             INSERT INTO webhook_deliveries (id, submission_id, endpoint_id, destination_url, signing_secret, state, attempts, cycle_attempts, next_attempt_at, created_at, completed_at)
-                 SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'),
-                        'https://hooks.example.com/' || (n % 100), 'whsec_' || repeat('ab', 32),
-                        CASE WHEN n % 200 = 0 THEN 'failed' ELSE 'delivered' END, 1, 1,
-                        now() - interval '180 days' + n * (interval '180 days' / {total}),
-                        now() - interval '180 days' + n * (interval '180 days' / {total}),
-                        now() - interval '180 days' + n * (interval '180 days' / {total}) + interval '1 second'
-                 FROM generate_series({from}, {to}) AS n;
-             INSERT INTO delivery_attempts (id, delivery_id, submission_id, attempt_number, destination_url, attempted_at, outcome, response_status, duration_ms)
-                 SELECT 'att_' || lpad(to_hex(n), 32, '0'), 'whd_' || lpad(to_hex(n), 32, '0'), 'sub_' || lpad(to_hex(n), 32, '0'), 1,
-                        'https://hooks.example.com/' || (n % 100), now() - interval '180 days' + n * (interval '180 days' / {total}),
-                        CASE WHEN n % 200 = 0 THEN 'http_error' ELSE 'succeeded' END, CASE WHEN n % 200 = 0 THEN 503 ELSE 200 END, 12
-                 FROM generate_series({from}, {to}) AS n;
-             INSERT INTO delivery_events (delivery_id, endpoint_id, kind, state, previous_state, attempts, cycle_attempts, outcome, occurred_at)
-                 SELECT 'whd_' || lpad(to_hex(n), 32, '0'), 'bench-' || lpad((n % 100)::text, 3, '0'), e.kind, e.state, e.previous, e.attempts, e.attempts, e.outcome,
-                        now() - interval '180 days' + n * (interval '180 days' / {total})
-                 FROM generate_series({from}, {to}) AS n,
-                      LATERAL (VALUES ('created', 'pending', NULL, 0, NULL),
-                                      ('claimed', 'processing', 'pending', 0, NULL),
-                                      ('attempt_recorded', CASE WHEN n % 200 = 0 THEN 'failed' ELSE 'delivered' END, 'processing', 1,
-                                       CASE WHEN n % 200 = 0 THEN 'http_error' ELSE 'succeeded' END))
-                          AS e (kind, state, previous, attempts, outcome);
-             SET session_replication_role = DEFAULT;"
-        ))
-        .await
-        .expect("seed");
-        from = to + 1;
+    let now = chrono::Utc::now();
+    let from = now - chrono::Duration::days(181);
+    for table in [HistoryTable::Events, HistoryTable::Attempts] {
+        make_partitions(&mut conn, table, PartitionSpan::Month, from, now)
+            .await
+            .expect("partitions");
     }
-    conn.batch_execute(
-        // The seeded ids are the ones with twenty leading zeros (to_hex of at most 16
-        // digits, padded); the triggers counted every other row already.
-        "INSERT INTO delivery_state_counts AS c (endpoint_id, state, shard, deliveries)
-             SELECT endpoint_id, state, 0, count(*) FROM webhook_deliveries
-             WHERE id LIKE 'whd_00000000000000000000%' AND state IN ('delivered', 'failed')
-             GROUP BY endpoint_id, state
-         ON CONFLICT (endpoint_id, state, shard) DO UPDATE SET deliveries = c.deliveries + excluded.deliveries;",
+    let span = chrono::Duration::days(180);
+    let step = span / i32::try_from(total.max(1)).unwrap_or(i32::MAX);
+    let queued = common::queue_submissions(
+        url,
+        total,
+        |n| format!("bench-{:03}", n % ENDPOINTS as u64),
+        |n| now - span + step * i32::try_from(n).unwrap_or(i32::MAX),
+        |n| {
+            serde_json::json!({
+                "email": [format!("user{n}@example.com")],
+                "message": ["hello"],
+            })
+        },
     )
-    .await
-    .expect("counts");
+    .await;
+    require(queued == total, "history: deliveries queued by the seed");
+    let attempts = common::settle_queue(
+        url,
+        |k| {
+            if k % 200 == 199 {
+                common::Fate::Failed
+            } else {
+                common::Fate::Delivered
+            }
+        },
+        |received| received + chrono::Duration::seconds(1),
+    )
+    .await;
+    require(attempts >= total, "history: attempts recorded by the seed");
     // On its own: VACUUM cannot run in the implicit transaction of a multi-statement batch.
     conn.batch_execute("VACUUM ANALYZE").await.expect("vacuum");
 }
@@ -322,12 +318,14 @@ fn claim_and_record_script(cluster: &BenchCluster) -> std::path::PathBuf {
     )
 }
 
-/// 200 sequential failed-deliveries pages after 10 to warm up: (p50, p99) in ms.
-async fn failed_page(addr: SocketAddr, key: &str) -> (f64, f64) {
+/// `samples` sequential failed-deliveries pages after 10 to warm up: (p50, p99) in ms, and
+/// the rows of the last page.
+async fn failed_page(addr: SocketAddr, key: &str, samples: usize) -> (f64, f64, usize) {
     let client = reqwest::Client::new();
     let query = "{ deliveries(filter: {state: FAILED}, first: 50) { edges { node { id state completedAt } } pageInfo { endCursor } } }";
     let mut timings = Vec::new();
-    for round in 0..210 {
+    let mut rows = 0;
+    for round in 0..samples + 10 {
         let started = Instant::now();
         let body: serde_json::Value = client
             .post(format!("http://{addr}/graphql"))
@@ -340,11 +338,14 @@ async fn failed_page(addr: SocketAddr, key: &str) -> (f64, f64) {
             .await
             .expect("json");
         assert!(body.get("errors").is_none(), "{body}");
+        rows = body["data"]["deliveries"]["edges"]
+            .as_array()
+            .map_or(0, Vec::len);
         if round >= 10 {
             timings.push(started.elapsed().as_secs_f64() * 1000.0);
         }
     }
     timings.sort_by(|a, b| a.total_cmp(b));
     let at = |p: f64| timings[((p / 100.0) * (timings.len() as f64 - 1.0)).round() as usize];
-    (at(50.0), at(99.0))
+    (at(50.0), at(99.0), rows)
 }

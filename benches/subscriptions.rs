@@ -30,12 +30,20 @@
 //! counters are kept as in production); `BENCH_RELAXED=1` runs the cluster with
 //! `synchronous_commit = off` instead, for the second column.
 //!
-//! Settings: `BENCH_SUBSCRIBERS` (1000), `BENCH_RATE` forms per second (67: three state
-//! changes each, so about 200 deliveries change state per second),
-//! `BENCH_SECONDS` of the latency window (20), `BENCH_CONCURRENCY` of the intake load (32),
-//! `BENCH_INTAKE_SECONDS` per intake round (8), `BENCH_ROUNDS` per intake arm (4; 0 skips
-//! the intake measurement), `BENCH_QUERY` the subscription document (default
-//! `deliveryStateChanged { id state occurredAt delivery { id } }`).
+//! The endpoints are made through the API (`createEndpoint`, with a webhook), as an
+//! operator makes them. Every client is 127.0.0.1, so the servers run without the cap of
+//! connections per address (`FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS=0`, as behind a
+//! proxy): 1,000 subscribers and 32 load connections are past its default of 1,024.
+//!
+//! Settings (full configuration; in brackets the smoke one's, `cargo test --bench
+//! subscriptions`): `BENCH_SUBSCRIBERS` (1000 [20]), `BENCH_RATE` forms per second (67
+//! [20]: three state changes each, so about 200 deliveries change state per second),
+//! `BENCH_SECONDS` of the latency window (20 [3]), `BENCH_CONCURRENCY` of the intake load
+//! (32 [8]), `BENCH_INTAKE_SECONDS` per intake round (8 [2]), `BENCH_ROUNDS` per intake
+//! arm (4 [1]; 0 skips the intake measurement), `BENCH_QUERY` the subscription document
+//! (default `deliveryStateChanged { id state occurredAt delivery { id } }`). The run fails
+//! when a phase produced no figures: no event in the window, no webhook received, no
+//! receipt, no accepted form in an arm.
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
@@ -47,7 +55,7 @@ use std::time::{Duration, Instant};
 
 use axum::routing::post;
 use axum::Router;
-use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
+use diesel_async::AsyncPgConnection;
 use futures_util::{SinkExt, StreamExt};
 use tokio::sync::{watch, Semaphore};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -59,7 +67,9 @@ use hymical_forms::testing::db;
 use hymical_forms::testing::services::{Plan, Services};
 
 mod common;
-use common::{cpu_seconds, env_number, offer_spread_load, BenchCluster, FORM_BODY};
+use common::{
+    cpu_seconds, env_number, offer_spread_load, require, setting, BenchCluster, FORM_BODY,
+};
 
 /// Rate limits on, as in production, but high enough never to refuse the load: the
 /// counters are written on every request.
@@ -67,6 +77,8 @@ const LIMITS_ON: [(&str, &str); 2] = [
     ("FORMS_RATE_LIMIT_IP_REQUESTS", "1000000000"),
     ("FORMS_RATE_LIMIT_ENDPOINT_REQUESTS", "1000000000"),
 ];
+/// Every subscriber and load connection comes from 127.0.0.1: no cap per address.
+const NO_ADDRESS_CAP: (&str, &str) = ("FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS", "0");
 /// Client addresses the intake load comes from.
 const CLIENTS: usize = 1000;
 
@@ -82,17 +94,21 @@ const ALERTING_SUBSCRIPTION: &str =
 const CONNECTING: usize = 50;
 /// The name of the subscribers' threads (at most 15 bytes: Linux truncates it).
 const CLIENT_THREAD: &str = "bench-client";
-const WARM_UP: Duration = Duration::from_secs(3);
+/// Before the fan-out window (1 s in the smoke configuration).
+fn warm_up() -> Duration {
+    Duration::from_secs(setting("BENCH_WARM_UP_SECONDS", 3, 1))
+}
 /// How long the queue and then the subscribers may take to finish after the load stops.
 const DRAIN: Duration = Duration::from_secs(30);
 
 fn main() {
-    let subscribers = env_number("BENCH_SUBSCRIBERS", 1000) as usize;
-    let rate = env_number("BENCH_RATE", 67);
-    let seconds = env_number("BENCH_SECONDS", 20);
-    let concurrency = env_number("BENCH_CONCURRENCY", 32) as usize;
-    let intake_seconds = env_number("BENCH_INTAKE_SECONDS", 8);
-    let rounds = env_number("BENCH_ROUNDS", 4);
+    common::announce("subscriptions");
+    let subscribers = setting("BENCH_SUBSCRIBERS", 1000, 20) as usize;
+    let rate = setting("BENCH_RATE", 67, 20);
+    let seconds = setting("BENCH_SECONDS", 20, 3);
+    let concurrency = setting("BENCH_CONCURRENCY", 32, 8) as usize;
+    let intake_seconds = setting("BENCH_INTAKE_SECONDS", 8, 2);
+    let rounds = setting("BENCH_ROUNDS", 4, 1);
     raise_open_files_limit((4 * subscribers + 1024) as nix::libc::rlim_t);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -117,31 +133,13 @@ fn main() {
 
     let receiver_count = Arc::new(AtomicU64::new(0));
     let receiver_addr = runtime.block_on(start_receiver(receiver_count.clone()));
-    let key = runtime.block_on(async {
-        let mut conn = db::connect_one(&url).await.expect("connect");
-        conn.batch_execute(&format!(
-            "INSERT INTO endpoints (id, name, webhook_url, webhook_secret) VALUES
-                 ('fanout', 'Fan-out', 'http://{receiver_addr}/hook', 'whsec_' || repeat('ab', 32)),
-                 ('bench', 'Intake', 'https://receiver.example/hook', 'whsec_' || repeat('ab', 32))"
-        ))
-        .await
-        .expect("endpoints");
-        let new_key = hymical_forms::testing::auth::generate(
-            "bench",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        db::keys::insert(&mut conn, &new_key.row)
-            .await
-            .expect("key");
-        new_key.key.expose().to_string()
-    });
+    let key = runtime.block_on(common::admin_key(&url));
 
     // 1. Fan-out latency.
     println!("subscription: {}", query());
     println!(
         "fan-out: {subscribers} subscribers, {rate} forms/s (3 events each), {} s warm-up, {seconds} s window",
-        WARM_UP.as_secs()
+        warm_up().as_secs()
     );
     let server = runtime.block_on(Server::start(
         &url,
@@ -149,10 +147,24 @@ fn main() {
             ("FORMS_DATABASE_POOL_SIZE", "16"),
             LIMITS_ON[0],
             LIMITS_ON[1],
+            NO_ADDRESS_CAP,
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
         ],
         true,
     ));
+    // Both phases' endpoints, through the API: `fanout`'s webhook goes to the receiver
+    // here; `bench`'s to an address never reached (the intake phase runs no worker).
+    runtime.block_on(async {
+        let hook = format!("http://{receiver_addr}/hook");
+        common::create_endpoint(server.addr, &key, "fanout", Some(&hook)).await;
+        common::create_endpoint(
+            server.addr,
+            &key,
+            "bench",
+            Some("https://receiver.example/hook"),
+        )
+        .await;
+    });
     runtime.block_on(fan_out(
         clients.handle(),
         &url,
@@ -181,6 +193,7 @@ fn main() {
             ("FORMS_DATABASE_POOL_SIZE", pool_size.as_str()),
             LIMITS_ON[0],
             LIMITS_ON[1],
+            NO_ADDRESS_CAP,
             ("FORMS_TRUSTED_PROXY_HOPS", "1"),
         ],
         false,
@@ -650,7 +663,7 @@ async fn fan_out(
             while posts.join_next().await.is_some() {}
         })
     };
-    tokio::time::sleep(WARM_UP).await;
+    tokio::time::sleep(warm_up()).await;
     // Subscribers record from a lower bound set before the window's start is read: an
     // event after the start may be published and received before the start is known, and
     // must still be recorded. Receipts between the two are dropped in the count below.
@@ -803,10 +816,18 @@ async fn fan_out(
         "    database: {:.0} transactions/s over the window and drain (all connections; the statistics lag by up to a second)",
         (transactions_after - transactions_before) as f64 / elapsed
     );
-    if latencies.is_empty() {
-        println!("    no receipts in the window: no latency to report");
-        return;
-    }
+    require(
+        events > 0,
+        "fan-out: events in the window (state changes of deliveries)",
+    );
+    require(
+        receiver_count.load(Ordering::Relaxed) > 0,
+        "fan-out: webhooks received",
+    );
+    require(
+        !latencies.is_empty(),
+        "fan-out: receipts of events by subscribers",
+    );
     latencies.sort_unstable();
     let at = |p: f64| {
         latencies[((p / 100.0) * (latencies.len() as f64 - 1.0)).round() as usize] as f64 / 1000.0
@@ -898,6 +919,8 @@ async fn intake_cost(
     println!("arm C subscribes to: {}", query());
     let mut without = Vec::new();
     let mut with: Vec<Vec<f64>> = vec![Vec::new(); arms.len()];
+    // Frames the subscribers of every event (arm C) received, all rounds together.
+    let mut every_event_frames = 0;
     for round in 1..=rounds {
         let a = intake_round(addr, concurrency, duration).await;
         println!("round {round} A, no subscribers: {a:.0}/s");
@@ -942,6 +965,9 @@ async fn intake_cost(
                 }
             );
             with[arm].push(b);
+            if arm == 1 {
+                every_event_frames += frames;
+            }
             // Let the server finish closing the subscriptions before the next round.
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
@@ -957,8 +983,14 @@ async fn intake_cost(
     };
     let a = median(&mut without);
     println!("median: without subscribers {a:.0}/s");
+    require(a > 0.0, "intake cost: forms accepted without subscribers");
+    require(
+        every_event_frames > 0,
+        "intake cost: frames received by subscribers of every event",
+    );
     for ((name, _), results) in arms.iter().zip(with.iter_mut()) {
         let b = median(results);
+        require(b > 0.0, "intake cost: forms accepted beside subscribers");
         println!(
             "median: {name}, {subscribers} subscribers {b:.0}/s = {:.0}% of A ({:+.0}%)",
             100.0 * b / a,

@@ -81,6 +81,279 @@ pub fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Whether this is the smoke configuration: a few seconds of each measurement, to show
+/// that the benchmark still measures what it says (`cargo xtask test` runs every
+/// benchmark so, through `cargo test --bench '*'`). `cargo bench` passes `--bench` to the
+/// binary and gets the full configuration; `cargo test` passes nothing and gets the smoke
+/// one. `BENCH_SMOKE=1` or `0` decides either way.
+pub fn smoke() -> bool {
+    static SMOKE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SMOKE.get_or_init(|| match std::env::var("BENCH_SMOKE").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => !std::env::args().any(|arg| arg == "--bench"),
+    })
+}
+
+/// A setting from its environment variable, else its default for the configuration this
+/// run has ([`smoke`]).
+pub fn setting(name: &str, full: u64, smoke_default: u64) -> u64 {
+    env_number(name, if smoke() { smoke_default } else { full })
+}
+
+/// Ends the run with a failure when a figure it should have produced is missing (`held`
+/// false): a benchmark whose set-up no longer matches the product measures nothing, and
+/// must say so rather than print zeros.
+pub fn require(held: bool, figure: &str) {
+    if !held {
+        eprintln!("benchmark produced no figure: {figure}");
+        std::process::exit(1);
+    }
+}
+
+/// Prints which configuration runs; the first line of every benchmark's output.
+pub fn announce(name: &str) {
+    if smoke() {
+        println!("{name}: smoke configuration (cargo test / BENCH_SMOKE=1): its figures show only that it runs");
+    } else {
+        println!("{name}: full configuration");
+    }
+}
+
+/// A GraphQL request to the product's API on `addr` with a management key; the answer's
+/// `data`. Any error in the answer ends the run: set-up goes through the API, as an
+/// operator's would, so that a benchmark's data always has the shape the product gives it.
+pub async fn graphql(
+    addr: SocketAddr,
+    key: &str,
+    query: &str,
+    variables: serde_json::Value,
+) -> serde_json::Value {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/graphql"))
+        .header("authorization", format!("Bearer {key}"))
+        .json(&serde_json::json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .expect("graphql request");
+    let body: serde_json::Value = response.json().await.expect("graphql answer");
+    assert!(body.get("errors").is_none(), "GraphQL refused: {body}");
+    body["data"].clone()
+}
+
+/// Creates an endpoint through the API (`createEndpoint`), with a webhook to `webhook_url`
+/// as its first destination when given (a server that accepts it: a loopback receiver
+/// needs `FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS=true`).
+pub async fn create_endpoint(addr: SocketAddr, key: &str, id: &str, webhook_url: Option<&str>) {
+    let data = graphql(
+        addr,
+        key,
+        "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+        serde_json::json!({ "input": { "id": id, "name": id, "webhookUrl": webhook_url } }),
+    )
+    .await;
+    assert_eq!(data["createEndpoint"]["endpoint"]["id"], id, "{data}");
+}
+
+/// Creates endpoints with the product's own function (`db::endpoints::insert`, what
+/// `createEndpoint` calls), each with a webhook to its URL as its first destination when
+/// given, for a benchmark that has no API server yet when it sets up.
+pub async fn insert_endpoints(url: &Secret, endpoints: &[(String, Option<String>)]) {
+    let mut conn = db::connect_one(url).await.expect("connect");
+    for (name, webhook_url) in endpoints {
+        let id = hymical_forms::testing::model::ids::EndpointId::parse(name).expect("endpoint id");
+        let webhook = webhook_url.as_ref().map(|webhook_url| {
+            db::models::DestinationRow::webhook(
+                id.clone(),
+                1,
+                webhook_url.clone(),
+                format!("whsec_{}", "ab".repeat(32)),
+                chrono::Utc::now(),
+            )
+        });
+        let created = db::endpoints::insert(
+            &mut conn,
+            &db::models::EndpointRow::new(id, name.clone(), chrono::Utc::now()),
+            webhook,
+        )
+        .await
+        .expect("endpoint");
+        assert!(created, "endpoint {name} exists already");
+    }
+}
+
+/// Queues `count` submissions through intake's own statement (`db::submissions::
+/// insert_batch`, outbox_insert_batch.sql: each submission, a pending delivery per
+/// destination of its endpoint, their events, the workers woken), 1,000 a statement,
+/// none claimed. Submission `n` (from 0) goes to `endpoint(n)`, received at
+/// `received_at(n)`, with `fields(n)`. Answers the deliveries queued.
+pub async fn queue_submissions(
+    url: &Secret,
+    count: u64,
+    endpoint: impl Fn(u64) -> String,
+    received_at: impl Fn(u64) -> chrono::DateTime<chrono::Utc>,
+    fields: impl Fn(u64) -> serde_json::Value,
+) -> u64 {
+    use hymical_forms::testing::model::ids::{DeliveryId, EndpointId, SubmissionId};
+    let mut conn = db::connect_one(url).await.expect("connect");
+    let mut queued = 0;
+    let mut from = 0;
+    while from < count {
+        let to = (from + 1000).min(count);
+        let batch: Vec<db::submissions::NewSubmission> = (from..to)
+            .map(|n| db::submissions::NewSubmission {
+                id: SubmissionId::generate(),
+                endpoint_id: EndpointId::parse(&endpoint(n)).expect("endpoint id"),
+                received_at: received_at(n),
+                fields: fields(n),
+                idempotency: None,
+                delivery_id: DeliveryId::generate(),
+                claim_token: None,
+                spam_reasons: None,
+                files: Vec::new(),
+            })
+            .collect();
+        let refs: Vec<&db::submissions::NewSubmission> = batch.iter().collect();
+        let written = db::submissions::insert_batch(
+            &mut conn,
+            &refs,
+            None,
+            db::submissions::IntakeClaim::NONE,
+            &db::rate_limits::BatchCounters::default(),
+        )
+        .await
+        .expect("queue submissions");
+        queued += written.iter().filter(|w| w.delivery_queued).count() as u64;
+        from = to;
+    }
+    queued
+}
+
+/// What [`settle_queue`] makes of one claimed delivery, on its first attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Delivered,
+    /// A failed attempt (503), then a successful one.
+    DeliveredOnRetry,
+    /// A failed attempt (503) that ends it.
+    Failed,
+}
+
+/// Works off every pending delivery as the worker does, through its own statements (the
+/// claim, `db::queue::claim`, and the recording of attempts, `db::queue::record_attempts`,
+/// with their events and counts), without sending anything: delivery number `k` in the
+/// order claimed meets `fate(k)`; each attempt is dated `attempted_at(received_at)`.
+/// Answers the attempts recorded. Bounded: it stops when a claim finds nothing, and fails
+/// the run after twice as many claims as a clean pass needs.
+pub async fn settle_queue(
+    url: &Secret,
+    fate: impl Fn(u64) -> Fate,
+    attempted_at: impl Fn(chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc>,
+) -> u64 {
+    use db::queue::{AttemptRecord, ClaimRequest, OwnerTransition};
+    use hymical_forms::testing::model::ids::AttemptId;
+    use hymical_forms::testing::model::state::AttemptOutcome;
+    const BATCH: u32 = 1000;
+    let mut conn = db::connect_one(url).await.expect("connect");
+    let pending = count(
+        url,
+        "SELECT count(*) AS count FROM webhook_deliveries WHERE state = 'pending'",
+    )
+    .await as u64;
+    let mut claimed_so_far = 0u64;
+    let mut recorded = 0u64;
+    for _ in 0..(4 * pending / u64::from(BATCH) + 10) {
+        let claimed = db::queue::claim(
+            &mut conn,
+            ClaimRequest {
+                now: None,
+                lease: Duration::from_secs(600),
+                limit: BATCH,
+                // No cap per destination: nothing is sent.
+                destination_concurrency: BATCH,
+            },
+        )
+        .await
+        .expect("claim");
+        if claimed.is_empty() {
+            return recorded;
+        }
+        let ids: Vec<AttemptId> = claimed.iter().map(|_| AttemptId::generate()).collect();
+        let batch: Vec<(AttemptRecord, OwnerTransition)> = claimed
+            .iter()
+            .zip(&ids)
+            .map(|(delivery, attempt_id)| {
+                // A delivery claimed again is one whose first attempt failed with a retry.
+                let fate = if delivery.cycle_attempts > 0 {
+                    Fate::Delivered
+                } else {
+                    claimed_so_far += 1;
+                    fate(claimed_so_far - 1)
+                };
+                let (outcome, status, transition) = match fate {
+                    Fate::Delivered => (AttemptOutcome::Succeeded, 200, OwnerTransition::Delivered),
+                    Fate::DeliveredOnRetry => (
+                        AttemptOutcome::HttpError,
+                        503,
+                        OwnerTransition::Retry {
+                            after: Duration::ZERO,
+                        },
+                    ),
+                    Fate::Failed => (AttemptOutcome::HttpError, 503, OwnerTransition::Failed),
+                };
+                let received = delivery.received_at.unwrap_or_else(chrono::Utc::now);
+                (
+                    AttemptRecord {
+                        attempt_id,
+                        delivery_id: &delivery.id,
+                        claim_token: &delivery.claim_token,
+                        destination_url: &delivery.destination_url,
+                        attempted_at: attempted_at(received),
+                        duration_ms: 12,
+                        outcome,
+                        response_status: Some(status),
+                        error: None,
+                        reply: None,
+                    },
+                    transition,
+                )
+            })
+            .collect();
+        let answers = db::queue::record_attempts(&mut conn, &batch, None)
+            .await
+            .expect("record attempts");
+        recorded += answers.iter().flatten().count() as u64;
+    }
+    panic!("the queue did not settle: claims kept finding deliveries");
+}
+
+/// The one whole number `sql` answers (as a column named `count`): a read, for checking
+/// what a benchmark's load left in the database.
+pub async fn count(url: &Secret, sql: &str) -> i64 {
+    use diesel_async::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        count: i64,
+    }
+    let mut conn = db::connect_one(url).await.expect("connect");
+    diesel::sql_query(sql)
+        .get_result::<Count>(&mut conn)
+        .await
+        .expect("count")
+        .count
+}
+
+/// [`create_endpoint`] for many, a few requests at a time.
+pub async fn create_endpoints(addr: SocketAddr, key: &str, endpoints: &[(String, Option<String>)]) {
+    use futures_util::StreamExt;
+    futures_util::stream::iter(endpoints)
+        .for_each_concurrent(8, |(id, url)| {
+            create_endpoint(addr, key, id, url.as_deref())
+        })
+        .await;
+}
+
 /// A migrated database on a throwaway cluster, deleted when the benchmark exits.
 pub struct BenchCluster {
     pub url: Secret,
@@ -134,7 +407,11 @@ impl BenchCluster {
             bin_dir: embedded::find_bin_dir().expect("bin dir"),
             _server: server,
         };
-        runtime.block_on(cluster.warm_wal());
+        // A gigabyte of WAL written: seconds the smoke configuration does without, as its
+        // figures are not compared with anything.
+        if !smoke() {
+            runtime.block_on(cluster.warm_wal());
+        }
         // Without `durable`, commits do not wait for their WAL flush, and the ratio shows
         // the cost of our own code more than the disk's.
         runtime.block_on(cluster.set_synchronous_commit(durable));
@@ -394,7 +671,13 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
     loop {
         let mut chunk = [0u8; 4096];
         let read = stream.read(&mut chunk).await.expect("read");
-        assert!(read > 0, "connection closed");
+        // The server closed a keep-alive connection: one past a connection cap
+        // (`FORMS_HTTP_MAX_CONNECTIONS_PER_ADDRESS`: every client of a benchmark is
+        // 127.0.0.1), or the server stopped.
+        assert!(
+            read > 0,
+            "connection closed by the server before its answer"
+        );
         buffer.extend_from_slice(&chunk[..read]);
         let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
             continue;
@@ -411,7 +694,10 @@ async fn read_response(stream: &mut tokio::net::TcpStream, buffer: &mut Vec<u8>)
             .unwrap_or(0);
         while buffer.len() < end + 4 + length {
             let read = stream.read(&mut chunk).await.expect("read body");
-            assert!(read > 0, "connection closed");
+            assert!(
+                read > 0,
+                "connection closed by the server in its answer's body"
+            );
             buffer.extend_from_slice(&chunk[..read]);
         }
         return status;

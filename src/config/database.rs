@@ -15,6 +15,11 @@ pub struct DatabaseConfig {
     pub statement_timeout: Duration,
     /// How long opening a connection may take.
     pub connect_timeout: Duration,
+    /// How long the network to the database may stay silent before a connection is given
+    /// up (`TCP_USER_TIMEOUT`, and the TCP keepalive idle time): a primary cut off from
+    /// the network hangs its connections rather than closing them, and they must end in
+    /// seconds for the pool to find the promoted standby (docs/operations.md, "Failover").
+    pub network_timeout: Duration,
     /// `idle_in_transaction_session_timeout` of every connection: a transaction left
     /// open (a client that stopped reading an export, say) ends after this long.
     pub idle_in_transaction_timeout: Duration,
@@ -37,6 +42,12 @@ impl DatabaseConfig {
 /// See [`DatabaseConfig::call_timeout`].
 pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(2);
 
+/// `FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS`'s default, also that of connections made
+/// outside the configuration (migrations, commands): short enough that connections to a
+/// primary lost in a failover are gone before any failover manager promotes its standby,
+/// long enough for a healthy network's retransmissions.
+pub const NETWORK_TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+
 pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
     let url = url(
         r,
@@ -50,6 +61,10 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
         pool_size: r.integer("FORMS_DATABASE_POOL_SIZE", 16, 1, 10_000) as u32,
         statement_timeout: r.seconds("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", 30.0),
         connect_timeout: r.seconds("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", 5.0),
+        network_timeout: r.seconds(
+            "FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS",
+            NETWORK_TIMEOUT_DEFAULT.as_secs_f64(),
+        ),
         idle_in_transaction_timeout: r
             .seconds("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60.0),
         data_dir: PathBuf::from(

@@ -23,7 +23,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use alerts::AlertConfig;
-pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN};
+pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN, NETWORK_TIMEOUT_DEFAULT};
 pub use delivery::{WebhookConfig, WorkerConfig};
 pub use files::{FilesConfig, S3Config};
 pub use graphql::GraphqlConfig;
@@ -355,6 +355,7 @@ mod tests {
         assert_eq!(config.http.max_connections, 16_384);
         assert_eq!(config.http.shutdown_timeout, Duration::from_secs(30));
         assert_eq!(config.database.connect_timeout, Duration::from_secs(5));
+        assert_eq!(config.database.network_timeout, Duration::from_secs(5));
         assert_eq!(
             config.database.idle_in_transaction_timeout,
             Duration::from_secs(60)
@@ -525,6 +526,269 @@ mod tests {
             let message = errors[0].to_string();
             assert!(message.starts_with(variable), "{message}");
             assert!(message.contains(expected), "{variable}={value}: {message}");
+        }
+    }
+
+    /// A URL-valued setting and how its documented rule is tested: the other settings it
+    /// needs to be read at all, what it reads back as, values it takes (and what each
+    /// becomes) and values it refuses (each naming it, and it alone).
+    struct UrlRule {
+        variable: &'static str,
+        with: &'static [(&'static str, &'static str)],
+        read: fn(&Config) -> Option<String>,
+        accepted: &'static [(&'static str, &'static str)],
+        refused: &'static [&'static str],
+    }
+
+    const ALERT_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const S3: &[(&str, &str)] = &[
+        ("FORMS_S3_BUCKET", "forms"),
+        ("FORMS_S3_ACCESS_KEY_ID", "id"),
+        ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2"),
+    ];
+
+    fn url_rules() -> Vec<UrlRule> {
+        vec![
+            UrlRule {
+                variable: "FORMS_DATABASE_URL",
+                with: &[],
+                read: |c| c.database.url.as_ref().map(|u| u.expose().to_string()),
+                accepted: &[
+                    (
+                        "postgres://u:p@db:5433/forms",
+                        "postgres://u:p@db:5433/forms",
+                    ),
+                    ("postgresql://u:p@db/forms", "postgresql://u:p@db/forms"),
+                    (
+                        "host=db port=5432 dbname=forms user=u",
+                        "host=db port=5432 dbname=forms user=u",
+                    ),
+                    (
+                        "postgres://u:p@h1,h2/forms?target_session_attrs=read-write",
+                        "postgres://u:p@h1,h2/forms?target_session_attrs=read-write",
+                    ),
+                ],
+                refused: &[
+                    "mysql://u:p@db/forms",
+                    "https://db.example/forms",
+                    "postgres://u:p@db:notaport/forms",
+                    "postgres://u:p@h1,h2/forms",
+                    "db.example",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_DATABASE_READ_URL",
+                with: &[("FORMS_DATABASE_URL", "postgres://u:p@primary/forms")],
+                read: |c| c.database.read.as_ref().map(|r| r.url.expose().to_string()),
+                accepted: &[
+                    (
+                        "postgres://u:p@standby/forms",
+                        "postgres://u:p@standby/forms",
+                    ),
+                    ("postgres://u:p@s1,s2/forms", "postgres://u:p@s1,s2/forms"),
+                    ("host=standby dbname=forms", "host=standby dbname=forms"),
+                ],
+                refused: &[
+                    "mysql://u:p@standby/forms",
+                    "http://standby/forms",
+                    "standby",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_ALERT_WEBHOOK_URL",
+                with: &[("FORMS_ALERT_WEBHOOK_SECRET", ALERT_SECRET)],
+                read: |c| c.alerts.webhook.as_ref().map(|w| w.url.clone()),
+                accepted: &[
+                    (
+                        "https://alerts.example.com/hook",
+                        "https://alerts.example.com/hook",
+                    ),
+                    (
+                        "http://alerts.example.com:8080/a?b=c",
+                        "http://alerts.example.com:8080/a?b=c",
+                    ),
+                ],
+                refused: &[
+                    "ftp://alerts.example.com/hook",
+                    "alerts.example.com/hook",
+                    "http://10.0.0.5/alerts",
+                    "http://127.0.0.1:9000/alerts",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_CAPTCHA_TURNSTILE_VERIFY_URL",
+                with: &[],
+                read: |c| Some(c.spam.turnstile_url.clone()),
+                accepted: &[
+                    (
+                        "http://127.0.0.1:9000/siteverify",
+                        "http://127.0.0.1:9000/siteverify",
+                    ),
+                    ("https://verify.example", "https://verify.example/"),
+                ],
+                refused: &[
+                    "ftp://verify.example",
+                    "not a url",
+                    "http://",
+                    "/siteverify",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_CAPTCHA_HCAPTCHA_VERIFY_URL",
+                with: &[],
+                read: |c| Some(c.spam.hcaptcha_url.clone()),
+                accepted: &[(
+                    "http://127.0.0.1:9000/hcaptcha",
+                    "http://127.0.0.1:9000/hcaptcha",
+                )],
+                refused: &[
+                    "ftp://verify.example",
+                    "not a url",
+                    "http://",
+                    "api.hcaptcha.com",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_CAPTCHA_RECAPTCHA_VERIFY_URL",
+                with: &[],
+                read: |c| Some(c.spam.recaptcha_url.clone()),
+                accepted: &[(
+                    "https://www.recaptcha.net/recaptcha/api/siteverify",
+                    "https://www.recaptcha.net/recaptcha/api/siteverify",
+                )],
+                refused: &["ftp://verify.example", "not a url", "http://"],
+            },
+            UrlRule {
+                variable: "FORMS_AKISMET_URL",
+                with: &[],
+                read: |c| Some(c.spam.akismet_url.clone()),
+                // A missing final `/` is added: both spellings name the same base, so
+                // `comment-check` is asked at `…/1.1/comment-check` either way.
+                accepted: &[
+                    (
+                        "https://rest.akismet.com/1.1/",
+                        "https://rest.akismet.com/1.1/",
+                    ),
+                    (
+                        "https://rest.akismet.com/1.1",
+                        "https://rest.akismet.com/1.1/",
+                    ),
+                    ("http://127.0.0.1:9000", "http://127.0.0.1:9000/"),
+                    (
+                        " http://127.0.0.1:9000/akismet/1.1 ",
+                        "http://127.0.0.1:9000/akismet/1.1/",
+                    ),
+                ],
+                refused: &[
+                    "mailto:a@b.example",
+                    "rest.akismet.com/1.1/",
+                    "https://rest.akismet.com/1.1/?blog=x",
+                    "https://rest.akismet.com/1.1/#top",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_PUBLIC_URL",
+                with: &[],
+                read: |c| Some(c.files.public_url.clone()),
+                accepted: &[
+                    ("https://forms.example.com/", "https://forms.example.com"),
+                    (
+                        "http://127.0.0.1:8080/forms/",
+                        "http://127.0.0.1:8080/forms",
+                    ),
+                ],
+                refused: &[
+                    "forms.example.com",
+                    "ftp://forms.example.com",
+                    "https://forms.example.com/?a=b",
+                    "https://forms.example.com/#top",
+                ],
+            },
+            UrlRule {
+                variable: "FORMS_S3_ENDPOINT",
+                with: S3,
+                read: |c| c.files.s3.as_ref().map(|s3| s3.endpoint.clone()),
+                accepted: &[
+                    ("http://127.0.0.1:9000/", "http://127.0.0.1:9000"),
+                    (
+                        "https://s3.eu-west-1.amazonaws.com",
+                        "https://s3.eu-west-1.amazonaws.com",
+                    ),
+                ],
+                refused: &["s3.example.com", "ftp://s3.example.com", "http://"],
+            },
+        ]
+    }
+
+    /// The URL-valued settings docs/configuration.md lists: a name ending in `_URL`, or a
+    /// rule that asks for a URL (other variables named in the rule left out).
+    fn documented_url_settings() -> Vec<String> {
+        let reference = include_str!("../../docs/configuration.md");
+        let mut found = Vec::new();
+        for line in reference.lines() {
+            let cells: Vec<&str> = line.split(" | ").collect();
+            let Some(name) = cells
+                .first()
+                .and_then(|cell| cell.strip_prefix("| `"))
+                .and_then(|cell| cell.strip_suffix('`'))
+            else {
+                continue;
+            };
+            if !name.starts_with("FORMS_") || TEST_SUITE_VARIABLES.contains(&name) {
+                continue;
+            }
+            // The rule without the variables it names (`only with FORMS_…_URL`).
+            let rule: String = cells.get(2).unwrap_or(&"").split('`').step_by(2).collect();
+            if name.ends_with("_URL") || rule.contains("URL") {
+                found.push(name.to_string());
+            }
+        }
+        found
+    }
+
+    /// Issue 47: every URL-valued setting is held to the rule its row documents, both
+    /// the values it takes (and what they become) and those it refuses at start (which
+    /// the binary turns into exit status 2, tests/integration/cli.rs).
+    #[test]
+    fn every_url_setting_follows_its_documented_rule() {
+        let rules = url_rules();
+        let mut tested: Vec<String> = rules.iter().map(|rule| rule.variable.to_string()).collect();
+        let mut documented = documented_url_settings();
+        tested.sort();
+        documented.sort();
+        assert_eq!(
+            tested, documented,
+            "every URL setting of docs/configuration.md has its rule tested here"
+        );
+        for rule in &rules {
+            for (value, expected) in rule.accepted {
+                let mut vars = rule.with.to_vec();
+                vars.push((rule.variable, value));
+                let config = load(&vars).unwrap_or_else(|errors| {
+                    panic!("{}={value:?} refused: {errors}", rule.variable)
+                });
+                assert_eq!(
+                    (rule.read)(&config).as_deref(),
+                    Some(*expected),
+                    "{}={value:?}",
+                    rule.variable
+                );
+            }
+            for value in rule.refused {
+                let mut vars = rule.with.to_vec();
+                vars.push((rule.variable, value));
+                let errors = load(&vars)
+                    .err()
+                    .unwrap_or_else(|| panic!("{}={value:?} was accepted", rule.variable))
+                    .0;
+                let names: Vec<&str> = errors.iter().map(|e| e.variable).collect();
+                assert_eq!(
+                    names,
+                    [rule.variable],
+                    "{}={value:?}: {errors:?}",
+                    rule.variable
+                );
+            }
         }
     }
 

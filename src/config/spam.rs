@@ -1,4 +1,5 @@
-//! `FORMS_CAPTCHA_*`, `FORMS_AKISMET_*`, `FORMS_SPAM_RETENTION_DAYS`: the services that
+//! `FORMS_CAPTCHA_*`, `FORMS_AKISMET_*`, `FORMS_SPAM_RETENTION_DAYS`,
+//! `FORMS_FORM_STAMP_MAX_AGE_SECONDS`: the services that
 //! judge submissions and how long spam is kept (docs/intake.md, "Spam"). Which endpoint
 //! uses which is an endpoint's setting; these say where the services are.
 
@@ -18,11 +19,19 @@ pub struct SpamConfig {
     pub recaptcha_url: String,
     /// The longest a verification (captcha, Akismet) may take, connection included.
     pub verify_timeout: Duration,
-    /// Akismet's REST base (`…/1.1/`), and the key; without a key no endpoint may use it.
+    /// Akismet's REST base (`…/1.1/`, always ending in `/`: [`akismet_base`] adds one
+    /// where the setting has none), and the key; without a key no endpoint may use it.
     pub akismet_url: String,
     pub akismet_key: Option<Secret>,
+    /// The longest the endpoint's local rules may take over one submission, waiting for
+    /// a place among the screenings that run at once included; past it they gave no
+    /// verdict, and the endpoint's `whenVerifierUnreachable` decides, as for a verifier.
+    pub screening_budget: Duration,
     /// Submissions in the spam folder are deleted after this many days (0: kept).
     pub spam_retention_days: u32,
+    /// A form stamp older than this no longer vouches for a minimum fill time; spent
+    /// stamps are remembered this long (and then forgotten by the hourly upkeep).
+    pub form_stamp_max_age: Duration,
 }
 
 const TURNSTILE_URL: &str = "FORMS_CAPTCHA_TURNSTILE_VERIFY_URL";
@@ -44,9 +53,64 @@ pub(super) fn read(r: &mut Reader) -> SpamConfig {
             "https://www.google.com/recaptcha/api/siteverify",
         ),
         verify_timeout: r.seconds("FORMS_CAPTCHA_VERIFY_TIMEOUT_SECONDS", 5.0),
-        akismet_url: url(r, AKISMET_URL, "https://rest.akismet.com/1.1/"),
+        akismet_url: akismet_base(r, "https://rest.akismet.com/1.1/"),
         akismet_key: r.secret("FORMS_AKISMET_API_KEY", 8),
+        screening_budget: r.seconds("FORMS_SPAM_SCREENING_BUDGET_SECONDS", 2.0),
         spam_retention_days: r.integer("FORMS_SPAM_RETENTION_DAYS", 30, 0, 1_000_000) as u32,
+        // At least an hour, the longest minimum fill time an endpoint may set.
+        form_stamp_max_age: Duration::from_secs(r.integer(
+            "FORMS_FORM_STAMP_MAX_AGE_SECONDS",
+            86_400,
+            3_600,
+            2_592_000,
+        )),
+    }
+}
+
+impl SpamConfig {
+    /// The URL of one of Akismet's calls (`comment-check`, `submit-spam`,
+    /// `submit-ham`): the base and the call's name, with one `/` between them.
+    pub fn akismet_call(&self, call: &str) -> String {
+        if self.akismet_url.ends_with('/') {
+            format!("{}{call}", self.akismet_url)
+        } else {
+            format!("{}/{call}", self.akismet_url)
+        }
+    }
+}
+
+/// `FORMS_AKISMET_URL`: an http(s) URL without query or fragment (the calls' names are
+/// appended to it, which a query or fragment would swallow). Its path is a directory:
+/// a missing final `/` is added, so `…/1.1` and `…/1.1/` are the same base and
+/// `comment-check` goes to `…/1.1/comment-check` either way.
+fn akismet_base(r: &mut Reader, default: &str) -> String {
+    let Some(raw) = r.raw(AKISMET_URL) else {
+        return default.to_string();
+    };
+    match Url::parse(raw.trim()) {
+        Ok(mut url)
+            if matches!(url.scheme(), "http" | "https")
+                && url.host().is_some()
+                && url.query().is_none()
+                && url.fragment().is_none() =>
+        {
+            if !url.path().ends_with('/') {
+                let path = format!("{}/", url.path());
+                url.set_path(&path);
+            }
+            url.to_string()
+        }
+        _ => {
+            r.fail(
+                AKISMET_URL,
+                format!(
+                    "'{}' is not an http(s) URL without query or fragment",
+                    shorten(&raw)
+                ),
+                "an http(s) URL without query or fragment, such as https://rest.akismet.com/1.1/ (a missing final / is added)",
+            );
+            default.to_string()
+        }
     }
 }
 

@@ -43,10 +43,18 @@ pub type DbPool = bb8::Pool<Manager>;
 const CHECKOUT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// TCP keepalives on every connection: a peer that vanished without closing (a dead host,
-/// a dropped route) is noticed within about idle + interval × retries.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(30);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// a dropped route) is noticed on an idle connection too. The first probe goes out after
+/// the network timeout without traffic; with `TCP_USER_TIMEOUT` (Linux) an unanswered
+/// probe ends the connection about an interval later, elsewhere after the retries.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
 const KEEPALIVE_RETRIES: u32 = 3;
+
+/// With several hosts, how long one host's opening may go without an outcome before the
+/// next host is tried beside it (as "happy eyeballs" does for addresses): a host whose
+/// packets are dropped (a primary cut off in a failover) would otherwise cost every new
+/// connection a whole connect timeout before the promoted standby is even asked. A host
+/// that answers at all (refused, read-only, an error) hands on at once.
+const HOST_STAGGER: Duration = Duration::from_millis(500);
 
 /// The value every connection sets as `application_name`; the event reader also uses it
 /// to tell this service's transactions from others in the cluster.
@@ -55,8 +63,14 @@ pub const APPLICATION_NAME: &str = "hymical-forms";
 /// How every connection of the process is opened and set up.
 #[derive(Clone)]
 pub struct ConnectionSettings {
-    /// One configuration per host of the URL, tried in its order.
+    /// One configuration per host of the URL, tried in its order, except that the host
+    /// that last opened is tried first ([`ConnectionSettings::connect`]).
     hosts: Arc<[tokio_postgres::Config]>,
+    /// The index of the host that last opened a connection, shared by every clone.
+    preferred: Arc<AtomicUsize>,
+    /// Per host: its last attempt got no answer within the connect timeout (its packets
+    /// dropped, say). Such a host is asked last.
+    unanswered: Arc<[std::sync::atomic::AtomicBool]>,
     tls: tls::Tls,
     setup: String,
     /// The whole opening of one host (TCP, TLS, start-up, authentication, the read-write
@@ -77,12 +91,27 @@ impl std::fmt::Debug for ConnectionSettings {
 impl ConnectionSettings {
     /// From the database URL and the timeouts of the configuration.
     pub fn new(url: &Secret, database: &DatabaseConfig) -> Result<ConnectionSettings, DbError> {
-        ConnectionSettings::with_timeouts(
+        Ok(ConnectionSettings::with_timeouts(
             url,
             database.statement_timeout,
             database.idle_in_transaction_timeout,
             database.connect_timeout,
-        )
+        )?
+        .network_timeout(database.network_timeout))
+    }
+
+    /// The same settings with another network timeout
+    /// (`FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS`): data sent and unacknowledged this long
+    /// ends a connection (`TCP_USER_TIMEOUT`), and an idle connection is probed once it has
+    /// been silent this long. A slow query is no silence: the server's kernel acknowledges
+    /// the statement at once, and the statement timeout bounds the rest.
+    pub fn network_timeout(mut self, timeout: Duration) -> ConnectionSettings {
+        let mut hosts = self.hosts.to_vec();
+        for config in &mut hosts {
+            config.keepalives_idle(timeout).tcp_user_timeout(timeout);
+        }
+        self.hosts = hosts.into();
+        self
     }
 
     pub fn with_timeouts(
@@ -95,25 +124,33 @@ impl ConnectionSettings {
             DbError::Connect(diesel::ConnectionError::InvalidConnectionUrl(problem))
         })?;
         let mut hosts = target.hosts;
+        let network_timeout = crate::config::NETWORK_TIMEOUT_DEFAULT;
         for config in &mut hosts {
             config
                 .application_name(APPLICATION_NAME)
                 .connect_timeout(connect_timeout)
                 .keepalives(true)
-                .keepalives_idle(KEEPALIVE_IDLE)
+                .keepalives_idle(network_timeout)
                 .keepalives_interval(KEEPALIVE_INTERVAL)
                 .keepalives_retries(KEEPALIVE_RETRIES)
                 // Sent data that stays unacknowledged this long ends the connection, so a
-                // query on a dead route fails rather than waiting for ever.
-                .tcp_user_timeout(statement_timeout + crate::config::CALL_TIMEOUT_MARGIN);
+                // query on a dead route fails in seconds rather than after the call
+                // deadline (or never); see `network_timeout`.
+                .tcp_user_timeout(network_timeout);
         }
         let setup = format!(
             "SET statement_timeout = {}; SET idle_in_transaction_session_timeout = {}",
             statement_timeout.as_millis().max(1),
             idle_in_transaction_timeout.as_millis().max(1),
         );
+        let unanswered = hosts
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
         Ok(ConnectionSettings {
             hosts: hosts.into(),
+            preferred: Arc::default(),
+            unanswered,
             tls: target.tls,
             setup,
             connect_timeout,
@@ -143,27 +180,85 @@ impl ConnectionSettings {
     }
 
     /// Opens one connection, set up like every other (outside the pool: migrations,
-    /// administrative commands, exports, the notification listener). The URL's hosts are
-    /// tried in order, each within the connect timeout, and the first that opens (and,
-    /// with `target_session_attrs=read-write`, takes writes) is used: after a failover the
-    /// new primary is found by the next connection, whatever host it is.
+    /// administrative commands, exports, the notification listener). With several hosts
+    /// the first that opens (and, with `target_session_attrs=read-write`, takes writes) is
+    /// used: after a failover the new primary is found by the next connection, whatever
+    /// host it is. The host that last opened is tried first, then the others in the URL's
+    /// order, except that hosts which did not answer the last time they were asked come
+    /// last; each has its own connect timeout, and the next one starts as soon as the
+    /// previous one fails or [`HOST_STAGGER`] after it started, whichever comes first, so
+    /// that a host that never answers delays the others by the stagger at most once, not
+    /// by a connect timeout each time.
     pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
-        let mut failures = Vec::new();
-        for config in self.hosts.iter() {
-            match tokio::time::timeout(self.connect_timeout, self.open(config)).await {
-                Ok(Ok(connection)) => return Ok(connection),
-                Ok(Err(error)) if self.hosts.len() == 1 => return Err(error),
-                Err(_) if self.hosts.len() == 1 => {
-                    return Err(DbError::Deadline(self.connect_timeout))
+        use futures_util::stream::{FuturesUnordered, StreamExt};
+        if let [config] = &*self.hosts {
+            return match tokio::time::timeout(self.connect_timeout, self.open(config)).await {
+                Ok(opened) => opened,
+                Err(_) => Err(DbError::Deadline(self.connect_timeout)),
+            };
+        }
+        let preferred = AtomicUsize::load(&self.preferred, Ordering::Relaxed);
+        let mut order: Vec<usize> = (0..self.hosts.len()).collect();
+        order.sort_by_key(|&index| {
+            (
+                self.unanswered[index].load(Ordering::Relaxed),
+                index != preferred,
+                index,
+            )
+        });
+        let mut order = order.into_iter();
+        let attempt = |index: usize| async move {
+            let started = tokio::time::Instant::now();
+            let opened =
+                tokio::time::timeout(self.connect_timeout, self.open(&self.hosts[index])).await;
+            // tokio-postgres's own TCP connect timeout may be the one that fires.
+            let answered = opened.is_ok() && started.elapsed() < self.connect_timeout;
+            self.unanswered[index].store(!answered, Ordering::Relaxed);
+            (index, opened)
+        };
+        let mut attempts = FuturesUnordered::new();
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        let mut next = order.next();
+        let mut next_at = tokio::time::Instant::now();
+        // Bounded: each host is started once, and each attempt ends within its timeout.
+        loop {
+            if next.is_none() && attempts.is_empty() {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(next_at), if next.is_some() => {
+                    if let Some(index) = next.take() {
+                        attempts.push(attempt(index));
+                        next = order.next();
+                        next_at = tokio::time::Instant::now() + HOST_STAGGER;
+                    }
                 }
-                Ok(Err(error)) => failures.push(format!("{}: {error}", host_name(config))),
-                Err(_) => failures.push(format!(
-                    "{}: no connection within {:?}",
-                    host_name(config),
-                    self.connect_timeout
-                )),
+                Some((index, opened)) = attempts.next(), if !attempts.is_empty() => {
+                    match opened {
+                        Ok(Ok(connection)) => {
+                            self.preferred.store(index, Ordering::Relaxed);
+                            return Ok(connection);
+                        }
+                        Ok(Err(error)) => failures.push((
+                            index,
+                            format!("{}: {error}", host_name(&self.hosts[index])),
+                        )),
+                        Err(_) => failures.push((
+                            index,
+                            format!(
+                                "{}: no connection within {:?}",
+                                host_name(&self.hosts[index]),
+                                self.connect_timeout
+                            ),
+                        )),
+                    }
+                    // A host that answered no: the next one need not wait its turn.
+                    next_at = tokio::time::Instant::now();
+                }
             }
         }
+        failures.sort_by_key(|(index, _)| *index);
+        let failures: Vec<String> = failures.into_iter().map(|(_, failure)| failure).collect();
         Err(DbError::Connect(diesel::ConnectionError::BadConnection(
             format!("no host could be used ({})", failures.join("; ")),
         )))
@@ -200,9 +295,6 @@ fn host_name(config: &tokio_postgres::Config) -> String {
 pub struct Db {
     pool: DbPool,
     call_timeout: Duration,
-    /// A checkout while the database refuses connections waits at most this long: one
-    /// opening, every host of the URL in turn.
-    connect_timeout: Duration,
     reachability: Arc<Reachability>,
     /// Calls waiting for a pooled connection (bb8 does not count them).
     waiting: Arc<AtomicUsize>,
@@ -256,6 +348,8 @@ struct Reachability {
     failed_at: AtomicU64,
     /// Milliseconds since `since` of the last request let through to try again.
     probed_at: AtomicU64,
+    /// Milliseconds since `since` at which the last successful attempt started.
+    connected_from: AtomicU64,
     since: std::sync::OnceLock<std::time::Instant>,
     /// Woken by every failed attempt: the pool does not tell a waiting checkout that the
     /// connection it waits for failed to open.
@@ -264,6 +358,13 @@ struct Reachability {
 
 /// How often, while the database is unreachable, one request tries to connect again.
 const PROBE_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long that request waits for the connection its try opens. The opening goes on
+/// without it, within the connect timeout, and the pool keeps the connection for the next
+/// call: during a failover whose old primary's packets are dropped, an opening begun just
+/// before the promotion may wait a whole connect timeout on that host, and a request
+/// waiting with it would hold up the clients behind it for as long.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 impl Reachability {
     fn now_ms(&self) -> u64 {
@@ -277,11 +378,21 @@ impl Reachability {
         AtomicU64::load(&self.failed_at, Ordering::SeqCst) > 0
     }
 
-    fn connected(&self) {
+    /// An attempt that started at `started` (from [`Reachability::now_ms`]) opened.
+    fn connected(&self, started: u64) {
+        self.connected_from.fetch_max(started, Ordering::SeqCst);
         self.failed_at.store(0, Ordering::SeqCst);
     }
 
-    fn failed(&self) {
+    /// An attempt that started at `started` failed. One that started before an attempt
+    /// that has since opened says nothing about the database now: during a failover with
+    /// a host whose packets are dropped, attempts begun before the promotion fail for
+    /// seconds after one begun later found the new primary, and must not turn requests
+    /// away meanwhile.
+    fn failed(&self, started: u64) {
+        if started < AtomicU64::load(&self.connected_from, Ordering::SeqCst) {
+            return;
+        }
         self.failed_at.store(self.now_ms(), Ordering::SeqCst);
         self.attempt_failed.notify_waiters();
     }
@@ -366,8 +477,6 @@ impl Db {
         timelines: Timelines,
     ) -> Db {
         let reachability = Arc::new(Reachability::default());
-        // The longest an opening can take: each host in turn, within its own timeout.
-        let connect_timeout = settings.connect_timeout * settings.hosts.len().max(1) as u32;
         let mut manager_config = ManagerConfig::default();
         let reach = reachability.clone();
         manager_config.custom_setup = Box::new(move |_url| {
@@ -375,10 +484,11 @@ impl Db {
             let settings = settings.clone();
             let reach = reach.clone();
             Box::pin(async move {
+                let started = reach.now_ms();
                 let opened = settings.connect().await;
                 match &opened {
-                    Ok(_) => reach.connected(),
-                    Err(_) => reach.failed(),
+                    Ok(_) => reach.connected(started),
+                    Err(_) => reach.failed(started),
                 }
                 let mut connection = opened.map_err(|error| match error {
                     DbError::Connect(error) => error,
@@ -399,7 +509,7 @@ impl Db {
                     ),
                     Ok(_) => {}
                     Err(error) => {
-                        reach.failed();
+                        reach.failed(started);
                         return Err(diesel::ConnectionError::BadConnection(format!(
                             "cannot read the database's timeline: {}",
                             error.summary()
@@ -434,7 +544,6 @@ impl Db {
         Db {
             pool,
             call_timeout,
-            connect_timeout,
             reachability,
             waiting: Arc::default(),
             share: None,
@@ -471,15 +580,16 @@ impl Db {
         let mut broken = 0;
         let mut connection = loop {
             let idle = self.pool.state().idle_connections > 0;
-            let checkout_limit = if idle {
-                self.call_timeout
+            let (checkout_limit, probing) = if idle {
+                (self.call_timeout, false)
             } else if self.reachability.refuse_now() {
                 return Err(DbError::Unreachable);
             } else if self.reachability.failing() {
-                // Trying again while the database was unreachable: no longer than a connect.
-                self.connect_timeout.min(self.call_timeout)
+                // Trying again while the database was unreachable: the opening goes on
+                // without this call if it takes longer (see `PROBE_WAIT`).
+                (PROBE_WAIT.min(self.call_timeout), true)
             } else {
-                self.call_timeout
+                (self.call_timeout, false)
             };
             let mut connection = {
                 let _waiting = Waiting::start(&self.waiting);
@@ -488,7 +598,11 @@ impl Db {
                 attempt_failed.as_mut().enable();
                 tokio::select! {
                     checkout = tokio::time::timeout(checkout_limit, self.pool.get()) => {
-                        checkout.map_err(|_| DbError::Deadline(checkout_limit))??
+                        checkout.map_err(|_| if probing {
+                            DbError::Unreachable
+                        } else {
+                            DbError::Deadline(checkout_limit)
+                        })??
                     }
                     // The connection this checkout waits for may be the one that failed.
                     _ = attempt_failed, if !idle => return Err(DbError::Unreachable),

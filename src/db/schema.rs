@@ -200,6 +200,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    form_stamps_spent (stamp_digest) {
+        #[max_length = 64]
+        stamp_digest -> Varchar,
+        expires_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     management_api_keys (id) {
         #[max_length = 35]
         id -> Varchar,
@@ -367,6 +375,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     endpoint_spam_protection,
     endpoints,
     event_timelines,
+    form_stamps_spent,
     management_api_keys,
     operator_alerts,
     rate_limit_counters,

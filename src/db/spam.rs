@@ -1,5 +1,5 @@
 //! The spam folder and what judges it: an endpoint's protection settings, the captcha
-//! tokens already seen, and an operator's verdicts.
+//! tokens already seen, the form stamps already spent, and an operator's verdicts.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -102,6 +102,36 @@ pub async fn first_sight_of_token(
         .execute(conn)
         .await?;
     Ok(inserted == 1)
+}
+
+/// Spends a form stamp (its digest), remembered until `expires_at`. `false`: it was spent
+/// before, by any process.
+pub async fn spend_form_stamp(
+    conn: &mut AsyncPgConnection,
+    stamp_digest: &str,
+    expires_at: DateTime<Utc>,
+) -> Result<bool, DbError> {
+    let inserted = diesel::sql_query(include_str!("sql/spend_form_stamp.sql"))
+        .bind::<Text, _>(stamp_digest)
+        .bind::<Timestamptz, _>(expires_at)
+        .execute(conn)
+        .await?;
+    Ok(inserted == 1)
+}
+
+/// Forgets up to `limit` spent form stamps that expired before `before`; returns how many.
+pub async fn forget_spent_form_stamps(
+    conn: &mut AsyncPgConnection,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, DbError> {
+    Ok(
+        diesel::sql_query(include_str!("sql/forget_spent_form_stamps.sql"))
+            .bind::<Timestamptz, _>(before)
+            .bind::<BigInt, _>(limit)
+            .execute(conn)
+            .await?,
+    )
 }
 
 /// Forgets up to `limit` tokens seen before `before`; returns how many.

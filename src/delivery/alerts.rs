@@ -4,7 +4,8 @@
 //! process at a time, and marks each channel once it took the alert, so a retry sends
 //! only what is still owed. Email goes to `FORMS_ALERT_EMAILS` through the mailer, the
 //! operational webhook to `FORMS_ALERT_WEBHOOK_URL` through the webhook client (the same
-//! address rules as every webhook), signed like a webhook with Standard Webhooks headers.
+//! address rules as every webhook), signed with the Standard Webhooks headers alone (no
+//! `Hymical-Signature`: payload::sign decides that by the kind of request).
 //! An alert's Message-ID and `webhook-id` come from its event, the same on every retry.
 //!
 //! Sending is at least once, like every delivery: a sender that dies after a channel took
@@ -130,8 +131,17 @@ impl AlertSender {
         if let (Some(target), None) = (&self.config.webhook, alert.webhook_sent_at) {
             let now = self.clock.now();
             let body = webhook_body(alert, now);
-            let secret = target.secret.expose();
-            let (signatures, _) = payload::sign(&webhook_id(alert), secret, &[], now, &body);
+            let signing = payload::Signing::Operational {
+                secret: target.secret.expose(),
+            };
+            let (signatures, unsigned) = payload::sign(&webhook_id(alert), signing, now, &body);
+            if unsigned > 0 {
+                // The configuration refuses such a secret at start; say so if it happens.
+                tracing::error!(
+                    alert_id = alert.id,
+                    "FORMS_ALERT_WEBHOOK_SECRET is not a whsec_ key; the alert goes unsigned"
+                );
+            }
             let result = self.webhook.send(&target.url, body, &signatures).await;
             if result.outcome == Outcome::Succeeded {
                 meters::operator_alert_sent("webhook", alert.kind);

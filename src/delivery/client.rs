@@ -166,15 +166,11 @@ impl WebhookClient {
         let mut request = self
             .http
             .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("Hymical-Signature", &signatures.hymical)
-            .header("webhook-id", &signatures.webhook_id)
-            .header(
-                "webhook-timestamp",
-                signatures.webhook_timestamp.to_string(),
-            );
-        if !signatures.webhook_signature.is_empty() {
-            request = request.header("webhook-signature", &signatures.webhook_signature);
+            .header(reqwest::header::CONTENT_TYPE, "application/json");
+        // Which signing headers a request carries is the signer's decision
+        // (payload::sign, by the kind of request), not the client's.
+        for (name, value) in signatures.headers() {
+            request = request.header(name, value);
         }
         let request = request.body(body);
         match request.send().await {

@@ -25,6 +25,7 @@ use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 use serde_json::Value;
 
 use crate::config::{SmtpConfig, SmtpTls};
+use crate::model::destination::plain_address;
 
 /// The most characters of a server's reply (or of a failure's reason) kept in an outcome.
 pub const MAX_REPLY_CHARS: usize = 500;
@@ -383,23 +384,17 @@ pub fn autoresponse(
     }
 }
 
-/// The value of `field` when it is exactly one value holding exactly one plain address:
-/// no display name, no list, no line break. Anything else gives no Reply-To at all,
-/// never a part of one. ASCII only: a non-ASCII header would need SMTPUTF8 of the server,
-/// and a submitter could otherwise make the whole message unsendable to one that lacks it.
+/// The value of `field` when it is exactly one value holding exactly one plain address
+/// (`model::destination::plain_address`: a strict addr-spec, no display name, no list, no
+/// line break, no encoded word). Anything else gives no Reply-To and no confirmation at
+/// all, never a part of one. ASCII only: a non-ASCII header would need SMTPUTF8 of the
+/// server, and a submitter could otherwise make the whole message unsendable to one that
+/// lacks it.
 pub fn submitter_address(fields: &Value, field: &str) -> Option<Address> {
     let [value] = fields.get(field)?.as_array()?.as_slice() else {
         return None;
     };
-    let value = value.as_str()?;
-    if !value.is_ascii()
-        || value
-            .chars()
-            .any(|c| c.is_control() || matches!(c, ',' | ';' | '<' | '>'))
-    {
-        return None;
-    }
-    value.trim_matches(' ').parse::<Address>().ok()
+    plain_address(value.as_str()?)?.parse::<Address>().ok()
 }
 
 fn plain_text(

@@ -2,6 +2,11 @@
 //! the delivery's snapshot secret) and Standard Webhooks (`webhook-id`,
 //! `webhook-timestamp`, `webhook-signature`: id, time and body, keyed with each of the
 //! endpoint's live secrets).
+//!
+//! [`sign`] is the one place that decides which of these headers a request carries, by
+//! the kind of request ([`Signing`]): a submission's webhook carries both, an operational
+//! webhook (an operator alert) the Standard Webhooks headers alone. The client sends
+//! what [`SignatureHeaders::headers`] lists and nothing else.
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -61,12 +66,32 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     format!("v1={}", hmac_sha256_hex(secret.as_bytes(), body))
 }
 
+/// What a request is, which decides how it is signed.
+#[derive(Debug, Clone, Copy)]
+pub enum Signing<'a> {
+    /// A submission's webhook delivery: `Hymical-Signature` with `snapshot`, the secret
+    /// the delivery was accepted under (the rule receivers of that header know), and
+    /// `webhook-signature` with the endpoint's `live` secrets (its current secret and a
+    /// rotated-out one still in its overlap window), so a receiver holding either
+    /// verifies and a secret whose overlap ended signs nothing more, or, when the
+    /// endpoint has none for this delivery's URL, with `snapshot`.
+    Submission {
+        snapshot: &'a str,
+        live: &'a [&'a str],
+    },
+    /// An operational webhook (an operator alert): Standard Webhooks alone, with the
+    /// operator's `FORMS_ALERT_WEBHOOK_SECRET`. No `Hymical-Signature`: it signs no
+    /// timestamp, so a captured alert could be replayed to any receiver trusting it.
+    Operational { secret: &'a str },
+}
+
 /// The headers that sign one request.
 #[derive(Debug, Clone)]
 pub struct SignatureHeaders {
-    /// `Hymical-Signature`.
-    pub hymical: String,
-    /// `webhook-id`: the delivery's id, the same on every attempt and replay.
+    /// `Hymical-Signature`: a submission's webhook only.
+    pub hymical: Option<String>,
+    /// `webhook-id`: the delivery's id (an alert's: its event's), the same on every
+    /// attempt and replay.
     pub webhook_id: String,
     /// `webhook-timestamp`: when the attempt started, in whole seconds.
     pub webhook_timestamp: i64,
@@ -74,36 +99,53 @@ pub struct SignatureHeaders {
     pub webhook_signature: String,
 }
 
-/// Every header that signs one attempt of a delivery: `Hymical-Signature` with the
-/// snapshot secret the delivery was accepted under (the rule receivers of that header
-/// know); `webhook-signature` with the endpoint's live secrets (`live`: its current secret
-/// and a rotated-out one still in its overlap window), so a receiver holding either
-/// verifies and a secret whose overlap ended signs nothing more, or, when the endpoint
-/// has none for this delivery's URL, with the snapshot secret. Answers how many secrets
-/// could not sign as well (none, for secrets in the stored format).
-pub fn sign<'a>(
-    delivery_id: &str,
-    snapshot_secret: &'a str,
-    live: &[&'a str],
+impl SignatureHeaders {
+    /// Every signing header the request carries, name and value, in this order.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut headers = Vec::with_capacity(4);
+        if let Some(hymical) = &self.hymical {
+            headers.push(("Hymical-Signature", hymical.clone()));
+        }
+        headers.push(("webhook-id", self.webhook_id.clone()));
+        headers.push(("webhook-timestamp", self.webhook_timestamp.to_string()));
+        if !self.webhook_signature.is_empty() {
+            headers.push(("webhook-signature", self.webhook_signature.clone()));
+        }
+        headers
+    }
+}
+
+/// Every header that signs one attempt of a request, as `signing` says for its kind.
+/// Answers how many secrets could not sign `webhook-signature` as well (none, for
+/// secrets in the stored format).
+pub fn sign(
+    message_id: &str,
+    signing: Signing<'_>,
     attempted_at: DateTime<Utc>,
     body: &[u8],
 ) -> (SignatureHeaders, usize) {
     let webhook_timestamp = attempted_at.timestamp();
-    let standard: &[&str] = if live.is_empty() {
-        std::slice::from_ref(&snapshot_secret)
-    } else {
-        live
+    let (hymical, standard): (Option<String>, &[&str]) = match &signing {
+        Signing::Submission { snapshot, live } => (
+            Some(signature(snapshot, body)),
+            if live.is_empty() {
+                std::slice::from_ref(snapshot)
+            } else {
+                live
+            },
+        ),
+        Signing::Operational { secret } => (None, std::slice::from_ref(secret)),
     };
     let (webhook_signature, refused) = standard_signatures(
-        delivery_id,
+        message_id,
         webhook_timestamp,
         body,
         standard.iter().copied(),
     );
     (
         SignatureHeaders {
-            hymical: signature(snapshot_secret, body),
-            webhook_id: delivery_id.to_string(),
+            hymical,
+            webhook_id: message_id.to_string(),
             webhook_timestamp,
             webhook_signature,
         },
@@ -229,7 +271,12 @@ mod tests {
             format!("whsec_{}", "45".repeat(32)),
         );
         let at = Utc::now();
-        let (headers, _) = sign("whd_1", &snapshot, &[&current, &previous], at, b"{}");
+        let live = [current.as_str(), previous.as_str()];
+        let submission = Signing::Submission {
+            snapshot: &snapshot,
+            live: &live,
+        };
+        let (headers, _) = sign("whd_1", submission, at, b"{}");
         let expected = standard_signatures(
             "whd_1",
             at.timestamp(),
@@ -238,11 +285,64 @@ mod tests {
         )
         .0;
         assert_eq!(headers.webhook_signature, expected);
-        assert_eq!(headers.hymical, signature(&snapshot, b"{}"));
-        let (alone, _) = sign("whd_1", &snapshot, &[], at, b"{}");
+        assert_eq!(headers.hymical, Some(signature(&snapshot, b"{}")));
+        let alone = Signing::Submission {
+            snapshot: &snapshot,
+            live: &[],
+        };
+        let (alone, _) = sign("whd_1", alone, at, b"{}");
         assert_eq!(
             alone.webhook_signature,
             standard_signatures("whd_1", at.timestamp(), b"{}", [snapshot.as_str()]).0
+        );
+    }
+
+    /// A submission's webhook carries both signatures; an operational webhook the
+    /// Standard Webhooks headers alone, never `Hymical-Signature`.
+    #[test]
+    fn the_kind_of_request_decides_its_headers() {
+        let secret = format!("whsec_{}", "67".repeat(32));
+        let at = Utc::now();
+        let names = |headers: &SignatureHeaders| -> Vec<&'static str> {
+            headers
+                .headers()
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        };
+        let (submission, _) = sign(
+            "whd_1",
+            Signing::Submission {
+                snapshot: &secret,
+                live: &[],
+            },
+            at,
+            b"{}",
+        );
+        assert_eq!(
+            names(&submission),
+            [
+                "Hymical-Signature",
+                "webhook-id",
+                "webhook-timestamp",
+                "webhook-signature"
+            ]
+        );
+        let (alert, refused) = sign(
+            "alert_7",
+            Signing::Operational { secret: &secret },
+            at,
+            b"{}",
+        );
+        assert_eq!(refused, 0);
+        assert_eq!(alert.hymical, None);
+        assert_eq!(
+            names(&alert),
+            ["webhook-id", "webhook-timestamp", "webhook-signature"]
+        );
+        assert_eq!(
+            alert.webhook_signature,
+            standard_signatures("alert_7", at.timestamp(), b"{}", [secret.as_str()]).0
         );
     }
 

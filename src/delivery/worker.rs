@@ -373,13 +373,12 @@ impl Worker {
         .into_iter()
         .flatten()
         .collect();
-        let (signatures, unsigned) = payload::sign(
-            delivery.id.as_str(),
-            signing_secret,
-            &live,
-            attempted_at,
-            &body,
-        );
+        let signing = payload::Signing::Submission {
+            snapshot: signing_secret,
+            live: &live,
+        };
+        let (signatures, unsigned) =
+            payload::sign(delivery.id.as_str(), signing, attempted_at, &body);
         if unsigned > 0 {
             // The stored format (a CHECK) makes this impossible; say so if it happens.
             tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");

@@ -105,6 +105,12 @@ pub enum ApiError {
         /// A program: refused whatever the endpoint allows.
         executable: bool,
     },
+    #[error("The file's name does not agree with the type of its content.")]
+    FileNameNotAllowed {
+        field: String,
+        /// The type judged from the content's first bytes.
+        detected: String,
+    },
     #[error("The file storage is unavailable; try again shortly.")]
     FileStorageUnavailable(#[serde(serialize_with = "no_details")] String),
     #[error("The submission has more than {limit} values.")]
@@ -236,6 +242,10 @@ pub enum Verifier {
     Captcha,
     #[error("spam filter (Akismet)")]
     Akismet,
+    /// The endpoint's own rules, which did not finish within
+    /// `FORMS_SPAM_SCREENING_BUDGET_SECONDS` (all busy, or slow on this submission).
+    #[error("spam screening")]
+    Screening,
 }
 
 /// Why a `failed` delivery cannot be replayed (the state tells the other reasons).
@@ -286,6 +296,7 @@ impl ApiError {
             ApiError::TooManyFiles { .. } => "too_many_files",
             ApiError::FileTooLarge { .. } => "file_too_large",
             ApiError::FileTypeNotAllowed { .. } => "file_type_not_allowed",
+            ApiError::FileNameNotAllowed { .. } => "file_name_not_allowed",
             ApiError::FileStorageUnavailable(_) => "file_storage_unavailable",
             ApiError::FileNotFound { .. } => "file_not_found",
             ApiError::FileLinkInvalid => "file_link_invalid",
@@ -372,6 +383,7 @@ impl ApiError {
             ApiError::FileUploadNotSupported { .. }
             | ApiError::TooManyFiles { .. }
             | ApiError::FileTypeNotAllowed { .. }
+            | ApiError::FileNameNotAllowed { .. }
             | ApiError::TooManyFields { .. }
             | ApiError::InvalidFieldName
             | ApiError::FieldNameTooLong { .. }

@@ -75,10 +75,11 @@ fn variant(error: &ApiError) -> usize {
         ApiError::FileLinkExpired => 54,
         ApiError::CaptchaFailed { .. } => 55,
         ApiError::VerifierUnavailable { .. } => 56,
+        ApiError::FileNameNotAllowed { .. } => 57,
     }
 }
 
-const VARIANTS: usize = 57;
+const VARIANTS: usize = 58;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -237,6 +238,15 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::UNPROCESSABLE_ENTITY,
             "file_type_not_allowed",
             json!({ "field": "cv", "detected": "application/x-executable", "executable": true }),
+        ),
+        (
+            ApiError::FileNameNotAllowed {
+                field: s("cv"),
+                detected: s("text/plain"),
+            },
+            S::UNPROCESSABLE_ENTITY,
+            "file_name_not_allowed",
+            json!({ "field": "cv", "detected": "text/plain" }),
         ),
         (
             ApiError::FileStorageUnavailable(s("down")),

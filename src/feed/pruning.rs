@@ -8,7 +8,7 @@
 //! time has passed (a row that decides nothing any more: the next submission from that
 //! address would take it over),
 //! the captcha tokens seen more than [`TOKEN_MEMORY`] ago (every provider refuses a
-//! token that old itself), and runs the duty handed to it by its caller beside them: the
+//! token that old itself), the spent form stamps too old to be accepted anyway, and runs the duty handed to it by its caller beside them: the
 //! sweep of uploaded files no submission holds (`Files::sweep`: those of erased
 //! submissions, and uploads never attached within `FORMS_FILE_SWEEP_GRACE_SECONDS`,
 //! objects in S3 included). A closure rather than the files themselves, so that the feed
@@ -76,6 +76,16 @@ pub async fn prune_on_schedule(
             {
                 tracing::warn!(error = %error.summary(), "cannot forget the captcha tokens seen long ago");
             }
+        }
+        // Each spent stamp's row says when the stamp stops being accepted: past that,
+        // remembering it decides nothing.
+        if let Err(error) = db
+            .run(async |conn| {
+                crate::db::spam::forget_spent_form_stamps(conn, now, PRUNE_BATCH).await
+            })
+            .await
+        {
+            tracing::warn!(error = %error.summary(), "cannot forget the form stamps too old to be accepted");
         }
         if let Err(error) = make_partitions(db, now, retention).await {
             tracing::warn!(error = %error.summary(), "cannot make the history's partitions ahead; rows outside them go to the DEFAULT partitions meanwhile");

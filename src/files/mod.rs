@@ -24,7 +24,7 @@ use crate::clock::Clock;
 use crate::config::FilesConfig;
 use crate::db::files::FileRow;
 use crate::db::{Db, DbError};
-use crate::model::ids::{FileId, SubmissionId};
+use crate::model::ids::{FileId, KeyId, SubmissionId};
 use storage::Storage;
 
 /// How many files one sweep statement reads at most.
@@ -102,13 +102,20 @@ impl Files {
         let expires = links::expiry(from, self.config.link_ttl);
         Ok(rows
             .into_iter()
-            .map(|row| self.describe(row, &key, expires))
+            .map(|row| self.describe(row, &key, expires, None))
             .collect())
     }
 
-    /// One file's description with a link that expires at `expires` (Unix seconds).
-    pub fn describe(&self, row: FileRow, key: &[u8], expires: i64) -> FileMetadata {
-        let url = links::url(&self.config.public_url, key, &row.id, expires);
+    /// One file's description with a link that expires at `expires` (Unix seconds) and,
+    /// handed to an API key (`holder`), ends when that key is revoked.
+    pub fn describe(
+        &self,
+        row: FileRow,
+        key: &[u8],
+        expires: i64,
+        holder: Option<&KeyId>,
+    ) -> FileMetadata {
+        let url = links::url(&self.config.public_url, key, &row.id, expires, holder);
         FileMetadata {
             url,
             url_expires_at: DateTime::from_timestamp(expires, 0)

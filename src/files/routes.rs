@@ -1,5 +1,6 @@
 //! `GET /files/{file_id}?expires=…&signature=…`: a file's bytes for whoever holds a link
-//! this server signed and that has not expired (docs/receiving-webhooks.md). The answer
+//! this server signed and that has not expired, nor been handed to an API key revoked
+//! since (docs/receiving-webhooks.md). The answer
 //! is an attachment with the type judged at upload, never rendered by a browser as a page
 //! of this origin.
 
@@ -43,17 +44,29 @@ async fn serve(
     query: &HashMap<String, String>,
 ) -> Result<Response, ApiError> {
     let key = files.link_key().await?;
-    links::verify(
-        &key,
-        file_id,
-        query.get("expires").map(String::as_str),
-        query.get("signature").map(String::as_str),
-        files.clock.now(),
-    )
-    .map_err(|refused| match refused {
-        Refused::Invalid => ApiError::FileLinkInvalid,
-        Refused::Expired => ApiError::FileLinkExpired,
-    })?;
+    let link = links::LinkQuery {
+        expires: query.get("expires").map(String::as_str),
+        holder: query.get("key").map(String::as_str),
+        signature: query.get("signature").map(String::as_str),
+    };
+    let holder =
+        links::verify(&key, file_id, link, files.clock.now()).map_err(|refused| match refused {
+            Refused::Invalid => ApiError::FileLinkInvalid,
+            Refused::Expired => ApiError::FileLinkExpired,
+        })?;
+    // A link handed to an API key ends with the key: once it is revoked (or gone), the
+    // link is as good as expired, in every process, from the next download on.
+    if let Some(holder) = holder {
+        let revoked = files
+            .db
+            .run(async |conn| {
+                crate::db::keys::unusable_among(conn, std::slice::from_ref(&holder)).await
+            })
+            .await?;
+        if !revoked.is_empty() {
+            return Err(ApiError::FileLinkExpired);
+        }
+    }
     let not_found = || ApiError::FileNotFound {
         file_id: file_id.to_string(),
     };

@@ -5,7 +5,7 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
 
-use super::mutation::{endpoint_or_not_found, refused, MAX_OVERLAP_SECONDS};
+use super::mutation::{endpoint_or_not_found, refused, refused_as, MAX_OVERLAP_SECONDS};
 use super::types::Destination;
 use super::{app, database, ResultExt};
 use crate::db;
@@ -55,7 +55,8 @@ pub struct AddEmailDestinationInput {
 pub struct AddAutoresponderDestinationInput {
     pub endpoint_id: ID,
     /// The form field holding the submitter's address: a confirmation goes only when it
-    /// holds exactly one plain address, and only to it.
+    /// holds exactly one plain address (no display name, quotes, comments or encoded
+    /// words), and only to it.
     #[graphql(default = "email")]
     pub address_field: String,
     /// The confirmation's subject: one line, 1–200 characters, sent as written.
@@ -63,8 +64,9 @@ pub struct AddAutoresponderDestinationInput {
     /// The confirmation's plain text, 1–5000 characters, sent as written: nothing of the
     /// submission is put in it.
     pub body: String,
-    /// How long an address that had a confirmation from it gets no other (60 s to 30
-    /// days); left out: a day.
+    /// How long a mailbox that had a confirmation from it gets no other (60 s to 30
+    /// days); left out: a day. Letter case, a `+tag` and dots in the local part do not
+    /// make another mailbox.
     #[graphql(default = 86400)]
     pub window_seconds: i32,
 }
@@ -219,7 +221,7 @@ impl DestinationMutation {
         let app = app(ctx);
         let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         let url = rules::webhook_url(&input.url, app.config.webhook.allow_private_targets)
-            .map_err(refused)
+            .map_err(refused_as("url"))
             .gql()?;
         let max_in_flight = input
             .max_in_flight
@@ -283,9 +285,10 @@ impl DestinationMutation {
 
     /// Adds an autoresponder at the end of the endpoint's list: a submission naming one
     /// plain address in `addressField` is sent this fixed confirmation by email
-    /// (`FORMS_SMTP_*`), to that address only, at most once per address per
+    /// (`FORMS_SMTP_*`), to that address only, at most once per mailbox per
     /// `windowSeconds`. A submission whose field holds anything else (no address, several,
-    /// a name and an address) gets none. `DESTINATION_LIMIT_REACHED` past 20 destinations.
+    /// a name and an address, an encoded word) gets none. `DESTINATION_LIMIT_REACHED` past
+    /// 20 destinations.
     async fn add_autoresponder_destination(
         &self,
         ctx: &Context<'_>,
@@ -296,11 +299,12 @@ impl DestinationMutation {
         if app.config.smtp.is_none() {
             return Err(ApiError::EmailNotConfigured).gql();
         }
+        // The rule of a Reply-To field, under this input's own name for it.
         let address_field = rules::reply_to_field(
             &input.address_field,
             app.config.intake.max_field_name_length,
         )
-        .map_err(refused)
+        .map_err(refused_as("addressField"))
         .gql()?;
         let subject = rules::reply_subject(&input.subject)
             .map_err(refused)
@@ -374,7 +378,8 @@ impl DestinationMutation {
                     });
                 }
                 if Some(url.trim()) != next.url.as_deref() {
-                    next.url = Some(rules::webhook_url(&url, allow_private).map_err(refused)?);
+                    next.url =
+                        Some(rules::webhook_url(&url, allow_private).map_err(refused_as("url"))?);
                     next.secret = Some(secret_for_change);
                     next.previous_secret = None;
                     next.previous_secret_expires_at = None;

@@ -5,6 +5,7 @@
 use async_graphql::{Context, InputObject, Object, Result, SimpleObject, ID};
 
 use super::{app, database, ResultExt};
+use crate::auth::AuthenticatedKey;
 use crate::db::files::FileRow;
 use crate::error::ApiError;
 use crate::model::files::{FileSettingError, FileUploadSettings};
@@ -107,7 +108,8 @@ impl SubmissionFile {
         self.row.sha256.as_deref()
     }
     /// A signed link to its bytes, made for this answer and valid for
-    /// `FORMS_FILE_LINK_TTL_SECONDS` (7 days by default) from now.
+    /// `FORMS_FILE_LINK_TTL_SECONDS` (7 days by default) from now, and only while the API
+    /// key that asked is not revoked.
     async fn download_url(&self) -> &str {
         &self.url
     }
@@ -130,12 +132,18 @@ pub async fn of_submission(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
+    // The links name the key they are handed to, and end when it is revoked.
+    let holder = &ctx
+        .data::<AuthenticatedKey>()
+        .map_err(|_| ApiError::Internal("an operation without its key".into()))
+        .gql()?
+        .id;
     let key = app.files.link_key().await.gql()?;
     let expires = crate::files::links::expiry(app.clock.now(), app.config.files.link_ttl);
     Ok(rows
         .into_iter()
         .map(|row| {
-            let described = app.files.describe(row.clone(), &key, expires);
+            let described = app.files.describe(row.clone(), &key, expires, Some(holder));
             SubmissionFile {
                 row,
                 url: described.url,

@@ -87,7 +87,10 @@ impl ReplayDestination {
     }
 }
 
-/// The API's error for a setting that breaks its rule, naming the input field.
+/// The API's error for a setting that breaks its rule, naming the input field as the
+/// client writes it: a field of `input` by its path inside it (`captcha.secret`), the
+/// name most inputs give the setting. An input that names it otherwise says so with
+/// [`refused_as`].
 pub(super) fn refused(error: SettingError) -> ApiError {
     use rules::Setting;
     match error {
@@ -109,8 +112,8 @@ pub(super) fn refused(error: SettingError) -> ApiError {
                 Setting::ReplySubject => "subject",
                 Setting::ReplyBody => "body",
                 Setting::ReplyWindowSeconds => "windowSeconds",
-                Setting::CaptchaSecret => "captchaSecret",
-                Setting::CaptchaMinScore => "captchaMinScore",
+                Setting::CaptchaSecret => "captcha.secret",
+                Setting::CaptchaMinScore => "captcha.minScore",
                 Setting::MaxLinks => "maxLinks",
                 Setting::BlockedWords => "blockedWords",
                 Setting::BlockedPatterns => "blockedPatterns",
@@ -121,6 +124,24 @@ pub(super) fn refused(error: SettingError) -> ApiError {
             .into(),
             reason: reason.into(),
         },
+    }
+}
+
+/// [`refused`], naming `field`: for an input whose field holds a setting under another
+/// name than the usual one (a destination's `url`, an autoresponder's `addressField`,
+/// checked by the rule of a webhook URL and of a Reply-To field), so that the error names
+/// the field the client sent.
+pub(super) fn refused_as(field: &'static str) -> impl Fn(SettingError) -> ApiError {
+    move |error| match refused(error) {
+        ApiError::InvalidWebhookUrl { reason, .. } => ApiError::InvalidWebhookUrl {
+            field: field.into(),
+            reason,
+        },
+        ApiError::InvalidInput { reason, .. } => ApiError::InvalidInput {
+            field: field.into(),
+            reason,
+        },
+        other => other,
     }
 }
 

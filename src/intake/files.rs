@@ -13,13 +13,13 @@ use axum::body::Body;
 use bytes::BytesMut;
 use sha2::{Digest, Sha256};
 
-use super::parse::{malformed, multipart_reason, part_file_name};
+use super::parse::{malformed, multipart_reason, part_file_name, PartCount};
 use crate::config::IntakeConfig;
 use crate::db::files::FileRow;
 use crate::error::ApiError;
 use crate::files::storage::{StorageError, Writer};
 use crate::files::Files;
-use crate::model::files::{judge, FileUploadSettings, Judged, SNIFF_BYTES};
+use crate::model::files::{judge, name_agrees, FileUploadSettings, Judged, SNIFF_BYTES};
 use crate::model::ids::{EndpointId, FileId};
 
 /// The files a request stored, until it is answered.
@@ -112,7 +112,6 @@ pub async fn receive(
     let constraints = multer::Constraints::new().size_limit(
         multer::SizeLimit::new().whole_stream(u64::try_from(limit_bytes).unwrap_or(u64::MAX)),
     );
-    let text_limit = limits.max_body_bytes;
     let mut multipart =
         multer::Multipart::with_constraints(body.into_data_stream(), boundary, constraints);
     // Past the whole body's limit multer says so: that is a 413, not a malformed body.
@@ -121,7 +120,10 @@ pub async fn receive(
         other => malformed(multipart_reason(&other)),
     };
     let mut pairs = Vec::new();
-    let mut text_bytes = 0usize;
+    // Every part is counted as it is read (parse.rs): text values and file inputs left
+    // empty against `FORMS_MAX_FIELDS`, so a flood of empty parts ends at the first one
+    // too many, and every part's headers, name and text against `FORMS_MAX_BODY_BYTES`.
+    let mut parts = PartCount::new(limits);
     let mut total_bytes = 0i64;
     let mut count = 0i32;
     loop {
@@ -132,14 +134,11 @@ pub async fn receive(
         };
         let name = field.name().unwrap_or_default().to_string();
         let Some(file_name) = part_file_name(field.headers())? else {
+            parts.value()?;
+            parts.part(field.headers(), &name)?;
             let mut value = Vec::new();
             while let Some(piece) = field.chunk().await.map_err(refused)? {
-                text_bytes += piece.len();
-                if text_bytes > text_limit {
-                    return Err(ApiError::RequestBodyTooLarge {
-                        limit_bytes: text_limit,
-                    });
-                }
+                parts.bytes(piece.len())?;
                 value.extend_from_slice(&piece);
             }
             let value = String::from_utf8(value)
@@ -147,6 +146,7 @@ pub async fn receive(
             pairs.push((name, value));
             continue;
         };
+        parts.part(field.headers(), &name)?;
         super::fields::check_name(&name, limits)?;
         // The first bytes, to judge the type by before anything is stored.
         let mut start = BytesMut::new();
@@ -162,6 +162,7 @@ pub async fn receive(
         }
         // A file input left empty: browsers send the part with no name and no bytes.
         if ended && start.is_empty() && file_name.is_empty() {
+            parts.value()?;
             continue;
         }
         count += 1;
@@ -188,6 +189,14 @@ pub async fn receive(
             }
             Judged::Type(kind) => kind,
         };
+        // The name a receiver saves the file under must say what it is: an SVG judged
+        // text is no `x.svg` (docs/intake.md, "Files").
+        if !name_agrees(&content_type, sniff, &file_name) {
+            return Err(ApiError::FileNameNotAllowed {
+                field: name,
+                detected: content_type,
+            });
+        }
         let limit = |limit: &'static str, limit_bytes: i64, field: &str| ApiError::FileTooLarge {
             field: field.to_string(),
             limit,

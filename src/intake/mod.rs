@@ -360,7 +360,7 @@ async fn after_limits(
     let content_type = content_type.unwrap_or_default();
     let (mut pairs, files, digests) = match body {
         Content::Read(body) => (
-            parse::parse(media_type, content_type, body).await?,
+            parse::parse(media_type, content_type, body, &intake.config.intake).await?,
             Vec::new(),
             Vec::new(),
         ),

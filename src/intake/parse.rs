@@ -3,6 +3,7 @@
 use bytes::Bytes;
 use serde::Deserialize;
 
+use crate::config::IntakeConfig;
 use crate::error::ApiError;
 
 /// The media types public intake accepts.
@@ -56,10 +57,11 @@ pub async fn parse(
     media_type: MediaType,
     content_type: &str,
     body: Bytes,
+    limits: &IntakeConfig,
 ) -> Result<Vec<(String, String)>, ApiError> {
     match media_type {
         MediaType::UrlEncoded => parse_urlencoded(&body),
-        MediaType::Multipart => parse_multipart(content_type, body).await,
+        MediaType::Multipart => parse_multipart(content_type, body, limits).await,
         MediaType::Json => parse_json(&body),
     }
 }
@@ -92,16 +94,20 @@ pub fn parse_urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> 
 
 /// `multipart/form-data` through multer. A part with a file name (`filename` or
 /// `filename*`, see [`disposition_names_a_file`]) is refused by name: a file is never
-/// silently dropped.
+/// silently dropped. Parts are counted as they are read ([`PartCount`]): the first past
+/// `FORMS_MAX_FIELDS` ends the parse, and what the parts keep must fit the request's
+/// allowance of `FORMS_MAX_BODY_BYTES`.
 pub async fn parse_multipart(
     content_type: &str,
     body: Bytes,
+    limits: &IntakeConfig,
 ) -> Result<Vec<(String, String)>, ApiError> {
     let boundary = multer::parse_boundary(content_type)
         .map_err(|_| malformed("the multipart content type has no boundary"))?;
     let stream =
         futures_util::stream::once(async move { Ok::<Bytes, std::convert::Infallible>(body) });
     let mut multipart = multer::Multipart::new(stream, boundary);
+    let mut count = PartCount::new(limits);
     let mut pairs = Vec::new();
     loop {
         let field = match multipart.next_field().await {
@@ -116,15 +122,90 @@ pub async fn parse_multipart(
         if part_is_a_file(field.headers())? {
             return Err(ApiError::FileUploadNotSupported { field: name });
         }
+        count.value()?;
+        count.part(field.headers(), &name)?;
         let bytes = field
             .bytes()
             .await
             .map_err(|error| malformed(multipart_reason(&error)))?;
+        count.bytes(bytes.len())?;
         let value = String::from_utf8(bytes.to_vec())
             .map_err(|_| malformed("a multipart value is not valid UTF-8"))?;
         pairs.push((name, value));
     }
     Ok(pairs)
+}
+
+/// What a part costs besides the bytes of its headers, its name and its value: the pair
+/// it becomes and the parser's bookkeeping of it. Without it an empty part would cost
+/// nothing, and a body of empty parts could hold memory far beyond its own size.
+pub(crate) const PART_OVERHEAD_BYTES: usize = 64;
+
+/// The parts of one multipart request, counted as they are read, so that a body of many
+/// parts is refused at the first part too many rather than after it was read whole:
+///
+/// - every part that is no stored file (a text value, or a file input left empty) counts
+///   towards `FORMS_MAX_FIELDS`; the first past it is `422 too_many_fields` (`received`
+///   is then the limit plus one: nothing after it is read);
+/// - every part (a file part too) costs [`PART_OVERHEAD_BYTES`], its headers (each
+///   header's name and value), its name and, for a text part, its value, against the
+///   request's allowance of `FORMS_MAX_BODY_BYTES`; past it, `413 request_body_too_large`.
+pub(crate) struct PartCount {
+    max_values: usize,
+    values: usize,
+    limit_bytes: usize,
+    bytes: usize,
+}
+
+impl PartCount {
+    pub(crate) fn new(limits: &IntakeConfig) -> PartCount {
+        PartCount {
+            max_values: limits.max_fields,
+            values: 0,
+            limit_bytes: limits.max_body_bytes,
+            bytes: 0,
+        }
+    }
+
+    /// One more value: refused past `FORMS_MAX_FIELDS`.
+    pub(crate) fn value(&mut self) -> Result<(), ApiError> {
+        self.values += 1;
+        if self.values > self.max_values {
+            return Err(ApiError::TooManyFields {
+                limit: self.max_values,
+                received: self.values,
+            });
+        }
+        Ok(())
+    }
+
+    /// One more part: its overhead, its headers and its name against the allowance.
+    pub(crate) fn part(
+        &mut self,
+        headers: &axum::http::HeaderMap,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let header_bytes: usize = headers
+            .iter()
+            .map(|(header, value)| header.as_str().len() + value.len())
+            .sum();
+        self.bytes(
+            PART_OVERHEAD_BYTES
+                .saturating_add(header_bytes)
+                .saturating_add(name.len()),
+        )
+    }
+
+    /// `more` bytes of a text value against the allowance.
+    pub(crate) fn bytes(&mut self, more: usize) -> Result<(), ApiError> {
+        self.bytes = self.bytes.saturating_add(more);
+        if self.bytes > self.limit_bytes {
+            return Err(ApiError::RequestBodyTooLarge {
+                limit_bytes: self.limit_bytes,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Whether a part's headers say it is a file: its `Content-Disposition` names a file
@@ -238,8 +319,9 @@ fn disposition_parameters(value: &[u8]) -> Option<Vec<(&[u8], Vec<u8>)>> {
 
 /// The file name a file part's `Content-Disposition` gives, for display only: the
 /// extended `filename*` (RFC 8187, with RFC 2231 continuations) when present, else
-/// `filename`; any path before the last `/` or `\\` dropped, control characters removed,
-/// at most 255 characters. `None` when the part is no file.
+/// `filename`; any path before the last `/` or `\\` dropped, control and format
+/// characters removed ([`is_hidden_in_names`]), trailing dots and spaces removed, at most
+/// 255 characters. `None` when the part is no file.
 pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(disposition) = headers.get(axum::http::header::CONTENT_DISPOSITION) else {
         return Ok(None);
@@ -287,9 +369,27 @@ pub fn part_file_name(headers: &axum::http::HeaderMap) -> Result<Option<String>,
     });
     let name = extended.or(continued).or(plain).unwrap_or_default();
     let base = name.rsplit(['/', '\\']).next().unwrap_or_default();
-    Ok(Some(
-        base.chars().filter(|c| !c.is_control()).take(255).collect(),
-    ))
+    let visible: String = base.chars().filter(|&c| !is_hidden_in_names(c)).collect();
+    // Windows drops trailing dots and spaces when it saves a file, so `x.svg.` would be
+    // `x.svg` there: the name is kept as it would be saved, and judged so.
+    let saved = visible.trim_end_matches(['.', ' ']);
+    Ok(Some(saved.chars().take(255).collect()))
+}
+
+/// Characters a file name loses: control characters (Unicode category Cc), format
+/// characters (Cf: the bidirectional controls such as U+202E, which make `cod.exe`
+/// display as `exe.doc`, zero-width spaces and joiners, the byte order mark) and the
+/// line and paragraph separators (Zl, Zp). None of them is visible, so none can be part of
+/// a name a person reads.
+pub(crate) fn is_hidden_in_names(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
 }
 
 /// `charset'language'percent-encoded` (RFC 8187): UTF-8 decoded strictly where it can be,
@@ -441,6 +541,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn limits() -> IntakeConfig {
+        IntakeConfig {
+            max_body_bytes: 262_144,
+            max_fields: 100,
+            max_field_name_length: 128,
+            max_field_value_length: 16_384,
+            endpoint_cache_max_age: std::time::Duration::from_secs(2),
+        }
+    }
+
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -512,21 +622,31 @@ mod tests {
     #[tokio::test]
     async fn multipart_fields_and_files() {
         let body = "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\none\r\n--XyZ\r\nContent-Disposition: form-data; name=\"b\"\r\n\r\nzwei ✓\r\n--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nthree\r\n--XyZ--\r\n";
-        let parsed = parse_multipart("multipart/form-data; boundary=XyZ", Bytes::from(body))
-            .await
-            .unwrap();
+        let parsed = parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(body),
+            &limits(),
+        )
+        .await
+        .unwrap();
         assert_eq!(
             parsed,
             pairs(&[("a", "one"), ("b", "zwei ✓"), ("a", "three")])
         );
 
         let file = "--XyZ\r\nContent-Disposition: form-data; name=\"cv\"; filename=\"cv.pdf\"\r\nContent-Type: application/pdf\r\n\r\n%PDF\r\n--XyZ--\r\n";
-        match parse_multipart("multipart/form-data; boundary=XyZ", Bytes::from(file)).await {
+        match parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(file),
+            &limits(),
+        )
+        .await
+        {
             Err(ApiError::FileUploadNotSupported { field }) => assert_eq!(field, "cv"),
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            parse_multipart("multipart/form-data", Bytes::from(body)).await,
+            parse_multipart("multipart/form-data", Bytes::from(body), &limits()).await,
             Err(ApiError::MalformedFormBody { .. })
         ));
         assert!(matches!(
@@ -534,18 +654,110 @@ mod tests {
                 "multipart/form-data; boundary=XyZ",
                 Bytes::from(
                     "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nunterminated"
-                )
+                ),
+                &limits(),
             )
             .await,
             Err(ApiError::MalformedFormBody { .. })
         ));
     }
 
+    /// `count` empty text parts named `a`, without the closing boundary.
+    fn empty_parts(count: usize) -> String {
+        "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n\r\n".repeat(count)
+    }
+
+    #[tokio::test]
+    async fn multipart_parsing_stops_at_the_first_part_past_the_field_limit() {
+        let limits = IntakeConfig {
+            max_fields: 5,
+            ..limits()
+        };
+        // Many more parts than the limit, then a tail that does not parse: the parser
+        // never reaches it, so the answer is the count, not a malformed body.
+        let body = format!("{}--XyZ\r\nthis is no part at all", empty_parts(5 + 10_000));
+        match parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(body),
+            &limits,
+        )
+        .await
+        {
+            Err(ApiError::TooManyFields { limit, received }) => {
+                assert_eq!((limit, received), (5, 6))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Exactly the limit is still parsed.
+        let body = format!("{}--XyZ--\r\n", empty_parts(5));
+        let parsed = parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(body),
+            &limits,
+        )
+        .await
+        .unwrap();
+        assert_eq!(parsed.len(), 5);
+    }
+
+    #[tokio::test]
+    async fn multipart_headers_and_names_count_against_the_allowance() {
+        let limits = IntakeConfig {
+            max_body_bytes: 1_000,
+            ..limits()
+        };
+        let part = |name: &str, padding: usize| {
+            format!(
+                "--XyZ\r\nContent-Disposition: form-data; name=\"{name}\"\r\nX-Padding: {}\r\n\r\n\r\n",
+                "p".repeat(padding)
+            )
+        };
+        // Empty values, but headers of 400 bytes each: the third part passes 1,000.
+        let body = format!(
+            "{}{}{}--XyZ--\r\n",
+            part("a", 400),
+            part("b", 400),
+            part("c", 400)
+        );
+        match parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(body),
+            &limits,
+        )
+        .await
+        {
+            Err(ApiError::RequestBodyTooLarge { limit_bytes }) => assert_eq!(limit_bytes, 1_000),
+            other => panic!("{other:?}"),
+        }
+        // A long name counts as well, and so does every part's overhead.
+        let long_name = "n".repeat(990 - PART_OVERHEAD_BYTES);
+        let body = format!("{}--XyZ--\r\n", part(&long_name, 0));
+        assert!(matches!(
+            parse_multipart(
+                "multipart/form-data; boundary=XyZ",
+                Bytes::from(body),
+                &limits
+            )
+            .await,
+            Err(ApiError::RequestBodyTooLarge { .. })
+        ));
+        let mut count = PartCount::new(&limits);
+        for _ in 0..1_000 / PART_OVERHEAD_BYTES {
+            count.part(&axum::http::HeaderMap::new(), "").unwrap();
+        }
+        assert!(count.part(&axum::http::HeaderMap::new(), "").is_err());
+    }
+
     /// One part with `disposition` as its `Content-Disposition`, through the parser.
     async fn one_part(disposition: &str) -> Result<Vec<(String, String)>, ApiError> {
         let body =
             format!("--XyZ\r\nContent-Disposition: {disposition}\r\n\r\nvalue\r\n--XyZ--\r\n");
-        parse_multipart("multipart/form-data; boundary=XyZ", Bytes::from(body)).await
+        parse_multipart(
+            "multipart/form-data; boundary=XyZ",
+            Bytes::from(body),
+            &limits(),
+        )
+        .await
     }
 
     #[tokio::test]
@@ -607,6 +819,22 @@ mod tests {
         assert_eq!(
             name("form-data; name=cv; filename=\"\""),
             Some(String::new())
+        );
+        // Bidirectional controls and other invisible characters are removed, and so are
+        // trailing dots and spaces.
+        assert_eq!(
+            name("form-data; name=cv; filename*=UTF-8''invoice%E2%80%AEfdp.exe"),
+            Some("invoicefdp.exe".into())
+        );
+        assert_eq!(
+            name(
+                "form-data; name=cv; filename*=UTF-8''a%E2%81%A6b%E2%80%8Bc%EF%BB%BF%E2%80%A8.txt"
+            ),
+            Some("abc.txt".into())
+        );
+        assert_eq!(
+            name("form-data; name=cv; filename=\"x.svg. . \""),
+            Some("x.svg".into())
         );
     }
 
@@ -777,7 +1005,7 @@ mod tests {
         fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
             let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
             for media in [MediaType::UrlEncoded, MediaType::Multipart, MediaType::Json] {
-                let result = runtime.block_on(parse(media, "multipart/form-data; boundary=b", Bytes::from(body.clone())));
+                let result = runtime.block_on(parse(media, "multipart/form-data; boundary=b", Bytes::from(body.clone()), &limits()));
                 if let Err(error) = result {
                     prop_assert!(error.status().is_client_error(), "{error:?}");
                 }

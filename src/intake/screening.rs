@@ -4,8 +4,18 @@
 //! form was served it came back) and Akismet. A refused captcha answers an error and
 //! stores nothing; everything else that judges a submission spam keeps it in the spam
 //! folder, answered as an accepted one is, with no delivery.
+//!
+//! The local rules run on a blocking thread ([`RulesPool`]), never on the request's
+//! async task: an operator's patterns over a large body take CPU time that would stall
+//! every request sharing the runtime's worker. They have a time budget
+//! (`FORMS_SPAM_SCREENING_BUDGET_SECONDS`); rules that give no verdict within it are
+//! treated as a verifier that gave none, by the endpoint's `whenVerifierUnreachable`.
 
 use std::net::IpAddr;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -17,7 +27,7 @@ use crate::db::models::EndpointRow;
 use crate::db::{self, Db};
 use crate::delivery::client::{VerifierClient, VerifierError};
 use crate::error::{ApiError, CaptchaFailure, Verifier};
-use crate::model::spam::FORM_STAMP_FIELD;
+use crate::model::spam::{SpamRules, FORM_STAMP_FIELD};
 use crate::model::state::{CaptchaProvider, WhenUnreachable};
 
 /// The longest captcha token sent to a provider (theirs are about 2 KB); a longer one is
@@ -36,8 +46,9 @@ pub const FORM_STAMP_KEY: &str = "form_stamp";
 pub struct Screening {
     config: SpamConfig,
     db: Db,
+    rules_pool: RulesPool,
     client: tokio::sync::OnceCell<VerifierClient>,
-    stamp_key: tokio::sync::OnceCell<std::sync::Arc<[u8]>>,
+    stamp_key: tokio::sync::OnceCell<Arc<[u8]>>,
 }
 
 /// The submission as screening saw it: what to store, and whether it is spam.
@@ -51,6 +62,9 @@ impl Screening {
         Screening {
             config,
             db,
+            rules_pool: RulesPool::new(
+                std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+            ),
             client: tokio::sync::OnceCell::new(),
             stamp_key: tokio::sync::OnceCell::new(),
         }
@@ -75,20 +89,27 @@ impl Screening {
         Ok(key)
     }
 
-    /// A form stamp for `endpoint_id` served at `now`: the seconds and their signature.
+    /// A form stamp for `endpoint_id` served at `now`: the seconds, a random nonce (so
+    /// that every stamp served is another, and can be spent once) and their signature.
     pub async fn stamp(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<String, ApiError> {
         let key = self.stamp_key().await?;
         let seconds = now.timestamp();
+        let mut nonce = [0u8; STAMP_NONCE_BYTES];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
+        let nonce = hex::encode(nonce);
         Ok(format!(
-            "{seconds}.{}",
-            stamp_signature(key, endpoint_id, seconds)
+            "{seconds}.{nonce}.{}",
+            stamp_signature(key, endpoint_id, seconds, &nonce)
         ))
     }
 }
 
-/// The signature of a form stamp: HMAC-SHA-256 of `endpoint_id.seconds`, in hex.
-fn stamp_signature(key: &[u8], endpoint_id: &str, seconds: i64) -> String {
-    crate::digest::hmac_sha256_hex(key, format!("{endpoint_id}.{seconds}").as_bytes())
+/// The random bytes of a form stamp's nonce (lowercase hex in the stamp).
+const STAMP_NONCE_BYTES: usize = 16;
+
+/// The signature of a form stamp: HMAC-SHA-256 of `endpoint_id.seconds.nonce`, in hex.
+fn stamp_signature(key: &[u8], endpoint_id: &str, seconds: i64, nonce: &str) -> String {
+    crate::digest::hmac_sha256_hex(key, format!("{endpoint_id}.{seconds}.{nonce}").as_bytes())
 }
 
 impl Screening {
@@ -133,17 +154,39 @@ impl Screening {
                 reasons.push(reason);
             }
         }
-        reasons.extend(
-            protection
-                .rules
-                .judge(pairs.iter().map(|(_, value)| value.as_str())),
-        );
+        if !protection.rules.is_empty() {
+            match self.judge_rules(&protection.rules, pairs).await? {
+                Some(found) => reasons.extend(found),
+                None => {
+                    crate::telemetry::meters::verifier_failed("screening");
+                    tracing::warn!(
+                        endpoint_id = %endpoint.id,
+                        budget_seconds = self.config.screening_budget.as_secs_f64(),
+                        "spam rules gave no verdict within their budget"
+                    );
+                    if let Some(reason) = unreachable(
+                        protection,
+                        Verifier::Screening,
+                        "the spam rules did not finish in time",
+                    )? {
+                        reasons.push(reason);
+                    }
+                }
+            }
+        }
+        let mut stamp_to_spend = None;
         if let Some(min) = protection.row.min_fill_seconds {
             let key = self.stamp_key().await?;
-            if let Some(reason) = judge_stamp(key, endpoint.id.as_str(), stamp.as_deref(), min, now)
-            {
-                reasons.push(reason);
-            }
+            let verdict = judge_stamp(
+                key,
+                endpoint.id.as_str(),
+                stamp.as_deref(),
+                min,
+                self.config.form_stamp_max_age,
+                now,
+            );
+            reasons.extend(verdict.reason);
+            stamp_to_spend = verdict.spend;
         }
         // Akismet is asked only about what nothing local judged already.
         if protection.row.akismet && reasons.is_empty() {
@@ -154,9 +197,46 @@ impl Screening {
                 reasons.push(reason);
             }
         }
+        // The stamp is spent last, once no verifier can refuse the request any more: a
+        // request refused by one (a 503 under `REFUSE`) keeps its stamp for its retry.
+        // The first submission to spend it wins, in any process; any later one is spam.
+        if let Some(StampToSpend { digest, until }) = stamp_to_spend {
+            let first = self
+                .db
+                .run(async |conn| db::spam::spend_form_stamp(conn, &digest, until).await)
+                .await?;
+            if !first {
+                reasons.push("form stamp used before".to_string());
+            }
+        }
         Ok(Screened {
             spam_reasons: reasons,
         })
+    }
+
+    /// The endpoint's rules over the values, on the rules' pool within the budget:
+    /// `Ok(None)` when they gave no verdict in time. The values are copied for the
+    /// thread, which may outlive this request's wait by one step of the rules.
+    async fn judge_rules(
+        &self,
+        rules: &SpamRules,
+        pairs: &[(String, String)],
+    ) -> Result<Option<Vec<String>>, ApiError> {
+        let rules = rules.clone();
+        let values: Vec<String> = pairs.iter().map(|(_, value)| value.clone()).collect();
+        self.rules_pool
+            .run(self.config.screening_budget, move |deadline| {
+                rules
+                    .judge_until(values.iter().map(String::as_str), Some(deadline))
+                    .ok()
+            })
+            .await
+    }
+
+    /// How many submissions the rules are judging right now, on the rules' pool.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn judging_now(&self) -> usize {
+        self.rules_pool.running()
     }
 
     /// Verifies the token with the provider: `Ok(None)` solved, `Ok(Some(reason))` spam
@@ -169,16 +249,7 @@ impl Screening {
         token: Option<String>,
         now: DateTime<Utc>,
     ) -> Result<Option<String>, ApiError> {
-        let Some(token) = token.filter(|t| !t.trim().is_empty()) else {
-            return Err(ApiError::CaptchaFailed {
-                reason: CaptchaFailure::Missing,
-            });
-        };
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(ApiError::CaptchaFailed {
-                reason: CaptchaFailure::Rejected,
-            });
-        }
+        let token = captcha_token(token.as_deref())?;
         let secret = protection.row.captcha_secret.as_deref().unwrap_or_default();
         let url = match provider {
             CaptchaProvider::Turnstile => &self.config.turnstile_url,
@@ -192,7 +263,7 @@ impl Screening {
         let answer = self
             .client()
             .await?
-            .post_form(url, &[("secret", secret), ("response", &token)])
+            .post_form(url, &[("secret", secret), ("response", token)])
             .await
             .and_then(|body| {
                 serde_json::from_slice::<CaptchaAnswer>(&body)
@@ -276,7 +347,7 @@ impl Screening {
             .next()
             .unwrap_or_default()
             .to_string();
-        let url = format!("{}comment-check", self.config.akismet_url);
+        let url = self.config.akismet_call("comment-check");
         let ip = peer.to_string();
         let comment = AkismetComment::from_pairs(pairs);
         let mut form: Vec<(&str, &str)> = vec![
@@ -316,38 +387,114 @@ impl Screening {
     }
 }
 
-/// Why a form stamp makes a submission spam, if it does: missing, not signed by `key`
-/// for this endpoint, or younger than `min_seconds`.
+/// The captcha token as it is verified and spent: the field's value without the ASCII
+/// white space around it, which the providers ignore (so `t` and `t ` are one token, spent
+/// once, not two). Missing when nothing is left; rejected without asking when it is
+/// longer than [`MAX_TOKEN_BYTES`] or holds anything but visible ASCII (white space
+/// inside included), which no provider's token does: a token has one spelling only.
+fn captcha_token(token: Option<&str>) -> Result<&str, ApiError> {
+    let token = token
+        .map(|token| token.trim_matches(|c: char| c.is_ascii_whitespace()))
+        .unwrap_or_default();
+    if token.is_empty() {
+        return Err(ApiError::CaptchaFailed {
+            reason: CaptchaFailure::Missing,
+        });
+    }
+    if token.len() > MAX_TOKEN_BYTES || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::CaptchaFailed {
+            reason: CaptchaFailure::Rejected,
+        });
+    }
+    Ok(token)
+}
+
+/// What a form stamp says of a submission.
+#[derive(Debug, PartialEq, Eq)]
+struct StampVerdict {
+    /// Why it makes the submission spam, if it does.
+    reason: Option<String>,
+    /// The stamp to spend: one signed for this endpoint and not expired, whether or not
+    /// it came back too soon.
+    spend: Option<StampToSpend>,
+}
+
+/// A stamp to record as spent: its digest, and until when (it is not accepted after).
+#[derive(Debug, PartialEq, Eq)]
+struct StampToSpend {
+    digest: String,
+    until: DateTime<Utc>,
+}
+
+/// Judges a form stamp: missing, not signed by `key` for this endpoint (or in the stamp
+/// format of an earlier release, without a nonce), served more than `max_age` ago
+/// (expired), or younger than `min_seconds`.
 fn judge_stamp(
     key: &[u8],
     endpoint_id: &str,
     stamp: Option<&str>,
     min_seconds: i32,
+    max_age: Duration,
     now: DateTime<Utc>,
-) -> Option<String> {
+) -> StampVerdict {
+    let spam = |reason: &str| StampVerdict {
+        reason: Some(reason.to_string()),
+        spend: None,
+    };
     let Some(stamp) = stamp.filter(|s| !s.is_empty()) else {
-        return Some("no form stamp".to_string());
+        return spam("no form stamp");
     };
-    let valid = stamp.split_once('.').and_then(|(seconds, signature)| {
-        let seconds: i64 = seconds.parse().ok()?;
-        let expected = stamp_signature(key, endpoint_id, seconds);
-        let equal: bool =
-            subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), signature.as_bytes()).into();
-        equal.then_some(seconds)
-    });
-    let Some(served) = valid else {
-        return Some("form stamp not valid".to_string());
+    let valid = {
+        let mut parts = stamp.splitn(3, '.');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(seconds), Some(nonce), Some(signature))
+                if nonce.len() == 2 * STAMP_NONCE_BYTES
+                    && nonce
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+            {
+                seconds.parse::<i64>().ok().and_then(|seconds| {
+                    let expected = stamp_signature(key, endpoint_id, seconds, nonce);
+                    let equal: bool =
+                        subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), signature.as_bytes())
+                            .into();
+                    equal.then_some((seconds, nonce))
+                })
+            }
+            _ => None,
+        }
     };
-    let elapsed = now.timestamp() - served;
+    let Some((served, nonce)) = valid else {
+        return spam("form stamp not valid");
+    };
+    let elapsed = now.timestamp().saturating_sub(served);
     if elapsed < -STAMP_CLOCK_SKEW_SECONDS {
-        return Some("form stamp not valid".to_string());
+        return spam("form stamp not valid");
     }
-    (elapsed < i64::from(min_seconds)).then(|| {
+    let max_age = i64::try_from(max_age.as_secs()).unwrap_or(i64::MAX);
+    if elapsed > max_age {
+        return spam("form stamp expired");
+    }
+    // Remembered until no process (their clocks a little apart) accepts it any more. The
+    // digest is of the parsed stamp, so that another spelling of its seconds (`+…`,
+    // leading zeros), which the signature would accept as well, is the same stamp.
+    let until = served
+        .saturating_add(max_age)
+        .saturating_add(STAMP_CLOCK_SKEW_SECONDS);
+    let spend = DateTime::<Utc>::from_timestamp(until, 0).map(|until| StampToSpend {
+        digest: crate::digest::sha256_hex(format!("{endpoint_id}.{served}.{nonce}").as_bytes()),
+        until,
+    });
+    if spend.is_none() {
+        return spam("form stamp not valid");
+    }
+    let reason = (elapsed < i64::from(min_seconds)).then(|| {
         format!(
             "sent {} s after the form was served, under {min_seconds} s",
             elapsed.max(0)
         )
-    })
+    });
+    StampVerdict { reason, spend }
 }
 
 impl Screening {
@@ -380,11 +527,9 @@ impl Screening {
             .next()
             .unwrap_or_default()
             .to_string();
-        let url = format!(
-            "{}{}",
-            self.config.akismet_url,
-            if spam { "submit-spam" } else { "submit-ham" }
-        );
+        let url = self
+            .config
+            .akismet_call(if spam { "submit-spam" } else { "submit-ham" });
         let mut form: Vec<(&str, &str)> = vec![
             ("api_key", key.expose()),
             ("blog", &blog),
@@ -401,6 +546,77 @@ impl Screening {
             crate::telemetry::meters::verifier_failed("akismet");
             tracing::warn!(endpoint_id = %endpoint.id, error = %error, "cannot report a verdict to Akismet");
         }
+    }
+}
+
+/// Where the local rules run: tokio's blocking threads, at most `permits` at once, so
+/// that a flood of submissions to an endpoint with costly rules takes neither the
+/// runtime's workers nor every blocking thread. Waiting for a place counts against the
+/// budget: a flood is answered by the endpoint's policy, not by a queue without end.
+struct RulesPool {
+    permits: Arc<tokio::sync::Semaphore>,
+    running: Arc<AtomicUsize>,
+}
+
+impl RulesPool {
+    fn new(permits: usize) -> RulesPool {
+        RulesPool {
+            permits: Arc::new(tokio::sync::Semaphore::new(permits.max(1))),
+            running: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// Runs `work` on a blocking thread once a place is free, and waits for it until
+    /// `budget` from now: `Ok(None)` when the budget ran out first (or `work` answered
+    /// `None`, having seen the deadline pass). `work` is handed the deadline, to stop
+    /// at it; the place stays taken until it has.
+    async fn run<T: Send + 'static>(
+        &self,
+        budget: Duration,
+        work: impl FnOnce(Instant) -> Option<T> + Send + 'static,
+    ) -> Result<Option<T>, ApiError> {
+        let started = Instant::now();
+        let deadline = started.checked_add(budget).unwrap_or(started);
+        let permits = Arc::clone(&self.permits);
+        let running = Arc::clone(&self.running);
+        let attempt = async move {
+            let permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|_| ApiError::Internal("the spam rules' pool is closed".to_string()))?;
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let _running = Running::enter(running);
+                work(deadline)
+            })
+            .await
+            .map_err(|error| ApiError::Internal(format!("the spam rules failed: {error}")))
+        };
+        match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), attempt).await {
+            Ok(outcome) => outcome,
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// Counts one judgement running, until dropped.
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn enter(count: Arc<AtomicUsize>) -> Running {
+        count.fetch_add(1, Ordering::SeqCst);
+        Running(count)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -498,6 +714,317 @@ impl AkismetComment {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::spam::SpamRules;
+
+    /// Each way around the local rules found from outside, and the operator's rule
+    /// written with the same tricks: text and rule are normalised alike before matching
+    /// (docs/intake.md, "The rules").
+    #[test]
+    fn normalised_bypasses_are_caught() {
+        let own = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        type Case<'a> = (
+            &'a str,
+            Option<i32>,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a str,
+            &'a str,
+        );
+        let cases: &[Case] = &[
+            // (what, maxLinks, words, patterns, senders, submitted value, reason)
+            (
+                "underscore as a separator",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "buy_viagra now",
+                "a blocked word",
+            ),
+            (
+                "zero-width space",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "vi\u{200B}agra",
+                "a blocked word",
+            ),
+            (
+                "soft hyphen and word joiner",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "via\u{00AD}gr\u{2060}a",
+                "a blocked word",
+            ),
+            (
+                "Cyrillic a",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "vi\u{0430}gra",
+                "a blocked word",
+            ),
+            (
+                "Cyrillic capitals",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "V\u{0406}AGRA",
+                "a blocked word",
+            ),
+            (
+                "full-width letters",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "\u{FF56}\u{FF49}\u{FF41}\u{FF47}\u{FF52}\u{FF41}",
+                "a blocked word",
+            ),
+            (
+                "pattern: Cyrillic and zero-width",
+                None,
+                &[],
+                &["^buy\\s+viagra"],
+                &[],
+                "buy v\u{0456}\u{200B}agra",
+                "blocked pattern 1",
+            ),
+            (
+                "pattern: full-width",
+                None,
+                &[],
+                &["viagra"],
+                &[],
+                "\u{FF36}\u{FF29}AGRA",
+                "blocked pattern 1",
+            ),
+            (
+                "trailing-dot sender domain",
+                None,
+                &[],
+                &[],
+                &["spam.example"],
+                "x@spam.example.",
+                "blocked sender spam.example",
+            ),
+            (
+                "full-width at sign and domain",
+                None,
+                &[],
+                &[],
+                &["spam.example"],
+                "x\u{FF20}\u{FF53}pam.example",
+                "blocked sender spam.example",
+            ),
+            (
+                "zero-width in an address",
+                None,
+                &[],
+                &[],
+                &["bad@ok.example"],
+                "bad\u{200B}@ok.example",
+                "blocked sender bad@ok.example",
+            ),
+            (
+                "full-width scheme",
+                Some(0),
+                &[],
+                &[],
+                &[],
+                "\u{FF48}\u{FF54}\u{FF54}\u{FF50}\u{FF53}://a.com",
+                "1 links, more than the 0 allowed",
+            ),
+            (
+                "scheme-relative link",
+                Some(0),
+                &[],
+                &[],
+                &[],
+                "see //a.com",
+                "1 links, more than the 0 allowed",
+            ),
+            (
+                "scheme-relative in markup",
+                Some(1),
+                &[],
+                &[],
+                &[],
+                "<a href=//a.com>x</a> and https://b.com",
+                "2 links, more than the 1 allowed",
+            ),
+            // The operator's rule is normalised as the text is.
+            (
+                "rule with a Cyrillic a",
+                None,
+                &["vi\u{0430}gra"],
+                &[],
+                &[],
+                "viagra",
+                "a blocked word",
+            ),
+            (
+                "rule with full-width letters",
+                None,
+                &["\u{FF56}iagra"],
+                &[],
+                &[],
+                "VIAGRA",
+                "a blocked word",
+            ),
+            (
+                "pattern with a Cyrillic a and a zero-width space",
+                None,
+                &[],
+                &["vi\u{0430}\u{200B}gra+"],
+                &[],
+                "viagraaa",
+                "blocked pattern 1",
+            ),
+            (
+                "pattern class with a Cyrillic letter",
+                None,
+                &[],
+                &["^[\u{0430}\u{0435}]+$"],
+                &[],
+                "\u{0430}e",
+                "blocked pattern 1",
+            ),
+            (
+                "pattern range of Cyrillic letters",
+                None,
+                &[],
+                &["^[\u{0430}-\u{044F}]+$"],
+                &[],
+                "\u{043F}\u{0440}\u{0438}\u{0432}\u{0435}\u{0442}",
+                "blocked pattern 1",
+            ),
+            (
+                "sender rule with a root dot",
+                None,
+                &[],
+                &[],
+                &["spam.example."],
+                "x@spam.example",
+                "blocked sender spam.example",
+            ),
+        ];
+        let mut failed = Vec::new();
+        for (what, links, words, patterns, senders, value, reason) in cases {
+            let rules = SpamRules::compile(*links, &own(words), &own(patterns), &own(senders))
+                .expect("rules compile");
+            let got = rules.judge([*value].into_iter());
+            if got != vec![reason.to_string()] {
+                failed.push(format!("{what}: {got:?}"));
+            }
+        }
+        assert!(failed.is_empty(), "not caught: {failed:#?}");
+
+        // What must still pass.
+        let rules = SpamRules::compile(
+            Some(1),
+            &own(&["viagra", "casino"]),
+            &own(&["(?-i)Buy"]),
+            &own(&["spam.example"]),
+        )
+        .expect("rules compile");
+        for value in [
+            "casinos and occasion",
+            "viagrafalls",
+            "see https://a.example/x//y",
+            "5 // 3",
+            "x@notspam.example.",
+            "\u{041F}\u{0440}\u{0438}\u{0432}\u{0435}\u{0442}",
+            "buy",
+        ] {
+            assert_eq!(
+                rules.judge([value].into_iter()),
+                Vec::<String>::new(),
+                "{value}"
+            );
+        }
+        assert_eq!(rules.judge(["Buy"].into_iter()), vec!["blocked pattern 1"]);
+    }
+
+    /// The rules' work runs on another thread: a task of this single-threaded runtime
+    /// still runs while it does. Here the work waits for that task's signal; run on the
+    /// runtime's own thread, it would wait out its bound and answer `false`.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_rules_run_off_the_runtime() {
+        let pool = RulesPool::new(1);
+        let (signal, signalled) = std::sync::mpsc::channel::<()>();
+        let work = pool.run(Duration::from_secs(60), move |_deadline| {
+            Some(signalled.recv_timeout(Duration::from_secs(20)).is_ok())
+        });
+        let other_task = async {
+            tokio::task::yield_now().await;
+            signal.send(()).expect("the work is waiting");
+        };
+        let (outcome, ()) = tokio::join!(work, other_task);
+        assert_eq!(outcome.expect("ran"), Some(true));
+        assert_eq!(pool.running(), 0);
+    }
+
+    /// Past the budget the wait ends with no verdict, also while waiting for a place;
+    /// the place stays taken until the work has seen its deadline and stopped.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_budget_bounds_the_wait_and_the_places() {
+        let pool = RulesPool::new(1);
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (started, has_started) = tokio::sync::oneshot::channel::<()>();
+        // Holds the only place until released (bounded: 20 s).
+        let holder = pool.run(Duration::from_millis(50), move |_deadline| {
+            let _ = started.send(());
+            released.recv_timeout(Duration::from_secs(20)).ok()
+        });
+        assert_eq!(
+            holder.await.expect("ran"),
+            None,
+            "the budget ended the wait"
+        );
+        has_started.await.expect("the work started");
+        assert_eq!(pool.running(), 1, "still running, its place taken");
+        // No place: this one waits, and its budget ends first.
+        let waiting = pool.run(Duration::from_millis(50), |_deadline| Some(()));
+        assert_eq!(waiting.await.expect("ran"), None);
+        release.send(()).expect("the holder waits");
+        // Once the place is given back, work runs again.
+        let after = pool.run(Duration::from_secs(60), |_deadline| Some(7));
+        assert_eq!(after.await.expect("ran"), Some(7));
+    }
+
+    #[test]
+    fn a_captcha_token_has_one_spelling() {
+        let token = |raw: Option<&str>| match captcha_token(raw) {
+            Ok(token) => Ok(token.to_string()),
+            Err(ApiError::CaptchaFailed { reason }) => Err(reason),
+            Err(other) => panic!("{other:?}"),
+        };
+        for spelling in ["0.abc-_", "0.abc-_ ", " 0.abc-_", "\t0.abc-_\r\n"] {
+            assert_eq!(
+                token(Some(spelling)),
+                Ok("0.abc-_".to_string()),
+                "{spelling:?}"
+            );
+        }
+        for missing in [None, Some(""), Some("  \n")] {
+            assert_eq!(token(missing), Err(CaptchaFailure::Missing), "{missing:?}");
+        }
+        let long = "a".repeat(MAX_TOKEN_BYTES + 1);
+        for rejected in ["0.a b", "0.a\u{0}b", "0.a\u{a0}", "0.é", long.as_str()] {
+            assert_eq!(
+                token(Some(rejected)),
+                Err(CaptchaFailure::Rejected),
+                "{rejected:?}"
+            );
+        }
+    }
 
     #[test]
     fn take_removes_every_value_and_answers_the_first() {
@@ -514,27 +1041,66 @@ mod tests {
     #[test]
     fn a_stamp_is_signed_for_its_endpoint_and_judged_by_its_age() {
         let key = [7u8; 32];
+        let day = Duration::from_secs(86_400);
         let served = DateTime::<Utc>::from_timestamp(1_800_000_000, 0).expect("time");
+        let nonce = "0123456789abcdef0123456789abcdef";
         let stamp = format!(
-            "1800000000.{}",
-            stamp_signature(&key, "contact", 1_800_000_000)
+            "1800000000.{nonce}.{}",
+            stamp_signature(&key, "contact", 1_800_000_000, nonce)
         );
         let at = |seconds| served + chrono::Duration::seconds(seconds);
-        assert_eq!(judge_stamp(&key, "contact", Some(&stamp), 5, at(5)), None);
+        let judge = |endpoint: &str, stamp: Option<&str>, now| {
+            judge_stamp(&key, endpoint, stamp, 5, day, now)
+        };
+        let fine = judge("contact", Some(&stamp), at(5));
+        assert_eq!(fine.reason, None);
+        let spend = fine.spend.expect("a valid stamp is spent");
+        assert_eq!(spend.until, at(86_400 + STAMP_CLOCK_SKEW_SECONDS));
+        let soon = judge("contact", Some(&stamp), at(2));
         assert_eq!(
-            judge_stamp(&key, "contact", Some(&stamp), 5, at(2)).as_deref(),
+            soon.reason.as_deref(),
             Some("sent 2 s after the form was served, under 5 s")
         );
-        for bad in ["", "1800000000", "1800000000.00", "x.y"] {
-            assert!(judge_stamp(&key, "contact", Some(bad), 5, at(9)).is_some());
-        }
-        // Another endpoint's stamp does not pass.
         assert_eq!(
-            judge_stamp(&key, "other", Some(&stamp), 5, at(9)).as_deref(),
+            soon.spend.as_ref(),
+            Some(&spend),
+            "spent even when too soon"
+        );
+        // Another spelling of the same seconds is the same stamp.
+        let zeros = format!("0{stamp}");
+        assert_eq!(judge("contact", Some(&zeros), at(5)).spend, Some(spend));
+        // A day and a second later it has expired, and is not spent.
+        let late = judge("contact", Some(&stamp), at(86_401));
+        assert_eq!(late.reason.as_deref(), Some("form stamp expired"));
+        assert_eq!(late.spend, None);
+        assert_eq!(judge("contact", Some(&stamp), at(86_400)).reason, None);
+        let old_format = format!(
+            "1800000000.{}",
+            crate::digest::hmac_sha256_hex(&key, b"contact.1800000000")
+        );
+        let upper = stamp.replace(nonce, &nonce.to_uppercase());
+        for bad in [
+            "",
+            "1800000000",
+            "1800000000.00",
+            "x.y",
+            old_format.as_str(),
+            upper.as_str(),
+        ] {
+            assert!(judge("contact", Some(bad), at(9)).reason.is_some(), "{bad}");
+            assert!(judge("contact", Some(bad), at(9)).spend.is_none(), "{bad}");
+        }
+        // Another endpoint's stamp does not pass; from the future, it is not valid.
+        assert_eq!(
+            judge("other", Some(&stamp), at(9)).reason.as_deref(),
             Some("form stamp not valid")
         );
         assert_eq!(
-            judge_stamp(&key, "contact", None, 5, at(9)).as_deref(),
+            judge("contact", Some(&stamp), at(-61)).reason.as_deref(),
+            Some("form stamp not valid")
+        );
+        assert_eq!(
+            judge("contact", None, at(9)).reason.as_deref(),
             Some("no form stamp")
         );
     }

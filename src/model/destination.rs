@@ -1,6 +1,9 @@
 //! Which webhook destinations are allowed (docs/delivery.md, "Webhook URLs and internal addresses"). The same rules serve the
 //! management API (checking a URL when it is configured) and the worker's HTTP client
 //! (checking every address a name resolves to when the request is made).
+//!
+//! And which submitted address an email may go to or name (`plain_address`,
+//! docs/delivery.md, "Autoresponders").
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -168,9 +171,109 @@ fn embedded_v4(address: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
+/// The longest address an email goes to: RFC 5321's 256 octets of a path, less its angle
+/// brackets.
+pub const MAX_ADDRESS_LENGTH: usize = 254;
+
+/// The longest local part (RFC 5321).
+const MAX_LOCAL_PART_LENGTH: usize = 64;
+
+/// The longest domain label (RFC 1035).
+const MAX_LABEL_LENGTH: usize = 63;
+
+/// A submitted address an email may be sent to (an autoresponder's confirmation) or name
+/// (a notification's Reply-To): `raw` trimmed of spaces when it is a strict addr-spec,
+/// `None` for anything else (docs/delivery.md, "Autoresponders"). At most 254 characters;
+/// a local part of dot-atom characters (ASCII letters, digits and ``!#$%&'*+-/=?^_`{|}~``
+/// in atoms joined by single dots, at most 64 characters); a domain of at least two labels
+/// of letters, digits and inner hyphens, 1–63 characters each (an internationalised domain
+/// in its ASCII `xn--` form). No quotes, comments, domain literals, whitespace, control or
+/// non-ASCII characters; and never `=?` or `?=`, which open and close an RFC 2047 encoded
+/// word: a mail server that decodes one in `To` or `Reply-To` could read a line break and
+/// a command in it. The intake statement applies the same rule (`submitted_address`,
+/// migration `autoresponder_addresses`), so what it queues the worker sends.
+pub fn plain_address(raw: &str) -> Option<&str> {
+    let address = raw.trim_matches(' ');
+    if address.len() > MAX_ADDRESS_LENGTH || address.contains("=?") || address.contains("?=") {
+        return None;
+    }
+    let (local, domain) = address.split_once('@')?;
+    let dot_atom = local.len() <= MAX_LOCAL_PART_LENGTH
+        && local
+            .split('.')
+            .all(|atom| !atom.is_empty() && atom.bytes().all(is_atext));
+    let ldh = domain.split('.').count() >= 2
+        && domain.split('.').all(|label| {
+            (1..=MAX_LABEL_LENGTH).contains(&label.len())
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    (dot_atom && ldh).then_some(address)
+}
+
+/// RFC 5322 `atext`: what an atom of a dot-atom is made of.
+fn is_atext(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-/=?^_`{|}~".contains(&byte)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_addresses_only() {
+        for plain in [
+            "visitor@example.org",
+            " Visitor.Name+forms@example.org ",
+            "o'brien@mail.example.co.uk",
+            "a@xn--bcher-kva.example",
+            "x!#$%&'*+-/=^_`{|}~?@example.org",
+        ] {
+            assert_eq!(plain_address(plain), Some(plain.trim()), "{plain:?}");
+        }
+        let long_local = format!("{}@example.org", "a".repeat(65));
+        let long_label = format!("a@{}.org", "b".repeat(64));
+        let labels: Vec<String> = std::iter::repeat_n("b".repeat(60), 5).collect();
+        let long = format!("a@{}.org", labels.join("."));
+        for hostile in [
+            "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax?=@example.org",
+            "=?utf-8?b?dmljdGlt?=@example.org",
+            "victim=?x@example.org",
+            "victim?=@example.org",
+            "\"victim\"@example.org",
+            "victim(comment)@example.org",
+            "victim@[127.0.0.1]",
+            "victim@localhost",
+            ".victim@example.org",
+            "victim.@example.org",
+            "vic..tim@example.org",
+            "victim@-example.org",
+            "victim@example-.org",
+            "victim@example..org",
+            "victim@example.org.",
+            "victim@exa_mple.org",
+            "victim@@example.org",
+            "victim@example.org@example.org",
+            "vic tim@example.org",
+            "victim\t@example.org",
+            "victim@example.org\r\nBcc: x@example.org",
+            "vïctim@example.org",
+            "victim@bücher.example",
+            "Victim <victim@example.org>",
+            "a@x.org, b@y.org",
+            "@example.org",
+            "victim@",
+            "",
+            &long_local,
+            &long_label,
+            &long,
+        ] {
+            assert_eq!(plain_address(hostile), None, "{hostile:?}");
+        }
+    }
 
     #[test]
     fn every_listed_internal_destination_is_refused() {

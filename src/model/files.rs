@@ -229,6 +229,91 @@ pub fn judge(start: &[u8], file_name: &str) -> Judged {
     Judged::Type("application/octet-stream".to_string())
 }
 
+/// The extensions a file name may end in for each type the judgement gives the default
+/// allow-list's types (and text's common spellings): a name must agree with its content,
+/// so that a file saved under its name is opened as what it is (an SVG or an HTML page
+/// judged `text/plain` must not be kept as `x.svg`, which a browser would run).
+const EXTENSIONS: &[(&str, &[&str])] = &[
+    ("image/png", &["png"]),
+    ("image/jpeg", &["jpg", "jpeg", "jpe", "jfif"]),
+    ("image/gif", &["gif"]),
+    ("image/webp", &["webp"]),
+    ("image/heif", &["heif", "heic"]),
+    ("image/avif", &["avif"]),
+    ("image/bmp", &["bmp", "dib"]),
+    ("image/tiff", &["tif", "tiff"]),
+    ("application/pdf", &["pdf"]),
+    (
+        "text/plain",
+        &[
+            "txt", "text", "log", "md", "markdown", "json", "yaml", "yml", "ini", "cfg", "conf",
+            "tsv", "vtt", "srt",
+        ],
+    ),
+    ("text/csv", &["csv"]),
+    ("application/rtf", &["rtf"]),
+    ("application/msword", &["doc", "dot"]),
+    ("application/vnd.ms-excel", &["xls", "xlt"]),
+    ("application/vnd.ms-powerpoint", &["ppt", "pps", "pot"]),
+    (
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        &["docx", "dotx"],
+    ),
+    (
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        &["xlsx", "xltx"],
+    ),
+    (
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        &["pptx", "ppsx", "potx"],
+    ),
+    ("application/vnd.oasis.opendocument.text", &["odt"]),
+    ("application/vnd.oasis.opendocument.spreadsheet", &["ods"]),
+    ("application/vnd.oasis.opendocument.presentation", &["odp"]),
+];
+
+/// Extensions of content a browser or a desktop runs or renders as a page: never the
+/// name of a file whose type has no extensions of its own (`application/octet-stream`).
+const ACTIVE_EXTENSIONS: &[&str] = &[
+    "htm", "html", "xhtml", "xht", "shtml", "mht", "mhtml", "svg", "svgz", "xml", "xsl", "xslt",
+    "js", "mjs", "cjs", "hta", "swf", "php", "jsp", "asp", "aspx", "exe", "com", "bat", "cmd",
+    "ps1", "psm1", "vbs", "vbe", "jse", "wsf", "wsh", "scr", "pif", "msi", "msp", "dll", "cpl",
+    "lnk", "url", "jar", "sh", "bash", "zsh", "command", "app", "desktop", "appimage", "deb",
+    "rpm", "apk", "reg", "inf", "chm", "pl", "py", "rb",
+];
+
+/// The extension a name claims: what follows its last `.`, lower-cased; `None` for a name
+/// without a `.` (it claims no type).
+fn extension(name: &str) -> Option<String> {
+    name.rsplit_once('.')
+        .map(|(_, extension)| extension.to_lowercase())
+}
+
+/// Whether a file's `name` agrees with `content_type`, the type judged from `start`: a
+/// name without an extension always does; otherwise its extension must be one of the
+/// type's ([`EXTENSIONS`], else the one `infer` gives the content), and a type that has
+/// none (`application/octet-stream`) may not take an extension that claims another type
+/// or content that runs.
+pub fn name_agrees(content_type: &str, start: &[u8], name: &str) -> bool {
+    let Some(extension) = extension(name) else {
+        return true;
+    };
+    if let Some((_, known)) = EXTENSIONS.iter().find(|(kind, _)| *kind == content_type) {
+        return known.contains(&extension.as_str());
+    }
+    if infer::get(start)
+        .is_some_and(|kind| kind.mime_type() == content_type && kind.extension() == extension)
+    {
+        return true;
+    }
+    let claimed = EXTENSIONS
+        .iter()
+        .any(|(_, known)| known.contains(&extension.as_str()))
+        || ACTIVE_EXTENSIONS.contains(&extension.as_str())
+        || infer::get(start).is_some();
+    !claimed
+}
+
 /// UTF-8 (a character cut at the end of `start` allowed) without NUL or control
 /// characters other than tab, line feed, carriage return and form feed.
 fn looks_like_text(start: &[u8]) -> bool {
@@ -304,6 +389,44 @@ mod tests {
             judge(&"é".as_bytes()[..1], "t"),
             Judged::Type("text/plain".into())
         );
+    }
+
+    #[test]
+    fn names_agree_with_the_judged_type_or_are_refused() {
+        let svg = b"<svg xmlns=\"http://www.w3.org/2000/svg\"><script>alert(1)</script></svg>";
+        let Judged::Type(kind) = judge(svg, "x.svg") else {
+            panic!("text")
+        };
+        assert_eq!(kind, "text/plain");
+        for name in [
+            "x.svg",
+            "X.SVG",
+            "x.html",
+            "x.txt.htm",
+            "x.js",
+            "x.png",
+            ".svg",
+        ] {
+            assert!(!name_agrees(&kind, svg, name), "{name}");
+        }
+        for name in ["x.txt", "notes.MD", "x", "README"] {
+            assert!(name_agrees(&kind, svg, name), "{name}");
+        }
+        let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+        assert!(name_agrees("image/png", png, "cat.PNG"));
+        assert!(!name_agrees("image/png", png, "cat.jpg"));
+        assert!(!name_agrees("image/png", png, "cat.svg"));
+        // A type without extensions of its own: anything that claims no other type.
+        let binary = b"\0\x01\x02binary";
+        assert!(name_agrees("application/octet-stream", binary, "data.bin"));
+        assert!(!name_agrees("application/octet-stream", binary, "data.svg"));
+        assert!(!name_agrees("application/octet-stream", binary, "data.pdf"));
+        // A type infer knows beyond the table: its own extension.
+        let zip = b"PK\x03\x04\x14\0\0\0\0\0";
+        if let Judged::Type(kind) = judge(zip, "a.zip") {
+            assert!(name_agrees(&kind, zip, "a.zip"), "{kind}");
+            assert!(!name_agrees(&kind, zip, "a.html"), "{kind}");
+        }
     }
 
     #[test]

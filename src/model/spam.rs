@@ -1,8 +1,21 @@
 //! Spam rules: what an endpoint's protection settings may be, and the local, cheap rules
 //! that judge a submission's values (docs/intake.md, "Spam"). The captcha and Akismet,
 //! which ask a service, are intake's (src/intake/screening.rs); these are pure.
+//!
+//! Text and rules are normalised alike before they are compared ([`normalise`]): a rule
+//! written for `viagra` must not be beaten by a zero-width space, a Cyrillic `а` or
+//! full-width letters, and an operator's rule typed with such characters must still match.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
 
 use regex::{Regex, RegexBuilder};
+use regex_syntax::ast::{self, Ast, ClassSetItem};
+use unicode_normalization::UnicodeNormalization;
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+use unicode_security::confusable_detection::skeleton;
 
 use super::endpoint::{Setting, SettingError};
 
@@ -24,6 +37,10 @@ const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
 pub const MAX_MIN_FILL_SECONDS: i32 = 3600;
 /// A provider's secret key is at most 200 characters.
 const MAX_CAPTCHA_SECRET_LENGTH: usize = 200;
+/// A character range in a blocked pattern's class (`[а-я]`) gets the normal forms of its
+/// characters added when it spans at most this many; a wider one is matched as written
+/// (the normal forms of a whole script would make the class, and the work, unbounded).
+const MAX_RANGE_IMAGES: u32 = 2048;
 
 /// The folder of submissions a listing shows.
 #[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,7 +139,8 @@ pub fn blocked_patterns(raw: &[String]) -> Result<Vec<String>, SettingError> {
 }
 
 /// Blocked senders: an address (`someone@example.com`) or a domain (`example.com`, or
-/// `@example.com`, stored without the `@`), lower-cased.
+/// `@example.com`, stored without the `@`), lower-cased, without a final root dot
+/// (`example.com.` is `example.com`).
 pub fn blocked_senders(raw: &[String]) -> Result<Vec<String>, SettingError> {
     let senders = entries(
         raw,
@@ -134,7 +152,8 @@ pub fn blocked_senders(raw: &[String]) -> Result<Vec<String>, SettingError> {
         .into_iter()
         .map(|sender| {
             let sender = sender.to_lowercase();
-            let sender = sender.strip_prefix('@').unwrap_or(&sender).to_string();
+            let sender = sender.strip_prefix('@').unwrap_or(&sender);
+            let sender = without_root_dot(sender).to_string();
             let domain = sender.rsplit('@').next().unwrap_or_default();
             let plausible = !domain.is_empty()
                 && domain.contains('.')
@@ -181,16 +200,178 @@ fn entries(
 }
 
 fn compile_pattern(pattern: &str) -> Result<Regex, regex::Error> {
-    RegexBuilder::new(pattern)
+    RegexBuilder::new(&normalise_pattern(pattern)?)
         .case_insensitive(true)
         .size_limit(PATTERN_SIZE_LIMIT)
         .dfa_size_limit(PATTERN_SIZE_LIMIT)
         .build()
 }
 
-/// An endpoint's local rules, compiled once when intake reads the endpoint.
+/// A value as the rules read it, and as the operator's words, senders and the literal
+/// characters of patterns are read too, so that both sides compare alike:
+/// - format characters (Unicode category Cf: zero-width spaces and joiners, the soft
+///   hyphen, bidi controls, tags) are dropped: they are invisible and split words;
+/// - NFKC: compatibility forms become their plain ones (full-width `ｈｔｔｐｓ` is
+///   `https`, `＠` is `@`, the ligature `ﬁ` is `fi`);
+/// - a character that is still not ASCII is lower-cased and replaced by its prototype
+///   in Unicode's confusables (UTS #39's skeleton): Cyrillic `а` and `і` are `a` and
+///   `i`, Greek `ο` is `o`. ASCII characters are kept as they are, so that patterns'
+///   own syntax and classes (`\d`, `|`, `(?-i)`) keep their meaning.
+///
+/// ASCII text, most of what is sent, is answered as it is, without a copy.
+pub fn normalise(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() {
+        return Cow::Borrowed(text);
+    }
+    let mut normal = String::with_capacity(text.len());
+    for c in text.chars().filter(|c| !is_format(*c)).nfkc() {
+        if c.is_ascii() {
+            normal.push(c);
+        } else if !is_format(c) {
+            push_prototype(&mut normal, c);
+        }
+    }
+    Cow::Owned(normal)
+}
+
+/// Category Cf.
+fn is_format(c: char) -> bool {
+    c.general_category() == GeneralCategory::Format
+}
+
+/// The confusables' prototype of a character that is not ASCII, lower-cased first (so
+/// that a Cyrillic capital `І` is `i`, as an ASCII `I` is to a case-blind rule).
+fn push_prototype(normal: &mut String, c: char) {
+    for lower in c.to_lowercase() {
+        if lower.is_ascii() {
+            normal.push(lower);
+            continue;
+        }
+        let mut buffer = [0; 4];
+        // The skeleton is decomposed; composed again, a letter with an accent stays one.
+        normal.extend(skeleton(lower.encode_utf8(&mut buffer)).nfc());
+    }
+}
+
+/// A pattern whose literal characters are normalised as the text is: outside a class a
+/// character whose normal form differs is replaced by it (`(?:…)`, so that a repetition
+/// still applies to all of it); inside a class the normal forms of its characters are
+/// added to the class. Syntax, escapes and ASCII are kept as written.
+fn normalise_pattern(pattern: &str) -> Result<String, regex::Error> {
+    if pattern.is_ascii() {
+        return Ok(pattern.to_string());
+    }
+    let tree = ast::parse::Parser::new()
+        .parse(pattern)
+        .map_err(|error| regex::Error::Syntax(error.to_string()))?;
+    let Ok(mut edits) = ast::visit(&tree, PatternEdits(Vec::new()));
+    edits.sort_by_key(|edit| edit.0);
+    let mut rewritten = String::with_capacity(pattern.len() * 2);
+    let mut at = 0;
+    for (start, end, replacement) in edits {
+        // Spans from one parse never overlap; a span that did would be skipped whole.
+        if start < at {
+            continue;
+        }
+        rewritten.push_str(pattern.get(at..start).unwrap_or_default());
+        rewritten.push_str(&replacement);
+        at = end;
+    }
+    rewritten.push_str(pattern.get(at..).unwrap_or_default());
+    Ok(rewritten)
+}
+
+/// The edits a pattern's literals need: byte range in the pattern, and its replacement.
+struct PatternEdits(Vec<(usize, usize, String)>);
+
+impl PatternEdits {
+    /// The normal form of one character, when it is one other character.
+    fn image(c: char) -> Option<char> {
+        if c.is_ascii() {
+            return None;
+        }
+        let mut buffer = [0; 4];
+        let normal = normalise(c.encode_utf8(&mut buffer));
+        let mut chars = normal.chars();
+        match (chars.next(), chars.next()) {
+            (Some(image), None) if image != c => Some(image),
+            _ => None,
+        }
+    }
+
+    /// Adds `images` to a class after the item that ends at `end`.
+    fn add_to_class(&mut self, end: usize, images: BTreeSet<char>) {
+        if !images.is_empty() {
+            let added: String = images
+                .into_iter()
+                .map(|c| regex_syntax::escape(c.encode_utf8(&mut [0; 4])))
+                .collect();
+            self.0.push((end, end, added));
+        }
+    }
+}
+
+impl ast::Visitor for PatternEdits {
+    type Output = Vec<(usize, usize, String)>;
+    type Err = std::convert::Infallible;
+
+    fn finish(self) -> Result<Self::Output, Self::Err> {
+        Ok(self.0)
+    }
+
+    fn visit_pre(&mut self, tree: &Ast) -> Result<(), Self::Err> {
+        if let Ast::Literal(literal) = tree {
+            if !literal.c.is_ascii() {
+                let mut buffer = [0; 4];
+                let normal = normalise(literal.c.encode_utf8(&mut buffer)).into_owned();
+                if normal != literal.c.to_string() {
+                    self.0.push((
+                        literal.span.start.offset,
+                        literal.span.end.offset,
+                        format!("(?:{})", regex_syntax::escape(&normal)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_class_set_item_pre(&mut self, item: &ClassSetItem) -> Result<(), Self::Err> {
+        match item {
+            ClassSetItem::Literal(literal) => {
+                let images = PatternEdits::image(literal.c).into_iter().collect();
+                self.add_to_class(literal.span.end.offset, images);
+            }
+            ClassSetItem::Range(range) => {
+                let (first, last) = (u32::from(range.start.c), u32::from(range.end.c));
+                if last.saturating_sub(first) < MAX_RANGE_IMAGES {
+                    let images = (first..=last)
+                        .filter_map(char::from_u32)
+                        .filter_map(PatternEdits::image)
+                        .filter(|image| !(range.start.c..=range.end.c).contains(image))
+                        .collect();
+                    self.add_to_class(range.span.end.offset, images);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// A domain without its final root dot (`example.com.` is `example.com`).
+fn without_root_dot(domain: &str) -> &str {
+    domain.strip_suffix('.').unwrap_or(domain)
+}
+
+/// An endpoint's local rules, compiled once when intake reads the endpoint; cloned
+/// cheaply (screening hands them to a thread of their own), the compiled expressions
+/// and their caches shared.
+#[derive(Debug, Default, Clone)]
+pub struct SpamRules(Arc<CompiledRules>);
+
 #[derive(Debug, Default)]
-pub struct SpamRules {
+struct CompiledRules {
     max_links: Option<usize>,
     /// Every blocked word, whole words, any case, in one expression.
     words: Option<Regex>,
@@ -198,9 +379,14 @@ pub struct SpamRules {
     senders: Vec<String>,
 }
 
+/// The rules did not finish before their deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfTime;
+
 impl SpamRules {
-    /// Compiles what was stored. A stored pattern that no longer compiles (a row written
-    /// by another program) is an error, not a rule silently dropped.
+    /// Compiles what was stored, normalised as the text will be ([`normalise`]). A
+    /// stored pattern that no longer compiles (a row written by another program) is an
+    /// error, not a rule silently dropped.
     pub fn compile(
         max_links: Option<i32>,
         words: &[String],
@@ -210,52 +396,95 @@ impl SpamRules {
         let words = if words.is_empty() {
             None
         } else {
-            let alternatives: Vec<String> = words.iter().map(|w| regex::escape(w)).collect();
+            let alternatives: Vec<String> =
+                words.iter().map(|w| regex::escape(&normalise(w))).collect();
             // Not `\b`: a word that ends in a symbol (`c++`) has no word boundary after it.
+            // `_` separates words too (`buy_viagra`), though `\w` counts it a letter.
             let alternatives = alternatives.join("|");
             Some(compile_pattern(&format!(
-                r"(?:^|\W)(?:{alternatives})(?:\W|$)"
+                r"(?:^|[\W_])(?:{alternatives})(?:[\W_]|$)"
             ))?)
         };
-        Ok(SpamRules {
+        Ok(SpamRules(Arc::new(CompiledRules {
             max_links: max_links.map(|n| usize::try_from(n).unwrap_or(0)),
             words,
             patterns: patterns
                 .iter()
                 .map(|p| compile_pattern(p))
                 .collect::<Result<_, _>>()?,
-            senders: senders.to_vec(),
-        })
+            senders: senders
+                .iter()
+                .map(|sender| without_root_dot(&normalise(sender).to_lowercase()).to_string())
+                .collect(),
+        })))
+    }
+
+    /// No rule at all: judging costs nothing.
+    pub fn is_empty(&self) -> bool {
+        let rules = &self.0;
+        rules.max_links.is_none()
+            && rules.words.is_none()
+            && rules.patterns.is_empty()
+            && rules.senders.is_empty()
     }
 
     /// Why the values are spam by these rules (empty: they are not). Each rule gives at
     /// most one reason; the reasons name the operator's rule, never the submitted text.
-    pub fn judge<'a>(&self, values: impl Iterator<Item = &'a str> + Clone) -> Vec<String> {
+    pub fn judge<'a>(&self, values: impl Iterator<Item = &'a str>) -> Vec<String> {
+        // Without a deadline the rules always finish.
+        self.judge_until(values, None).unwrap_or_default()
+    }
+
+    /// [`SpamRules::judge`], stopping with `OutOfTime` once `deadline` has passed: it is
+    /// looked at before each value is normalised and before each pattern runs over each
+    /// value, so the work past it is at most one such step.
+    pub fn judge_until<'a>(
+        &self,
+        values: impl Iterator<Item = &'a str>,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<String>, OutOfTime> {
+        let in_time = || match deadline {
+            Some(deadline) if Instant::now() >= deadline => Err(OutOfTime),
+            _ => Ok(()),
+        };
+        let rules = &self.0;
+        let mut normal: Vec<Cow<'a, str>> = Vec::new();
+        for value in values {
+            in_time()?;
+            normal.push(normalise(value));
+        }
         let mut reasons = Vec::new();
-        if let Some(max) = self.max_links {
-            let links: usize = values.clone().map(count_links).sum();
+        if let Some(max) = rules.max_links {
+            let links: usize = normal.iter().map(|v| count_links(v)).sum();
             if links > max {
                 reasons.push(format!("{links} links, more than the {max} allowed"));
             }
         }
-        if let Some(words) = &self.words {
-            if values.clone().any(|v| words.is_match(v)) {
-                reasons.push("a blocked word".to_string());
+        if let Some(words) = &rules.words {
+            for value in &normal {
+                in_time()?;
+                if words.is_match(value) {
+                    reasons.push("a blocked word".to_string());
+                    break;
+                }
             }
         }
-        if let Some(number) = self
-            .patterns
-            .iter()
-            .position(|p| values.clone().any(|v| p.is_match(v)))
-        {
-            reasons.push(format!("blocked pattern {}", number + 1));
+        'patterns: for (number, pattern) in rules.patterns.iter().enumerate() {
+            for value in &normal {
+                in_time()?;
+                if pattern.is_match(value) {
+                    reasons.push(format!("blocked pattern {}", number + 1));
+                    break 'patterns;
+                }
+            }
         }
-        if !self.senders.is_empty() {
-            let blocked = values
-                .clone()
-                .filter_map(plain_address)
+        if !rules.senders.is_empty() {
+            let blocked = normal
+                .iter()
+                .filter_map(|value| plain_address(value))
                 .find_map(|address| {
-                    self.senders
+                    rules
+                        .senders
                         .iter()
                         .find(|sender| sender_matches(sender, &address))
                 });
@@ -263,25 +492,43 @@ impl SpamRules {
                 reasons.push(format!("blocked sender {sender}"));
             }
         }
-        reasons
+        Ok(reasons)
     }
 }
 
-/// Links in a value: each `http://`, `https://` or `www.` (any case) counts once.
+/// Links in a (normalised) value, each counted once: every `//` that follows a scheme
+/// (`https://`), or that stands at the start or after a character that is neither a
+/// letter, a digit nor `/` (a scheme-relative `//a.com`, `href=//a.com`), when a letter
+/// or digit follows it; and every `www.` (any case) that does not follow one of those.
+/// A `//` inside a path (`a.com/x//y`) is not another link.
 fn count_links(value: &str) -> usize {
-    let lower = value.to_ascii_lowercase();
-    lower.matches("http://").count() + lower.matches("https://").count() + {
-        // A `www.` that follows a scheme was counted with it.
-        let total = lower.matches("www.").count();
-        let after_scheme =
-            lower.matches("http://www.").count() + lower.matches("https://www.").count();
-        total - after_scheme
+    let bytes = value.as_bytes();
+    let mut links = 0;
+    for (at, _) in value.match_indices("//") {
+        let after = bytes.get(at + 2).copied().unwrap_or(b' ');
+        let before = at.checked_sub(1).and_then(|i| bytes.get(i).copied());
+        let starts_link = match before {
+            None | Some(b':') => true,
+            Some(b) => !b.is_ascii_alphanumeric() && b != b'/',
+        };
+        // Non-ASCII after `//` is a host too (an internationalised name).
+        if starts_link && (after.is_ascii_alphanumeric() || after >= 0x80) {
+            links += 1;
+        }
     }
+    let lower = value.to_ascii_lowercase();
+    for (at, _) in lower.match_indices("www.") {
+        if !lower[..at].ends_with("//") {
+            links += 1;
+        }
+    }
+    links
 }
 
-/// A value that is one plain address, lower-cased.
+/// A (normalised) value that is one plain address, lower-cased, its domain without a
+/// final root dot.
 fn plain_address(value: &str) -> Option<String> {
-    let value = value.trim();
+    let value = without_root_dot(value.trim());
     let (local, domain) = value.split_once('@')?;
     let plain = !local.is_empty()
         && domain.contains('.')
@@ -380,6 +627,10 @@ mod tests {
             vec!["example.com", "a@b.example"]
         );
         assert!(blocked_senders(&["no-dot".into()]).is_err());
+        assert_eq!(
+            blocked_senders(&["Spam.Example.".into(), "a@b.example.".into()]).expect("valid"),
+            vec!["spam.example", "a@b.example"]
+        );
         assert!(blocked_senders(&["a b@c.example".into()]).is_err());
         assert!(captcha_secret("  0x4AAA  ").is_ok());
         assert!(captcha_secret("has space").is_err());

@@ -80,7 +80,7 @@ fn describe() {
     );
     describe_counter!(
         "hymical_spam_verifier_failures_total",
-        "Verifications that gave no verdict (no answer in time, a connection failure, an error status, an answer that is not one), by verifier: `captcha`, `akismet`."
+        "Verifications that gave no verdict (no answer in time, a connection failure, an error status, an answer that is not one; an endpoint's own rules past their time budget), by verifier: `captcha`, `akismet`, `screening`."
     );
     describe_histogram!(
         "hymical_intake_request_duration_seconds",

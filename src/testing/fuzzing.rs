@@ -59,6 +59,7 @@ pub fn form_multipart(data: &[u8]) {
     let parsed = runtime.block_on(crate::intake::parse::parse_multipart(
         &content_type,
         bytes::Bytes::copy_from_slice(body),
+        &intake_limits(),
     ));
     after_parsing(parsed);
 }

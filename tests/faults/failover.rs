@@ -1,9 +1,22 @@
 //! A real highly available PostgreSQL on loopback: a pg_auto_failover monitor, a primary
 //! and a standby, started and torn down here. Two server processes under steady intake
 //! with a flaky receiver and a subscriber on one of them, all given the multi-host URL
-//! `pg_autoctl show uri` prints; the primary (its keeper and its postgres, the postmaster
-//! read from `postmaster.pid`) is killed with SIGKILL again and again, each time after the
-//! standby took over and the old primary rejoined as the new standby.
+//! `pg_autoctl show uri` prints and the service's default database settings; the primary
+//! (its keeper and its postgres, the postmaster read from `postmaster.pid`) is killed with
+//! SIGKILL again and again, each time after the standby took over and the old primary
+//! rejoined as the new standby.
+//!
+//! Or the primary is cut off instead: iptables drops every packet to and from its port on
+//! loopback, and its keeper's reports to the monitor (an owner match on the group its
+//! processes alone run as), so connections to it hang rather than being refused and a
+//! connect gets no answer. Once the standby took over, the lost node is killed, the rules
+//! are removed (also on every other way out: a guard) and it rejoins. This needs root.
+//!
+//! Each failover's window is printed in two parts: the formation's (the primary lost → the
+//! standby takes writes, polled directly every 50 ms) and the service's (the standby takes
+//! writes → the first `202`). The monitor's settings are the test's fast ones unless
+//! `FORMS_FAILOVER_MONITOR` names others (`defaults`, or `setting=value,…`), to measure
+//! what a setting does (docs/operations.md, "Failover").
 //!
 //! With synchronous replication (pg_auto_failover's default): every `202` is stored, every
 //! delivery delivered, attempt numbers are 1..n, nothing is left `processing`, and the
@@ -28,11 +41,13 @@ use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
 use crate::ws_client::{event_id, Frame, WsClient};
 
+/// The servers under load: the service's default database settings (the pool's size too:
+/// the harness's is smaller), so that the service's part of each window is what an
+/// operator gets; deliveries retried quickly so that the run settles in seconds.
 const SERVER: &[(&str, &str)] = &[
     ("FORMS_RATE_LIMIT_ENABLED", "false"),
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-    ("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1"),
-    ("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", "2"),
+    ("FORMS_DATABASE_POOL_SIZE", "16"),
     ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
     ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
     ("FORMS_WORKER_LEASE_SECONDS", "3"),
@@ -60,6 +75,161 @@ const STEP: Duration = Duration::from_secs(90);
 /// The PostgreSQL version pg_auto_failover's Debian package is built for.
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// The monitor's settings unless `FORMS_FAILOVER_MONITOR` says otherwise: fail over in
+/// seconds rather than the defaults' minute.
+const FAST_MONITOR: &[&str] = &[
+    "pgautofailover.health_check_period = 1000",
+    "pgautofailover.health_check_retry_delay = 500",
+    "pgautofailover.health_check_timeout = 1000",
+    "pgautofailover.health_check_max_retries = 1",
+    "pgautofailover.node_considered_unhealthy_timeout = 2000",
+    "pgautofailover.primary_demote_timeout = 2000",
+];
+
+/// The monitor's settings of this run, and how the printed figures name them.
+fn monitor_settings() -> (Vec<String>, String) {
+    match std::env::var("FORMS_FAILOVER_MONITOR") {
+        Err(_) => (
+            FAST_MONITOR.iter().map(|s| s.to_string()).collect(),
+            "the test's fast monitor settings".into(),
+        ),
+        Ok(value) if value == "defaults" => {
+            (Vec::new(), "pg_auto_failover's default settings".into())
+        }
+        Ok(value) => {
+            let settings: Vec<String> = value
+                .split(',')
+                .map(|pair| {
+                    let (name, setting) = pair
+                        .split_once('=')
+                        .unwrap_or_else(|| panic!("FORMS_FAILOVER_MONITOR: {pair:?}"));
+                    let name = name.trim();
+                    assert!(
+                        name.starts_with("pgautofailover.")
+                            && name
+                                .chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                            && setting.trim().chars().all(|c| c.is_ascii_digit()),
+                        "FORMS_FAILOVER_MONITOR: {pair:?} is not pgautofailover.name=number"
+                    );
+                    format!("{name} = {}", setting.trim())
+                })
+                .collect();
+            let label = format!("monitor: defaults but {value}");
+            (settings, label)
+        }
+    }
+}
+
+/// How the primary is lost.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Fault {
+    /// SIGKILL of its keeper's process group and its postmaster: the kernel closes its
+    /// sockets, so connections to it are refused or reset at once.
+    Kill,
+    /// Its packets dropped (iptables on loopback): connections to it hang.
+    CutOff,
+}
+
+/// iptables rules that cut a node off, removed when dropped: on every way out of the test,
+/// a panic included. All on the loopback interface, each naming a port of the test's own.
+struct CutOffRules {
+    installed: Vec<Vec<String>>,
+}
+
+/// Marks the rules, so that one left by a test that was itself killed can be told apart.
+const RULE_COMMENT: &str = "hymical-forms failover test";
+
+impl CutOffRules {
+    /// Drops everything sent to and from `port` on loopback, and what processes of the
+    /// group `gid` send to the monitor's port (the lost node's keeper reports nothing).
+    fn install(port: u16, monitor_port: u16, gid: u32) -> CutOffRules {
+        let port = port.to_string();
+        let monitor_port = monitor_port.to_string();
+        let gid = gid.to_string();
+        let rules: [&[&str]; 3] = [
+            &["-o", "lo", "-p", "tcp", "--dport", &port],
+            &["-o", "lo", "-p", "tcp", "--sport", &port],
+            &[
+                "-o",
+                "lo",
+                "-p",
+                "tcp",
+                "--dport",
+                &monitor_port,
+                "-m",
+                "owner",
+                "--gid-owner",
+                &gid,
+            ],
+        ];
+        let mut cut = CutOffRules {
+            installed: Vec::new(),
+        };
+        for rule in rules {
+            let mut spec: Vec<String> = rule.iter().map(|s| s.to_string()).collect();
+            spec.extend(
+                ["-m", "comment", "--comment", RULE_COMMENT, "-j", "DROP"].map(String::from),
+            );
+            // A rule that fails to go in panics here; those in already come out on drop.
+            iptables("-I", &spec);
+            cut.installed.push(spec);
+        }
+        cut
+    }
+}
+
+impl Drop for CutOffRules {
+    fn drop(&mut self) {
+        for spec in self.installed.drain(..).rev() {
+            let mut args = vec!["-w".to_string(), "10".into(), "-D".into(), "OUTPUT".into()];
+            args.extend(spec.iter().cloned());
+            // No panic in a drop (it may run during one): a rule left behind is reported.
+            match Command::new(iptables_program()).args(&args).output() {
+                Ok(output) if output.status.success() => {}
+                other => eprintln!(
+                    "failover: could not remove the iptables rule {spec:?}: {other:?}; \
+                     remove it with `iptables -D OUTPUT {}`",
+                    spec.join(" ")
+                ),
+            }
+        }
+    }
+}
+
+/// Debian installs it in /usr/sbin, which a PATH may lack.
+fn iptables_program() -> &'static str {
+    if std::path::Path::new("/usr/sbin/iptables").exists() {
+        "/usr/sbin/iptables"
+    } else {
+        "iptables"
+    }
+}
+
+/// `iptables -w 10 ACTION OUTPUT spec…` (OUTPUT only: loopback traffic passes it once).
+fn iptables(action: &str, spec: &[String]) {
+    let output = Command::new(iptables_program())
+        .args(["-w", "10", action, "OUTPUT"])
+        .args(spec)
+        .output()
+        .expect("iptables runs (the iptables package; `cargo xtask setup` installs it)");
+    assert!(
+        output.status.success(),
+        "iptables {action} OUTPUT {spec:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A group id no one else uses, one per node of each formation of this process: the
+/// owner match that cuts a node's keeper off from the monitor tells the nodes apart by it
+/// (they all run as the `postgres` user).
+fn node_gid() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    assert!(n < 64, "more formations than node groups");
+    2_000_000_000 + (std::process::id() % 1_000_000) * 64 + n
+}
+
 /// A pg_auto_failover formation on loopback: a monitor and two data nodes, each a
 /// `pg_autoctl` process group of its own, run as the `postgres` user when we are root.
 struct HaCluster {
@@ -68,16 +238,21 @@ struct HaCluster {
     monitor: Option<Child>,
     nodes: Vec<Node>,
     user: Option<(u32, u32)>,
+    /// The rules cutting a node off, while one is.
+    cut: Option<CutOffRules>,
 }
 
 struct Node {
     name: &'static str,
     port: u16,
     keeper: Option<Child>,
+    /// The group its processes run as, when it is not the `postgres` user's (to be cut
+    /// off by an owner match).
+    gid: Option<u32>,
 }
 
 impl HaCluster {
-    fn start(synchronous: bool) -> HaCluster {
+    fn start(synchronous: bool, fault: Fault, monitor_settings: &[String]) -> HaCluster {
         let root = std::env::temp_dir().join(format!(
             "hymical-failover-{}",
             uuid::Uuid::new_v4().simple()
@@ -92,6 +267,7 @@ impl HaCluster {
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&root, Some(uid), Some(gid)).expect("chown");
         }
+        let gid = || (fault == Fault::CutOff).then(node_gid);
         let mut cluster = HaCluster {
             root,
             monitor_port: free_port(),
@@ -101,14 +277,17 @@ impl HaCluster {
                     name: "node1",
                     port: free_port(),
                     keeper: None,
+                    gid: gid(),
                 },
                 Node {
                     name: "node2",
                     port: free_port(),
                     keeper: None,
+                    gid: gid(),
                 },
             ],
             user,
+            cut: None,
         };
         let monitor = cluster.path("monitor");
         let port = cluster.monitor_port.to_string();
@@ -134,19 +313,11 @@ impl HaCluster {
             "postgresql.listen_addresses",
             "127.0.0.1",
         ]);
-        cluster.monitor = Some(cluster.spawn("monitor", &["run", "--pgdata", &monitor]));
+        cluster.monitor = Some(cluster.spawn("monitor", &["run", "--pgdata", &monitor], None));
         cluster.until("the monitor answers", |c| {
             c.monitor_sql("SELECT 1").is_some()
         });
-        // Fail over in seconds rather than the defaults' half minute.
-        for setting in [
-            "pgautofailover.health_check_period = 1000",
-            "pgautofailover.health_check_retry_delay = 500",
-            "pgautofailover.health_check_timeout = 1000",
-            "pgautofailover.health_check_max_retries = 1",
-            "pgautofailover.node_considered_unhealthy_timeout = 2000",
-            "pgautofailover.primary_demote_timeout = 2000",
-        ] {
+        for setting in monitor_settings {
             cluster
                 .monitor_sql(&format!("ALTER SYSTEM SET {setting}"))
                 .expect("monitor setting");
@@ -190,6 +361,11 @@ impl HaCluster {
     }
 
     fn command(&self, args: &[&str]) -> Command {
+        self.command_as(args, None)
+    }
+
+    /// A `pg_autoctl` command, as the group `gid` when given (a node's own).
+    fn command_as(&self, args: &[&str], gid: Option<u32>) -> Command {
         let mut command = Command::new("pg_autoctl");
         command
             .args(args)
@@ -200,9 +376,9 @@ impl HaCluster {
             .env("PATH", format!("{PG_BIN}:/usr/bin:/bin:/usr/sbin:/sbin"))
             .current_dir(&self.root)
             .stdin(Stdio::null());
-        if let Some((uid, gid)) = self.user {
+        if let Some((uid, postgres_gid)) = self.user {
             use std::os::unix::process::CommandExt;
-            command.uid(uid).gid(gid);
+            command.uid(uid).gid(gid.unwrap_or(postgres_gid));
         }
         command
     }
@@ -233,10 +409,10 @@ impl HaCluster {
 
     /// A long-running `pg_autoctl` in a process group of its own (a SIGKILL of the group
     /// takes its postgres with it).
-    fn spawn(&self, name: &str, args: &[&str]) -> Child {
+    fn spawn(&self, name: &str, args: &[&str], gid: Option<u32>) -> Child {
         use std::os::unix::process::CommandExt;
         let log = self.log(name);
-        self.command(args)
+        self.command_as(args, gid)
             .process_group(0)
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -276,6 +452,7 @@ impl HaCluster {
                 "forms",
                 "--run",
             ],
+            self.nodes[index].gid,
         );
         self.nodes[index].keeper = Some(child);
     }
@@ -383,10 +560,48 @@ impl HaCluster {
         Secret::new(format!("postgres://postgres@{rest}"))
     }
 
-    /// SIGKILLs the primary: its keeper's process group (which holds its postgres and the
-    /// backends), and the postmaster by the pid in `postmaster.pid`. Returns its index.
-    fn kill_primary(&mut self) -> usize {
+    /// Loses the primary by `fault`; returns its index.
+    fn lose_primary(&mut self, fault: Fault) -> usize {
         let index = self.primary().expect("a primary");
+        match fault {
+            Fault::Kill => self.kill(index),
+            Fault::CutOff => {
+                let gid = self.nodes[index].gid.expect("a node group of its own");
+                self.cut = Some(CutOffRules::install(
+                    self.nodes[index].port,
+                    self.monitor_port,
+                    gid,
+                ));
+            }
+        }
+        index
+    }
+
+    /// Whether the node takes writes now: promoted, and no longer read-only (a standby
+    /// pg_auto_failover promotes stays read-only until the old primary is known demoted or
+    /// the drain timeout ends). What a connection's read-write check asks, asked the same.
+    fn writable(&self, index: usize) -> bool {
+        self.node_sql(
+            index,
+            "SELECT (NOT pg_is_in_recovery() \
+             AND current_setting('transaction_read_only') = 'off')::text",
+        )
+        .is_some_and(|value| value == "true")
+    }
+
+    /// Brings a lost node back: killed if it was cut off (it rejoins as a restarted node
+    /// does), the rules removed, started again.
+    fn rejoin(&mut self, index: usize) {
+        if self.cut.is_some() {
+            self.kill(index);
+            self.cut = None;
+        }
+        self.restart(index);
+    }
+
+    /// SIGKILLs a node: its keeper's process group (which holds its postgres and the
+    /// backends), and the postmaster by the pid in `postmaster.pid`.
+    fn kill(&mut self, index: usize) {
         let pgdata = self.root.join(self.nodes[index].name);
         let postmaster = std::fs::read_to_string(pgdata.join("postmaster.pid"))
             .ok()
@@ -402,19 +617,21 @@ impl HaCluster {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        index
     }
 
     /// Starts a killed node's keeper again: it rejoins as the new standby.
     fn restart(&mut self, index: usize) {
         let pgdata = self.path(self.nodes[index].name);
         let name = self.nodes[index].name;
-        self.nodes[index].keeper = Some(self.spawn(name, &["run", "--pgdata", &pgdata]));
+        let gid = self.nodes[index].gid;
+        self.nodes[index].keeper = Some(self.spawn(name, &["run", "--pgdata", &pgdata], gid));
     }
 }
 
 impl Drop for HaCluster {
     fn drop(&mut self) {
+        // A node cut off is let back first, so that its keeper can stop it.
+        self.cut = None;
         // Each keeper stops its postgres on SIGTERM; the monitor last.
         let mut children: Vec<Child> = self
             .nodes
@@ -486,6 +703,7 @@ struct Answer {
     sent: Instant,
     at: Instant,
     accepted: bool,
+    port: u16,
 }
 
 /// Posts forms to both servers in turn until `stop`; keeps every `202`'s submission id and
@@ -526,6 +744,7 @@ fn load(
                 sent,
                 at: Instant::now(),
                 accepted: id.is_some(),
+                port,
             });
             if let Some(id) = id {
                 accepted.lock().expect("accepted").push(id);
@@ -613,17 +832,37 @@ async fn post_limited(port: u16) -> u16 {
         .map_or(0, |response| response.status().as_u16())
 }
 
-async fn run(synchronous: bool) {
-    let kills = if crate::long() { 10 } else { 3 };
-    let label = if synchronous {
-        "failover (synchronous)"
-    } else {
-        "failover (asynchronous)"
+async fn run(synchronous: bool, fault: Fault) {
+    let kills = match (fault, crate::long()) {
+        (Fault::Kill, true) => 10,
+        (Fault::Kill, false) => 3,
+        (Fault::CutOff, true) => 3,
+        (Fault::CutOff, false) => 1,
     };
+    let label = match (fault, synchronous) {
+        (Fault::Kill, true) => "failover (synchronous)",
+        (Fault::Kill, false) => "failover (asynchronous)",
+        (Fault::CutOff, true) => "failover, primary cut off (synchronous)",
+        (Fault::CutOff, false) => "failover, primary cut off (asynchronous)",
+    };
+    let how = match fault {
+        Fault::Kill => "SIGKILLs of the primary",
+        Fault::CutOff => "primaries cut off",
+    };
+    if fault == Fault::CutOff {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("{label}: not run: cutting a node off takes iptables, which takes root");
+            return;
+        }
+        // Before the formation's minute of start-up, not after it.
+        iptables("-S", &[]);
+    }
+    let (settings, settings_label) = monitor_settings();
     let started = Instant::now();
-    let mut cluster = tokio::task::spawn_blocking(move || HaCluster::start(synchronous))
-        .await
-        .expect("cluster");
+    let mut cluster =
+        tokio::task::spawn_blocking(move || HaCluster::start(synchronous, fault, &settings))
+            .await
+            .expect("cluster");
     let url = cluster.url();
     // Migrations connect through the same multi-host URL.
     hymical_forms::testing::db::migrations::run_pending(&url)
@@ -692,50 +931,82 @@ async fn run(synchronous: bool) {
     let mut failovers = Vec::new();
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let killed_at = Instant::now();
+        let lost_at = Instant::now();
         let mut moved = cluster;
-        let (back, victim) = tokio::task::spawn_blocking(move || {
-            let victim = moved.kill_primary();
+        let (back, victim, writable_at) = tokio::task::spawn_blocking(move || {
+            let victim = moved.lose_primary(fault);
+            let standby = 1 - victim;
+            let deadline = Instant::now() + STEP;
+            // Bounded by STEP; each poll by the query's own timeouts.
+            while !moved.writable(standby) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the standby took no writes within {STEP:?}; states {:?}\n{}",
+                    moved.states(),
+                    moved.logs()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let writable_at = Instant::now();
             moved.until("the standby took over", |c| {
                 c.primary().is_some_and(|primary| primary != victim)
             });
-            (moved, victim)
+            (moved, victim, writable_at)
         })
         .await
         .expect("failover");
         cluster = back;
-        let promoted_at = Instant::now();
-        // Service is back once a 202 follows the failover.
+        // Service is back once a 202 is answered after the standby took writes.
         let deadline = Instant::now() + STEP;
-        loop {
-            let recent = answers
+        let recovered_at = loop {
+            let first = answers
                 .lock()
                 .expect("answers")
                 .iter()
                 .rev()
-                .take_while(|answer| answer.at > promoted_at)
-                .any(|answer| answer.accepted);
-            if recent {
-                break;
+                .take_while(|answer| answer.at > writable_at)
+                .filter(|answer| answer.accepted)
+                .last()
+                .map(|answer| answer.at);
+            if let Some(at) = first {
+                break at;
             }
             assert!(
                 Instant::now() < deadline,
-                "no 202 after the failover\n{}\n{}",
+                "no 202 within {STEP:?} of the standby taking writes\n{}\n{}",
                 servers[0].log_text(),
                 servers[1].log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let recovered_at = Instant::now();
+        };
         let mut moved = cluster;
         cluster = tokio::task::spawn_blocking(move || {
-            moved.restart(victim);
+            moved.rejoin(victim);
             moved.until_stable();
             moved
         })
         .await
         .expect("rejoin");
-        failovers.push((killed_at, promoted_at, recovered_at));
+        if std::env::var("FORMS_FAILOVER_TRACE").is_ok() {
+            let trace: Vec<String> = answers
+                .lock()
+                .expect("answers")
+                .iter()
+                .filter(|a| a.at + Duration::from_secs(1) > writable_at && a.at <= recovered_at)
+                .map(|a| {
+                    let rel = |t: Instant| {
+                        if t >= writable_at {
+                            (t - writable_at).as_secs_f64()
+                        } else {
+                            -(writable_at - t).as_secs_f64()
+                        }
+                    };
+                    format!("{}:{:.2}->{:.2}:{}", a.port, rel(a.sent), rel(a.at), a.accepted)
+                })
+                .collect();
+            eprintln!("TRACE writable at {:?} after loss: {}", writable_at - lost_at, trace.join(" "));
+        }
+        failovers.push((lost_at, writable_at, recovered_at));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::SeqCst);
@@ -807,13 +1078,17 @@ async fn run(synchronous: bool) {
     );
     let seen_but_lost = received.len() - (in_table.len() - missed.len());
 
+    // Figures, not assertions: the service's part is documented (docs/operations.md) and
+    // read from here; only a loss or a step past STEP fails the test.
     let windows: Vec<String> = failovers
         .iter()
-        .map(|(killed, promoted, recovered)| {
-            let (window, failed) = unavailability(&answers, *killed, *recovered);
+        .map(|(lost, writable, recovered)| {
+            let (window, failed) = unavailability(&answers, *lost, *recovered);
             format!(
-                "{window:.1} s ({failed} failed answers; promoted {:.1} s after the kill)",
-                (*promoted - *killed).as_secs_f64()
+                "{window:.1} s ({failed} failed answers) = formation {:.1} s (primary lost → \
+                 standby writable) + service {:.1} s (writable → first 202)",
+                (*writable - *lost).as_secs_f64(),
+                (*recovered - *writable).as_secs_f64()
             )
         })
         .collect();
@@ -825,7 +1100,7 @@ async fn run(synchronous: bool) {
         assert_eq!(seen_but_lost, 0, "events the subscriber saw are gone");
     }
     println!(
-        "{label}: {:.0} s, {kills} SIGKILLs of the primary, {} accepted (202), {} refused, \
+        "{label}, {settings_label}: {:.0} s, {kills} {how}, {} accepted (202), {} refused, \
          {} lost, {} stored and delivered; subscriber: {} events, 0 missed, 0 twice, {} seen \
          but lost with the old primary; {timelines} timelines; unavailability: {}; rate-limit counters after the \
          failovers: {counted} (unlogged, empty on the promoted standby), then 5 accepted and \
@@ -839,6 +1114,11 @@ async fn run(synchronous: bool) {
         seen_but_lost,
         windows.join(", "),
     );
+    if std::env::var("FORMS_FAILOVER_TRACE").is_ok() {
+        for server in &servers {
+            let _ = std::fs::copy(&server.log, format!("/tmp/failover-serve-{}.log", server.port));
+        }
+    }
     for server in servers {
         server.kill();
     }
@@ -850,10 +1130,18 @@ async fn run(synchronous: bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkills_of_the_primary_with_synchronous_replication_lose_nothing() {
-    run(true).await;
+    run(true, Fault::Kill).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkills_of_the_primary_with_asynchronous_replication_count_what_is_lost() {
-    run(false).await;
+    run(false, Fault::Kill).await;
+}
+
+/// The primary's packets dropped rather than its processes killed: connections to it hang
+/// and a connect gets no answer. Nothing is lost, and both parts of each window are
+/// printed: the service's must stay within seconds with its default settings.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_primary_cut_off_with_synchronous_replication_loses_nothing() {
+    run(true, Fault::CutOff).await;
 }

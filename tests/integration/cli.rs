@@ -22,6 +22,74 @@ fn an_invalid_variable_stops_the_process_naming_it() {
     assert!(!dir.path().join(".hymical").exists(), "nothing started");
 }
 
+/// Every URL-valued setting given a value its documented rule refuses stops the binary
+/// with status 2, naming that setting, before anything starts (issue 47: an Akismet URL
+/// that its rule refused was once taken). src/config/mod.rs tests each rule in full, the
+/// values taken as well as those refused.
+#[test]
+fn a_url_setting_that_breaks_its_rule_exits_2_naming_it() {
+    const ALERT_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+        ("FORMS_DATABASE_URL", "mysql://u:p@127.0.0.1/forms", &[]),
+        (
+            "FORMS_DATABASE_READ_URL",
+            "http://127.0.0.1/forms",
+            &[("FORMS_DATABASE_URL", "postgres://u:p@127.0.0.1:1/forms")],
+        ),
+        (
+            "FORMS_ALERT_WEBHOOK_URL",
+            "ftp://alerts.example.com/hook",
+            &[("FORMS_ALERT_WEBHOOK_SECRET", ALERT_SECRET)],
+        ),
+        (
+            "FORMS_CAPTCHA_TURNSTILE_VERIFY_URL",
+            "ftp://verify.example",
+            &[],
+        ),
+        ("FORMS_CAPTCHA_HCAPTCHA_VERIFY_URL", "not a url", &[]),
+        ("FORMS_CAPTCHA_RECAPTCHA_VERIFY_URL", "http://", &[]),
+        (
+            "FORMS_AKISMET_URL",
+            "https://rest.akismet.com/1.1/?blog=x",
+            &[],
+        ),
+        ("FORMS_AKISMET_URL", "rest.akismet.com/1.1/", &[]),
+        ("FORMS_PUBLIC_URL", "https://forms.example.com/#top", &[]),
+        (
+            "FORMS_S3_ENDPOINT",
+            "s3.example.com",
+            &[
+                ("FORMS_S3_BUCKET", "forms"),
+                ("FORMS_S3_ACCESS_KEY_ID", "id"),
+                ("FORMS_S3_SECRET_ACCESS_KEY", "hunter2"),
+            ],
+        ),
+    ];
+    for (variable, value, with) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = forms_command(dir.path());
+        command.env(variable, value);
+        for (name, other) in *with {
+            command.env(name, other);
+        }
+        let output = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{variable}={value:?}: {stderr}"
+        );
+        assert!(stderr.contains("invalid configuration"), "{stderr}");
+        let named: Vec<&str> = stderr
+            .lines()
+            .filter_map(|line| line.trim().split(':').next())
+            .filter(|name| name.starts_with("FORMS_"))
+            .collect();
+        assert_eq!(named, [*variable], "{variable}={value:?}: {stderr}");
+        assert!(!dir.path().join(".hymical").exists(), "nothing started");
+    }
+}
+
 #[test]
 fn the_database_password_is_never_printed() {
     let dir = tempfile::tempdir().unwrap();

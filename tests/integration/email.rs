@@ -448,3 +448,313 @@ async fn a_message_that_cannot_be_made_is_never_sent() {
     ));
     assert!(server.messages().is_empty());
 }
+
+/// The app of the autoresponder tests: this mail server, no rate limits (so that the
+/// autoresponder's own window is what is tested), and the endpoint `contact` with an
+/// email destination to desk@example.com (Reply-To from `email`) and an autoresponder on
+/// `email` with a window of an hour.
+async fn autoresponder_app(server: &SmtpServer) -> (crate::harness::TestApp, String) {
+    let port = server.port();
+    let app = crate::harness::TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_SMTP_HOST", "127.0.0.1"),
+            ("FORMS_SMTP_PORT", &port),
+            ("FORMS_SMTP_TLS", "none"),
+            ("FORMS_SMTP_FROM", "Hymical Forms <forms@example.com>"),
+            ("FORMS_SMTP_TIMEOUT_SECONDS", "5"),
+        ],
+        std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("autoresponder").await;
+    for (query, input) in [
+        (
+            "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+            json!({ "id": "contact", "name": "Contact" }),
+        ),
+        (
+            "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id } } }",
+            json!({ "endpointId": "contact", "recipients": ["desk@example.com"] }),
+        ),
+        (
+            "mutation($input: AddAutoresponderDestinationInput!) { addAutoresponderDestination(input: $input) { destination { id } } }",
+            json!({ "endpointId": "contact", "subject": "Thank you", "body": "We have it.", "windowSeconds": 3600 }),
+        ),
+    ] {
+        let answer = app.gql(&key, query, json!({ "input": input })).await;
+        assert!(answer.get("errors").is_none(), "{answer}");
+    }
+    (app, key)
+}
+
+/// A form body with `email` set to `address`, encoded as a browser would.
+fn email_form(address: &str) -> String {
+    let encoded: String = url::form_urlencoded::byte_serialize(address.as_bytes()).collect();
+    format!("email={encoded}&message=hello")
+}
+
+/// The spooled messages that went to `rcpt`, and those that went to anyone else.
+fn split_by_recipient(server: &SmtpServer, rcpt: &str) -> (Vec<Value>, Vec<Value>) {
+    server
+        .messages()
+        .into_iter()
+        .partition(|message| message["rcpt_tos"] == json!([rcpt]))
+}
+
+/// Plus-addressing, letter case and dots in the local part name one mailbox as far as
+/// the autoresponder's window goes (docs/delivery.md, "Autoresponders"): one
+/// confirmation for them all within the window, while another address gets its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn plus_addressed_variants_of_one_address_get_one_confirmation_per_window() {
+    let server = SmtpServer::start(&[]);
+    let (app, _) = autoresponder_app(&server).await;
+    let worker = app.worker(None);
+    let variants = [
+        "victim@example.org",
+        "victim+1@example.org",
+        "victim+2@example.org",
+        "Victim+3@Example.ORG",
+        "vic.tim+4@example.org",
+        "v.i.c.t.i.m@example.org",
+        "victim+@example.org",
+        "victim+a+b@example.org",
+    ];
+    for address in variants {
+        app.submit("contact", &email_form(address)).await;
+    }
+    app.submit("contact", &email_form("someone.else@example.org"))
+        .await;
+    // Every submission's notification, one confirmation for the victim, one for the
+    // other address.
+    let mut sent = 0;
+    for _ in 0..20 {
+        let ran = worker.run_once().await.unwrap();
+        sent += ran;
+        if ran == 0 {
+            break;
+        }
+    }
+    assert_eq!(sent, variants.len() + 1 + 2);
+    let (to_desk, confirmations) = split_by_recipient(&server, "desk@example.com");
+    assert_eq!(to_desk.len(), variants.len() + 1);
+    let mut recipients: Vec<String> = confirmations
+        .iter()
+        .map(|m| m["rcpt_tos"].to_string())
+        .collect();
+    recipients.sort();
+    assert_eq!(
+        recipients,
+        [
+            json!(["someone.else@example.org"]).to_string(),
+            json!(["victim@example.org"]).to_string()
+        ],
+        "one confirmation per mailbox, to the address as the first submission wrote it"
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM autoresponder_recipients")
+            .await,
+        2
+    );
+}
+
+/// Only a plain address is answered or put in a Reply-To: RFC 2047 encoded words (which a
+/// decoding mail server could turn into a line break and a command), quoted local parts,
+/// comments, domain literals, dots out of place and single-label domains are refused.
+/// The submission itself is accepted and stored as any other (the address is a value
+/// like any other): its notification goes out without Reply-To, and no confirmation goes
+/// to anyone.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_address_that_is_not_plain_gets_no_confirmation_and_no_reply_to() {
+    let server = SmtpServer::start(&[]);
+    let (app, key) = autoresponder_app(&server).await;
+    let worker = app.worker(None);
+    let refused = [
+        "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax=40evil.example?=@example.org",
+        "=?utf-8?b?dmljdGltDQpSQ1BUIFRPOng=?=@example.org",
+        "victim=?utf-8?q?x?=@example.org",
+        "\"victim\"@example.org",
+        "\"a b\"@example.org",
+        "victim(comment)@example.org",
+        "victim@[127.0.0.1]",
+        "victim@localhost",
+        ".victim@example.org",
+        "victim.@example.org",
+        "vic..tim@example.org",
+        "victim@-example.org",
+        "victim@example-.org",
+        "victim@example..org",
+        "victim@exa_mple.org",
+        "victim@@example.org",
+        "victim\t@example.org",
+        "vïctim@example.org",
+    ];
+    let mut stored = Vec::new();
+    for address in refused {
+        stored.push(app.submit("contact", &email_form(address)).await);
+    }
+    for _ in 0..20 {
+        if worker.run_once().await.unwrap() == 0 {
+            break;
+        }
+    }
+    let (to_desk, others) = split_by_recipient(&server, "desk@example.com");
+    assert!(others.is_empty(), "no confirmation: {others:#?}");
+    assert_eq!(to_desk.len(), refused.len(), "each notification went out");
+    for message in &to_desk {
+        assert!(headers(message, "Reply-To").is_empty(), "{message}");
+        let raw = message["raw"].as_str().unwrap();
+        let (head, _) = raw.split_once("\r\n\r\n").unwrap();
+        assert!(!head.contains("=?"), "{head}");
+    }
+    // Each submission is stored with its value, as submitted.
+    for (id, address) in stored.iter().zip(refused) {
+        let answer = app
+            .gql(
+                &key,
+                "query($id: ID!) { submission(id: $id) { fields { name values } deliveries { destination { kind } } } }",
+                json!({ "id": id }),
+            )
+            .await;
+        let submission = &answer["data"]["submission"];
+        assert_eq!(
+            submission["fields"][0]["values"],
+            json!([address]),
+            "{answer}"
+        );
+        assert_eq!(
+            submission["deliveries"],
+            json!([{ "destination": { "kind": "EMAIL" } }]),
+            "{address}: no delivery for the autoresponder"
+        );
+    }
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM autoresponder_recipients")
+            .await,
+        0
+    );
+}
+
+/// The notification's Reply-To takes the same rule, as the message is made.
+#[test]
+fn an_encoded_word_is_never_a_reply_to() {
+    let fields = |address: &str| json!({ "email": [address] });
+    for address in [
+        "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax=40evil.example?=@example.org",
+        "a=?x?=@example.org",
+        "\"victim\"@example.org",
+        "victim@localhost",
+    ] {
+        let email = notification(&Notification {
+            endpoint_name: "Contact form",
+            endpoint_id: "contact-form",
+            submission_id: "sub_48984534f33749c49a88de2d59400dce",
+            received_at: Utc.with_ymd_and_hms(2026, 8, 24, 14, 34, 27).unwrap(),
+            fields: &fields(address),
+            to: vec!["ops@example.com".to_string()],
+            reply_to_field: Some("email"),
+            delivery_id: DELIVERY_ID,
+            message_domain: "example.com",
+            files: &[],
+        });
+        assert_eq!(email.reply_to, None, "{address}");
+    }
+    // A plain address, plus tag and all, is kept as written.
+    let email = notification(&Notification {
+        endpoint_name: "Contact form",
+        endpoint_id: "contact-form",
+        submission_id: "sub_48984534f33749c49a88de2d59400dce",
+        received_at: Utc.with_ymd_and_hms(2026, 8, 24, 14, 34, 27).unwrap(),
+        fields: &fields(" Visitor.Name+forms@xn--bcher-kva.example "),
+        to: vec!["ops@example.com".to_string()],
+        reply_to_field: Some("email"),
+        delivery_id: DELIVERY_ID,
+        message_domain: "example.com",
+        files: &[],
+    });
+    assert_eq!(
+        email.reply_to.as_deref(),
+        Some("Visitor.Name+forms@xn--bcher-kva.example")
+    );
+}
+
+/// The intake statement (`submitted_address`) and the worker (`plain_address`) take the
+/// same addresses: what intake queues a confirmation for, the worker sends, and what it
+/// refuses, the worker would too.
+#[tokio::test]
+async fn the_intake_statement_and_the_worker_agree_on_plain_addresses() {
+    use hymical_forms::testing::model::destination::plain_address;
+    let db = crate::harness::TestDb::new().await;
+    let long_local = format!("{}@example.org", "a".repeat(65));
+    let longest_local = format!("{}@example.org", "a".repeat(64));
+    let long_label = format!("a@{}.org", "b".repeat(64));
+    let labels: Vec<String> = std::iter::repeat_n("b".repeat(60), 5).collect();
+    let long = format!("a@{}.org", labels.join("."));
+    let addresses = [
+        "visitor@example.org",
+        " Visitor.Name+forms@example.org ",
+        "o'brien@mail.example.co.uk",
+        "a@xn--bcher-kva.example",
+        "x!#$%&'*+-/=^_`{|}~?@example.org",
+        "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax?=@example.org",
+        "victim=?x@example.org",
+        "victim?=@example.org",
+        "\"victim\"@example.org",
+        "victim(comment)@example.org",
+        "victim@[127.0.0.1]",
+        "victim@localhost",
+        ".victim@example.org",
+        "victim.@example.org",
+        "vic..tim@example.org",
+        "victim@-example.org",
+        "victim@example-.org",
+        "victim@example.org.",
+        "victim@exa_mple.org",
+        "victim@@example.org",
+        "vic tim@example.org",
+        "victim\t@example.org",
+        "victim@example.org\r\nBcc: x@example.org",
+        "vïctim@example.org",
+        "victim@bücher.example",
+        "Victim <victim@example.org>",
+        "a@x.org, b@y.org",
+        "",
+        &long_local,
+        &longest_local,
+        &long_label,
+        &long,
+    ];
+    for address in addresses {
+        let fields = json!({ "email": [address] })
+            .to_string()
+            .replace('\'', "''");
+        let by_intake = db
+            .count(&format!(
+                "SELECT count(*) AS n WHERE submitted_address('{fields}'::json, 'email') IS NOT NULL"
+            ))
+            .await;
+        assert_eq!(
+            by_intake == 1,
+            plain_address(address).is_some(),
+            "{address:?}"
+        );
+    }
+    // One mailbox, one key, whatever the spelling; another mailbox, another key.
+    let keys = db
+        .count(
+            "SELECT count(DISTINCT autoresponder_address_digest(a)) AS n FROM unnest(ARRAY[\
+             'victim@example.org', 'Victim@Example.ORG', 'victim+1@example.org', \
+             'v.i.c.t.i.m+x.y@example.org', 'victim+@example.org']) AS a",
+        )
+        .await;
+    assert_eq!(keys, 1);
+    let keys = db
+        .count(
+            "SELECT count(DISTINCT autoresponder_address_digest(a)) AS n FROM unnest(ARRAY[\
+             'victim@example.org', 'victim@example.net', 'victim-1@example.org']) AS a",
+        )
+        .await;
+    assert_eq!(keys, 3);
+}

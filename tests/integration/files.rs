@@ -1277,3 +1277,310 @@ async fn an_idempotency_key_covers_the_files() {
         "the repeats' files are removed"
     );
 }
+
+/// Sends a request head declaring `declared` bytes and then `sent` over a raw connection,
+/// and keeps the connection open without sending the rest: answers the status line and
+/// body the server sent back, or panics when none came within 60 s (the server would only
+/// answer at the upload timeout, set far beyond that, if it waited for the rest).
+async fn send_part_and_hold(
+    addr: std::net::SocketAddr,
+    endpoint: &str,
+    sent: &[u8],
+    declared: usize,
+) -> (String, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /f/{endpoint} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: {}\r\nContent-Length: {declared}\r\n\r\n",
+        content_type()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.write_all(sent).await.unwrap();
+    stream.flush().await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let read = async {
+        loop {
+            let n = stream.read(&mut buffer).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buffer[..n]);
+            let text = String::from_utf8_lossy(&answer);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|line| {
+                        line.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    break;
+                }
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read)
+        .await
+        .expect("an answer while the rest of the body is still owed");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").expect("a whole answer");
+    let status = head.lines().next().unwrap_or_default().to_string();
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+/// Many empty parts are refused at the first past `FORMS_MAX_FIELDS`, as soon as it
+/// arrives: the client sends that many parts of a body it declares far longer and sends
+/// no more, and still gets its answer. Text parts and file inputs left empty (which
+/// store nothing) count alike.
+#[tokio::test(flavor = "multi_thread")]
+async fn many_empty_parts_are_refused_at_the_first_part_past_the_field_limit() {
+    let vars = with(
+        DEV,
+        &[
+            ("FORMS_MAX_FIELDS".to_string(), "5".to_string()),
+            (
+                "FORMS_FILE_UPLOAD_TIMEOUT_SECONDS".to_string(),
+                "3000".to_string(),
+            ),
+            (
+                "FORMS_FILE_SWEEP_GRACE_SECONDS".to_string(),
+                "3600".to_string(),
+            ),
+        ],
+    );
+    let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "flood", None, json!({})).await;
+    let text = format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n\r\n");
+    let empty_file = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"cv\"; filename=\"\"\r\nContent-Type: application/octet-stream\r\n\r\n\r\n"
+    );
+    for part in [&text, &empty_file] {
+        // Six parts and the start of a seventh boundary, of a body declared 20 MB.
+        let sent = format!("{}--{BOUNDARY}\r\n", part.repeat(6));
+        let (status, answer) =
+            send_part_and_hold(app.addr, "flood", sent.as_bytes(), 20 << 20).await;
+        assert!(status.contains(" 422 "), "{status}: {answer}");
+        assert_eq!(answer["error"]["code"], "too_many_fields", "{answer}");
+        assert_eq!(
+            answer["error"]["details"],
+            json!({"limit": 5, "received": 6})
+        );
+    }
+    // Five are still a submission.
+    let body = multipart(&[
+        Part::Text("a", "1"),
+        Part::Text("a", "2"),
+        Part::Text("a", "3"),
+        Part::Text("a", "4"),
+        Part::File("cv", "cv.png", PNG),
+        Part::Text("a", "5"),
+    ]);
+    let (status, receipt) = post(&app, "flood", body).await;
+    assert_eq!(status, 202, "{receipt}");
+    assert_eq!(app.stored_counts().await.0, 1);
+}
+
+/// Each part's headers and name count against `FORMS_MAX_BODY_BYTES` with the text
+/// values, also on an endpoint that takes files (whose body may be far longer): text
+/// parts with empty values but long headers are refused, and nothing is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn part_headers_and_names_count_against_the_text_allowance() {
+    let vars = with(
+        DEV,
+        &[("FORMS_MAX_BODY_BYTES".to_string(), "2000".to_string())],
+    );
+    let app = TestApp::start_with(&borrowed(&vars), Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "padded", None, json!({})).await;
+    let padded = |name: &str| {
+        format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"\r\nX-Padding: {}\r\n\r\n\r\n",
+            "p".repeat(900)
+        )
+    };
+    let body = format!(
+        "{}{}{}--{BOUNDARY}--\r\n",
+        padded("a"),
+        padded("b"),
+        padded("c")
+    );
+    let (status, answer) = post(&app, "padded", body.into_bytes()).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(answer["error"]["code"], "request_body_too_large");
+    assert_eq!(answer["error"]["details"], json!({"limit_bytes": 2000}));
+    // A name as long as the allowance, in a part of no value, is refused as well.
+    let body = format!(
+        "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{}\"\r\n\r\n\r\n--{BOUNDARY}--\r\n",
+        "n".repeat(2000)
+    );
+    let (status, answer) = post(&app, "padded", body.into_bytes()).await;
+    assert_eq!(status, 413, "{answer}");
+    assert_eq!(app.stored_counts().await.0, 0);
+    assert_eq!(file_rows(&app.db).await, (0, 0));
+}
+
+/// A file's name must agree with the type judged from its content: an SVG without an XML
+/// declaration is text, and is not kept as `x.svg` (nor as `x.svg.`, which Windows saves
+/// as `x.svg`). Refused with `422 file_name_not_allowed`; nothing is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_name_that_disagrees_with_the_content_is_refused() {
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "named", None, json!({})).await;
+    let svg: &[u8] =
+        b"<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"alert(1)\"><script>alert(2)</script></svg>";
+    for (file_name, bytes, detected) in [
+        ("x.svg", svg, "text/plain"),
+        ("X.SVG", svg, "text/plain"),
+        ("x.svg.", svg, "text/plain"),
+        (
+            "x.js",
+            b"document.cookie = 'x=1';\n".as_slice(),
+            "text/plain",
+        ),
+        ("cat.jpg", PNG, "image/png"),
+    ] {
+        let body = multipart(&[Part::Text("a", "1"), Part::File("cv", file_name, bytes)]);
+        let (status, answer) = post(&app, "named", body).await;
+        assert_eq!(status, 422, "{file_name}: {answer}");
+        assert_eq!(answer["error"]["code"], "file_name_not_allowed", "{answer}");
+        assert_eq!(
+            answer["error"]["details"],
+            json!({"field": "cv", "detected": detected}),
+            "{file_name}"
+        );
+    }
+    assert_eq!(app.stored_counts().await.0, 0);
+    assert_eq!(file_rows(&app.db).await, (0, 0));
+    // The same content under a name that says what it is is taken.
+    let body = multipart(&[
+        Part::File("cv", "x.txt", svg),
+        Part::File("pic", "cat", PNG),
+    ]);
+    let (status, answer) = post(&app, "named", body).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(file_rows(&app.db).await.0, 2);
+}
+
+/// Bidirectional controls (U+202E after `invoice` makes `invoicefdp.txt` read
+/// `invoicetxt.pdf`) and
+/// other invisible characters are removed from a file's name before it is judged and
+/// stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn bidi_controls_and_invisible_characters_are_removed_from_file_names() {
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("files").await;
+    create_endpoint(&app, &key, "bidi", None, json!({})).await;
+    let mut body = Vec::new();
+    body.extend_from_slice(
+        format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"cv\"; filename*=UTF-8''invoice%E2%80%AEfdp%E2%80%8B%E2%81%A6.txt\r\n\r\nplain text\r\n--{BOUNDARY}--\r\n"
+        )
+        .as_bytes(),
+    );
+    let (status, receipt) = post(&app, "bidi", body).await;
+    assert_eq!(status, 202, "{receipt}");
+    let name: String = {
+        use diesel::QueryableByName;
+        #[derive(QueryableByName)]
+        struct Row {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            name: String,
+        }
+        let mut conn = app.db.connect().await;
+        let rows: Vec<Row> = diesel_async::RunQueryDsl::load(
+            diesel::sql_query("SELECT name FROM submission_files"),
+            &mut conn,
+        )
+        .await
+        .unwrap();
+        rows.into_iter().next().unwrap().name
+    };
+    assert_eq!(name, "invoicefdp.txt");
+    assert!(!name.chars().any(|c| ('\u{2000}'..='\u{206f}').contains(&c)));
+}
+
+/// A link handed to an API key (`Submission.files.downloadUrl`) stops working once that
+/// key is revoked, well before its seven days; links handed to other keys, and the
+/// webhook's, go on. The key cannot be taken off the link.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_handed_to_a_key_stops_working_when_the_key_is_revoked() {
+    use hymical_forms::testing::model::ids::KeyId;
+    use hymical_forms::testing::model::state::KeyRole;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, admin) = app.create_key("files").await;
+    let (reader_id, reader) = app.create_key_with_role("dashboard", KeyRole::Read).await;
+    create_endpoint(&app, &admin, "revocable", None, json!({})).await;
+    let body = multipart(&[Part::File("cv", "cv.png", PNG)]);
+    let (status, receipt) = post(&app, "revocable", body).await;
+    assert_eq!(status, 202, "{receipt}");
+    let submission = receipt["submission_id"].as_str().unwrap().to_string();
+    let link = |key: String| {
+        let app = &app;
+        let submission = submission.clone();
+        async move {
+            let answer = data(
+                app.gql(
+                    &key,
+                    "query($id: ID!) { submission(id: $id) { files { downloadUrl } } }",
+                    json!({ "id": submission }),
+                )
+                .await,
+            );
+            link_parts(
+                answer["submission"]["files"][0]["downloadUrl"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .0
+        }
+    };
+    let read_link = link(reader.clone()).await;
+    let admin_link = link(admin.clone()).await;
+    assert!(
+        read_link.contains(&format!("&key={reader_id}&")),
+        "{read_link}"
+    );
+    let status = |path: String| {
+        let app = &app;
+        async move {
+            let response = app.http.get(app.url(&path)).send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    assert_eq!(status(read_link.clone()).await.0, 200);
+    // Without its key the link is not this server's.
+    let (path, query) = read_link.split_once('?').unwrap();
+    let stripped: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.starts_with("key="))
+        .collect();
+    let (code, answer) = status(format!("{path}?{}", stripped.join("&"))).await;
+    assert_eq!(code, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "file_link_invalid");
+
+    let mut conn = app.db.connect().await;
+    hymical_forms::testing::db::keys::revoke(
+        &mut conn,
+        &KeyId::parse(&reader_id).unwrap(),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let (code, answer) = status(read_link).await;
+    assert_eq!(code, 410, "{answer}");
+    assert_eq!(answer["error"]["code"], "file_link_expired");
+    assert_eq!(
+        status(admin_link).await.0,
+        200,
+        "another key's link goes on"
+    );
+}

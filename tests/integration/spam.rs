@@ -72,7 +72,9 @@ impl FakeVerifier {
             ("FORMS_CAPTCHA_HCAPTCHA_VERIFY_URL", self.url("/hcaptcha")),
             ("FORMS_CAPTCHA_RECAPTCHA_VERIFY_URL", self.url("/recaptcha")),
             ("FORMS_CAPTCHA_VERIFY_TIMEOUT_SECONDS", "1".into()),
-            ("FORMS_AKISMET_URL", self.url("/akismet/1.1/")),
+            // Without its final `/`, which is added (issue 47: the base was once used as
+            // written, and `comment-check` went to `…/1.1comment-check`).
+            ("FORMS_AKISMET_URL", self.url("/akismet/1.1")),
             ("FORMS_AKISMET_API_KEY", AKISMET_KEY.into()),
         ]
     }
@@ -451,7 +453,7 @@ async fn an_unreachable_captcha_provider_refuses_or_files_into_the_spam_folder()
     )
     .await;
     assert_eq!(error_code(&answer).0, "INVALID_INPUT", "{answer}");
-    assert_eq!(error_code(&answer).1["field"], "captchaSecret");
+    assert_eq!(error_code(&answer).1["field"], "captcha.secret");
 }
 
 #[tokio::test]
@@ -499,11 +501,11 @@ async fn rules_file_spam_in_the_spam_folder_answered_as_accepted() {
         (json!({ "maxLinks": -1 }), "maxLinks"),
         (
             json!({ "captcha": { "provider": "TURNSTILE", "secret": SECRET, "minScore": 0.5 } }),
-            "captchaMinScore",
+            "captcha.minScore",
         ),
         (
             json!({ "captcha": { "provider": "RECAPTCHA_V3", "secret": SECRET } }),
-            "captchaMinScore",
+            "captcha.minScore",
         ),
     ] {
         let mut input = input;
@@ -1173,4 +1175,216 @@ async fn post_from(
         .await;
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
+}
+
+/// An app pointed at the fake, with `FORMS_SPAM_SCREENING_BUDGET_SECONDS` set.
+async fn app_with_budget(fake: &FakeVerifier, budget: &str) -> TestApp {
+    let mut owned = fake.vars();
+    owned.push(("FORMS_SPAM_SCREENING_BUDGET_SECONDS", budget.into()));
+    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestApp::start_with(&pairs, Arc::new(SystemClock)).await
+}
+
+/// Patterns that cost the rules real work on a large value: no literal to look for
+/// first, and Unicode word boundaries over text that is not ASCII, so each one walks
+/// the whole value.
+fn costly_patterns() -> Vec<String> {
+    (2..12)
+        .map(|n| format!(r"\b\w+\s+\w+\s+\w+\s+\d{{{n}}}\b"))
+        .collect()
+}
+
+/// A form of 4 values of 16,000 characters that none of [`costly_patterns`] matches.
+fn large_form() -> Vec<(String, String)> {
+    let value: String = "lorem ipsum dolé sit amet "
+        .chars()
+        .cycle()
+        .take(16_000)
+        .collect();
+    (0..4)
+        .map(|i| (format!("field{i}"), value.clone()))
+        .collect()
+}
+
+/// Each way around the local rules found from outside is caught through `POST /f/{id}`:
+/// the submission lands in the spam folder, answered as an accepted one, nothing
+/// delivered (docs/intake.md, "The rules", what is normalised).
+#[tokio::test]
+async fn normalised_bypasses_land_in_the_spam_folder() {
+    let (_fake, receiver, app, key) = started().await;
+    endpoint(&app, &key, "norm", &receiver.url("/hook")).await;
+    data(
+        protect(
+            &app,
+            &key,
+            json!({
+                "endpointId": "norm",
+                "maxLinks": 0,
+                // The operator's own rule written with a Cyrillic а: normalised too.
+                "blockedWords": ["vi\u{0430}gra"],
+                "blockedPatterns": ["^buy\\s+casino"],
+                "blockedSenders": ["spam.example."],
+            }),
+        )
+        .await,
+    );
+    let cases: &[(&str, &str, &str)] = &[
+        ("message", "buy_viagra", "a blocked word"),
+        ("message", "vi\u{200B}agra", "a blocked word"),
+        ("message", "vi\u{0430}gra", "a blocked word"),
+        (
+            "message",
+            "\u{FF56}\u{FF49}\u{FF41}\u{FF47}\u{FF52}\u{FF41}",
+            "a blocked word",
+        ),
+        (
+            "message",
+            "buy c\u{0430}s\u{0456}n\u{043E}",
+            "blocked pattern 1",
+        ),
+        ("email", "x@spam.example.", "blocked sender spam.example"),
+        (
+            "message",
+            "\u{FF48}\u{FF54}\u{FF54}\u{FF50}\u{FF53}://a.example",
+            "1 links, more than the 0 allowed",
+        ),
+        (
+            "message",
+            "see //a.example",
+            "1 links, more than the 0 allowed",
+        ),
+    ];
+    let mut spam_ids = Vec::new();
+    for (field, value, reason) in cases {
+        let (status, receipt) = post(&app, "norm", &[(*field, *value)]).await;
+        assert_eq!(status, 202, "{reason}: {receipt}");
+        assert_eq!(receipt["delivery"]["queued"], true, "answered as accepted");
+        let id = receipt["submission_id"].as_str().unwrap().to_string();
+        let stored = submission(&app, &key, &id).await;
+        assert_eq!(stored["spam"], true, "{value:?} is caught");
+        assert_eq!(stored["spamReasons"], json!([reason]), "{value:?}");
+        assert_eq!(stored["deliveries"], json!([]), "no delivery for spam");
+        // What is stored is what was sent, not its normal form.
+        assert_eq!(stored["fields"][0]["values"], json!([value]));
+        spam_ids.push(id);
+    }
+    let (status, receipt) = post(&app, "norm", &[("message", "hello, no links")]).await;
+    assert_eq!(status, 202);
+    let accepted = submission(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
+    assert_eq!(accepted["spam"], false);
+    let mut in_spam = folder(&app, &key, "norm", "SPAM").await;
+    in_spam.sort();
+    spam_ids.sort();
+    assert_eq!(in_spam, spam_ids);
+}
+
+/// Costly rules run beside the runtime, not on it: on this test's single-threaded
+/// runtime, which also serves the app, the test sees submissions being judged and
+/// `/health` answers while they are (judged on the request's task, nothing else of
+/// this thread would run until they were done).
+#[tokio::test]
+async fn costly_rules_run_off_the_runtime_and_health_answers_meanwhile() {
+    let fake = FakeVerifier::start().await;
+    let app = app_with_budget(&fake, "600").await;
+    let (_, key) = app.create_key("ops").await;
+    let receiver = Receiver::start().await;
+    endpoint(&app, &key, "costly", &receiver.url("/hook")).await;
+    data(
+        protect(
+            &app,
+            &key,
+            json!({ "endpointId": "costly", "blockedPatterns": costly_patterns() }),
+        )
+        .await,
+    );
+    let form = large_form();
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let screening = &app.app.intake.screening;
+    let watch = async {
+        // Bounded: at most 6,000 looks.
+        let mut seen = false;
+        for _ in 0..6000 {
+            if screening.judging_now() >= 1 {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            seen,
+            "the test never ran while a submission was being judged"
+        );
+        let health = app.http.get(app.url("/health")).send().await.unwrap();
+        assert_eq!(health.status(), 200);
+        assert!(
+            screening.judging_now() >= 1,
+            "/health answered while submissions were being judged"
+        );
+    };
+    let (first, second, third, ()) = tokio::join!(
+        post(&app, "costly", &form),
+        post(&app, "costly", &form),
+        post(&app, "costly", &form),
+        watch
+    );
+    for (status, receipt) in [first, second, third] {
+        assert_eq!(status, 202, "{receipt}");
+        let stored = submission(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
+        assert_eq!(
+            stored["spam"], false,
+            "the rules finished and let it through"
+        );
+    }
+    assert_eq!(screening.judging_now(), 0);
+}
+
+/// Rules that give no verdict within `FORMS_SPAM_SCREENING_BUDGET_SECONDS` follow the
+/// endpoint's policy for a verifier that gives none: `REFUSE` answers 503 and stores
+/// nothing; `SPAM` files the submission in the spam folder.
+#[tokio::test]
+async fn rules_past_their_budget_follow_the_verifier_policy() {
+    let fake = FakeVerifier::start().await;
+    let app = app_with_budget(&fake, "0.001").await;
+    let (_, key) = app.create_key("ops").await;
+    let receiver = Receiver::start().await;
+    endpoint(&app, &key, "budget", &receiver.url("/hook")).await;
+    data(
+        protect(
+            &app,
+            &key,
+            json!({ "endpointId": "budget", "blockedPatterns": costly_patterns() }),
+        )
+        .await,
+    );
+    let form = large_form();
+    let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let before = app.stored_counts().await;
+    let (status, body) = post(&app, "budget", &form).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "verifier_unavailable");
+    assert_eq!(body["error"]["details"]["verifier"], "screening");
+    assert_eq!(app.stored_counts().await, before, "refused: nothing stored");
+
+    data(
+        protect(
+            &app,
+            &key,
+            json!({
+                "endpointId": "budget",
+                "blockedPatterns": costly_patterns(),
+                "whenVerifierUnreachable": "SPAM",
+            }),
+        )
+        .await,
+    );
+    let (status, receipt) = post(&app, "budget", &form).await;
+    assert_eq!(status, 202, "{receipt}");
+    assert_eq!(receipt["delivery"]["queued"], true, "answered as accepted");
+    let stored = submission(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
+    assert_eq!(stored["spam"], true);
+    assert_eq!(
+        stored["spamReasons"],
+        json!(["the spam rules did not finish in time"])
+    );
+    assert_eq!(stored["deliveries"], json!([]));
 }

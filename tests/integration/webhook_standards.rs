@@ -344,3 +344,87 @@ async fn rotation_keeps_both_secrets_verifying_for_the_overlap_and_then_only_the
         "overlapSeconds"
     );
 }
+
+/// An operational webhook (an operator alert) is a Standard Webhook and nothing more:
+/// received by a real receiver, it carries `webhook-id`, `webhook-timestamp` and a
+/// `webhook-signature` that every library verifies with `FORMS_ALERT_WEBHOOK_SECRET`
+/// (and refuses once tampered with), and no `Hymical-Signature`, whose HMAC of the body
+/// alone, with no time in it, would let a captured alert be replayed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operational_webhook_carries_the_standard_headers_alone_and_verifies() {
+    use base64::Engine;
+    let receiver = Receiver::start().await;
+    let operators = Receiver::start().await;
+    let alert_secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode([42u8; 32])
+    );
+    let alert_url = operators.url("/alerts");
+    let vars = [
+        ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ("FORMS_WEBHOOK_MAX_ATTEMPTS", "1"),
+        ("FORMS_ENDPOINT_PAUSE_AFTER_FAILED_DELIVERIES", "3"),
+        ("FORMS_ENDPOINT_WARN_AFTER_FAILED_DELIVERIES", "1"),
+        ("FORMS_ALERT_WEBHOOK_URL", alert_url.as_str()),
+        ("FORMS_ALERT_WEBHOOK_SECRET", alert_secret.as_str()),
+    ];
+    let app =
+        TestApp::start_with(&vars, Arc::new(hymical_forms::testing::clock::SystemClock)).await;
+    let (_, key) = app.create_key("alerts").await;
+    create_endpoint(&app, &key, "alerting", &receiver.url("/failing")).await;
+    app.submit("alerting", "n=1").await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    // The run is counted (and the alert owed) after the attempt is committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while app
+        .db
+        .count("SELECT count(*) AS n FROM operator_alerts")
+        .await
+        < 1
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no alert was ever owed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    app.alert_sender().send_due().await;
+    let alerts = operators.wait_for(1).await;
+    assert_eq!(alerts.len(), 1);
+    let alert = &alerts[0];
+    let body: Value = serde_json::from_slice(&alert.body).unwrap();
+    assert_eq!(body["type"], "destination.failing", "{body}");
+
+    assert!(
+        !alert.headers.contains_key("hymical-signature"),
+        "an operational webhook carries Hymical-Signature: {:?}",
+        alert.headers
+    );
+    assert!(header(alert, "webhook-id").starts_with("alert_"));
+    let timestamp: i64 = header(alert, "webhook-timestamp").parse().unwrap();
+    assert!(
+        (Utc::now().timestamp() - timestamp).abs() < 60,
+        "{timestamp}"
+    );
+    let signature = header(alert, "webhook-signature");
+    assert!(
+        signature.starts_with("v1,") && !signature.contains(' '),
+        "{signature}"
+    );
+    judged(
+        &Case::of(alert, &alert_secret),
+        true,
+        None,
+        "an operator alert",
+    )
+    .await;
+    let mut tampered = Case::of(alert, &alert_secret);
+    let at = tampered
+        .body
+        .iter()
+        .position(|b| *b == b'f')
+        .expect("the type is in the body");
+    tampered.body[at] = b'F';
+    judged(&tampered, false, Some("signature"), "a tampered alert").await;
+}

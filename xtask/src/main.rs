@@ -2,14 +2,15 @@
 //! cargo commands (the alias is in `.cargo/config.toml`).
 //!
 //! The test suite runs real programs that `cargo test` cannot build or install: a
-//! PostgreSQL server, pg_auto_failover, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
+//! PostgreSQL server, pg_auto_failover, iptables, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
 //! Python 3 with venv, aiosmtpd, systemd-analyze. `cargo xtask setup` looks for each of them and
 //! installs the Debian packages of the missing ones in one `apt-get install` (as root;
 //! otherwise it prints the command to run). Then it looks for moto's S3 server (PyPI, not
 //! a Debian package) and, when missing, installs it with pip into a virtualenv under
 //! `target/` (tests/s3-server/). `cargo xtask test [ARGS…]` does the same, then
-//! `cargo test [ARGS…]` and, without ARGS, a short coverage-guided fuzzing pass: the
-//! README's second command, and what CI runs. Standard library only, so that it builds in
+//! `cargo test [ARGS…]` and, without ARGS, every benchmark in its smoke configuration
+//! (`cargo test --bench '*'`: seconds each, failing when one produced no figures) and a
+//! short coverage-guided fuzzing pass: the README's second command, and what CI runs. Standard library only, so that it builds in
 //! seconds, before anything else.
 
 use std::env;
@@ -22,8 +23,9 @@ use std::process::{Command, ExitCode, ExitStatus, Stdio};
 
 const USAGE: &str = "\
 usage: cargo xtask setup           install the programs the test suite needs (Debian packages)
-       cargo xtask test [ARGS…]    setup, then `cargo test [ARGS…]`; without ARGS, then a
-                                   15-second coverage-guided fuzzing pass (`fuzz/run 15`)";
+       cargo xtask test [ARGS…]    setup, then `cargo test [ARGS…]`; without ARGS, then every
+                                   benchmark in its smoke configuration (`cargo test --bench '*'`)
+                                   and a 15-second coverage-guided fuzzing pass (`fuzz/run 15`)";
 
 /// Seconds per fuzz target in the pass after the test suite (the long run is `fuzz/run`).
 const FUZZ_SECONDS: &str = "15";
@@ -46,6 +48,11 @@ const NEEDS: &[Need] = &[
         name: "pg_auto_failover (pg_autoctl and its monitor extension, PostgreSQL 15)",
         packages: &["postgresql-15-auto-failover", "pg-auto-failover-cli"],
         find: pg_auto_failover,
+    },
+    Need {
+        name: "iptables (the failover test cuts a node off on loopback)",
+        packages: &["iptables"],
+        find: iptables,
     },
     Need {
         name: "node",
@@ -233,6 +240,16 @@ fn test(args: &[OsString]) -> Result<(), Failure> {
         .args(args)
         .current_dir(&root))?;
     if args.is_empty() {
+        // Every benchmark (benches/*.rs) in its smoke configuration: seconds each, so that
+        // one whose set-up no longer matches the product fails here rather than printing
+        // empty figures months later (docs/BENCHMARKS.md). `cargo test` runs a
+        // `harness = false` benchmark's `main` without `--bench`, which selects the smoke
+        // configuration; BENCH_SMOKE=1 says so explicitly.
+        println!("xtask: BENCH_SMOKE=1 cargo test --no-fail-fast --bench '*'");
+        run(Command::new(&cargo)
+            .args(["test", "--no-fail-fast", "--bench", "*"])
+            .env("BENCH_SMOKE", "1")
+            .current_dir(&root))?;
         // The long run is `fuzz/run` alone (docs/RELIABILITY.md).
         println!("xtask: fuzz/run {FUZZ_SECONDS}");
         run(Command::new(root.join("fuzz/run"))
@@ -448,6 +465,15 @@ fn pg_auto_failover() -> Option<String> {
     let extension = Path::new("/usr/share/postgresql/15/extension/pgautofailover.control");
     let program = on_path("pg_autoctl")?;
     extension.exists().then(|| program.display().to_string())
+}
+
+/// tests/faults/failover.rs drops a node's packets with it. Debian installs it in
+/// /usr/sbin, which a user's PATH may lack.
+fn iptables() -> Option<String> {
+    on_path("iptables")
+        .or_else(|| Some(PathBuf::from("/usr/sbin/iptables")).filter(|p| is_executable(p)))
+        .as_deref()
+        .and_then(found)
 }
 
 fn python3() -> Option<String> {

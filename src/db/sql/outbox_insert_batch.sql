@@ -102,7 +102,9 @@ WITH input AS (
 ), autoresponse AS (
     -- An autoresponder answers a submission whose field holds exactly one plain address
     -- (what the worker checks again: email.rs `submitter_address`), at most once per
-    -- address per its window: the first submission of the batch naming an address takes
+    -- mailbox per its window (the address keyed by autoresponder_address_digest: case,
+    -- `+tag` and local-part dots folded; migration autoresponder_addresses): the first
+    -- submission of the batch naming an address takes
     -- it, and an address answered before gets its row back only once its quiet time has
     -- passed (the row lock of `ON CONFLICT` orders concurrent batches). What it returns
     -- is what gets a delivery.
@@ -114,7 +116,7 @@ WITH input AS (
            c.submission_id
     FROM (
         SELECT ld.id AS destination_id, ld.reply_window_seconds, s.id AS submission_id,
-               i.position, md5(lower(a.address)) AS digest
+               i.position, autoresponder_address_digest(a.address) AS digest
         FROM delivered_submission s
         JOIN input i ON i.id = s.id
         JOIN live_destination ld ON ld.endpoint_id = s.endpoint_id AND ld.kind = 'autoresponder'

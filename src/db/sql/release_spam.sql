@@ -29,7 +29,7 @@ WITH released AS (
 ), autoresponse AS (
     INSERT INTO autoresponder_recipients AS r
         (destination_id, address_digest, quiet_until, submission_id)
-    SELECT ld.id, md5(lower(a.address)),
+    SELECT ld.id, autoresponder_address_digest(a.address),
            coalesce($2, statement_timestamp()) + make_interval(secs => ld.reply_window_seconds),
            s.id
     FROM released s

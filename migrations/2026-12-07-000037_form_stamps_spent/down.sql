@@ -1,0 +1,1 @@
+DROP TABLE form_stamps_spent;
