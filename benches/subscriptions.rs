@@ -199,6 +199,7 @@ fn main() {
         false,
     ));
     runtime.block_on(intake_cost(
+        &cluster,
         clients.handle(),
         server.addr,
         &key,
@@ -883,8 +884,21 @@ fn client_cpu_seconds() -> f64 {
 }
 
 /// One intake round from [`CLIENTS`] addresses: the accepted rate (the CPU per accepted
-/// submission and the latency printed).
-async fn intake_round(addr: SocketAddr, concurrency: usize, duration: Duration) -> f64 {
+/// submission and the latency printed). The CPU is given for this process, for the
+/// PostgreSQL server (counted by process, so that it tells the database's share from
+/// whatever else runs on a shared machine) and for the whole machine. With
+/// `BENCH_STATEMENTS=1`, the round's statements by time.
+async fn intake_round(
+    cluster: &BenchCluster,
+    label: &str,
+    addr: SocketAddr,
+    concurrency: usize,
+    duration: Duration,
+) -> f64 {
+    // Forgets the statements before the round (printing them, when asked).
+    cluster.print_statements("between rounds").await;
+    let postmaster = cluster.postmaster_pid();
+    let database_before = common::server_cpu_seconds(postmaster);
     let result = offer_spread_load(
         addr,
         concurrency,
@@ -893,14 +907,23 @@ async fn intake_round(addr: SocketAddr, concurrency: usize, duration: Duration) 
         &["/f/bench".to_string()],
     )
     .await;
+    let database = common::server_cpu_seconds(postmaster) - database_before;
+    let accepted = (result.rate * duration.as_secs_f64()).max(1.0);
     println!(
-        "    CPU per accepted submission: this process {:.0} µs, whole machine {:.0} µs; latency p50 {:.1} ms, p99 {:.1} ms",
-        result.cpu_process_us, result.cpu_machine_us, result.p50_ms, result.p99_ms
+        "    CPU per accepted submission: this process {:.0} µs, PostgreSQL {:.0} µs, whole machine {:.0} µs; latency p50 {:.1} ms, p99 {:.1} ms",
+        result.cpu_process_us,
+        1e6 * database / accepted,
+        result.cpu_machine_us,
+        result.p50_ms,
+        result.p99_ms
     );
+    cluster.print_statements(label).await;
     result.rate
 }
 
+#[allow(clippy::too_many_arguments)] // the run's shape, each named at the call
 async fn intake_cost(
+    cluster: &BenchCluster,
     clients: &tokio::runtime::Handle,
     addr: SocketAddr,
     key: &str,
@@ -910,7 +933,14 @@ async fn intake_cost(
     rounds: u64,
 ) {
     // Warm-up: fills caches and prepared statements on every connection.
-    intake_round(addr, concurrency, Duration::from_secs(2)).await;
+    intake_round(
+        cluster,
+        "warm-up",
+        addr,
+        concurrency,
+        Duration::from_secs(2),
+    )
+    .await;
     let arms = [
         ("B, failures dashboards", ALERTING_SUBSCRIPTION.to_string()),
         ("C, every event", query()),
@@ -922,7 +952,7 @@ async fn intake_cost(
     // Frames the subscribers of every event (arm C) received, all rounds together.
     let mut every_event_frames = 0;
     for round in 1..=rounds {
-        let a = intake_round(addr, concurrency, duration).await;
+        let a = intake_round(cluster, "A", addr, concurrency, duration).await;
         println!("round {round} A, no subscribers: {a:.0}/s");
         without.push(a);
         for (arm, (name, query)) in arms.iter().enumerate() {
@@ -944,7 +974,7 @@ async fn intake_cost(
                 .collect();
             tokio::time::sleep(Duration::from_secs(1)).await;
             let started = Instant::now();
-            let b = intake_round(addr, concurrency, duration).await;
+            let b = intake_round(cluster, name, addr, concurrency, duration).await;
             let elapsed = started.elapsed().as_secs_f64();
             let _ = stop.send(true);
             let mut frames = 0;

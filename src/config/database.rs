@@ -56,15 +56,25 @@ pub(super) fn read(r: &mut Reader) -> DatabaseConfig {
         "a postgres:// or postgresql:// URL or libpq keyword=value pairs, or unset for the embedded cluster",
     );
     let read = super::replica::read(r, url.is_some());
+    let network_timeout = r.seconds(
+        "FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS",
+        NETWORK_TIMEOUT_DEFAULT.as_secs_f64(),
+    );
+    // TCP keepalive counts whole seconds: below one it would be refused by the kernel (or
+    // turned into no probe at all).
+    if network_timeout < Duration::from_secs(1) {
+        r.fail(
+            "FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS",
+            format!("{} s is below 1 s", network_timeout.as_secs_f64()),
+            "a number of seconds, at least 1",
+        );
+    }
     DatabaseConfig {
         url,
         pool_size: r.integer("FORMS_DATABASE_POOL_SIZE", 16, 1, 10_000) as u32,
         statement_timeout: r.seconds("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", 30.0),
         connect_timeout: r.seconds("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", 5.0),
-        network_timeout: r.seconds(
-            "FORMS_DATABASE_NETWORK_TIMEOUT_SECONDS",
-            NETWORK_TIMEOUT_DEFAULT.as_secs_f64(),
-        ),
+        network_timeout,
         idle_in_transaction_timeout: r
             .seconds("FORMS_DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", 60.0),
         data_dir: PathBuf::from(

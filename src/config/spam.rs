@@ -1,6 +1,8 @@
 //! `FORMS_CAPTCHA_*`, `FORMS_AKISMET_*`, `FORMS_SPAM_RETENTION_DAYS`,
-//! `FORMS_FORM_STAMP_MAX_AGE_SECONDS`: the services that
-//! judge submissions and how long spam is kept (docs/intake.md, "Spam"). Which endpoint
+//! `FORMS_SPAM_SCREENING_BUDGET_SECONDS` (how long an endpoint's own rules may take),
+//! `FORMS_FORM_STAMP_MAX_AGE_SECONDS` (how long a form stamp vouches for a submission):
+//! the services that judge submissions and how long spam is kept (docs/intake.md,
+//! "Spam"). Which endpoint
 //! uses which is an endpoint's setting; these say where the services are.
 
 use std::time::Duration;

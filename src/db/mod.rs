@@ -188,7 +188,9 @@ impl ConnectionSettings {
     /// last; each has its own connect timeout, and the next one starts as soon as the
     /// previous one fails or [`HOST_STAGGER`] after it started, whichever comes first, so
     /// that a host that never answers delays the others by the stagger at most once, not
-    /// by a connect timeout each time.
+    /// by a connect timeout each time. While a host has not answered, those that said no
+    /// are asked again every [`HOST_STAGGER`] (within the connect timeout): a standby
+    /// promoted while the old primary's packets are dropped is found at once.
     pub async fn connect(&self) -> Result<AsyncPgConnection, DbError> {
         use futures_util::stream::{FuturesUnordered, StreamExt};
         if let [config] = &*self.hosts {
@@ -197,16 +199,20 @@ impl ConnectionSettings {
                 Err(_) => Err(DbError::Deadline(self.connect_timeout)),
             };
         }
+        let begun = tokio::time::Instant::now();
+        // A host that said no is asked again only until then: the whole opening ends
+        // within a connect timeout of its last start.
+        let ask_again_until = begun + self.connect_timeout;
         let preferred = AtomicUsize::load(&self.preferred, Ordering::Relaxed);
         let mut order: Vec<usize> = (0..self.hosts.len()).collect();
         order.sort_by_key(|&index| {
             (
-                self.unanswered[index].load(Ordering::Relaxed),
+                std::sync::atomic::AtomicBool::load(&self.unanswered[index], Ordering::Relaxed),
                 index != preferred,
                 index,
             )
         });
-        let mut order = order.into_iter();
+        let mut waiting: std::collections::VecDeque<usize> = order.into();
         let attempt = |index: usize| async move {
             let started = tokio::time::Instant::now();
             let opened =
@@ -217,48 +223,68 @@ impl ConnectionSettings {
             (index, opened)
         };
         let mut attempts = FuturesUnordered::new();
-        let mut failures: Vec<(usize, String)> = Vec::new();
-        let mut next = order.next();
-        let mut next_at = tokio::time::Instant::now();
-        // Bounded: each host is started once, and each attempt ends within its timeout.
-        loop {
-            if next.is_none() && attempts.is_empty() {
-                break;
-            }
+        // Hosts that said no (a standby: read-only), to be asked again while another host
+        // has not answered: a standby promoted meanwhile is found by this opening, rather
+        // than by the next one after the silent host's whole connect timeout.
+        let mut again: Vec<(tokio::time::Instant, usize)> = Vec::new();
+        let mut failures = std::collections::BTreeMap::new();
+        let mut next_at = begun;
+        // Bounded: each host starts once from the list, is asked again at most once a
+        // stagger and only until `ask_again_until`, and each attempt ends within its
+        // timeout.
+        while !(attempts.is_empty() && waiting.is_empty()) {
+            let again_at = again.iter().map(|(at, _)| *at).min();
             tokio::select! {
-                () = tokio::time::sleep_until(next_at), if next.is_some() => {
-                    if let Some(index) = next.take() {
+                () = tokio::time::sleep_until(next_at), if !waiting.is_empty() => {
+                    if let Some(index) = waiting.pop_front() {
                         attempts.push(attempt(index));
-                        next = order.next();
                         next_at = tokio::time::Instant::now() + HOST_STAGGER;
                     }
                 }
+                () = tokio::time::sleep_until(again_at.unwrap_or(begun)), if again_at.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    let (due, later): (Vec<_>, Vec<_>) =
+                        again.into_iter().partition(|(at, _)| *at <= now);
+                    again = later;
+                    for (_, index) in due {
+                        attempts.push(attempt(index));
+                    }
+                }
                 Some((index, opened)) = attempts.next(), if !attempts.is_empty() => {
+                    let now = tokio::time::Instant::now();
                     match opened {
                         Ok(Ok(connection)) => {
                             self.preferred.store(index, Ordering::Relaxed);
                             return Ok(connection);
                         }
-                        Ok(Err(error)) => failures.push((
-                            index,
-                            format!("{}: {error}", host_name(&self.hosts[index])),
-                        )),
-                        Err(_) => failures.push((
-                            index,
-                            format!(
-                                "{}: no connection within {:?}",
-                                host_name(&self.hosts[index]),
-                                self.connect_timeout
-                            ),
-                        )),
+                        Ok(Err(error)) => {
+                            failures.insert(
+                                index,
+                                format!("{}: {error}", host_name(&self.hosts[index])),
+                            );
+                            let someone_silent = !attempts.is_empty() || !waiting.is_empty();
+                            if someone_silent && now + HOST_STAGGER < ask_again_until {
+                                again.push((now + HOST_STAGGER, index));
+                            }
+                        }
+                        Err(_) => {
+                            failures.insert(
+                                index,
+                                format!(
+                                    "{}: no connection within {:?}",
+                                    host_name(&self.hosts[index]),
+                                    self.connect_timeout
+                                ),
+                            );
+                        }
                     }
-                    // A host that answered no: the next one need not wait its turn.
-                    next_at = tokio::time::Instant::now();
+                    // A host that answered, whatever it said: the next one need not wait
+                    // its turn.
+                    next_at = now;
                 }
             }
         }
-        failures.sort_by_key(|(index, _)| *index);
-        let failures: Vec<String> = failures.into_iter().map(|(_, failure)| failure).collect();
+        let failures: Vec<String> = failures.into_values().collect();
         Err(DbError::Connect(diesel::ConnectionError::BadConnection(
             format!("no host could be used ({})", failures.join("; ")),
         )))

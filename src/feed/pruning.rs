@@ -37,6 +37,8 @@ const DAILY_EVENTS_UP_TO: chrono::Duration = chrono::Duration::days(31);
 /// At most this many partitions dropped per table and pass (a bound on the loop; a pass
 /// normally drops one or none).
 const MAX_DROPS: usize = 1000;
+/// At most this many batches of spent form stamps forgotten per pass (a million rows).
+const MAX_STAMP_BATCHES: usize = 100;
 /// How long a captcha token is remembered as seen: an hour, against the providers' few
 /// minutes of validity (Turnstile five, hCaptcha and reCAPTCHA two).
 pub const TOKEN_MEMORY: chrono::Duration = chrono::Duration::hours(1);
@@ -78,14 +80,22 @@ pub async fn prune_on_schedule(
             }
         }
         // Each spent stamp's row says when the stamp stops being accepted: past that,
-        // remembering it decides nothing.
-        if let Err(error) = db
-            .run(async |conn| {
-                crate::db::spam::forget_spent_form_stamps(conn, now, PRUNE_BATCH).await
-            })
-            .await
-        {
-            tracing::warn!(error = %error.summary(), "cannot forget the form stamps too old to be accepted");
+        // remembering it decides nothing. Batch after batch (a busy form spends more than
+        // one batch an hour), up to a bound; the next pass goes on.
+        for _ in 0..MAX_STAMP_BATCHES {
+            match db
+                .run(async |conn| {
+                    crate::db::spam::forget_spent_form_stamps(conn, now, PRUNE_BATCH).await
+                })
+                .await
+            {
+                Ok(forgotten) if (forgotten as i64) < PRUNE_BATCH => break,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(error = %error.summary(), "cannot forget the form stamps too old to be accepted");
+                    break;
+                }
+            }
         }
         if let Err(error) = make_partitions(db, now, retention).await {
             tracing::warn!(error = %error.summary(), "cannot make the history's partitions ahead; rows outside them go to the DEFAULT partitions meanwhile");

@@ -1,8 +1,7 @@
 //! `GET /files/{file_id}?expires=…&signature=…`: a file's bytes for whoever holds a link
 //! this server signed and that has not expired, nor been handed to an API key revoked
-//! since (docs/receiving-webhooks.md). The answer
-//! is an attachment with the type judged at upload, never rendered by a browser as a page
-//! of this origin.
+//! since (docs/receiving-webhooks.md). The answer is an attachment with the type judged
+//! at upload, never rendered by a browser as a page of this origin.
 
 use std::collections::HashMap;
 

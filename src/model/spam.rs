@@ -33,6 +33,13 @@ const MAX_PATTERN_LENGTH: usize = 500;
 /// is set, so judging a submission costs a bounded time (the regex crate runs in time
 /// linear in the input) and memory.
 const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+/// The blocked words are one expression of literals: 200 words of 200 characters, any
+/// case, need about 4 MiB compiled (8 MiB in a script of two-byte letters), far past
+/// one pattern's bound, so they have their own. Words that need more still (letters
+/// whose normal form is long) are refused when they are set. The words' lazy DFA gets
+/// a cache of its own size.
+const WORDS_SIZE_LIMIT: usize = 16 * 1024 * 1024;
+const WORDS_DFA_SIZE_LIMIT: usize = 2 * 1024 * 1024;
 /// A minimum fill time is 1 s to an hour.
 pub const MAX_MIN_FILL_SECONDS: i32 = 3600;
 /// A provider's secret key is at most 200 characters.
@@ -115,7 +122,16 @@ pub fn blocked_words(raw: &[String]) -> Result<Vec<String>, SettingError> {
         MAX_BLOCKED_WORDS,
         MAX_ENTRY_LENGTH,
     )?;
-    Ok(words.into_iter().map(|w| w.to_lowercase()).collect())
+    let words: Vec<String> = words.into_iter().map(|w| w.to_lowercase()).collect();
+    // They are matched as one expression, normalised: it must compile within the size
+    // bound too, or intake could not read the endpoint.
+    SpamRules::compile(None, &words, &[], &[]).map_err(|_| {
+        invalid(
+            Setting::BlockedWords,
+            "the words together are too long to match within the size bound",
+        )
+    })?;
+    Ok(words)
 }
 
 /// Blocked patterns: each a regular expression (the `regex` crate's syntax, matched
@@ -401,9 +417,14 @@ impl SpamRules {
             // Not `\b`: a word that ends in a symbol (`c++`) has no word boundary after it.
             // `_` separates words too (`buy_viagra`), though `\w` counts it a letter.
             let alternatives = alternatives.join("|");
-            Some(compile_pattern(&format!(
-                r"(?:^|[\W_])(?:{alternatives})(?:[\W_]|$)"
-            ))?)
+            // Built from escaped literals: nothing in it to normalise again.
+            Some(
+                RegexBuilder::new(&format!(r"(?:^|[\W_])(?:{alternatives})(?:[\W_]|$)"))
+                    .case_insensitive(true)
+                    .size_limit(WORDS_SIZE_LIMIT)
+                    .dfa_size_limit(WORDS_DFA_SIZE_LIMIT)
+                    .build()?,
+            )
         };
         Ok(SpamRules(Arc::new(CompiledRules {
             max_links: max_links.map(|n| usize::try_from(n).unwrap_or(0)),
@@ -469,6 +490,11 @@ impl SpamRules {
                 }
             }
         }
+        // One expression at a time rather than a `RegexSet`: the first matching rule's
+        // position is the reason, the deadline is looked at between them (a set's one
+        // pass over a value cannot be stopped), and each expression keeps its own lazy
+        // DFA cache within `PATTERN_SIZE_LIMIT`, where fifty patterns in one automaton
+        // would sooner exhaust a shared one and fall back to a slower engine.
         'patterns: for (number, pattern) in rules.patterns.iter().enumerate() {
             for value in &normal {
                 in_time()?;
@@ -627,6 +653,25 @@ mod tests {
             vec!["example.com", "a@b.example"]
         );
         assert!(blocked_senders(&["no-dot".into()]).is_err());
+        // Words whose normal form is long (U+FDFA is 18 letters) must still compile
+        // together, or they are refused when set.
+        let long: Vec<String> = (0..200)
+            .map(|i| format!("{i}{}", "\u{FDFA}".repeat(190)))
+            .collect();
+        assert!(blocked_words(&long).is_err());
+        assert!(blocked_words(&long[..2]).is_ok());
+        // The most words the settings allow, of the longest length, in any script.
+        for letters in ["abcdefghij", "\u{0430}\u{0431}\u{0432}\u{0433}\u{0434}"] {
+            let most: Vec<String> = (0..200)
+                .map(|i| {
+                    format!("{i}{}", letters.repeat(40))
+                        .chars()
+                        .take(200)
+                        .collect()
+                })
+                .collect();
+            assert!(blocked_words(&most).is_ok(), "{letters}");
+        }
         assert_eq!(
             blocked_senders(&["Spam.Example.".into(), "a@b.example.".into()]).expect("valid"),
             vec!["spam.example", "a@b.example"]

@@ -18,8 +18,8 @@ pub mod meters;
 use std::io::IsTerminal;
 
 use tracing::level_filters::LevelFilter;
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::layer::{Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
@@ -44,13 +44,21 @@ pub fn ceiling() -> Targets {
 }
 
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let registry = tracing_subscriber::registry().with(filter).with(ceiling());
+    let rust_log = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Both filters on the one layer that writes: a line must pass each. (`And` also
+    // hints the lower of their levels, so callsites above `RUST_LOG` stay off cheaply,
+    // the `log` crate's records included.)
+    let filter = rust_log.and(ceiling());
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry();
     // A second initialisation (tests) is harmless: the first subscriber stays.
     let _ = match format {
         LogFormat::Text => registry
-            .with(layer.with_ansi(std::io::stderr().is_terminal()))
+            .with(
+                layer
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_filter(filter),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(
@@ -58,7 +66,8 @@ pub fn init(format: LogFormat) {
                     .json()
                     .flatten_event(true)
                     .with_current_span(true)
-                    .with_span_list(false),
+                    .with_span_list(false)
+                    .with_filter(filter),
             )
             .try_init(),
     };

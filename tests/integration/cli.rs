@@ -29,7 +29,13 @@ fn an_invalid_variable_stops_the_process_naming_it() {
 #[test]
 fn a_url_setting_that_breaks_its_rule_exits_2_naming_it() {
     const ALERT_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-    let cases: &[(&str, &str, &[(&str, &str)])] = &[
+    /// A setting, a value its rule refuses, and the other settings it needs to be read.
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
         ("FORMS_DATABASE_URL", "mysql://u:p@127.0.0.1/forms", &[]),
         (
             "FORMS_DATABASE_READ_URL",

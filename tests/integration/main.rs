@@ -37,6 +37,7 @@ mod input_errors;
 mod intake;
 mod intake_browser;
 mod intake_idempotency;
+mod intake_screening;
 mod intake_rate_limits;
 mod keys;
 mod log_privacy;

@@ -562,6 +562,9 @@ async fn rules_file_spam_in_the_spam_folder_answered_as_accepted() {
     ];
     let mut spam_ids = Vec::new();
     for (fields, reason) in cases {
+        // A stamp vouches for one submission: each case has its own.
+        let stamp = form_stamp(&app, "rules").await;
+        clock.advance(chrono::Duration::seconds(5));
         let mut form: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
         form.push(("_hymical_stamp", &stamp));
         let (status, receipt) = post(&app, "rules", &form).await;

@@ -1,0 +1,275 @@
+//! Form stamps (`GET /f/{id}/stamp`) are single-use and expire, across processes; a
+//! captcha token is one token however much white space surrounds it (docs/intake.md,
+//! "Spam").
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::routing;
+use axum::{Form, Router};
+use chrono::{TimeZone, Utc};
+use hymical_forms::testing::clock::{ManualClock, SystemClock};
+use serde_json::{json, Value};
+
+use crate::harness::{TestApp, TestDb};
+
+const SECRET: &str = "test-captcha-secret";
+
+const VARS: &[(&str, &str)] = &[("FORMS_RATE_LIMIT_ENABLED", "false")];
+
+fn data(answer: Value) -> Value {
+    assert!(answer.get("errors").is_none(), "{answer}");
+    answer["data"].clone()
+}
+
+async fn protect(app: &TestApp, key: &str, input: Value) {
+    data(
+        app.gql(
+            key,
+            "mutation($input: SetSpamProtectionInput!) { setSpamProtection(input: $input) { spamProtection { minFillSeconds } } }",
+            json!({ "input": input }),
+        )
+        .await,
+    );
+}
+
+/// Posts a urlencoded form; answers the status and body.
+async fn post(app: &TestApp, endpoint: &str, form: &[(&str, &str)]) -> (u16, Value) {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form)
+        .finish();
+    let response = app
+        .post_form(
+            endpoint,
+            Some("application/x-www-form-urlencoded"),
+            body,
+            &[],
+        )
+        .await;
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// A stored submission's spam reasons.
+async fn spam_reasons(app: &TestApp, key: &str, receipt: &Value) -> Value {
+    let id = receipt["submission_id"].as_str().unwrap();
+    data(
+        app.gql(
+            key,
+            "query($id: ID!) { submission(id: $id) { spamReasons } }",
+            json!({ "id": id }),
+        )
+        .await,
+    )["submission"]["spamReasons"]
+        .clone()
+}
+
+/// A form stamp for `endpoint`, fetched as the snippet does when its page loads.
+async fn form_stamp(app: &TestApp, endpoint: &str) -> String {
+    let stamp: Value = app
+        .http
+        .get(app.url(&format!("/f/{endpoint}/stamp")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    stamp["value"].as_str().unwrap().to_string()
+}
+
+/// A stamp vouches for one submission: the same stamp again, in this process or in
+/// another on the same database, lands in the spam folder ("form stamp used before").
+/// A stamp served more than `FORMS_FORM_STAMP_MAX_AGE_SECONDS` ago is expired. Every
+/// stamp served is another, even within one second.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_form_stamp_is_spent_once_and_expires() {
+    let start = Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let db = TestDb::new().await;
+    let vars = [VARS, &[("FORMS_FORM_STAMP_MAX_AGE_SECONDS", "7200")]].concat();
+    let app = TestApp::start_on(db.clone(), &vars, clock.clone()).await;
+    let other = TestApp::start_on(db, &vars, clock.clone()).await;
+    let (_, key) = app.create_key("stamps").await;
+    app.insert_endpoint(&crate::harness::endpoint("stamped"))
+        .await;
+    protect(
+        &app,
+        &key,
+        json!({ "endpointId": "stamped", "minFillSeconds": 3 }),
+    )
+    .await;
+
+    let stamp = form_stamp(&app, "stamped").await;
+    assert_ne!(
+        stamp,
+        form_stamp(&app, "stamped").await,
+        "each stamp is new"
+    );
+    clock.advance(chrono::Duration::seconds(5));
+    let (status, first) = post(&app, "stamped", &[("m", "1"), ("_hymical_stamp", &stamp)]).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(spam_reasons(&app, &key, &first).await, json!([]));
+    for process in [&app, &other] {
+        let (status, again) = post(
+            process,
+            "stamped",
+            &[("m", "2"), ("_hymical_stamp", &stamp)],
+        )
+        .await;
+        assert_eq!(status, 202, "{again}");
+        assert_eq!(
+            spam_reasons(&app, &key, &again).await,
+            json!(["form stamp used before"])
+        );
+    }
+
+    // Two hours and a second after it was served, a stamp has expired (and is not
+    // spent: it is refused for its age, whoever sends it).
+    let old = form_stamp(&other, "stamped").await;
+    clock.advance(chrono::Duration::seconds(7201));
+    for process in [&app, &other] {
+        let (status, late) =
+            post(process, "stamped", &[("m", "3"), ("_hymical_stamp", &old)]).await;
+        assert_eq!(status, 202, "{late}");
+        assert_eq!(
+            spam_reasons(&app, &key, &late).await,
+            json!(["form stamp expired"])
+        );
+    }
+    // A fresh one is fine again.
+    let fresh = form_stamp(&app, "stamped").await;
+    clock.advance(chrono::Duration::seconds(4));
+    let (_, ok) = post(&other, "stamped", &[("m", "4"), ("_hymical_stamp", &fresh)]).await;
+    assert_eq!(spam_reasons(&app, &key, &ok).await, json!([]));
+}
+
+/// A `siteverify` on loopback that, as the real providers do, ignores white space around
+/// the token: `pass:{host}…` succeeds on that host, anything else fails. It records the
+/// tokens it was asked about.
+#[derive(Clone, Default)]
+struct Provider {
+    addr: Option<SocketAddr>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+async fn siteverify(
+    State(provider): State<Provider>,
+    Form(form): Form<HashMap<String, String>>,
+) -> axum::Json<Value> {
+    let token = form.get("response").cloned().unwrap_or_default();
+    provider.asked.lock().unwrap().push(token.clone());
+    let host = token
+        .trim()
+        .strip_prefix("pass:")
+        .and_then(|rest| rest.split('#').next());
+    match (form.get("secret").map(String::as_str), host) {
+        (Some(SECRET), Some(host)) => axum::Json(json!({ "success": true, "hostname": host })),
+        _ => axum::Json(json!({ "success": false })),
+    }
+}
+
+impl Provider {
+    async fn start() -> Provider {
+        let mut provider = Provider::default();
+        let router = Router::new()
+            .route("/turnstile", routing::post(siteverify))
+            .with_state(provider.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        provider.addr = Some(listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        provider
+    }
+}
+
+/// `t` and `t ` (or `\tt\r\n`) are one token: spent by the first submission, `reused`
+/// for the others, and the provider is asked about the token without the white space.
+/// White space inside a token makes it no token (`rejected`, the provider not asked).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_captcha_token_with_white_space_around_it_is_the_same_token() {
+    let provider = Provider::start().await;
+    let url = format!("http://{}/turnstile", provider.addr.unwrap());
+    let vars = [
+        VARS,
+        &[("FORMS_CAPTCHA_TURNSTILE_VERIFY_URL", url.as_str())],
+    ]
+    .concat();
+    let app = TestApp::start_with(&vars, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("captcha").await;
+    app.insert_endpoint(&crate::harness::endpoint("guarded"))
+        .await;
+    protect(
+        &app,
+        &key,
+        json!({ "endpointId": "guarded", "captcha": { "provider": "TURNSTILE", "secret": SECRET } }),
+    )
+    .await;
+    let token = "pass:forms.example#1";
+    let (status, receipt) = post(
+        &app,
+        "guarded",
+        &[("m", "1"), ("cf-turnstile-response", token)],
+    )
+    .await;
+    assert_eq!(status, 202, "{receipt}");
+    for spelling in [
+        "pass:forms.example#1 ",
+        " pass:forms.example#1",
+        "\tpass:forms.example#1\r\n",
+    ] {
+        let (status, body) = post(
+            &app,
+            "guarded",
+            &[("m", "2"), ("cf-turnstile-response", spelling)],
+        )
+        .await;
+        assert_eq!(status, 403, "{spelling:?}: {body}");
+        assert_eq!(body["error"]["code"], "captcha_failed");
+        assert_eq!(body["error"]["details"]["reason"], "reused", "{spelling:?}");
+    }
+    let (status, body) = post(
+        &app,
+        "guarded",
+        &[
+            ("m", "3"),
+            ("cf-turnstile-response", "pass:forms.example #2"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["details"]["reason"], "rejected");
+    let asked = provider.asked.lock().unwrap().clone();
+    assert!(asked.iter().all(|t| t == token), "{asked:?}");
+    assert_eq!(app.stored_counts().await.0, 1);
+}
+
+/// A spent stamp is remembered until it would have expired, and forgotten by the upkeep's
+/// statement only after that.
+#[tokio::test(flavor = "multi_thread")]
+async fn spent_stamps_are_forgotten_only_once_expired() {
+    use hymical_forms::testing::db::spam::{forget_spent_form_stamps, spend_form_stamp};
+    let db = TestDb::new().await;
+    let mut conn = db.connect().await;
+    let until = Utc.with_ymd_and_hms(2026, 12, 8, 9, 1, 0).unwrap();
+    let digest = "a".repeat(64);
+    assert!(spend_form_stamp(&mut conn, &digest, until).await.unwrap());
+    assert!(!spend_form_stamp(&mut conn, &digest, until).await.unwrap());
+    let second = chrono::Duration::seconds(1);
+    assert_eq!(
+        forget_spent_form_stamps(&mut conn, until - second, 10)
+            .await
+            .unwrap(),
+        0
+    );
+    assert!(!spend_form_stamp(&mut conn, &digest, until).await.unwrap());
+    assert_eq!(
+        forget_spent_form_stamps(&mut conn, until + second, 10)
+            .await
+            .unwrap(),
+        1
+    );
+}
