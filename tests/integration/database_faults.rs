@@ -351,6 +351,44 @@ async fn a_hung_first_host_does_not_cost_a_connect_deadline_and_the_next_host_is
     );
 }
 
+/// A standby promoted while the old primary's host stays silent is found by the opening
+/// under way, not by the next one after the silent host's whole connect deadline: while a
+/// host has not answered, the one that said "read-only" is asked again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_that_starts_taking_writes_is_found_while_another_host_is_silent() {
+    let db = TestDb::new().await;
+    let (silent, _accepted, _task) = silent_host().await;
+    let database = hymical_forms::testing::db::quote_identifier(&db.name);
+    let mut admin = db.connect().await;
+    // New sessions of this database refuse the read-write check, as a standby's do.
+    diesel::sql_query(format!(
+        "ALTER DATABASE {database} SET default_transaction_read_only = on"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("read-only");
+    let url = multi_host_url(&db, &[silent.to_string(), db.server_addr().to_string()]);
+    let connect_timeout = Duration::from_secs(10);
+    let settings = settings_with_deadline(&url, connect_timeout);
+    let started = Instant::now();
+    let opening = tokio::spawn(async move { settings.connect().await.map(|_| ()) });
+    // Promoted a second and a half into the opening, which has asked both hosts by then.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    diesel::sql_query(format!(
+        "ALTER DATABASE {database} RESET default_transaction_read_only"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("read-write");
+    opening
+        .await
+        .expect("task")
+        .expect("the promoted host, within the same opening");
+    // A correctness bound, not a benchmark: well before the silent host's deadline.
+    let took = started.elapsed();
+    assert!(took < connect_timeout, "took {took:?}");
+}
+
 #[derive(diesel::QueryableByName)]
 struct Port {
     #[diesel(sql_type = diesel::sql_types::Integer)]
