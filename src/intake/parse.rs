@@ -541,15 +541,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn limits() -> IntakeConfig {
-        IntakeConfig {
-            max_body_bytes: 262_144,
-            max_fields: 100,
-            max_field_name_length: 128,
-            max_field_value_length: 16_384,
-            endpoint_cache_max_age: std::time::Duration::from_secs(2),
-        }
-    }
+    use crate::testing::fuzzing::intake_limits as limits;
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()

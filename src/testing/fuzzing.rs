@@ -14,7 +14,8 @@ fn assert_client_error(error: &ApiError) {
     );
 }
 
-fn intake_limits() -> IntakeConfig {
+/// The intake limits the fuzz targets (and the parsers' unit tests) parse with.
+pub fn intake_limits() -> IntakeConfig {
     IntakeConfig {
         max_body_bytes: 262_144,
         max_fields: 100,

@@ -26,7 +26,7 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
-use crate::harness::{forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
+use crate::harness::{forms_command, graphql_data, wait_for_status, ServeProcess, TestApp, TestDb};
 use crate::receiver::Receiver;
 use crate::smtp_server::SmtpServer;
 
@@ -457,18 +457,14 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
 
 /// A GraphQL call to `serve` with `key`; the `data`, asserting no errors.
 async fn gql(serve: &ServeProcess, key: &str, query: &str) -> serde_json::Value {
-    let body: serde_json::Value = reqwest::Client::new()
-        .post(serve.url("/graphql"))
-        .header("authorization", format!("Bearer {key}"))
-        .json(&serde_json::json!({ "query": query }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(body["errors"].is_null(), "{body}");
-    body["data"].clone()
+    graphql_data(
+        &reqwest::Client::new(),
+        &serve.url("/graphql"),
+        key,
+        query,
+        json!({}),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

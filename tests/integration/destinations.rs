@@ -9,7 +9,7 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
+use crate::harness::{data, TestApp};
 use crate::receiver::Receiver;
 use crate::smtp_server::SmtpServer;
 
@@ -37,12 +37,6 @@ async fn app_with(
     let owned = vars(smtp);
     let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
     TestApp::start_with(&pairs, clock).await
-}
-
-/// The data of a GraphQL answer, failing the test on any error.
-fn data(answer: Value) -> Value {
-    assert!(answer.get("errors").is_none(), "{answer}");
-    answer["data"].clone()
 }
 
 /// An endpoint whose first webhook goes to `url`; answers nothing (the secret is not

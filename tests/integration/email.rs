@@ -44,6 +44,16 @@ fn submission(
     to: &[&str],
     reply_to_field: Option<&str>,
 ) -> OutgoingEmail {
+    notification_from(mailer.message_domain(), fields, to, reply_to_field)
+}
+
+/// The notification of the test submission, its message ids in `message_domain`.
+fn notification_from(
+    message_domain: &str,
+    fields: &Value,
+    to: &[&str],
+    reply_to_field: Option<&str>,
+) -> OutgoingEmail {
     notification(&Notification {
         endpoint_name: "Contact form",
         endpoint_id: "contact-form",
@@ -53,7 +63,7 @@ fn submission(
         to: to.iter().map(|to| to.to_string()).collect(),
         reply_to_field,
         delivery_id: DELIVERY_ID,
-        message_domain: mailer.message_domain(),
+        message_domain,
         files: &[],
     })
 }
@@ -449,11 +459,12 @@ async fn a_message_that_cannot_be_made_is_never_sent() {
     assert!(server.messages().is_empty());
 }
 
-/// The app of the autoresponder tests: this mail server, no rate limits (so that the
-/// autoresponder's own window is what is tested), and the endpoint `contact` with an
-/// email destination to desk@example.com (Reply-To from `email`) and an autoresponder on
-/// `email` with a window of an hour.
-async fn autoresponder_app(server: &SmtpServer) -> (crate::harness::TestApp, String) {
+/// A mail server and the app of the autoresponder tests (with an admin key): that mail
+/// server, no rate limits (so that the autoresponder's own window is what is tested),
+/// and the endpoint `contact` with an email destination to desk@example.com (Reply-To
+/// from `email`) and an autoresponder on `email` with a window of an hour.
+async fn autoresponder_app() -> (SmtpServer, crate::harness::TestApp, String) {
+    let server = SmtpServer::start(&[]);
     let port = server.port();
     let app = crate::harness::TestApp::start_with(
         &[
@@ -485,7 +496,22 @@ async fn autoresponder_app(server: &SmtpServer) -> (crate::harness::TestApp, Str
         let answer = app.gql(&key, query, json!({ "input": input })).await;
         assert!(answer.get("errors").is_none(), "{answer}");
     }
-    (app, key)
+    (server, app, key)
+}
+
+/// Runs a worker of `app` until a round runs nothing (at most 20 rounds); answers how
+/// many deliveries it ran.
+async fn deliver_all(app: &crate::harness::TestApp) -> usize {
+    let worker = app.worker(None);
+    let mut sent = 0;
+    for _ in 0..20 {
+        let ran = worker.run_once().await.unwrap();
+        sent += ran;
+        if ran == 0 {
+            break;
+        }
+    }
+    sent
 }
 
 /// A form body with `email` set to `address`, encoded as a browser would.
@@ -507,9 +533,7 @@ fn split_by_recipient(server: &SmtpServer, rcpt: &str) -> (Vec<Value>, Vec<Value
 /// confirmation for them all within the window, while another address gets its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn plus_addressed_variants_of_one_address_get_one_confirmation_per_window() {
-    let server = SmtpServer::start(&[]);
-    let (app, _) = autoresponder_app(&server).await;
-    let worker = app.worker(None);
+    let (server, app, _) = autoresponder_app().await;
     let variants = [
         "victim@example.org",
         "victim+1@example.org",
@@ -527,15 +551,7 @@ async fn plus_addressed_variants_of_one_address_get_one_confirmation_per_window(
         .await;
     // Every submission's notification, one confirmation for the victim, one for the
     // other address.
-    let mut sent = 0;
-    for _ in 0..20 {
-        let ran = worker.run_once().await.unwrap();
-        sent += ran;
-        if ran == 0 {
-            break;
-        }
-    }
-    assert_eq!(sent, variants.len() + 1 + 2);
+    assert_eq!(deliver_all(&app).await, variants.len() + 1 + 2);
     let (to_desk, confirmations) = split_by_recipient(&server, "desk@example.com");
     assert_eq!(to_desk.len(), variants.len() + 1);
     let mut recipients: Vec<String> = confirmations
@@ -567,9 +583,7 @@ async fn plus_addressed_variants_of_one_address_get_one_confirmation_per_window(
 /// to anyone.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_address_that_is_not_plain_gets_no_confirmation_and_no_reply_to() {
-    let server = SmtpServer::start(&[]);
-    let (app, key) = autoresponder_app(&server).await;
-    let worker = app.worker(None);
+    let (server, app, key) = autoresponder_app().await;
     let refused = [
         "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax=40evil.example?=@example.org",
         "=?utf-8?b?dmljdGltDQpSQ1BUIFRPOng=?=@example.org",
@@ -594,11 +608,7 @@ async fn an_address_that_is_not_plain_gets_no_confirmation_and_no_reply_to() {
     for address in refused {
         stored.push(app.submit("contact", &email_form(address)).await);
     }
-    for _ in 0..20 {
-        if worker.run_once().await.unwrap() == 0 {
-            break;
-        }
-    }
+    deliver_all(&app).await;
     let (to_desk, others) = split_by_recipient(&server, "desk@example.com");
     assert!(others.is_empty(), "no confirmation: {others:#?}");
     assert_eq!(to_desk.len(), refused.len(), "each notification went out");
@@ -640,42 +650,27 @@ async fn an_address_that_is_not_plain_gets_no_confirmation_and_no_reply_to() {
 /// The notification's Reply-To takes the same rule, as the message is made.
 #[test]
 fn an_encoded_word_is_never_a_reply_to() {
-    let fields = |address: &str| json!({ "email": [address] });
+    // The Reply-To of the notification of a submission whose `email` is `address`.
+    let reply_to = |address: &str| {
+        notification_from(
+            "example.com",
+            &json!({ "email": [address] }),
+            &["ops@example.com"],
+            Some("email"),
+        )
+        .reply_to
+    };
     for address in [
         "=?utf-8?q?victim=0D=0ARCPT=20TO=3Ax=40evil.example?=@example.org",
         "a=?x?=@example.org",
         "\"victim\"@example.org",
         "victim@localhost",
     ] {
-        let email = notification(&Notification {
-            endpoint_name: "Contact form",
-            endpoint_id: "contact-form",
-            submission_id: "sub_48984534f33749c49a88de2d59400dce",
-            received_at: Utc.with_ymd_and_hms(2026, 8, 24, 14, 34, 27).unwrap(),
-            fields: &fields(address),
-            to: vec!["ops@example.com".to_string()],
-            reply_to_field: Some("email"),
-            delivery_id: DELIVERY_ID,
-            message_domain: "example.com",
-            files: &[],
-        });
-        assert_eq!(email.reply_to, None, "{address}");
+        assert_eq!(reply_to(address), None, "{address}");
     }
     // A plain address, plus tag and all, is kept as written.
-    let email = notification(&Notification {
-        endpoint_name: "Contact form",
-        endpoint_id: "contact-form",
-        submission_id: "sub_48984534f33749c49a88de2d59400dce",
-        received_at: Utc.with_ymd_and_hms(2026, 8, 24, 14, 34, 27).unwrap(),
-        fields: &fields(" Visitor.Name+forms@xn--bcher-kva.example "),
-        to: vec!["ops@example.com".to_string()],
-        reply_to_field: Some("email"),
-        delivery_id: DELIVERY_ID,
-        message_domain: "example.com",
-        files: &[],
-    });
     assert_eq!(
-        email.reply_to.as_deref(),
+        reply_to(" Visitor.Name+forms@xn--bcher-kva.example").as_deref(),
         Some("Visitor.Name+forms@xn--bcher-kva.example")
     );
 }

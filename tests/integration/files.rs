@@ -19,7 +19,7 @@ use object_store::ObjectStore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::harness::{free_port, ServeProcess, TestApp, TestDb};
+use crate::harness::{data, free_port, graphql_data, ServeProcess, TestApp, TestDb};
 use crate::receiver::Receiver;
 
 const DEV: &[(&str, &str)] = &[
@@ -74,11 +74,6 @@ fn content_type() -> String {
 
 fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-fn data(answer: Value) -> Value {
-    assert!(answer.get("errors").is_none(), "{answer}");
-    answer["data"].clone()
 }
 
 /// Creates `id` through GraphQL with file uploads on (`settings`: the `fileUploads`
@@ -818,20 +813,14 @@ async fn serve_endpoint(server: &ServeProcess, db: &TestDb, id: &str, settings: 
     hymical_forms::testing::db::keys::insert(&mut connection, &new.row)
         .await
         .unwrap();
-    let answer: Value = reqwest::Client::new()
-        .post(server.url("/graphql"))
-        .header("authorization", format!("Bearer {}", new.key.expose()))
-        .json(&json!({
-            "query": "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
-            "variables": { "input": { "id": id, "name": "Files", "fileUploads": settings } },
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    data(answer);
+    graphql_data(
+        &reqwest::Client::new(),
+        &server.url("/graphql"),
+        new.key.expose(),
+        "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }",
+        json!({ "input": { "id": id, "name": "Files", "fileUploads": settings } }),
+    )
+    .await;
 }
 
 /// A streamed upload of one PNG-headed file of `size` bytes: the body is made as it is

@@ -929,3 +929,90 @@ pub fn npm_installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
     }
     dir
 }
+
+/// The `data` of a GraphQL answer, failing the test on any error.
+pub fn data(answer: serde_json::Value) -> serde_json::Value {
+    assert!(answer.get("errors").is_none(), "{answer}");
+    answer["data"].clone()
+}
+
+/// POSTs a GraphQL operation with `variables` to `url` (a server's `/graphql`),
+/// authenticated with `key`; answers its [`data`], failing the test on any error.
+pub async fn graphql_data(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    query: &str,
+    variables: serde_json::Value,
+) -> serde_json::Value {
+    let answer: serde_json::Value = http
+        .post(url)
+        .bearer_auth(key)
+        .json(&serde_json::json!({ "query": query, "variables": variables }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    data(answer)
+}
+
+/// Serves `router` on a free loopback port in the background (for the rest of the test's
+/// runtime); answers its address.
+pub async fn serve_on_loopback(router: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    addr
+}
+
+impl TestApp {
+    /// POSTs `form` urlencoded to `/f/{endpoint}` with the extra `headers`; answers the
+    /// status and the JSON body.
+    pub async fn post_urlencoded(
+        &self,
+        endpoint: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> (u16, serde_json::Value) {
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(form)
+            .finish();
+        let response = self
+            .post_form(
+                endpoint,
+                Some("application/x-www-form-urlencoded"),
+                body,
+                headers,
+            )
+            .await;
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    /// A form stamp for `endpoint` (`GET /f/{endpoint}/stamp` with the extra `headers`,
+    /// as the snippet fetches it when its page loads): the JSON answer.
+    pub async fn form_stamp(&self, endpoint: &str, headers: &[(&str, &str)]) -> serde_json::Value {
+        let mut request = self.http.get(self.url(&format!("/f/{endpoint}/stamp")));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().await.unwrap().json().await.unwrap()
+    }
+}
+
+impl TestDb {
+    /// The password in this database's URL.
+    pub fn password(&self) -> String {
+        self.url
+            .expose()
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('@'))
+            .and_then(|(credentials, _)| credentials.split_once(':'))
+            .map(|(_, password)| password.to_string())
+            .expect("a password in the test database URL")
+    }
+}

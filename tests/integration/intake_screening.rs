@@ -13,16 +13,11 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{TestApp, TestDb};
+use crate::harness::{data, serve_on_loopback, TestApp, TestDb};
 
 const SECRET: &str = "test-captcha-secret";
 
 const VARS: &[(&str, &str)] = &[("FORMS_RATE_LIMIT_ENABLED", "false")];
-
-fn data(answer: Value) -> Value {
-    assert!(answer.get("errors").is_none(), "{answer}");
-    answer["data"].clone()
-}
 
 async fn protect(app: &TestApp, key: &str, input: Value) {
     data(
@@ -37,19 +32,7 @@ async fn protect(app: &TestApp, key: &str, input: Value) {
 
 /// Posts a urlencoded form; answers the status and body.
 async fn post(app: &TestApp, endpoint: &str, form: &[(&str, &str)]) -> (u16, Value) {
-    let body = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(form)
-        .finish();
-    let response = app
-        .post_form(
-            endpoint,
-            Some("application/x-www-form-urlencoded"),
-            body,
-            &[],
-        )
-        .await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
+    app.post_urlencoded(endpoint, form, &[]).await
 }
 
 /// A stored submission's spam reasons.
@@ -68,15 +51,7 @@ async fn spam_reasons(app: &TestApp, key: &str, receipt: &Value) -> Value {
 
 /// A form stamp for `endpoint`, fetched as the snippet does when its page loads.
 async fn form_stamp(app: &TestApp, endpoint: &str) -> String {
-    let stamp: Value = app
-        .http
-        .get(app.url(&format!("/f/{endpoint}/stamp")))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stamp = app.form_stamp(endpoint, &[]).await;
     stamp["value"].as_str().unwrap().to_string()
 }
 
@@ -177,11 +152,7 @@ impl Provider {
         let router = Router::new()
             .route("/turnstile", routing::post(siteverify))
             .with_state(provider.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        provider.addr = Some(listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        provider.addr = Some(serve_on_loopback(router).await);
         provider
     }
 }

@@ -18,7 +18,7 @@ use base64::Engine;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp};
+use crate::harness::{graphql_data, serve_on_loopback, wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;
 use crate::smtp_server::SmtpServer;
 
@@ -50,11 +50,7 @@ impl Verifiers {
             .route("/siteverify", routing::post(siteverify))
             .route("/akismet/1.1/{call}", routing::post(akismet))
             .with_state(verifiers.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        verifiers.addr = Some(listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        verifiers.addr = Some(serve_on_loopback(router).await);
         verifiers
     }
 
@@ -116,18 +112,7 @@ async fn gql(
     query: &str,
     variables: Value,
 ) -> Value {
-    let answer: Value = http
-        .post(serve.url("/graphql"))
-        .bearer_auth(key)
-        .json(&json!({ "query": query, "variables": variables }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(answer.get("errors").is_none(), "{answer}");
-    answer["data"].clone()
+    graphql_data(http, &serve.url("/graphql"), key, query, variables).await
 }
 
 /// Every way a log line could hold `value`: as written, as the list of its bytes that a
@@ -321,15 +306,7 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
     assert!(log.contains("DEBUG"), "not a debug log: {log}");
     assert!(log.contains("claimed deliveries"), "{log}");
 
-    let password = app
-        .db
-        .url
-        .expose()
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(credentials, _)| credentials.split_once(':'))
-        .map(|(_, password)| password.to_string())
-        .expect("a password in the test database URL");
+    let password = app.db.password();
     let forbidden = [
         ("the management key", key.as_str()),
         ("the webhook secret", webhook_secret.as_str()),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{free_port, wait_for_status, ServeProcess, TestApp};
+use crate::harness::{free_port, graphql_data, wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;
 
 /// Every sample of a scrape, keyed by name and sorted labels (`name{a="1",b="2"}`).
@@ -216,20 +216,14 @@ async fn metrics_count_what_happened() {
 
     // Replay the failure with the receiver healed: one more success, one more delivered.
     receiver.failing.store(false, Ordering::SeqCst);
-    let response: serde_json::Value = client
-        .post(serve.url("/graphql"))
-        .bearer_auth(&key)
-        .json(&serde_json::json!({
-            "query": "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
-            "variables": { "id": failed.id },
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(response.get("errors").is_none(), "{response}");
+    graphql_data(
+        &client,
+        &serve.url("/graphql"),
+        &key,
+        "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
+        serde_json::json!({ "id": failed.id }),
+    )
+    .await;
     app.db
         .wait_for_deliveries(60, |rows| rows.iter().all(|d| d.state == "delivered"))
         .await;

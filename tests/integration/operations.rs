@@ -65,15 +65,7 @@ async fn json_logs_parse_carry_ids_and_keep_secrets_out() {
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
 
-    let password = app
-        .db
-        .url
-        .expose()
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('@'))
-        .and_then(|(credentials, _)| credentials.split_once(':'))
-        .map(|(_, password)| password.to_string())
-        .expect("a password in the test database URL");
+    let password = app.db.password();
     let forbidden = [
         "zanzibarfield",
         "quetzalcoatlvalue",

@@ -15,7 +15,9 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp};
+use crate::harness::{
+    data, graphql_data, serve_on_loopback, wait_for_status, ServeProcess, TestApp,
+};
 use crate::receiver::Receiver;
 
 /// A verifier on loopback: `/{provider}` answers as a captcha provider's `siteverify`,
@@ -47,11 +49,7 @@ impl FakeVerifier {
             .route("/akismet/1.1/{call}", routing::post(akismet))
             .route("/{provider}", routing::post(siteverify))
             .with_state(fake.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        fake.addr = Some(listener.local_addr().unwrap());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        fake.addr = Some(serve_on_loopback(router).await);
         fake
     }
 
@@ -145,8 +143,15 @@ async fn app_with(
     fake: &FakeVerifier,
     clock: Arc<dyn hymical_forms::testing::clock::Clock>,
 ) -> TestApp {
-    let owned = fake.vars();
-    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    start_with_vars(fake.vars(), clock).await
+}
+
+/// An app started with `vars` (as [`FakeVerifier::vars`] gives them).
+async fn start_with_vars(
+    vars: Vec<(&'static str, String)>,
+    clock: Arc<dyn hymical_forms::testing::clock::Clock>,
+) -> TestApp {
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
     TestApp::start_with(&pairs, clock).await
 }
 
@@ -174,23 +179,11 @@ async fn add_webhook(app: &TestApp, key: &str, endpoint: &str, url: &str) {
 
 /// A form stamp for `endpoint`, fetched as the snippet does when its page loads.
 async fn form_stamp(app: &TestApp, endpoint: &str) -> String {
-    let stamp: Value = app
-        .http
-        .get(app.url(&format!("/f/{endpoint}/stamp")))
-        .header("origin", "https://forms.example")
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stamp = app
+        .form_stamp(endpoint, &[("origin", "https://forms.example")])
+        .await;
     assert_eq!(stamp["field"], "_hymical_stamp");
     stamp["value"].as_str().unwrap().to_string()
-}
-
-fn data(answer: Value) -> Value {
-    assert!(answer.get("errors").is_none(), "{answer}");
-    answer["data"].clone()
 }
 
 fn error_code(answer: &Value) -> (String, Value) {
@@ -230,19 +223,8 @@ async fn protect(app: &TestApp, key: &str, input: Value) -> Value {
 
 /// Posts a urlencoded form from https://forms.example; answers the status and body.
 async fn post(app: &TestApp, endpoint: &str, form: &[(&str, &str)]) -> (u16, Value) {
-    let body = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(form)
-        .finish();
-    let response = app
-        .post_form(
-            endpoint,
-            Some("application/x-www-form-urlencoded"),
-            body,
-            &[("origin", "https://forms.example")],
-        )
-        .await;
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
+    app.post_urlencoded(endpoint, form, &[("origin", "https://forms.example")])
+        .await
 }
 
 /// A submission as the API shows it.
@@ -256,6 +238,22 @@ async fn submission(app: &TestApp, key: &str, id: &str) -> Value {
         .await,
     )["submission"]
         .clone()
+}
+
+/// A post's answer (`status`, `receipt`) is accepted, and its submission is in the spam
+/// folder for `reason` alone, with no delivery.
+async fn assert_filed_as_spam(
+    app: &TestApp,
+    key: &str,
+    (status, receipt): (u16, Value),
+    reason: &str,
+) {
+    assert_eq!(status, 202, "{receipt}");
+    assert_eq!(receipt["delivery"]["queued"], true, "answered as accepted");
+    let stored = submission(app, key, receipt["submission_id"].as_str().unwrap()).await;
+    assert_eq!(stored["spam"], true);
+    assert_eq!(stored["spamReasons"], json!([reason]));
+    assert_eq!(stored["deliveries"], json!([]));
 }
 
 async fn folder(app: &TestApp, key: &str, endpoint: &str, folder: &str) -> Vec<String> {
@@ -421,21 +419,19 @@ async fn an_unreachable_captcha_provider_refuses_or_files_into_the_spam_folder()
         .await,
     );
     for token in ["slow#2", "garbage#2"] {
-        let (status, receipt) = post(
+        let answer = post(
             &app,
             "down",
             &[("message", "x"), ("cf-turnstile-response", token)],
         )
         .await;
-        assert_eq!(status, 202, "{receipt}");
-        assert_eq!(receipt["delivery"]["queued"], true, "answered as accepted");
-        let stored = submission(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
-        assert_eq!(stored["spam"], true);
-        assert_eq!(
-            stored["spamReasons"],
-            json!(["the captcha provider could not be reached"])
-        );
-        assert_eq!(stored["deliveries"], json!([]));
+        assert_filed_as_spam(
+            &app,
+            &key,
+            answer,
+            "the captcha provider could not be reached",
+        )
+        .await;
     }
     // A provider that answers still refuses under the spam policy.
     let (status, _) = post(
@@ -863,22 +859,17 @@ async fn not_spam_delivers_once_across_processes_and_a_sigkill() {
         let http = http.clone();
         let key = key.clone();
         async move {
-            let answer: Value = http
-                .post(url)
-                .bearer_auth(key)
-                .json(&json!({
-                    "query": "mutation($id: ID!) { markSubmissionNotSpam(id: $id) { queuedDeliveries } }",
-                    "variables": { "id": id },
-                }))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            answer["data"]["markSubmissionNotSpam"]["queuedDeliveries"]
+            let data = graphql_data(
+                &http,
+                &url,
+                &key,
+                "mutation($id: ID!) { markSubmissionNotSpam(id: $id) { queuedDeliveries } }",
+                json!({ "id": id }),
+            )
+            .await;
+            data["markSubmissionNotSpam"]["queuedDeliveries"]
                 .as_i64()
-                .unwrap_or_else(|| panic!("{answer}"))
+                .unwrap_or_else(|| panic!("{data}"))
         }
     };
     let mut queued = 0;
@@ -1182,10 +1173,28 @@ async fn post_from(
 
 /// An app pointed at the fake, with `FORMS_SPAM_SCREENING_BUDGET_SECONDS` set.
 async fn app_with_budget(fake: &FakeVerifier, budget: &str) -> TestApp {
-    let mut owned = fake.vars();
-    owned.push(("FORMS_SPAM_SCREENING_BUDGET_SECONDS", budget.into()));
-    let pairs: Vec<(&str, &str)> = owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    TestApp::start_with(&pairs, Arc::new(SystemClock)).await
+    let mut vars = fake.vars();
+    vars.push(("FORMS_SPAM_SCREENING_BUDGET_SECONDS", budget.into()));
+    start_with_vars(vars, Arc::new(SystemClock)).await
+}
+
+/// The fake verifier, a receiver, an app whose rules may take `budget` seconds, an admin
+/// key, and endpoint `id` (its webhook to the receiver) screened by [`costly_patterns`].
+async fn costly_endpoint(budget: &str, id: &str) -> (FakeVerifier, Receiver, TestApp, String) {
+    let fake = FakeVerifier::start().await;
+    let app = app_with_budget(&fake, budget).await;
+    let (_, key) = app.create_key("ops").await;
+    let receiver = Receiver::start().await;
+    endpoint(&app, &key, id, &receiver.url("/hook")).await;
+    data(
+        protect(
+            &app,
+            &key,
+            json!({ "endpointId": id, "blockedPatterns": costly_patterns() }),
+        )
+        .await,
+    );
+    (fake, receiver, app, key)
 }
 
 /// Patterns that cost the rules real work on a large value: no literal to look for
@@ -1287,19 +1296,7 @@ async fn normalised_bypasses_land_in_the_spam_folder() {
 /// this thread would run until they were done).
 #[tokio::test]
 async fn costly_rules_run_off_the_runtime_and_health_answers_meanwhile() {
-    let fake = FakeVerifier::start().await;
-    let app = app_with_budget(&fake, "600").await;
-    let (_, key) = app.create_key("ops").await;
-    let receiver = Receiver::start().await;
-    endpoint(&app, &key, "costly", &receiver.url("/hook")).await;
-    data(
-        protect(
-            &app,
-            &key,
-            json!({ "endpointId": "costly", "blockedPatterns": costly_patterns() }),
-        )
-        .await,
-    );
+    let (_fake, _receiver, app, key) = costly_endpoint("600", "costly").await;
     let form = large_form();
     let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let screening = &app.app.intake.screening;
@@ -1346,19 +1343,7 @@ async fn costly_rules_run_off_the_runtime_and_health_answers_meanwhile() {
 /// nothing; `SPAM` files the submission in the spam folder.
 #[tokio::test]
 async fn rules_past_their_budget_follow_the_verifier_policy() {
-    let fake = FakeVerifier::start().await;
-    let app = app_with_budget(&fake, "0.001").await;
-    let (_, key) = app.create_key("ops").await;
-    let receiver = Receiver::start().await;
-    endpoint(&app, &key, "budget", &receiver.url("/hook")).await;
-    data(
-        protect(
-            &app,
-            &key,
-            json!({ "endpointId": "budget", "blockedPatterns": costly_patterns() }),
-        )
-        .await,
-    );
+    let (_fake, _receiver, app, key) = costly_endpoint("0.001", "budget").await;
     let form = large_form();
     let form: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let before = app.stored_counts().await;
@@ -1380,14 +1365,6 @@ async fn rules_past_their_budget_follow_the_verifier_policy() {
         )
         .await,
     );
-    let (status, receipt) = post(&app, "budget", &form).await;
-    assert_eq!(status, 202, "{receipt}");
-    assert_eq!(receipt["delivery"]["queued"], true, "answered as accepted");
-    let stored = submission(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
-    assert_eq!(stored["spam"], true);
-    assert_eq!(
-        stored["spamReasons"],
-        json!(["the spam rules did not finish in time"])
-    );
-    assert_eq!(stored["deliveries"], json!([]));
+    let answer = post(&app, "budget", &form).await;
+    assert_filed_as_spam(&app, &key, answer, "the spam rules did not finish in time").await;
 }

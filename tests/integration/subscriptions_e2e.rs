@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::ManualClock;
 use serde_json::{json, Value};
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp};
+use crate::harness::{graphql_data, wait_for_status, ServeProcess, TestApp};
 use crate::receiver::Receiver;
 use crate::ws_client::{event_id, expected as t, transition, NodeSubscriber};
 
@@ -181,20 +181,14 @@ async fn two_api_and_two_worker_processes_share_a_full_cycle_with_replay() {
             t("FAILED", "PROCESSING", "ATTEMPT_RECORDED"),
         ]
     );
-    let replay: Value = http
-        .post(c.url("/graphql"))
-        .bearer_auth(&key)
-        .json(&json!({
-            "query": "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
-            "variables": { "id": failed[0]["delivery"]["id"] },
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(replay["errors"].is_null(), "{replay}");
+    graphql_data(
+        &http,
+        &c.url("/graphql"),
+        &key,
+        "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
+        json!({ "id": failed[0]["delivery"]["id"] }),
+    )
+    .await;
     let again = events(&mut subscriber, 3).await;
     assert_eq!(
         again.iter().map(transition).collect::<Vec<_>>(),
