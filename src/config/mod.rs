@@ -749,7 +749,7 @@ mod tests {
         found
     }
 
-    /// Issue 47: every URL-valued setting is held to the rule its row documents, both
+    /// Every URL-valued setting is held to the rule its row documents, both
     /// the values it takes (and what they become) and those it refuses at start (which
     /// the binary turns into exit status 2, tests/integration/cli.rs).
     #[test]

@@ -23,8 +23,8 @@ fn an_invalid_variable_stops_the_process_naming_it() {
 }
 
 /// Every URL-valued setting given a value its documented rule refuses stops the binary
-/// with status 2, naming that setting, before anything starts (issue 47: an Akismet URL
-/// that its rule refused was once taken). src/config/mod.rs tests each rule in full, the
+/// with status 2, naming that setting, before anything starts (an Akismet URL that its
+/// rule refused was once taken). src/config/mod.rs tests each rule in full, the
 /// values taken as well as those refused.
 #[test]
 fn a_url_setting_that_breaks_its_rule_exits_2_naming_it() {

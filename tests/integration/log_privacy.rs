@@ -1,4 +1,4 @@
-//! No log level carries a secret or submitted data (issue 47): a `serve` process at
+//! No log level carries a secret or submitted data: a `serve` process at
 //! `RUST_LOG=trace` (the database driver, HTTP and TLS crates named at `trace` too) runs the main paths (an endpoint and its destinations made through
 //! GraphQL, a captcha and Akismet with their secrets, a form submitted, a webhook
 //! delivered, a failing one announced by an operational webhook, an email sent, the
@@ -161,7 +161,7 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
 
     let smtp_port = smtp.port();
     let turnstile = verifiers.url("/siteverify");
-    // Without its final `/`: read as `…/1.1/` (issue 47).
+    // Without its final `/`: read as `…/1.1/`.
     let akismet_url = verifiers.url("/akismet/1.1");
     let alert_url = operators.url("/alerts");
     let serve = ServeProcess::start(

@@ -70,7 +70,7 @@ impl FakeVerifier {
             ("FORMS_CAPTCHA_HCAPTCHA_VERIFY_URL", self.url("/hcaptcha")),
             ("FORMS_CAPTCHA_RECAPTCHA_VERIFY_URL", self.url("/recaptcha")),
             ("FORMS_CAPTCHA_VERIFY_TIMEOUT_SECONDS", "1".into()),
-            // Without its final `/`, which is added (issue 47: the base was once used as
+            // Without its final `/`, which is added (the base was once used as
             // written, and `comment-check` went to `…/1.1comment-check`).
             ("FORMS_AKISMET_URL", self.url("/akismet/1.1")),
             ("FORMS_AKISMET_API_KEY", AKISMET_KEY.into()),

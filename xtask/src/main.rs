@@ -2,16 +2,16 @@
 //! cargo commands (the alias is in `.cargo/config.toml`).
 //!
 //! The test suite runs real programs that `cargo test` cannot build or install: a
-//! PostgreSQL server, pg_auto_failover, iptables, PgBouncer, Chromium and its WebDriver, libfaketime, Node.js and npm,
-//! Python 3 with venv, aiosmtpd, systemd-analyze. `cargo xtask setup` looks for each of them and
-//! installs the Debian packages of the missing ones in one `apt-get install` (as root;
-//! otherwise it prints the command to run). Then it looks for moto's S3 server (PyPI, not
-//! a Debian package) and, when missing, installs it with pip into a virtualenv under
+//! PostgreSQL server, pg_auto_failover, iptables, PgBouncer, Chromium and its WebDriver,
+//! libfaketime, Node.js and npm, Python 3 with venv, aiosmtpd, systemd-analyze.
+//! `cargo xtask setup` looks for each of them and installs the Debian packages of the
+//! missing ones in one `apt-get install` (as root; otherwise it prints the command to
+//! run). Then it looks for moto's S3 server (PyPI, not a Debian package) and, when missing, installs it with pip into a virtualenv under
 //! `target/` (tests/s3-server/). `cargo xtask test [ARGS…]` does the same, then
 //! `cargo test [ARGS…]` and, without ARGS, every benchmark in its smoke configuration
 //! (`cargo test --bench '*'`: seconds each, failing when one produced no figures) and a
-//! short coverage-guided fuzzing pass: the README's second command, and what CI runs. Standard library only, so that it builds in
-//! seconds, before anything else.
+//! short coverage-guided fuzzing pass: the README's second command, and what CI runs.
+//! Standard library only, so that it builds in seconds, before anything else.
 
 use std::env;
 use std::ffi::OsString;
