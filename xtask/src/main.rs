@@ -6,8 +6,9 @@
 //! libfaketime, Node.js and npm, Python 3 with venv, aiosmtpd, systemd-analyze.
 //! `cargo xtask setup` looks for each of them and installs the Debian packages of the
 //! missing ones in one `apt-get install` (as root; otherwise it prints the command to
-//! run). Then it looks for moto's S3 server (PyPI, not a Debian package) and, when missing, installs it with pip into a virtualenv under
-//! `target/` (tests/s3-server/). `cargo xtask test [ARGS…]` does the same, then
+//! run). Then it looks for moto's S3 server (PyPI, not a Debian package) and, when
+//! missing, installs it with pip into a virtualenv under `target/` (tests/s3-server/).
+//! `cargo xtask test [ARGS…]` does the same, then
 //! `cargo test [ARGS…]` and, without ARGS, every benchmark in its smoke configuration
 //! (`cargo test --bench '*'`: seconds each, failing when one produced no figures) and a
 //! short coverage-guided fuzzing pass: the README's second command, and what CI runs.
