@@ -120,11 +120,21 @@ export function formSnippet(endpoint) {
   const widget = CAPTCHA_WIDGETS[protection.captchaProvider];
   if (widget) lines.push(widget[0]);
   if (protection.minFillSeconds) {
+    // A stamp vouches for one submission: after each submit, and when the page comes back
+    // from the back/forward cache, the script asks for a new one that keeps the time the
+    // first was served (`?renew=`), so a second submission or a retry from the same page
+    // is neither "used before" nor "too soon".
     lines.push(
       `  <input type="hidden" name="_hymical_stamp">`,
       `  <script>`,
       `    (function (field) {`,
-      html`      fetch("${action}/stamp").then(function (r) { return r.json(); }).then(function (s) { field.value = s.value; });`,
+      `      function stamp() {`,
+      html`        fetch("${action}/stamp" + (field.value ? "?renew=" + encodeURIComponent(field.value) : ""), { cache: "no-store" })`,
+      `          .then(function (r) { return r.json(); }).then(function (s) { if (s.value) field.value = s.value; });`,
+      `      }`,
+      `      stamp();`,
+      `      field.form.addEventListener("submit", function () { setTimeout(stamp, 0); });`,
+      `      addEventListener("pageshow", function (event) { if (event.persisted) stamp(); });`,
       `    })(document.currentScript.previousElementSibling);`,
       `  </script>`,
     );

@@ -133,7 +133,8 @@ impl DestinationRow {
     }
 
     /// A new autoresponder: `subject` and `body` sent to the one address in the form field
-    /// `address_field`, at most once per address per `window_seconds`.
+    /// `address_field`, at most once per mailbox per `window_seconds` (the window's key
+    /// folds case, a `+tag` and dots: docs/delivery.md, "Autoresponders").
     pub fn autoresponder(
         endpoint_id: EndpointId,
         address_field: String,

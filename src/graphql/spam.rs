@@ -37,12 +37,19 @@ pub struct SetSpamProtectionInput {
     pub endpoint_id: ID,
     /// The captcha its forms carry, verified before anything is stored; left out: none.
     pub captcha: Option<CaptchaInput>,
-    /// What a submission gets when its captcha's provider or Akismet cannot be reached.
+    /// What a submission gets when its captcha's provider or Akismet cannot be reached,
+    /// or when the spam rules give no verdict within their time budget
+    /// (`FORMS_SPAM_SCREENING_BUDGET_SECONDS`).
     #[graphql(default_with = "WhenUnreachable::Refuse")]
     pub when_verifier_unreachable: WhenUnreachable,
-    /// More links than this (`http://`, `https://`, `www.`, over every value) is spam.
+    /// More links than this, over every value, is spam: each `//` after a scheme (any
+    /// scheme: `https://`, `ftp://`) or scheme-relative (`//a.com`), and each `www.` that
+    /// follows none, counted once.
     pub max_links: Option<i32>,
-    /// Words (whole words, any case) that make a submission spam; at most 200.
+    /// Words (whole words, any case; `_` separates words as spaces and punctuation do)
+    /// that make a submission spam; at most 200. Words and values are normalised alike
+    /// before they are compared (invisible characters dropped, NFKC, accents stripped,
+    /// look-alike letters mapped).
     #[graphql(default)]
     pub blocked_words: Vec<String>,
     /// Regular expressions (the regex crate's syntax, any case) that make a submission
@@ -54,7 +61,9 @@ pub struct SetSpamProtectionInput {
     #[graphql(default)]
     pub blocked_senders: Vec<String>,
     /// A submission sent sooner than this many seconds (1–3600) after its form was
-    /// served, or without a valid form stamp, is spam.
+    /// served, or without a valid form stamp, or with one that expired
+    /// (`FORMS_FORM_STAMP_MAX_AGE_SECONDS`) or was spent by an earlier submission (each
+    /// stamp vouches for one), is spam.
     pub min_fill_seconds: Option<i32>,
     /// Ask Akismet (`FORMS_AKISMET_API_KEY`) about what no other rule judged spam; the
     /// endpoint's first allowed origin is the site Akismet is told.
@@ -178,7 +187,7 @@ impl SpamMutation {
     async fn set_spam_protection(
         &self,
         ctx: &Context<'_>,
-        input: SetSpamProtectionInput,
+        mut input: SetSpamProtectionInput,
     ) -> Result<SpamProtectionPayload> {
         let app = app(ctx);
         let (endpoint_id, endpoint) = live_endpoint(ctx, &input.endpoint_id).await?;
@@ -243,6 +252,21 @@ impl SpamMutation {
             }
         }
         let stored_list = |list: Vec<String>| list.into_iter().map(Some).collect::<Vec<_>>();
+        // Words and patterns are checked by compiling them, which can take tens of
+        // milliseconds of CPU: on a blocking thread, not on the request's task.
+        let (words, patterns) = (
+            std::mem::take(&mut input.blocked_words),
+            std::mem::take(&mut input.blocked_patterns),
+        );
+        let (checked_words, checked_patterns) = tokio::task::spawn_blocking(move || {
+            (
+                rules::blocked_words(&words),
+                rules::blocked_patterns(&patterns),
+            )
+        })
+        .await
+        .map_err(|error| ApiError::Internal(format!("cannot check the spam rules: {error}")))
+        .gql()?;
         let row = SpamProtectionRow {
             endpoint_id: endpoint_id.clone(),
             captcha_provider: provider,
@@ -255,16 +279,8 @@ impl SpamMutation {
                 .transpose()
                 .map_err(refused)
                 .gql()?,
-            blocked_words: stored_list(
-                rules::blocked_words(&input.blocked_words)
-                    .map_err(refused)
-                    .gql()?,
-            ),
-            blocked_patterns: stored_list(
-                rules::blocked_patterns(&input.blocked_patterns)
-                    .map_err(refused)
-                    .gql()?,
-            ),
+            blocked_words: stored_list(checked_words.map_err(refused).gql()?),
+            blocked_patterns: stored_list(checked_patterns.map_err(refused).gql()?),
             blocked_senders: stored_list(
                 rules::blocked_senders(&input.blocked_senders)
                     .map_err(refused)

@@ -39,21 +39,75 @@ pub struct Protection {
     pub rules: SpamRules,
 }
 
-impl Protection {
-    /// Compiles the stored rules; a stored pattern that does not compile (written by
-    /// another program) is a read error, never a rule silently dropped.
-    fn compile(row: SpamProtectionRow) -> Result<Protection, DbError> {
+/// The settings a rule set is compiled from: while an endpoint's are unchanged, the rule
+/// set compiled from them serves every refresh of its entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RuleSource {
+    max_links: Option<i32>,
+    words: Vec<String>,
+    patterns: Vec<String>,
+    senders: Vec<String>,
+}
+
+impl RuleSource {
+    fn of(row: &SpamProtectionRow) -> RuleSource {
         let own = |list: &[Option<String>]| list.iter().flatten().cloned().collect::<Vec<_>>();
-        let rules = SpamRules::compile(
-            row.max_links,
-            &own(&row.blocked_words),
-            &own(&row.blocked_patterns),
-            &own(&row.blocked_senders),
-        )
+        RuleSource {
+            max_links: row.max_links,
+            words: own(&row.blocked_words),
+            patterns: own(&row.blocked_patterns),
+            senders: own(&row.blocked_senders),
+        }
+    }
+}
+
+/// The endpoints' compiled rules, by endpoint, with what they were compiled from.
+/// Compiling costs up to tens of milliseconds of CPU (the blocked words' expression, the
+/// patterns' ranges); an entry is read again every `FORMS_ENDPOINT_CACHE_SECONDS`, so a
+/// refresh reuses the compiled rules while the settings are the same, and compiles on
+/// a blocking thread, never on the runtime's, when they changed.
+#[derive(Default)]
+struct RulesCache {
+    compiled: Mutex<HashMap<EndpointId, (RuleSource, SpamRules)>>,
+}
+
+impl RulesCache {
+    fn compiled(&self) -> std::sync::MutexGuard<'_, HashMap<EndpointId, (RuleSource, SpamRules)>> {
+        // Plain data, left consistent by every critical section.
+        self.compiled.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The endpoint's rules as `row` sets them. A stored pattern that does not compile
+    /// (written by another program) is a read error, never a rule silently dropped.
+    async fn rules(&self, row: &SpamProtectionRow) -> Result<SpamRules, DbError> {
+        let source = RuleSource::of(row);
+        if let Some((known, rules)) = self.compiled().get(&row.endpoint_id) {
+            if *known == source {
+                return Ok(rules.clone());
+            }
+        }
+        let compiling = source.clone();
+        let rules = tokio::task::spawn_blocking(move || {
+            SpamRules::compile(
+                compiling.max_links,
+                &compiling.words,
+                &compiling.patterns,
+                &compiling.senders,
+            )
+        })
+        .await
+        .map_err(|error| {
+            DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
+        })?
         .map_err(|error| {
             DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
         })?;
-        Ok(Protection { row, rules })
+        let mut compiled = self.compiled();
+        if compiled.len() >= MAX_ENTRIES {
+            compiled.clear();
+        }
+        compiled.insert(row.endpoint_id.clone(), (source, rules.clone()));
+        Ok(rules)
     }
 }
 
@@ -77,6 +131,7 @@ pub struct EndpointCache {
     /// Bumped by every invalidation: a lookup that started before one does not store what
     /// it read, which may be the old row.
     generation: AtomicU64,
+    rules: RulesCache,
 }
 
 struct Entry {
@@ -90,6 +145,7 @@ impl EndpointCache {
             max_age,
             entries: Mutex::new(HashMap::new()),
             generation: AtomicU64::new(0),
+            rules: RulesCache::default(),
         }
     }
 
@@ -123,11 +179,20 @@ impl EndpointCache {
             .await?;
         let row = match found {
             None => None,
-            Some(((row, has_destinations), protection)) => Some(Arc::new(IntakeEndpoint {
-                row,
-                has_destinations,
-                protection: protection.map(Protection::compile).transpose()?,
-            })),
+            Some(((row, has_destinations), protection)) => {
+                let protection = match protection {
+                    None => None,
+                    Some(row) => Some(Protection {
+                        rules: self.rules.rules(&row).await?,
+                        row,
+                    }),
+                };
+                Some(Arc::new(IntakeEndpoint {
+                    row,
+                    has_destinations,
+                    protection,
+                }))
+            }
         };
         let mut entries = self.entries();
         if self.generation.load(Ordering::Acquire) == generation {
@@ -159,5 +224,63 @@ impl EndpointCache {
         let mut entries = self.entries();
         self.generation.fetch_add(1, Ordering::AcqRel);
         entries.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::state::WhenUnreachable;
+
+    fn protection(words: &[&str]) -> SpamProtectionRow {
+        SpamProtectionRow {
+            endpoint_id: EndpointId::parse("contact").expect("an id"),
+            captcha_provider: None,
+            captcha_secret: None,
+            captcha_min_score: None,
+            when_unreachable: WhenUnreachable::Refuse,
+            max_links: Some(2),
+            blocked_words: words.iter().map(|w| Some(w.to_string())).collect(),
+            blocked_patterns: vec![Some("[\u{0430}-\u{044F}]x".to_string())],
+            blocked_senders: Vec::new(),
+            min_fill_seconds: None,
+            akismet: false,
+            updated_at: chrono::Utc::now(),
+        }
+    }
+
+    /// A refresh of an unchanged protection reuses its compiled rules; a change of its
+    /// rules compiles them again, and other settings (the time it was updated, the
+    /// policy) do not.
+    #[tokio::test]
+    async fn compiled_rules_are_reused_while_unchanged() {
+        let cache = RulesCache::default();
+        let first = cache
+            .rules(&protection(&["casino"]))
+            .await
+            .expect("compiles");
+        let again = cache
+            .rules(&protection(&["casino"]))
+            .await
+            .expect("compiles");
+        assert!(first.same_as(&again), "recompiled unchanged rules");
+        let mut other_policy = protection(&["casino"]);
+        other_policy.when_unreachable = WhenUnreachable::Spam;
+        let reused = cache.rules(&other_policy).await.expect("compiles");
+        assert!(first.same_as(&reused));
+        let changed = cache
+            .rules(&protection(&["viagra"]))
+            .await
+            .expect("compiles");
+        assert!(!first.same_as(&changed), "changed rules reused");
+        assert_eq!(
+            changed.judge(["buy viagra"].into_iter()),
+            vec!["a blocked word"]
+        );
+        let kept = cache
+            .rules(&protection(&["viagra"]))
+            .await
+            .expect("compiles");
+        assert!(changed.same_as(&kept));
     }
 }

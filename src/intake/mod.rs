@@ -13,12 +13,13 @@ pub mod parse;
 pub mod rate_limit;
 pub mod screening;
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -279,6 +280,28 @@ enum Content<'a> {
     },
 }
 
+/// The per-source counter a request from `peer` is counted on (none with rate limiting
+/// off): submissions and form stamps alike.
+fn source_counted(
+    intake: &Intake,
+    peer: IpAddr,
+    headers: &HeaderMap,
+    now: DateTime<Utc>,
+) -> Option<Counted> {
+    let limits = &intake.config.rate_limit;
+    limits.enabled.then(|| {
+        let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
+        Counted {
+            subject: rate_limit::address_digest(&address, limits.ip_secret.as_ref()),
+            limit: Limit {
+                requests: limits.ip_requests,
+                window_seconds: limits.ip_window_seconds,
+            },
+            now,
+        }
+    })
+}
+
 /// Steps 2 to 13 as far as they need no database: what the committer must count and
 /// store, and each check's verdict in order (committer.rs applies the limits between
 /// them). Only an endpoint the cache does not hold is read here.
@@ -294,17 +317,7 @@ async fn prepare(
 ) -> IntakeRequest {
     let limits = &intake.config.rate_limit;
     // 2. Per-source limit.
-    let source = limits.enabled.then(|| {
-        let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
-        Counted {
-            subject: rate_limit::address_digest(&address, limits.ip_secret.as_ref()),
-            limit: Limit {
-                requests: limits.ip_requests,
-                window_seconds: limits.ip_window_seconds,
-            },
-            now,
-        }
-    });
+    let source = source_counted(intake, peer, headers, now);
     let stage = async {
         // 3. Id syntax; 4. lookup.
         let found = find_endpoint(intake, endpoint_id.as_deref()).await?;
@@ -550,25 +563,43 @@ fn success_response(
 
 /// `GET /f/{endpoint_id}/stamp`: a form stamp, the signed time the form was served, which
 /// the form snippet puts in its `_hymical_stamp` field when the page loads (an endpoint's
-/// minimum fill time judges it). CORS as for submissions; never cached.
+/// minimum fill time judges it). CORS as for submissions; never cached. Each one is counted
+/// against the per-source rate limit first, as a submission is: a stamp can be spent once,
+/// and spending it writes a row kept until it expires, so the stamps one source is given,
+/// and the rows it can cause, are bounded by that limit (docs/intake.md).
 async fn form_stamp(
     State(intake): State<IntakeState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     endpoint_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
     let origin = header_text(&headers, header::ORIGIN);
     let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
+    // `?renew=<an earlier stamp>`: a new stamp that keeps the earlier one's time.
+    let renew = query
+        .ok()
+        .and_then(|Query(mut query)| query.remove("renew"));
     let result = async {
+        if let Some(source) = source_counted(&intake, peer.ip(), &headers, intake.clock.now()) {
+            source.count_source_alone(&intake.db).await?;
+        }
         let endpoint = find_endpoint(&intake, endpoint_id.as_deref()).await?;
         if !browser::origin_allowed(&endpoint, origin) {
             let endpoint_id = endpoint.id.to_string();
             return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));
         }
-        let stamp = intake
-            .screening
-            .stamp(endpoint.id.as_str(), intake.clock.now())
-            .await
-            .map_err(|error| (Some(endpoint.clone()), error))?;
+        let now = intake.clock.now();
+        let stamp = match &renew {
+            Some(earlier) => {
+                intake
+                    .screening
+                    .renewed_stamp(endpoint.id.as_str(), earlier, now)
+                    .await
+            }
+            None => intake.screening.stamp(endpoint.id.as_str(), now).await,
+        }
+        .map_err(|error| (Some(endpoint.clone()), error))?;
         Ok((endpoint, stamp))
     }
     .await;

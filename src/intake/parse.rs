@@ -1,7 +1,7 @@
 //! Turning a request body into ordered (name, value) pairs, repeated names kept in order.
 
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::de::DeserializeSeed;
 
 use crate::config::IntakeConfig;
 use crate::error::ApiError;
@@ -60,16 +60,22 @@ pub async fn parse(
     limits: &IntakeConfig,
 ) -> Result<Vec<(String, String)>, ApiError> {
     match media_type {
-        MediaType::UrlEncoded => parse_urlencoded(&body),
+        MediaType::UrlEncoded => parse_urlencoded(&body, limits),
         MediaType::Multipart => parse_multipart(content_type, body, limits).await,
-        MediaType::Json => parse_json(&body),
+        MediaType::Json => parse_json(&body, limits),
     }
 }
 
 /// `application/x-www-form-urlencoded` as browsers send it. Unlike a lossy decoder, bytes
 /// that do not decode to UTF-8 make the body malformed rather than turning silently into
-/// U+FFFD, so what is stored is what was sent.
-pub fn parse_urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+/// U+FFFD, so what is stored is what was sent. Pairs are counted as they are made
+/// ([`PartCount`]): the first past `FORMS_MAX_FIELDS` ends the parse before it is even
+/// decoded, and every pair costs [`PART_OVERHEAD_BYTES`] and its name against the
+/// allowance of `FORMS_MAX_BODY_BYTES` ([`PartCount::pair`]).
+pub fn parse_urlencoded(
+    body: &[u8],
+    limits: &IntakeConfig,
+) -> Result<Vec<(String, String)>, ApiError> {
     let decode = |raw: &[u8]| -> Result<String, ApiError> {
         let spaced: Vec<u8> = raw
             .iter()
@@ -80,16 +86,19 @@ pub fn parse_urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> 
             .map(|text| text.into_owned())
             .map_err(|_| malformed("the form body is not valid UTF-8 after percent-decoding"))
     };
-    body.split(|&b| b == b'&')
-        .filter(|piece| !piece.is_empty())
-        .map(|piece| {
-            let (name, value) = match piece.iter().position(|&b| b == b'=') {
-                Some(at) => (&piece[..at], &piece[at + 1..]),
-                None => (piece, &b""[..]),
-            };
-            Ok((decode(name)?, decode(value)?))
-        })
-        .collect()
+    let mut count = PartCount::new(limits);
+    let mut pairs = Vec::new();
+    for piece in body.split(|&b| b == b'&').filter(|piece| !piece.is_empty()) {
+        count.value()?;
+        let (name, value) = match piece.iter().position(|&b| b == b'=') {
+            Some(at) => (&piece[..at], &piece[at + 1..]),
+            None => (piece, &b""[..]),
+        };
+        let (name, value) = (decode(name)?, decode(value)?);
+        count.pair(&name)?;
+        pairs.push((name, value));
+    }
+    Ok(pairs)
 }
 
 /// `multipart/form-data` through multer. A part with a file name (`filename` or
@@ -194,6 +203,15 @@ impl PartCount {
                 .saturating_add(header_bytes)
                 .saturating_add(name.len()),
         )
+    }
+
+    /// A pair of a body that is no multipart one: its overhead and its name against the
+    /// allowance (it was counted by [`PartCount::value`] already). Its value is not: values
+    /// are the body's own bytes decoded, never longer, and each is made once; a name is
+    /// made again for every value it names (a JSON array's items), so it is charged for
+    /// each. A body at `FORMS_MAX_BODY_BYTES` of few pairs still fits.
+    pub(crate) fn pair(&mut self, name: &str) -> Result<(), ApiError> {
+        self.bytes(PART_OVERHEAD_BYTES.saturating_add(name.len()))
     }
 
     /// `more` bytes of a text value against the allowance.
@@ -443,96 +461,208 @@ pub(crate) fn multipart_reason(error: &multer::Error) -> &'static str {
 /// value (and so no field). Every entry is read in document order, a repeated key
 /// included: `{"a":"1","a":"2"}` is the pairs `a=1` and `a=2`, as `a=1&a=2` would be,
 /// where a `serde_json::Value` map would keep only the last.
-pub fn parse_json(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
-    // The whole document is read before any value is judged, so a body that is not JSON
-    // at all is "not valid JSON" wherever its first wrong value is.
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    let top_level = JsonTopLevel::deserialize(&mut deserializer)
-        .and_then(|top_level| deserializer.end().map(|()| top_level))
-        .map_err(|_| malformed("the body is not valid JSON"))?;
-    let JsonTopLevel::Object(entries) = top_level else {
-        return Err(malformed("the JSON body must be an object"));
+///
+/// The pairs are made as the document is read, never a tree of it, and counted as they
+/// are made ([`PartCount`]): the first value past `FORMS_MAX_FIELDS` ends the parse
+/// (nothing after it is read), and every pair costs [`PART_OVERHEAD_BYTES`] and its name
+/// (once for each value it names) against the allowance of `FORMS_MAX_BODY_BYTES`
+/// ([`PartCount::pair`]). Short of
+/// that, the whole document is read before any value is judged, so a body that is not
+/// JSON at all is "not valid JSON" wherever its first wrong value is.
+pub fn parse_json(body: &[u8], limits: &IntakeConfig) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs = JsonPairs {
+        count: PartCount::new(limits),
+        pairs: Vec::new(),
+        refused: None,
+        not_strings: false,
     };
-    let not_strings = || malformed("JSON values must be strings or arrays of strings");
-    let mut pairs = Vec::with_capacity(entries.len());
-    for (name, value) in entries {
-        match value {
-            serde_json::Value::String(text) => pairs.push((name, text)),
-            serde_json::Value::Array(items) => {
-                for item in items {
-                    match item {
-                        serde_json::Value::String(text) => pairs.push((name.clone(), text)),
-                        _ => return Err(not_strings()),
-                    }
-                }
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let read = JsonTopLevel(&mut pairs)
+        .deserialize(&mut deserializer)
+        .and_then(|is_object| deserializer.end().map(|()| is_object));
+    if let Some(refusal) = pairs.refused.take() {
+        return Err(refusal);
+    }
+    let is_object = read.map_err(|_| malformed("the body is not valid JSON"))?;
+    if !is_object {
+        return Err(malformed("the JSON body must be an object"));
+    }
+    if pairs.not_strings {
+        return Err(malformed(
+            "JSON values must be strings or arrays of strings",
+        ));
+    }
+    Ok(pairs.pairs)
+}
+
+/// The pairs of a JSON body as they are read, and what stopped or spoiled the reading.
+struct JsonPairs {
+    count: PartCount,
+    pairs: Vec<(String, String)>,
+    /// A limit passed: the parse stopped there, and this is the answer.
+    refused: Option<ApiError>,
+    /// A value that is no string (nor, at the top, an array of strings) was read past.
+    not_strings: bool,
+}
+
+impl JsonPairs {
+    /// One more pair, counted; past a limit the refusal is kept and the reading stops
+    /// with an error that only says so.
+    fn push<E: serde::de::Error>(&mut self, name: &str, value: &str) -> Result<(), E> {
+        let counted = self.count.value().and_then(|()| self.count.pair(name));
+        match counted {
+            Ok(()) => {
+                self.pairs.push((name.to_string(), value.to_string()));
+                Ok(())
             }
-            _ => return Err(not_strings()),
+            Err(refusal) => {
+                self.refused = Some(refusal);
+                Err(E::custom("a limit of the form was passed"))
+            }
         }
     }
-    Ok(pairs)
 }
 
-/// A JSON document's top level as [`parse_json`] needs it: an object's entries in
-/// document order with repeated keys kept, or the fact that it is something else.
-enum JsonTopLevel {
-    Object(Vec<(String, serde_json::Value)>),
-    NotAnObject,
-}
+/// A JSON document's top level as [`parse_json`] needs it: `true` for an object, whose
+/// entries are read into the pairs one by one in document order (repeated keys kept);
+/// any other value is read to its end (so its syntax is still checked) and is `false`.
+struct JsonTopLevel<'a>(&'a mut JsonPairs);
 
-impl<'de> Deserialize<'de> for JsonTopLevel {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(JsonTopLevelVisitor)
+impl<'de> DeserializeSeed<'de> for JsonTopLevel<'_> {
+    type Value = bool;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<bool, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-/// Collects an object's entries one by one; any other value is read to its end (so its
-/// syntax is still checked) and answered as [`JsonTopLevel::NotAnObject`]. Every kind of
-/// value has its `visit_` method: serde's default for a missing one is a type error, which
-/// would be taken for invalid JSON.
-struct JsonTopLevelVisitor;
-
-impl<'de> serde::de::Visitor<'de> for JsonTopLevelVisitor {
-    type Value = JsonTopLevel;
+/// Every kind of value has its `visit_` method: serde's default for a missing one is a
+/// type error, which would be taken for invalid JSON.
+impl<'de> serde::de::Visitor<'de> for JsonTopLevel<'_> {
+    type Value = bool;
 
     fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
         formatter.write_str("a JSON value")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<JsonTopLevel, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
-        while let Some(entry) = map.next_entry::<String, serde_json::Value>()? {
-            entries.push(entry);
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while let Some(name) = map.next_key::<String>()? {
+            map.next_value_seed(JsonEntry {
+                pairs: &mut *self.0,
+                name: &name,
+                in_array: false,
+            })?;
         }
-        Ok(JsonTopLevel::Object(entries))
+        Ok(true)
     }
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<JsonTopLevel, A::Error> {
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
-        Ok(JsonTopLevel::NotAnObject)
+        Ok(false)
     }
 
-    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
     }
 
-    fn visit_unit<E: serde::de::Error>(self) -> Result<JsonTopLevel, E> {
-        Ok(JsonTopLevel::NotAnObject)
+    fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+}
+
+/// The value of one entry of the object (or, `in_array`, one item of an entry's array):
+/// a string is a pair; an array of an entry is its items; anything else is read past
+/// (its syntax still checked) and marks the body as holding a value that is no string.
+struct JsonEntry<'a> {
+    pairs: &'a mut JsonPairs,
+    name: &'a str,
+    in_array: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for JsonEntry<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl JsonEntry<'_> {
+    fn not_a_string<E>(self) -> Result<(), E> {
+        self.pairs.not_strings = true;
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for JsonEntry<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, value: &str) -> Result<(), E> {
+        self.pairs.push(self.name, value)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if self.in_array {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return self.not_a_string();
+        }
+        while seq
+            .next_element_seed(JsonEntry {
+                pairs: &mut *self.pairs,
+                name: self.name,
+                in_array: true,
+            })?
+            .is_some()
+        {}
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        self.not_a_string()
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<(), E> {
+        self.not_a_string()
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<(), E> {
+        self.not_a_string()
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<(), E> {
+        self.not_a_string()
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<(), E> {
+        self.not_a_string()
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.not_a_string()
     }
 }
 
@@ -542,6 +672,88 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::testing::fuzzing::intake_limits as limits;
+
+    /// The parsers with the fuzz targets' limits (these shadow the glob import).
+    fn parse_urlencoded(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+        super::parse_urlencoded(body, &limits())
+    }
+
+    fn parse_json(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+        super::parse_json(body, &limits())
+    }
+
+    fn five_fields() -> IntakeConfig {
+        IntakeConfig {
+            max_fields: 5,
+            ..limits()
+        }
+    }
+
+    #[test]
+    fn urlencoded_parsing_stops_at_the_first_pair_past_the_field_limit() {
+        // Many more pairs than the limit, then a tail that does not decode: the parser
+        // never reaches it, so the answer is the count (the limit plus one).
+        let body = format!("{}n=%FF", "a&".repeat(5 + 100_000));
+        match super::parse_urlencoded(body.as_bytes(), &five_fields()) {
+            Err(ApiError::TooManyFields { limit, received }) => {
+                assert_eq!((limit, received), (5, 6))
+            }
+            other => panic!("{other:?}"),
+        }
+        // Exactly the limit is still parsed.
+        let parsed = super::parse_urlencoded("a&".repeat(5).as_bytes(), &five_fields()).unwrap();
+        assert_eq!(parsed.len(), 5);
+    }
+
+    #[test]
+    fn json_parsing_stops_at_the_first_value_past_the_field_limit() {
+        // In arrays or as repeated keys, then a tail that is not JSON at all.
+        for body in [
+            format!(r#"{{"a": [{}"#, r#""", "#.repeat(5 + 100_000)),
+            format!("{{{} nonsense", r#""a": "", "#.repeat(5 + 100_000)),
+        ] {
+            match super::parse_json(body.as_bytes(), &five_fields()) {
+                Err(ApiError::TooManyFields { limit, received }) => {
+                    assert_eq!((limit, received), (5, 6))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let parsed =
+            super::parse_json(br#"{"a": ["", "", ""], "b": "", "a": ""}"#, &five_fields()).unwrap();
+        assert_eq!(parsed.len(), 5);
+    }
+
+    #[test]
+    fn every_pair_costs_its_overhead_against_the_allowance() {
+        let small = IntakeConfig {
+            max_fields: 1_000,
+            max_body_bytes: 10 * (PART_OVERHEAD_BYTES + 1),
+            ..limits()
+        };
+        // Ten pairs of a one-letter name fit; the eleventh, two bytes of body, does not.
+        assert_eq!(
+            super::parse_urlencoded("a&".repeat(10).as_bytes(), &small)
+                .unwrap()
+                .len(),
+            10
+        );
+        let too_large = |result: Result<Vec<(String, String)>, ApiError>| matches!(result, Err(ApiError::RequestBodyTooLarge { limit_bytes }) if limit_bytes == 10 * (PART_OVERHEAD_BYTES + 1));
+        assert!(too_large(super::parse_urlencoded(
+            "a&".repeat(11).as_bytes(),
+            &small
+        )));
+        assert!(too_large(super::parse_json(
+            format!(r#"{{"a": [{}""]}}"#, r#""", "#.repeat(10)).as_bytes(),
+            &small
+        )));
+        // A long name is charged for every value it names.
+        let name = "n".repeat(200);
+        assert!(too_large(super::parse_json(
+            format!(r#"{{"{name}": ["", "", ""]}}"#).as_bytes(),
+            &small
+        )));
+    }
 
     fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         list.iter()
@@ -945,9 +1157,13 @@ mod tests {
                 "{not_strings:?}"
             );
         }
-        // Nesting past serde_json's recursion limit is not JSON this parser reads.
-        let deep = format!("{{\"a\": {}{}}}", "[".repeat(200), "]".repeat(200));
-        assert_eq!(reason(deep.as_bytes()), "the body is not valid JSON");
+        // Nesting deep in a value is read past without building it (nor recursing), and
+        // is no string.
+        let deep = format!("{{\"a\": [{}{}]}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(
+            reason(deep.as_bytes()),
+            "JSON values must be strings or arrays of strings"
+        );
     }
 
     #[test]

@@ -11,10 +11,11 @@
 //! (`FORMS_SPAM_SCREENING_BUDGET_SECONDS`); rules that give no verdict within it are
 //! treated as a verifier that gave none, by the endpoint's `whenVerifierUnreachable`.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -93,14 +94,67 @@ impl Screening {
     /// that every stamp served is another, and can be spent once) and their signature.
     pub async fn stamp(&self, endpoint_id: &str, now: DateTime<Utc>) -> Result<String, ApiError> {
         let key = self.stamp_key().await?;
-        let seconds = now.timestamp();
-        let mut nonce = [0u8; STAMP_NONCE_BYTES];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
-        let nonce = hex::encode(nonce);
-        Ok(format!(
-            "{seconds}.{nonce}.{}",
-            stamp_signature(key, endpoint_id, seconds, &nonce)
+        Ok(new_stamp(key, endpoint_id, now.timestamp()))
+    }
+
+    /// A form stamp for `endpoint_id` with a new nonce that keeps the time `earlier` was
+    /// served: what the snippet asks for after each submission and when its page comes
+    /// back from the back/forward cache, so that every submission from one page has a
+    /// stamp of its own while the fill time still counts from when the page was served.
+    /// An `earlier` that is not a valid, unexpired stamp of this endpoint (spent or not)
+    /// gets a stamp served `now`, as without it.
+    pub async fn renewed_stamp(
+        &self,
+        endpoint_id: &str,
+        earlier: &str,
+        now: DateTime<Utc>,
+    ) -> Result<String, ApiError> {
+        let key = self.stamp_key().await?;
+        let max_age = i64::try_from(self.config.form_stamp_max_age.as_secs()).unwrap_or(i64::MAX);
+        let served = signed_stamp(key, endpoint_id, earlier)
+            .map(|(served, _)| served)
+            .filter(|served| {
+                let elapsed = now.timestamp().saturating_sub(*served);
+                (-STAMP_CLOCK_SKEW_SECONDS..=max_age).contains(&elapsed)
+            });
+        Ok(new_stamp(
+            key,
+            endpoint_id,
+            served.unwrap_or(now.timestamp()),
         ))
+    }
+}
+
+/// A stamp served at `seconds` with a fresh nonce, signed.
+fn new_stamp(key: &[u8], endpoint_id: &str, seconds: i64) -> String {
+    let mut nonce = [0u8; STAMP_NONCE_BYTES];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut nonce);
+    let nonce = hex::encode(nonce);
+    format!(
+        "{seconds}.{nonce}.{}",
+        stamp_signature(key, endpoint_id, seconds, &nonce)
+    )
+}
+
+/// The seconds and nonce of a stamp signed by `key` for this endpoint, in the current
+/// format (with a nonce); `None` for anything else.
+fn signed_stamp<'a>(key: &[u8], endpoint_id: &str, stamp: &'a str) -> Option<(i64, &'a str)> {
+    let mut parts = stamp.splitn(3, '.');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(seconds), Some(nonce), Some(signature))
+            if nonce.len() == 2 * STAMP_NONCE_BYTES
+                && nonce
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            seconds.parse::<i64>().ok().and_then(|seconds| {
+                let expected = stamp_signature(key, endpoint_id, seconds, nonce);
+                let equal: bool =
+                    subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), signature.as_bytes()).into();
+                equal.then_some((seconds, nonce))
+            })
+        }
+        _ => None,
     }
 }
 
@@ -155,7 +209,10 @@ impl Screening {
             }
         }
         if !protection.rules.is_empty() {
-            match self.judge_rules(&protection.rules, pairs).await? {
+            match self
+                .judge_rules(endpoint.id.as_str(), &protection.rules, pairs)
+                .await?
+            {
                 Some(found) => reasons.extend(found),
                 None => {
                     crate::telemetry::meters::verifier_failed("screening");
@@ -219,13 +276,14 @@ impl Screening {
     /// thread, which may outlive this request's wait by one step of the rules.
     async fn judge_rules(
         &self,
+        endpoint_id: &str,
         rules: &SpamRules,
         pairs: &[(String, String)],
     ) -> Result<Option<Vec<String>>, ApiError> {
         let rules = rules.clone();
         let values: Vec<String> = pairs.iter().map(|(_, value)| value.clone()).collect();
         self.rules_pool
-            .run(self.config.screening_budget, move |deadline| {
+            .run(endpoint_id, self.config.screening_budget, move |deadline| {
                 rules
                     .judge_until(values.iter().map(String::as_str), Some(deadline))
                     .ok()
@@ -444,27 +502,7 @@ fn judge_stamp(
     let Some(stamp) = stamp.filter(|s| !s.is_empty()) else {
         return spam("no form stamp");
     };
-    let valid = {
-        let mut parts = stamp.splitn(3, '.');
-        match (parts.next(), parts.next(), parts.next()) {
-            (Some(seconds), Some(nonce), Some(signature))
-                if nonce.len() == 2 * STAMP_NONCE_BYTES
-                    && nonce
-                        .bytes()
-                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
-            {
-                seconds.parse::<i64>().ok().and_then(|seconds| {
-                    let expected = stamp_signature(key, endpoint_id, seconds, nonce);
-                    let equal: bool =
-                        subtle::ConstantTimeEq::ct_eq(expected.as_bytes(), signature.as_bytes())
-                            .into();
-                    equal.then_some((seconds, nonce))
-                })
-            }
-            _ => None,
-        }
-    };
-    let Some((served, nonce)) = valid else {
+    let Some((served, nonce)) = signed_stamp(key, endpoint_id, stamp) else {
         return spam("form stamp not valid");
     };
     let elapsed = now.timestamp().saturating_sub(served);
@@ -553,17 +591,48 @@ impl Screening {
 /// that a flood of submissions to an endpoint with costly rules takes neither the
 /// runtime's workers nor every blocking thread. Waiting for a place counts against the
 /// budget: a flood is answered by the endpoint's policy, not by a queue without end.
+///
+/// One endpoint holds at most all places but one at once (its share), so that however
+/// many costly submissions one endpoint is sent, another endpoint's submission always
+/// finds a place: a submission whose endpoint holds its share waits, within its budget,
+/// for one of that endpoint's own judgements to end. The pool has two places at least.
 struct RulesPool {
     permits: Arc<tokio::sync::Semaphore>,
+    /// The most places one endpoint holds at once.
+    share: usize,
+    /// Each endpoint's share, while one of its submissions holds or waits for a place.
+    shares: Arc<Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>>,
     running: Arc<AtomicUsize>,
 }
 
+/// An endpoint's shares are forgotten once none of its submissions needs them; past this
+/// many endpoints, those left behind by a wait that was given up are swept.
+const MAX_SHARES: usize = 1024;
+
 impl RulesPool {
     fn new(permits: usize) -> RulesPool {
+        let permits = permits.max(2);
         RulesPool {
-            permits: Arc::new(tokio::sync::Semaphore::new(permits.max(1))),
+            permits: Arc::new(tokio::sync::Semaphore::new(permits)),
+            share: permits - 1,
+            shares: Arc::new(Mutex::new(HashMap::new())),
             running: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// The endpoint's share of the pool: its semaphore, made when first needed.
+    fn share_of(&self, endpoint_id: &str) -> Arc<tokio::sync::Semaphore> {
+        let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(share) = shares.get(endpoint_id) {
+            return Arc::clone(share);
+        }
+        if shares.len() >= MAX_SHARES {
+            // Only this map holds them: no submission holds or waits for a place.
+            shares.retain(|_, share| Arc::strong_count(share) > 1);
+        }
+        let share = Arc::new(tokio::sync::Semaphore::new(self.share));
+        shares.insert(endpoint_id.to_string(), Arc::clone(&share));
+        share
     }
 
     #[cfg(any(test, feature = "testing"))]
@@ -577,20 +646,30 @@ impl RulesPool {
     /// at it; the place stays taken until it has.
     async fn run<T: Send + 'static>(
         &self,
+        endpoint_id: &str,
         budget: Duration,
         work: impl FnOnce(Instant) -> Option<T> + Send + 'static,
     ) -> Result<Option<T>, ApiError> {
         let started = Instant::now();
         let deadline = started.checked_add(budget).unwrap_or(started);
         let permits = Arc::clone(&self.permits);
+        let share = self.share_of(endpoint_id);
+        let shares = Arc::clone(&self.shares);
+        let endpoint_id = endpoint_id.to_string();
         let running = Arc::clone(&self.running);
         let attempt = async move {
-            let permit = permits
-                .acquire_owned()
-                .await
-                .map_err(|_| ApiError::Internal("the spam rules' pool is closed".to_string()))?;
+            let closed = |_| ApiError::Internal("the spam rules' pool is closed".to_string());
+            // The endpoint's share first: a submission of an endpoint that holds its
+            // share takes no place another endpoint could have.
+            let share = ShareHeld {
+                permit: Some(share.acquire_owned().await.map_err(closed)?),
+                shares,
+                endpoint_id,
+            };
+            let permit = permits.acquire_owned().await.map_err(closed)?;
             tokio::task::spawn_blocking(move || {
                 let _permit = permit;
+                let _share = share;
                 let _running = Running::enter(running);
                 work(deadline)
             })
@@ -600,6 +679,29 @@ impl RulesPool {
         match tokio::time::timeout_at(tokio::time::Instant::from_std(deadline), attempt).await {
             Ok(outcome) => outcome,
             Err(_) => Ok(None),
+        }
+    }
+}
+
+/// A place of an endpoint's share, until dropped; the last one dropped forgets the share.
+struct ShareHeld {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    shares: Arc<Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>>,
+    endpoint_id: String,
+}
+
+impl Drop for ShareHeld {
+    fn drop(&mut self) {
+        let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+        // The permit holds the share too: given back first, the map's is then the only
+        // one left when no other submission of the endpoint holds or waits for a place
+        // (they take theirs under this lock).
+        drop(self.permit.take());
+        if shares
+            .get(&self.endpoint_id)
+            .is_some_and(|share| Arc::strong_count(share) == 1)
+        {
+            shares.remove(&self.endpoint_id);
         }
     }
 }
@@ -906,6 +1008,69 @@ mod tests {
                 "blocked pattern 1",
             ),
             (
+                "precomposed accent",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "buy v\u{00ED}agra",
+                "a blocked word",
+            ),
+            (
+                "combining accent",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "buy v\u{0301}iagra",
+                "a blocked word",
+            ),
+            (
+                "combining accents on several letters",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "vi\u{0308}a\u{0300}gra\u{0327}",
+                "a blocked word",
+            ),
+            (
+                "word rule typed with an accent",
+                None,
+                &["v\u{00ED}agra"],
+                &[],
+                &[],
+                "viagra",
+                "a blocked word",
+            ),
+            (
+                "pattern with an accented literal",
+                None,
+                &[],
+                &["^v\u{00ED}agra$"],
+                &[],
+                "V\u{0301}IAGRA",
+                "blocked pattern 1",
+            ),
+            (
+                "accent on a Cyrillic look-alike",
+                None,
+                &["viagra"],
+                &[],
+                &[],
+                "v\u{0457}agra",
+                "a blocked word",
+            ),
+            (
+                "Hangul syllables stay whole (their range is matched as written)",
+                None,
+                &[],
+                &["^[\u{AC00}-\u{D7A3}]+$"],
+                &[],
+                "\u{C548}\u{B155}",
+                "blocked pattern 1",
+            ),
+            (
                 "sender rule with a root dot",
                 None,
                 &[],
@@ -942,6 +1107,7 @@ mod tests {
             "x@notspam.example.",
             "\u{041F}\u{0440}\u{0438}\u{0432}\u{0435}\u{0442}",
             "buy",
+            "v\u{00ED}agrafalls",
         ] {
             assert_eq!(
                 rules.judge([value].into_iter()),
@@ -959,7 +1125,7 @@ mod tests {
     async fn the_rules_run_off_the_runtime() {
         let pool = RulesPool::new(1);
         let (signal, signalled) = std::sync::mpsc::channel::<()>();
-        let work = pool.run(Duration::from_secs(60), move |_deadline| {
+        let work = pool.run("contact", Duration::from_secs(60), move |_deadline| {
             Some(signalled.recv_timeout(Duration::from_secs(20)).is_ok())
         });
         let other_task = async {
@@ -979,7 +1145,7 @@ mod tests {
         let (release, released) = std::sync::mpsc::channel::<()>();
         let (started, has_started) = tokio::sync::oneshot::channel::<()>();
         // Holds the only place until released (bounded: 20 s).
-        let holder = pool.run(Duration::from_millis(50), move |_deadline| {
+        let holder = pool.run("contact", Duration::from_millis(50), move |_deadline| {
             let _ = started.send(());
             released.recv_timeout(Duration::from_secs(20)).ok()
         });
@@ -991,12 +1157,61 @@ mod tests {
         has_started.await.expect("the work started");
         assert_eq!(pool.running(), 1, "still running, its place taken");
         // No place: this one waits, and its budget ends first.
-        let waiting = pool.run(Duration::from_millis(50), |_deadline| Some(()));
+        let waiting = pool.run("contact", Duration::from_millis(50), |_deadline| Some(()));
         assert_eq!(waiting.await.expect("ran"), None);
         release.send(()).expect("the holder waits");
         // Once the place is given back, work runs again.
-        let after = pool.run(Duration::from_secs(60), |_deadline| Some(7));
+        let after = pool.run("contact", Duration::from_secs(60), |_deadline| Some(7));
         assert_eq!(after.await.expect("ran"), Some(7));
+    }
+
+    /// One endpoint's costly submissions hold at most its share of the places: another
+    /// endpoint's submission is still judged while they run, and theirs waits.
+    #[tokio::test(flavor = "current_thread")]
+    async fn one_endpoint_cannot_take_every_place() {
+        for places in [1, 2, 4] {
+            let pool = RulesPool::new(places);
+            let share = pool.share;
+            let mut releases = Vec::new();
+            let mut holders = Vec::new();
+            for _ in 0..share {
+                let (release, released) = std::sync::mpsc::channel::<()>();
+                releases.push(release);
+                // Each holds a place until released (bounded: 20 s).
+                holders.push(
+                    pool.run("flooded", Duration::from_secs(60), move |_deadline| {
+                        released.recv_timeout(Duration::from_secs(20)).ok()
+                    }),
+                );
+            }
+            let check = async {
+                while pool.running() < share {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // The flooded endpoint holds its share: one more of its own waits, and
+                // its (short) budget ends first...
+                let more = pool.run("flooded", Duration::from_millis(50), |_deadline| Some(0));
+                let more = more.await.expect("ran");
+                // ...while another endpoint's submission finds a place and is judged.
+                let other = pool.run("quiet", Duration::from_secs(60), |_deadline| Some(7));
+                let other = other.await.expect("ran");
+                for release in &releases {
+                    let _ = release.send(());
+                }
+                (more, other)
+            };
+            let (held, (more, other)) =
+                tokio::join!(futures_util::future::join_all(holders), check);
+            assert_eq!(more, None, "{places} places");
+            assert_eq!(other, Some(7), "{places} places");
+            assert!(held.iter().all(|h| matches!(h, Ok(Some(())))));
+            assert_eq!(pool.running(), 0);
+            assert!(pool
+                .shares
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty());
+        }
     }
 
     #[test]

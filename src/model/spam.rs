@@ -48,6 +48,12 @@ const MAX_CAPTCHA_SECRET_LENGTH: usize = 200;
 /// characters added when it spans at most this many; a wider one is matched as written
 /// (the normal forms of a whole script would make the class, and the work, unbounded).
 const MAX_RANGE_IMAGES: u32 = 2048;
+/// The characters the ranges of one rule set's patterns may span together, counting each
+/// range whose normal forms are added: finding them costs about 0.2 µs a character, so
+/// this bounds what compiling a rule set spends on them to a few milliseconds. Patterns
+/// whose ranges span more are refused when they are set; a stored rule set past it (a
+/// row written by another program) has its further ranges matched as written.
+pub const MAX_RANGE_EXPANSION: u32 = 16_384;
 
 /// The folder of submissions a listing shows.
 #[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -143,13 +149,20 @@ pub fn blocked_patterns(raw: &[String]) -> Result<Vec<String>, SettingError> {
         MAX_BLOCKED_PATTERNS,
         MAX_PATTERN_LENGTH,
     )?;
+    let mut expansion = RangeExpansion::default();
     for pattern in &patterns {
-        compile_pattern(pattern).map_err(|_| {
+        compile_pattern(pattern, &mut expansion).map_err(|_| {
             invalid(
                 Setting::BlockedPatterns,
                 "each pattern must be a regular expression of the regex crate's syntax, of bounded size",
             )
         })?;
+    }
+    if expansion.over {
+        return Err(invalid(
+            Setting::BlockedPatterns,
+            "the character ranges of the patterns together span more than 16384 characters",
+        ));
     }
     Ok(patterns)
 }
@@ -215,8 +228,33 @@ fn entries(
     Ok(kept)
 }
 
-fn compile_pattern(pattern: &str) -> Result<Regex, regex::Error> {
-    RegexBuilder::new(&normalise_pattern(pattern)?)
+/// What the ranges of one rule set's patterns have spanned so far ([`MAX_RANGE_EXPANSION`]).
+#[derive(Debug, Default)]
+struct RangeExpansion {
+    spanned: u32,
+    /// A range was left as written: it would have taken the rule set past the bound.
+    over: bool,
+}
+
+impl RangeExpansion {
+    /// Whether a range of `width` characters may have its normal forms added; counts it
+    /// when it may.
+    fn take(&mut self, width: u32) -> bool {
+        match self.spanned.checked_add(width) {
+            Some(spanned) if spanned <= MAX_RANGE_EXPANSION => {
+                self.spanned = spanned;
+                true
+            }
+            _ => {
+                self.over = true;
+                false
+            }
+        }
+    }
+}
+
+fn compile_pattern(pattern: &str, expansion: &mut RangeExpansion) -> Result<Regex, regex::Error> {
+    RegexBuilder::new(&normalise_pattern(pattern, expansion)?)
         .case_insensitive(true)
         .size_limit(PATTERN_SIZE_LIMIT)
         .dfa_size_limit(PATTERN_SIZE_LIMIT)
@@ -229,6 +267,9 @@ fn compile_pattern(pattern: &str) -> Result<Regex, regex::Error> {
 ///   hyphen, bidi controls, tags) are dropped: they are invisible and split words;
 /// - NFKC: compatibility forms become their plain ones (full-width `ｈｔｔｐｓ` is
 ///   `https`, `＠` is `@`, the ligature `ﬁ` is `fi`);
+/// - combining marks (Unicode category Mn) are stripped from the decomposed text, which
+///   is then composed again: accents go (`víagra` and `v` + U+0301 + `iagra` are
+///   `viagra`), other composed letters (Hangul syllables) stay whole;
 /// - a character that is still not ASCII is lower-cased and replaced by its prototype
 ///   in Unicode's confusables (UTS #39's skeleton): Cyrillic `а` and `і` are `a` and
 ///   `i`, Greek `ο` is `o`. ASCII characters are kept as they are, so that patterns'
@@ -240,14 +281,29 @@ pub fn normalise(text: &str) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     }
     let mut normal = String::with_capacity(text.len());
-    for c in text.chars().filter(|c| !is_format(*c)).nfkc() {
+    // NFKD then NFC is NFKC, with the combining marks taken out in between.
+    let stripped = text
+        .chars()
+        .filter(|c| !is_format(*c))
+        .nfkd()
+        .filter(|c| !is_mark(*c))
+        .nfc();
+    for c in stripped {
         if c.is_ascii() {
             normal.push(c);
-        } else if !is_format(c) {
+        } else if !is_format(c) && !is_mark(c) {
             push_prototype(&mut normal, c);
         }
     }
     Cow::Owned(normal)
+}
+
+/// The precomposed Hangul syllables.
+const HANGUL_SYLLABLES: std::ops::RangeInclusive<char> = '\u{AC00}'..='\u{D7A3}';
+
+/// Category Mn: a combining mark that takes no space of its own (an accent).
+fn is_mark(c: char) -> bool {
+    c.general_category() == GeneralCategory::NonspacingMark
 }
 
 /// Category Cf.
@@ -263,9 +319,21 @@ fn push_prototype(normal: &mut String, c: char) {
             normal.push(lower);
             continue;
         }
+        // A Hangul syllable looks like no letter of another script, but the skeleton
+        // decomposes it into letters (jamo) that do (`ᄋ` is `o`): it is kept whole, so
+        // that Korean text stays Korean to a pattern (`[가-힣]`).
+        if HANGUL_SYLLABLES.contains(&lower) {
+            normal.push(lower);
+            continue;
+        }
         let mut buffer = [0; 4];
-        // The skeleton is decomposed; composed again, a letter with an accent stays one.
-        normal.extend(skeleton(lower.encode_utf8(&mut buffer)).nfc());
+        // The skeleton is decomposed: its marks are stripped as the text's were, and
+        // what is left composed again.
+        normal.extend(
+            skeleton(lower.encode_utf8(&mut buffer))
+                .filter(|c| !is_mark(*c))
+                .nfc(),
+        );
     }
 }
 
@@ -273,14 +341,23 @@ fn push_prototype(normal: &mut String, c: char) {
 /// character whose normal form differs is replaced by it (`(?:…)`, so that a repetition
 /// still applies to all of it); inside a class the normal forms of its characters are
 /// added to the class. Syntax, escapes and ASCII are kept as written.
-fn normalise_pattern(pattern: &str) -> Result<String, regex::Error> {
+///
+/// The ranges' normal forms are added while `expansion` allows ([`MAX_RANGE_EXPANSION`]).
+fn normalise_pattern(
+    pattern: &str,
+    expansion: &mut RangeExpansion,
+) -> Result<String, regex::Error> {
     if pattern.is_ascii() {
         return Ok(pattern.to_string());
     }
     let tree = ast::parse::Parser::new()
         .parse(pattern)
         .map_err(|error| regex::Error::Syntax(error.to_string()))?;
-    let Ok(mut edits) = ast::visit(&tree, PatternEdits(Vec::new()));
+    let visitor = PatternEdits {
+        edits: Vec::new(),
+        expansion,
+    };
+    let Ok(mut edits) = ast::visit(&tree, visitor);
     edits.sort_by_key(|edit| edit.0);
     let mut rewritten = String::with_capacity(pattern.len() * 2);
     let mut at = 0;
@@ -298,9 +375,12 @@ fn normalise_pattern(pattern: &str) -> Result<String, regex::Error> {
 }
 
 /// The edits a pattern's literals need: byte range in the pattern, and its replacement.
-struct PatternEdits(Vec<(usize, usize, String)>);
+struct PatternEdits<'a> {
+    edits: Vec<(usize, usize, String)>,
+    expansion: &'a mut RangeExpansion,
+}
 
-impl PatternEdits {
+impl PatternEdits<'_> {
     /// The normal form of one character, when it is one other character.
     fn image(c: char) -> Option<char> {
         if c.is_ascii() {
@@ -322,17 +402,17 @@ impl PatternEdits {
                 .into_iter()
                 .map(|c| regex_syntax::escape(c.encode_utf8(&mut [0; 4])))
                 .collect();
-            self.0.push((end, end, added));
+            self.edits.push((end, end, added));
         }
     }
 }
 
-impl ast::Visitor for PatternEdits {
+impl ast::Visitor for PatternEdits<'_> {
     type Output = Vec<(usize, usize, String)>;
     type Err = std::convert::Infallible;
 
     fn finish(self) -> Result<Self::Output, Self::Err> {
-        Ok(self.0)
+        Ok(self.edits)
     }
 
     fn visit_pre(&mut self, tree: &Ast) -> Result<(), Self::Err> {
@@ -341,7 +421,7 @@ impl ast::Visitor for PatternEdits {
                 let mut buffer = [0; 4];
                 let normal = normalise(literal.c.encode_utf8(&mut buffer)).into_owned();
                 if normal != literal.c.to_string() {
-                    self.0.push((
+                    self.edits.push((
                         literal.span.start.offset,
                         literal.span.end.offset,
                         format!("(?:{})", regex_syntax::escape(&normal)),
@@ -360,7 +440,8 @@ impl ast::Visitor for PatternEdits {
             }
             ClassSetItem::Range(range) => {
                 let (first, last) = (u32::from(range.start.c), u32::from(range.end.c));
-                if last.saturating_sub(first) < MAX_RANGE_IMAGES {
+                let width = last.saturating_sub(first).saturating_add(1);
+                if width <= MAX_RANGE_IMAGES && self.expansion.take(width) {
                     let images = (first..=last)
                         .filter_map(char::from_u32)
                         .filter_map(PatternEdits::image)
@@ -429,15 +510,25 @@ impl SpamRules {
         Ok(SpamRules(Arc::new(CompiledRules {
             max_links: max_links.map(|n| usize::try_from(n).unwrap_or(0)),
             words,
-            patterns: patterns
-                .iter()
-                .map(|p| compile_pattern(p))
-                .collect::<Result<_, _>>()?,
+            patterns: {
+                // Past the bound (a row no setting would have allowed), ranges are
+                // matched as written: compiling stays bounded.
+                let mut expansion = RangeExpansion::default();
+                patterns
+                    .iter()
+                    .map(|p| compile_pattern(p, &mut expansion))
+                    .collect::<Result<_, _>>()?
+            },
             senders: senders
                 .iter()
                 .map(|sender| without_root_dot(&normalise(sender).to_lowercase()).to_string())
                 .collect(),
         })))
+    }
+
+    /// Whether both are the one compiled rule set (a clone of it), not just alike.
+    pub fn same_as(&self, other: &SpamRules) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// No rule at all: judging costs nothing.
@@ -677,6 +768,25 @@ mod tests {
             vec!["spam.example", "a@b.example"]
         );
         assert!(blocked_senders(&["a b@c.example".into()]).is_err());
+        // Ranges whose normal forms are added: up to the bound per rule set, not past.
+        let range = "[\u{4E00}-\u{55FF}]"; // 2048 characters
+        let per = (MAX_RANGE_EXPANSION / 2048) as usize;
+        let ranges = |n: usize| (0..n).map(|i| format!("{i}{range}")).collect::<Vec<_>>();
+        assert!(blocked_patterns(&ranges(per)).is_ok());
+        match blocked_patterns(&ranges(per + 1)) {
+            Err(SettingError::Invalid { setting, reason }) => {
+                assert_eq!(setting, Setting::BlockedPatterns);
+                assert!(reason.contains("16384 characters"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // One 500-character pattern of 166 such ranges.
+        let packed = format!("[{}]", "\u{4E00}-\u{55FF}".repeat(166));
+        assert!(blocked_patterns(std::slice::from_ref(&packed)).is_err());
+        // Stored past the bound (another program's row), it still compiles, its further
+        // ranges as written.
+        let stored = SpamRules::compile(None, &[], &[packed], &[]).expect("compiles");
+        assert!(!stored.judge(["\u{4E01}"].into_iter()).is_empty());
         assert!(captcha_secret("  0x4AAA  ").is_ok());
         assert!(captcha_secret("has space").is_err());
         assert!(captcha_min_score(1.5).is_err());

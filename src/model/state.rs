@@ -271,7 +271,9 @@ impl CaptchaProvider {
 
 db_vocabulary! {
     /// What a submission gets when a verifier it needs (its captcha's provider, Akismet)
-    /// cannot be reached or answers nonsense: never a silent accept.
+    /// cannot be reached or answers nonsense, or when the endpoint's spam rules give no
+    /// verdict within their time budget (`FORMS_SPAM_SCREENING_BUDGET_SECONDS`): never a
+    /// silent accept.
     pub enum WhenUnreachable ("verifier policy") {
         /// `503 verifier_unavailable`, nothing stored: the submitter may send it again.
         Refuse => "refuse",

@@ -41,7 +41,10 @@ fn after_parsing(pairs: Result<Vec<(String, String)>, ApiError>) {
 
 /// An `application/x-www-form-urlencoded` body.
 pub fn form_urlencoded(data: &[u8]) {
-    after_parsing(crate::intake::parse::parse_urlencoded(data));
+    after_parsing(crate::intake::parse::parse_urlencoded(
+        data,
+        &intake_limits(),
+    ));
 }
 
 /// A `multipart/form-data` body: the first line is the content type's boundary.
@@ -67,7 +70,7 @@ pub fn form_multipart(data: &[u8]) {
 
 /// An `application/json` body.
 pub fn form_json(data: &[u8]) {
-    after_parsing(crate::intake::parse::parse_json(data));
+    after_parsing(crate::intake::parse::parse_json(data, &intake_limits()));
 }
 
 /// A webhook URL as an operator would configure it: whatever passes names no internal

@@ -532,6 +532,48 @@ async fn json_repeated_keys_keep_every_value_in_order() {
     assert_eq!(app.stored_counts().await.0, 3);
 }
 
+/// Every media type stops parsing at the first value past `FORMS_MAX_FIELDS`: a body of
+/// 131,072 empty pairs (urlencoded `a&a&…`, JSON repeats and array items, multipart
+/// parts) whose tail would not even parse is `422 too_many_fields` with `received` the
+/// limit plus one, never a malformed body, and nothing is stored.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_media_type_stops_at_the_first_value_past_the_field_limit() {
+    let (app, _) = app_with_endpoint(&[
+        ("FORMS_MAX_FIELDS", "100"),
+        ("FORMS_MAX_BODY_BYTES", "8388608"),
+        ("FORMS_RATE_LIMIT_ENABLED", "false"),
+    ])
+    .await;
+    let many = 131_072;
+    let bodies = [
+        (FORM, format!("{}n=%FF", "a&".repeat(many))),
+        (JSON, format!("{{{} nonsense", r#""a": "", "#.repeat(many))),
+        (
+            JSON,
+            format!(r#"{{"a": [{} nonsense"#, r#""", "#.repeat(many)),
+        ),
+        (
+            Some("multipart/form-data; boundary=XyZ"),
+            format!(
+                "{}--XyZ\r\nno part at all",
+                "--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n\r\n".repeat(many)
+            ),
+        ),
+    ];
+    for (content_type, body) in bodies {
+        let response = app.post_form("contact", content_type, body, &[]).await;
+        assert_eq!(response.status(), 422, "{content_type:?}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "too_many_fields", "{answer}");
+        assert_eq!(
+            answer["error"]["details"],
+            json!({"limit": 100, "received": 101}),
+            "{content_type:?}"
+        );
+    }
+    assert_eq!(app.stored_counts().await.0, 0);
+}
+
 /// A part with `filename*=` (or any file-name parameter, in any case) is a file and
 /// refused; a quoted name that merely contains such text is a text field.
 #[tokio::test(flavor = "multi_thread")]

@@ -121,6 +121,161 @@ async fn a_form_stamp_is_spent_once_and_expires() {
     assert_eq!(spam_reasons(&app, &key, &ok).await, json!([]));
 }
 
+/// `GET /f/{id}/stamp` with `query`: the status, the `Retry-After` header and the body.
+async fn get_stamp(app: &TestApp, endpoint: &str, query: &str) -> (u16, Option<String>, Value) {
+    let response = app
+        .http
+        .get(app.url(&format!("/f/{endpoint}/stamp{query}")))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, retry_after, response.json().await.unwrap())
+}
+
+/// Every stamp served is counted against the per-source rate limit, as a submission is:
+/// past it the stamp is refused with the same `429`, so that the rows one source can
+/// make `form_stamps_spent` keep (one per stamp spent, kept for the age limit) are
+/// bounded by its limit. A client alternating stamps and submissions gets as many stamps
+/// as its limit allows, and no more rows than stamps.
+#[tokio::test(flavor = "multi_thread")]
+async fn form_stamps_count_against_the_source_limit() {
+    let clock = Arc::new(ManualClock::new(
+        Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap(),
+    ));
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_RATE_LIMIT_IP_REQUESTS", "4"),
+            ("FORMS_RATE_LIMIT_IP_WINDOW_SECONDS", "3600"),
+        ],
+        clock.clone(),
+    )
+    .await;
+    let (_, key) = app.create_key("stamps").await;
+    app.insert_endpoint(&crate::harness::endpoint("stamped"))
+        .await;
+    protect(
+        &app,
+        &key,
+        json!({ "endpointId": "stamped", "minFillSeconds": 1 }),
+    )
+    .await;
+
+    let mut served = 0;
+    let mut accepted = 0;
+    for n in 0..20 {
+        let (status, retry_after, body) = get_stamp(&app, "stamped", "").await;
+        if status == 429 {
+            assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+            assert_eq!(body["error"]["details"]["scope"], "ip", "{body}");
+            assert_eq!(body["error"]["details"]["limit"], 4, "{body}");
+            let seconds = body["error"]["details"]["retry_after_seconds"]
+                .as_u64()
+                .unwrap();
+            assert_eq!(retry_after, Some(seconds.to_string()));
+            continue;
+        }
+        assert_eq!(status, 200, "{body}");
+        served += 1;
+        clock.advance(chrono::Duration::seconds(2));
+        let stamp = body["value"].as_str().unwrap();
+        let (status, receipt) = post(
+            &app,
+            "stamped",
+            &[("n", &n.to_string()), ("_hymical_stamp", stamp)],
+        )
+        .await;
+        if status == 202 {
+            accepted += 1;
+            assert_eq!(spam_reasons(&app, &key, &receipt).await, json!([]));
+        } else {
+            assert_eq!(status, 429, "{receipt}");
+        }
+    }
+    // Stamp, post, stamp, post: the limit of 4 is spent; the 16 stamps after it were
+    // refused, and wrote nothing.
+    assert_eq!((served, accepted), (2, 2));
+    let spent = app
+        .db
+        .count("SELECT count(*) AS n FROM form_stamps_spent")
+        .await;
+    assert_eq!(spent, 2, "one row per stamp served, no more");
+
+    // A new window gives the source its limit again.
+    clock.advance(chrono::Duration::seconds(3600));
+    let (status, _, body) = get_stamp(&app, "stamped", "").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// `?renew=` with an earlier stamp of the endpoint (spent or not, not expired) serves a
+/// new stamp, with a new nonce, that keeps the earlier one's time: the snippet asks for
+/// one after each submission, so that a second submission from the same page is neither
+/// spent nor sent too soon. Anything else to renew gets a stamp served now.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewed_stamp_keeps_the_time_the_page_was_served() {
+    let start = Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let vars = [VARS, &[("FORMS_FORM_STAMP_MAX_AGE_SECONDS", "7200")]].concat();
+    let app = TestApp::start_with(&vars, clock.clone()).await;
+    let (_, key) = app.create_key("stamps").await;
+    for id in ["stamped", "other"] {
+        app.insert_endpoint(&crate::harness::endpoint(id)).await;
+    }
+    protect(
+        &app,
+        &key,
+        json!({ "endpointId": "stamped", "minFillSeconds": 3 }),
+    )
+    .await;
+    let seconds = |stamp: &str| stamp.split('.').next().unwrap().to_string();
+
+    let stamp = form_stamp(&app, "stamped").await;
+    clock.advance(chrono::Duration::seconds(5));
+    let (status, first) = post(&app, "stamped", &[("m", "1"), ("_hymical_stamp", &stamp)]).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(spam_reasons(&app, &key, &first).await, json!([]));
+
+    // Renewed at once after the submission, and sent at once: as old as the page.
+    let (status, _, body) = get_stamp(&app, "stamped", &format!("?renew={stamp}")).await;
+    assert_eq!(status, 200, "{body}");
+    let renewed = body["value"].as_str().unwrap().to_string();
+    assert_ne!(renewed, stamp);
+    assert_eq!(seconds(&renewed), seconds(&stamp));
+    let (_, second) = post(&app, "stamped", &[("m", "2"), ("_hymical_stamp", &renewed)]).await;
+    assert_eq!(spam_reasons(&app, &key, &second).await, json!([]));
+    // The renewed stamp is single-use too.
+    let (_, third) = post(&app, "stamped", &[("m", "3"), ("_hymical_stamp", &renewed)]).await;
+    assert_eq!(
+        spam_reasons(&app, &key, &third).await,
+        json!(["form stamp used before"])
+    );
+
+    // Not a stamp of this endpoint, altered, or expired: a stamp served now.
+    let now = (start + chrono::Duration::seconds(5))
+        .timestamp()
+        .to_string();
+    let foreign = form_stamp(&app, "other").await;
+    let altered = format!("1.{}", renewed.split_once('.').unwrap().1);
+    for earlier in [foreign.as_str(), altered.as_str(), "nonsense", ""] {
+        let (status, _, body) = get_stamp(&app, "stamped", &format!("?renew={earlier}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(seconds(body["value"].as_str().unwrap()), now, "{earlier}");
+    }
+    clock.advance(chrono::Duration::seconds(7201));
+    let (_, _, body) = get_stamp(&app, "stamped", &format!("?renew={stamp}")).await;
+    assert_eq!(
+        seconds(body["value"].as_str().unwrap()),
+        (start + chrono::Duration::seconds(7206))
+            .timestamp()
+            .to_string(),
+        "an expired stamp is not renewed"
+    );
+}
+
 /// A `siteverify` on loopback that, as the real providers do, ignores white space around
 /// the token: `pass:{host}…` succeeds on that host, anything else fails. It records the
 /// tokens it was asked about.

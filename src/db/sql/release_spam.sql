@@ -2,7 +2,8 @@
 -- statement: as if it had just arrived, one delivery per destination of its endpoint
 -- that receives `submission.received` as the destinations are now (outbox_insert_batch.sql
 -- has the same rules: a key-share lock against a concurrent removal, an autoresponder's
--- confirmation at most once per address per window), each due at once. Only a submission
+-- confirmation at most once per mailbox per window, its key folding case, a `+tag` and
+-- dots as docs/delivery.md "Autoresponders" says), each due at once. Only a submission
 -- still in the spam folder is changed, so a second call (or one racing it: the row lock
 -- orders them) queues nothing; and a submission has at most one delivery per destination
 -- (the unique index), which `ON CONFLICT` keeps should it have had some already (marked

@@ -49,6 +49,26 @@ impl Counted {
     }
 }
 
+impl Counted {
+    /// Counts one request on its per-source counter alone, outside any batch, and judges
+    /// it: what `GET /f/{endpoint_id}/stamp` costs (docs/intake.md, "Rate limiting").
+    pub async fn count_source_alone(&self, pool: &db::Db) -> Result<(), ApiError> {
+        let requests = [CountedRequest {
+            source: Some((self.counter(), self.limit.requests)),
+            endpoint: None,
+        }];
+        let limiters = (SOURCE.as_str(), ENDPOINT.as_str());
+        let counts = pool
+            .run(async |conn| db::rate_limits::count_attempts(conn, &requests, limiters).await)
+            .await?;
+        let count = counts
+            .first()
+            .and_then(|counts| counts.source)
+            .ok_or_else(|| missing_count("per-source"))?;
+        self.judge(SOURCE, count)
+    }
+}
+
 /// Counts the batch's requests against their limits in one statement; one `Counts` per
 /// request (nothing counted, and no statement, when rate limiting is off).
 pub(super) async fn count(
