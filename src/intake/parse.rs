@@ -747,6 +747,19 @@ mod tests {
             format!(r#"{{"a": [{}""]}}"#, r#""", "#.repeat(10)).as_bytes(),
             &small
         )));
+        // Values are the body's own bytes: one pair as long as the allowance fits.
+        let long = format!("a={}", "b".repeat(10 * (PART_OVERHEAD_BYTES + 1) - 2));
+        assert_eq!(
+            super::parse_urlencoded(long.as_bytes(), &small)
+                .unwrap()
+                .len(),
+            1
+        );
+        let long = format!(
+            r#"{{"a":"{}"}}"#,
+            "b".repeat(10 * (PART_OVERHEAD_BYTES + 1) - 8)
+        );
+        assert_eq!(super::parse_json(long.as_bytes(), &small).unwrap().len(), 1);
         // A long name is charged for every value it names.
         let name = "n".repeat(200);
         assert!(too_large(super::parse_json(
