@@ -99,7 +99,10 @@ async fn expensive_documents_are_refused_before_they_run() {
         )
         .await;
     let refused = client.next_json().await;
-    println!("fragment bomb over WebSocket: refused in {:?}", started.elapsed());
+    println!(
+        "fragment bomb over WebSocket: refused in {:?}",
+        started.elapsed()
+    );
     assert_eq!(refused["type"], "error", "{refused}");
     assert_eq!(
         refused["payload"][0]["extensions"]["code"],
