@@ -13,7 +13,7 @@
 //! | read replica monitor (its lag, where reads go) | with the API and `FORMS_DATABASE_READ_URL` | the replica, pool |
 //! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
 //! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days, files |
-//! | event pruning (and autoresponder recipients past their quiet time, captcha tokens seen long ago, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
+//! | event pruning (and autoresponder recipients past their quiet time, captcha tokens seen long ago, spent form stamps past their age, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
 //! its deadline, the workers stop claiming and record what is in flight, the event reader
