@@ -71,13 +71,9 @@ pub(super) fn read(r: &mut Reader) -> SpamConfig {
 
 impl SpamConfig {
     /// The URL of one of Akismet's calls (`comment-check`, `submit-spam`,
-    /// `submit-ham`): the base and the call's name, with one `/` between them.
+    /// `submit-ham`): the base, which always ends in `/` (`akismet_base`), and the call.
     pub fn akismet_call(&self, call: &str) -> String {
-        if self.akismet_url.ends_with('/') {
-            format!("{}{call}", self.akismet_url)
-        } else {
-            format!("{}/{call}", self.akismet_url)
-        }
+        format!("{}{call}", self.akismet_url)
     }
 }
 

@@ -105,11 +105,16 @@ impl ConnectionSettings {
     /// ends a connection (`TCP_USER_TIMEOUT`), and an idle connection is probed once it has
     /// been silent this long. A slow query is no silence: the server's kernel acknowledges
     /// the statement at once, and the statement timeout bounds the rest.
-    pub fn network_timeout(mut self, timeout: Duration) -> ConnectionSettings {
-        let mut hosts = self.hosts.to_vec();
-        for config in &mut hosts {
+    pub fn network_timeout(self, timeout: Duration) -> ConnectionSettings {
+        self.each_host(|config| {
             config.keepalives_idle(timeout).tcp_user_timeout(timeout);
-        }
+        })
+    }
+
+    /// The same settings with `set` applied to every host's.
+    fn each_host(mut self, set: impl Fn(&mut tokio_postgres::Config)) -> ConnectionSettings {
+        let mut hosts = self.hosts.to_vec();
+        hosts.iter_mut().for_each(set);
         self.hosts = hosts.into();
         self
     }
@@ -809,13 +814,10 @@ impl ConnectionSettings {
 impl ConnectionSettings {
     /// The same settings under another `application_name` (the read replica's
     /// connections, so that an operator tells them apart on the standby).
-    pub fn named(mut self, application_name: &str) -> ConnectionSettings {
-        let mut hosts = self.hosts.to_vec();
-        for config in &mut hosts {
+    pub fn named(self, application_name: &str) -> ConnectionSettings {
+        self.each_host(|config| {
             config.application_name(application_name);
-        }
-        self.hosts = hosts.into();
-        self
+        })
     }
 }
 

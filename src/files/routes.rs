@@ -53,28 +53,32 @@ async fn serve(
             Refused::Invalid => ApiError::FileLinkInvalid,
             Refused::Expired => ApiError::FileLinkExpired,
         })?;
-    // A link handed to an API key ends with the key: once it is revoked (or gone), the
-    // link is as good as expired, in every process, from the next download on.
-    if let Some(holder) = holder {
-        let revoked = files
-            .db
-            .run(async |conn| {
-                crate::db::keys::unusable_among(conn, std::slice::from_ref(&holder)).await
-            })
-            .await?;
-        if !revoked.is_empty() {
-            return Err(ApiError::FileLinkExpired);
-        }
-    }
     let not_found = || ApiError::FileNotFound {
         file_id: file_id.to_string(),
     };
     let id = FileId::parse(file_id).ok_or_else(not_found)?;
-    let row = files
+    // A link handed to an API key ends with the key: once it is revoked (or gone), the
+    // link is as good as expired, in every process, from the next download on. Checked
+    // on the connection that reads the file's row: one checkout per download.
+    let (revoked, row) = files
         .db
-        .run(async |conn| crate::db::files::find_attached(conn, &id).await)
-        .await?
-        .ok_or_else(not_found)?;
+        .run(async |conn| {
+            let revoked = match &holder {
+                Some(holder) => {
+                    !crate::db::keys::unusable_among(conn, std::slice::from_ref(holder))
+                        .await?
+                        .is_empty()
+                }
+                None => false,
+            };
+            let row = crate::db::files::find_attached(conn, &id).await?;
+            Ok((revoked, row))
+        })
+        .await?;
+    if revoked {
+        return Err(ApiError::FileLinkExpired);
+    }
+    let row = row.ok_or_else(not_found)?;
     let body = files
         .storage
         .read(&files.db, &row)

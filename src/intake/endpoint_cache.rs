@@ -96,12 +96,8 @@ impl RulesCache {
             )
         })
         .await
-        .map_err(|error| {
-            DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
-        })?
-        .map_err(|error| {
-            DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
-        })?;
+        .map_err(unreadable)?
+        .map_err(unreadable)?;
         let mut compiled = self.compiled();
         if compiled.len() >= MAX_ENTRIES {
             compiled.clear();
@@ -225,6 +221,12 @@ impl EndpointCache {
         self.generation.fetch_add(1, Ordering::AcqRel);
         entries.clear();
     }
+}
+
+/// Rules that cannot be compiled (or whose compiling did not finish) are a stored value
+/// this build cannot read.
+fn unreadable(error: impl std::error::Error + Send + Sync + 'static) -> DbError {
+    DbError::Query(diesel::result::Error::DeserializationError(Box::new(error)))
 }
 
 #[cfg(test)]

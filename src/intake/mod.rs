@@ -581,7 +581,8 @@ async fn form_stamp(
         .ok()
         .and_then(|Query(mut query)| query.remove("renew"));
     let result = async {
-        if let Some(source) = source_counted(&intake, peer.ip(), &headers, intake.clock.now()) {
+        let now = intake.clock.now();
+        if let Some(source) = source_counted(&intake, peer.ip(), &headers, now) {
             source.count_source_alone(&intake.db).await?;
         }
         let endpoint = find_endpoint(&intake, endpoint_id.as_deref()).await?;
@@ -589,7 +590,6 @@ async fn form_stamp(
             let endpoint_id = endpoint.id.to_string();
             return Err((Some(endpoint), ApiError::OriginNotAllowed { endpoint_id }));
         }
-        let now = intake.clock.now();
         let stamp = match &renew {
             Some(earlier) => {
                 intake

@@ -301,7 +301,8 @@ pub fn name_agrees(content_type: &str, start: &[u8], name: &str) -> bool {
     if let Some((_, known)) = EXTENSIONS.iter().find(|(kind, _)| *kind == content_type) {
         return known.contains(&extension.as_str());
     }
-    if infer::get(start)
+    let inferred = infer::get(start);
+    if inferred
         .is_some_and(|kind| kind.mime_type() == content_type && kind.extension() == extension)
     {
         return true;
@@ -310,7 +311,7 @@ pub fn name_agrees(content_type: &str, start: &[u8], name: &str) -> bool {
         .iter()
         .any(|(_, known)| known.contains(&extension.as_str()))
         || ACTIVE_EXTENSIONS.contains(&extension.as_str())
-        || infer::get(start).is_some();
+        || inferred.is_some();
     !claimed
 }
 

@@ -527,6 +527,7 @@ impl SpamRules {
     }
 
     /// Whether both are the one compiled rule set (a clone of it), not just alike.
+    #[cfg(test)]
     pub fn same_as(&self, other: &SpamRules) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }

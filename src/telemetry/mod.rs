@@ -26,7 +26,7 @@ use tracing_subscriber::EnvFilter;
 use crate::config::LogFormat;
 
 /// The target of this service's own events (and its modules', `hymical_forms::…`).
-pub const OWN_TARGET: &str = "hymical_forms";
+pub const OWN_TARGET: &str = env!("CARGO_CRATE_NAME");
 
 /// The most any other crate may write, whatever `RUST_LOG` says: their warnings and
 /// errors name what failed, never what was carried.

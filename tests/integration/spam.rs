@@ -1087,14 +1087,7 @@ async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spa
     // The stamp arrives from the service (another origin) and the form waits a second.
     let first = stamp_other_than(&client, "").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    client
-        .find(Locator::Css("#send"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    crate::browser::wait_for_text(&client, "#thanks", "Thanks!").await;
+    send_and_wait_for_thanks(&client).await;
 
     // Back on the form, the snippet has another stamp for it; the visitor solves the
     // captcha again and sends the form once more, at once: not spent, not too soon.
@@ -1112,14 +1105,7 @@ async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spa
         )
         .await
         .unwrap();
-    client
-        .find(Locator::Css("#send"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    crate::browser::wait_for_text(&client, "#thanks", "Thanks!").await;
+    send_and_wait_for_thanks(&client).await;
 
     let listed = data(
         app.gql(&key, "{ submissions(filter: {folder: ALL}) { edges { node { id spam spamReasons fields { name values } } } } }", json!({}))
@@ -1429,4 +1415,16 @@ async fn rules_past_their_budget_follow_the_verifier_policy() {
     );
     let answer = post(&app, "budget", &form).await;
     assert_filed_as_spam(&app, &key, answer, "the spam rules did not finish in time").await;
+}
+
+/// Clicks the page's send button and waits for its thanks.
+async fn send_and_wait_for_thanks(client: &fantoccini::Client) {
+    client
+        .find(fantoccini::Locator::Css("#send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    crate::browser::wait_for_text(client, "#thanks", "Thanks!").await;
 }
