@@ -67,6 +67,7 @@ impl FromRef<AppState> for FilesState {
 }
 
 impl App {
+    #[cfg(feature = "testing")]
     pub fn new(
         config: Config,
         connection: ConnectionSettings,
@@ -88,6 +89,7 @@ impl App {
     }
 
     /// [`App::new`] with a given event feed (tests use one with a tiny buffer).
+    #[cfg(feature = "testing")]
     pub fn with_event_feed(
         config: Config,
         connection: ConnectionSettings,
