@@ -1,37 +1,228 @@
-//! The crate's top-level modules depend on each other in one direction only: read from the
-//! source as it is, so docs/ARCHITECTURE.md's "no import cycles" cannot go stale.
+//! No module of the crate imports in a circle, at any level: the top-level modules depend
+//! on each other in one direction only, and so do the files (and sub-folders) of every
+//! folder. Read from the source as it is, so docs/ARCHITECTURE.md's "no import cycles"
+//! cannot go stale.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Each top-level module and the top-level modules its code names (`crate::x`), from every
-/// file under `src/` but the crate root and the test re-exports (`testing/`, which names
-/// everything by design). Comments and `#[cfg(test)]` modules do not count.
-fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+/// A module by its path below the crate root: `["intake", "committer", "store"]`.
+type ModulePath = Vec<String>;
+
+/// For every folder (the crate root is `[]`), the graph between its children: an arrow from
+/// a child to a sibling whose items the child's code names. Paths are read as `crate::…`,
+/// `super::…` and `self::…` (groups included), resolved against the file's own module; a
+/// name a folder re-exports from one of its children counts as that child's. Comments,
+/// `#[cfg(test)]` modules, the crate root and the test re-exports (`testing/`, which names
+/// everything by design) do not count.
+fn folder_graphs(src: &Path) -> BTreeMap<ModulePath, BTreeMap<String, BTreeSet<String>>> {
+    let mut sources = BTreeMap::new();
     for file in rust_files(src) {
-        let relative = file.strip_prefix(src).unwrap();
-        let top = relative
-            .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy()
-            .trim_end_matches(".rs")
-            .to_string();
-        if matches!(top.as_str(), "lib" | "main" | "testing") {
+        let module = module_of(file.strip_prefix(src).unwrap());
+        if module.is_empty() || module[0] == "main" || module[0] == "testing" {
             continue;
         }
         let code =
             without_test_modules(&without_comments(&std::fs::read_to_string(&file).unwrap()));
-        let named = graph.entry(top.clone()).or_default();
-        for target in crate_paths(&code) {
-            if target != top {
-                named.insert(target);
+        sources.insert(module, code);
+    }
+    let modules: BTreeSet<ModulePath> = sources.keys().cloned().collect();
+    let mut graphs: BTreeMap<ModulePath, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (module, code) in &sources {
+        for path in named_paths(code, module) {
+            let target = resolve(&path, &modules, &sources);
+            let common = module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if common < module.len() && common < target.len() {
+                graphs
+                    .entry(module[..common].to_vec())
+                    .or_default()
+                    .entry(module[common].clone())
+                    .or_default()
+                    .insert(target[common].clone());
             }
         }
+        // Every child is a node, arrows or not.
+        if let Some((child, folder)) = module.split_last() {
+            graphs
+                .entry(folder.to_vec())
+                .or_default()
+                .entry(child.clone())
+                .or_default();
+        }
     }
-    graph
+    graphs
+}
+
+/// `intake/committer/mod.rs` is `["intake", "committer"]`, `lib.rs` is `[]`.
+fn module_of(relative: &Path) -> ModulePath {
+    let mut parts: ModulePath = relative
+        .iter()
+        .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The module a path names: its longest prefix that is a module, followed into the child a
+/// folder re-exports the next name from (`pub use child::Name`).
+fn resolve(
+    path: &[String],
+    modules: &BTreeSet<ModulePath>,
+    sources: &BTreeMap<ModulePath, String>,
+) -> ModulePath {
+    let mut module: ModulePath = Vec::new();
+    for segment in path {
+        let mut deeper = module.clone();
+        deeper.push(segment.clone());
+        if modules.contains(&deeper) {
+            module = deeper;
+            continue;
+        }
+        // An item of `module`: re-exported from one of its children?
+        let Some(code) = sources.get(&module) else {
+            break;
+        };
+        for re_export in named_paths_of_uses(code, &module) {
+            if re_export.last() == Some(segment) && re_export.len() > module.len() + 1 {
+                let child = &re_export[..module.len() + 1];
+                if re_export[..module.len()] == module[..] && modules.contains(child) {
+                    return resolve(&re_export, modules, sources);
+                }
+            }
+        }
+        break;
+    }
+    module
+}
+
+/// The full paths of the `use` items in `code` (re-exports among them).
+fn named_paths_of_uses(code: &str, module: &[String]) -> Vec<ModulePath> {
+    let mut found = Vec::new();
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        let Some(at) = statement.find("use ") else {
+            continue;
+        };
+        let before = &statement[..at];
+        if !before.trim().is_empty() && !before.trim_start().starts_with("pub") {
+            continue;
+        }
+        let tree = statement[at + 4..].trim();
+        let relative = !(tree.starts_with("crate::")
+            || tree.starts_with("super::")
+            || tree.starts_with("self::"));
+        let tree = if relative {
+            format!("self::{tree}")
+        } else {
+            tree.to_string()
+        };
+        found.extend(named_paths(&tree, module));
+    }
+    found
+}
+
+/// Every `crate::`, `super::` and `self::` path in `code` as an absolute module path,
+/// groups expanded: `use super::{a::B, c}` in `x/y.rs` is `[x, a, B]` and `[x, c]`.
+fn named_paths(code: &str, module: &[String]) -> Vec<ModulePath> {
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|root| code[at..].starts_with(root));
+        let after_ident = at > 0
+            && (bytes[at - 1].is_ascii_alphanumeric()
+                || bytes[at - 1] == b'_'
+                || bytes[at - 1] == b':');
+        if starts && !after_ident {
+            let (paths, used) = use_tree(&code[at..]);
+            for path in paths {
+                found.push(absolute(&path, module));
+            }
+            at += used.max(1);
+        } else {
+            at += code[at..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    found
+}
+
+/// `crate`/`super`/`self` segments resolved against the module the text is in. A file's
+/// own module is where `self` stands; `super` climbs one from there.
+fn absolute(path: &[String], module: &[String]) -> ModulePath {
+    let mut base: ModulePath = module.to_vec();
+    let mut rest = path;
+    match rest.first().map(String::as_str) {
+        Some("crate") => {
+            base.clear();
+            rest = &rest[1..];
+        }
+        Some("self") => rest = &rest[1..],
+        _ => {}
+    }
+    while rest.first().map(String::as_str) == Some("super") {
+        base.pop();
+        rest = &rest[1..];
+    }
+    base.extend(rest.iter().filter(|s| s.as_str() != "self").cloned());
+    base
+}
+
+/// The paths of one use tree (or plain path) at the start of `text`, and the bytes read.
+fn use_tree(text: &str) -> (Vec<ModulePath>, usize) {
+    let ident = |text: &str| -> String {
+        text.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut prefix: ModulePath = Vec::new();
+    let mut at = 0;
+    loop {
+        let rest = &text[at..];
+        let name = ident(rest);
+        if name.is_empty() {
+            if let Some(group) = rest.strip_prefix('{') {
+                let mut paths = Vec::new();
+                let mut inner = 0;
+                let group_bytes = group.as_bytes();
+                loop {
+                    while inner < group.len()
+                        && (group_bytes[inner] == b',' || group_bytes[inner].is_ascii_whitespace())
+                    {
+                        inner += 1;
+                    }
+                    if inner >= group.len() || group_bytes[inner] == b'}' {
+                        inner += 1;
+                        break;
+                    }
+                    let (children, used) = use_tree(&group[inner..]);
+                    for child in children {
+                        let mut full = prefix.clone();
+                        full.extend(child);
+                        paths.push(full);
+                    }
+                    inner += used.max(1);
+                }
+                return (paths, at + 1 + inner);
+            }
+            return (vec![prefix], at);
+        }
+        at += name.len();
+        prefix.push(name);
+        if text[at..].starts_with("::") {
+            at += 2;
+        } else {
+            // `as alias` and anything after the path end it.
+            return (vec![prefix], at);
+        }
+    }
 }
 
 fn rust_files(dir: &Path) -> Vec<PathBuf> {
@@ -130,45 +321,6 @@ fn without_test_modules(code: &str) -> String {
     out
 }
 
-/// The top-level module of every `crate::x` path, `use crate::{x, y::z}` groups included.
-fn crate_paths(code: &str) -> BTreeSet<String> {
-    let mut named = BTreeSet::new();
-    let ident = |text: &str| -> String {
-        text.chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect()
-    };
-    let mut rest = code;
-    while let Some(found) = rest.find("crate::") {
-        let after = &rest[found + "crate::".len()..];
-        if let Some(group) = after.strip_prefix('{') {
-            // Top-level names of the group: those at brace depth zero after `{` or `,`.
-            let mut depth = 0usize;
-            let mut expecting = true;
-            for (index, c) in group.char_indices() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => expecting = true,
-                    c if expecting && (c.is_ascii_alphabetic() || c == '_') => {
-                        named.insert(ident(&group[index..]));
-                        expecting = false;
-                    }
-                    _ => {}
-                }
-            }
-        } else {
-            let name = ident(after);
-            if !name.is_empty() {
-                named.insert(name);
-            }
-        }
-        rest = after;
-    }
-    named
-}
-
 /// A cycle in `graph`, as the modules along it, if there is one.
 fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     #[derive(Clone, Copy, PartialEq)]
@@ -213,28 +365,85 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 }
 
 #[test]
-fn the_top_level_modules_have_no_import_cycle() {
+fn no_module_imports_in_a_circle_at_any_level() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = module_graph(&src);
-    // The reading itself works: known edges are seen, comments and unit tests are not.
-    assert!(graph["router"].contains("graphql"), "{graph:?}");
-    assert!(graph["db"].contains("config"), "{graph:?}");
+    let graphs = folder_graphs(&src);
+    // The reading itself works: known arrows are seen, comments and unit tests are not.
+    let top = &graphs[&Vec::new()];
+    assert!(top["router"].contains("graphql"), "{top:?}");
+    assert!(top["db"].contains("config"), "{top:?}");
+    assert!(top["model"].is_empty(), "model depends on nothing: {top:?}");
+    assert!(graphs.len() > 5, "folders are read: {:?}", graphs.keys());
+    let circles: Vec<String> = graphs
+        .iter()
+        .filter_map(|(folder, graph)| {
+            let circle = find_cycle(graph)?;
+            Some(format!(
+                "in src/{}: {}",
+                folder.join("/"),
+                circle.join(" -> ")
+            ))
+        })
+        .collect();
     assert!(
-        graph["model"].is_empty(),
-        "model depends on nothing: {graph:?}"
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
     );
-    if let Some(cycle) = find_cycle(&graph) {
-        panic!("import cycle: {}", cycle.join(" -> "));
-    }
 }
 
 #[test]
-fn the_reader_sees_groups_and_cycles() {
+fn the_reader_resolves_paths_groups_and_re_exports() {
+    let module = |path: &str| -> ModulePath {
+        path.split('/')
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect()
+    };
     let code = without_test_modules(&without_comments(
-        "use crate::{app::App, db::{self, Db}, error};\n// crate::hidden\nlet x = crate::clock::now();\n#[cfg(test)]\nmod tests { use crate::tested; }\nlet s = \"// not a comment\"; crate::after;",
+        "use crate::{app::App, db::{self, Db}, error};\nuse super::sibling::Thing;\n// crate::hidden\nlet x = crate::clock::now();\n#[cfg(test)]\nmod tests { use crate::tested; }\nlet s = \"// not a comment\"; self::inner::f(); crate::after;",
     ));
-    let named: Vec<String> = crate_paths(&code).into_iter().collect();
-    assert_eq!(named, ["after", "app", "clock", "db", "error"]);
+    let named: BTreeSet<ModulePath> = named_paths(&code, &module("intake/parse"))
+        .into_iter()
+        .collect();
+    let expected: BTreeSet<ModulePath> = [
+        "app/App",
+        "db",
+        "db/Db",
+        "error",
+        "intake/sibling/Thing",
+        "clock/now",
+        "intake/parse/inner/f",
+        "after",
+    ]
+    .into_iter()
+    .map(module)
+    .collect();
+    assert_eq!(named, expected);
+    // `super::Name` where the folder re-exports `Name` from a child names that child.
+    let sources: BTreeMap<ModulePath, String> = [
+        (
+            module("graphql"),
+            "mod types;\npub(crate) use types::{Endpoint, Delivery as D};".to_string(),
+        ),
+        (module("graphql/types"), String::new()),
+        (module("graphql/query"), String::new()),
+    ]
+    .into_iter()
+    .collect();
+    let modules = sources.keys().cloned().collect();
+    assert_eq!(
+        resolve(&module("graphql/Endpoint"), &modules, &sources),
+        module("graphql/types")
+    );
+    assert_eq!(
+        resolve(&module("graphql/query/run"), &modules, &sources),
+        module("graphql/query")
+    );
+    assert_eq!(
+        resolve(&module("graphql/Schema"), &modules, &sources),
+        module("graphql")
+    );
     let graph: BTreeMap<String, BTreeSet<String>> = [
         ("a", vec!["b"]),
         ("b", vec!["c"]),
