@@ -300,6 +300,18 @@ mod tests {
         }
     }
 
+    /// A read of `events` by generation 0 that did not fill its batch.
+    fn read(pending: Option<Pending>, snapshot: Snapshot, events: &[i64]) -> Decision {
+        decide(
+            pending,
+            0,
+            0,
+            snapshot,
+            events.iter().map(|&id| event(id)).collect(),
+            false,
+        )
+    }
+
     fn ids(decision: &Decision) -> Option<(i64, Vec<i64>)> {
         decision
             .publish
@@ -309,14 +321,7 @@ mod tests {
 
     #[test]
     fn with_everything_below_the_horizon_ended_everything_read_is_published() {
-        let decision = decide(
-            None,
-            0,
-            0,
-            snapshot(100, &[], 100),
-            vec![event(5), event(6)],
-            false,
-        );
+        let decision = read(None, snapshot(100, &[], 100), &[5, 6]);
         assert_eq!(ids(&decision), Some((6, vec![5, 6])));
         assert!(decision.pending.is_none() && !decision.again);
     }
@@ -330,14 +335,7 @@ mod tests {
             through: 10,
             horizon: 200,
         };
-        let decision = decide(
-            Some(waiting),
-            0,
-            0,
-            snapshot(100, &[], 100),
-            Vec::new(),
-            false,
-        );
+        let decision = read(Some(waiting), snapshot(100, &[], 100), &[]);
         assert_eq!(ids(&decision), Some((10, vec![])));
         assert!(decision.pending.is_none() && !decision.again);
     }
@@ -346,66 +344,31 @@ mod tests {
     /// completed transaction is 97, so 98 (which may hold id 4) is running unlisted.
     #[test]
     fn a_transaction_from_the_snapshots_xmax_on_is_waited_for() {
-        let first = decide(
-            None,
-            0,
-            0,
-            snapshot(98, &[], 100),
-            vec![event(5), event(6)],
-            false,
-        );
+        let first = read(None, snapshot(98, &[], 100), &[5, 6]);
         assert_eq!(ids(&first), None);
         let waiting = first.pending.expect("pending");
         assert_eq!((waiting.through, waiting.horizon), (6, 100));
         // 98 and 99 have ended (the newest completed is now 101).
-        let second = decide(
-            Some(waiting),
-            0,
-            0,
-            snapshot(102, &[], 103),
-            vec![event(4), event(5), event(6)],
-            false,
-        );
+        let second = read(Some(waiting), snapshot(102, &[], 103), &[4, 5, 6]);
         assert_eq!(ids(&second), Some((6, vec![4, 5, 6])));
     }
 
     #[test]
     fn events_wait_for_the_transactions_below_the_horizon() {
         // Transaction 90 may hold id 4 and commit later: 5 and 6 must wait.
-        let first = decide(
-            None,
-            0,
-            0,
-            snapshot(100, &[90], 100),
-            vec![event(5), event(6)],
-            false,
-        );
+        let first = read(None, snapshot(100, &[90], 100), &[5, 6]);
         assert_eq!(ids(&first), None);
         let waiting = first.pending.expect("pending");
         assert_eq!((waiting.through, waiting.horizon), (6, 100));
 
         // 90 still running: still nothing, the wait unchanged.
-        let second = decide(
-            Some(waiting),
-            0,
-            0,
-            snapshot(102, &[90, 101], 102),
-            vec![event(5), event(6), event(7)],
-            false,
-        );
+        let second = read(Some(waiting), snapshot(102, &[90, 101], 102), &[5, 6, 7]);
         assert_eq!(ids(&second), None);
         let waiting = second.pending.expect("pending");
         assert_eq!((waiting.through, waiting.horizon), (6, 100));
 
         // 90 ended (and committed 4): up to 6 is final; 7 now waits for 101.
-        let third = decide(
-            Some(waiting),
-            0,
-            0,
-            snapshot(104, &[101], 104),
-            vec![event(4), event(5), event(6), event(7)],
-            false,
-        );
+        let third = read(Some(waiting), snapshot(104, &[101], 104), &[4, 5, 6, 7]);
         assert_eq!(ids(&third), Some((6, vec![4, 5, 6])));
         let waiting = third.pending.expect("pending");
         assert_eq!((waiting.through, waiting.horizon), (7, 104));
@@ -469,14 +432,7 @@ mod tests {
         );
         assert_eq!(ids(&busy), None);
         let waiting = busy.pending.expect("still waiting");
-        let ended = decide(
-            Some(waiting),
-            0,
-            0,
-            snapshot(52, &[51], 52),
-            Vec::new(),
-            false,
-        );
+        let ended = read(Some(waiting), snapshot(52, &[51], 52), &[]);
         assert_eq!(ids(&ended), Some((9, vec![])));
     }
 

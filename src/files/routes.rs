@@ -95,18 +95,16 @@ async fn serve(
         header::CONTENT_DISPOSITION,
         text(&content_disposition(&row.name)),
     );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("sandbox; default-src 'none'"),
-    );
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, no-store"),
-    );
+    for (name, value) in [
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "sandbox; default-src 'none'",
+        ),
+        (header::CACHE_CONTROL, "private, no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
     if let Some(sha256) = &row.sha256 {
         if let Ok(value) = HeaderValue::from_str(sha256) {
             headers.insert("x-content-sha256", value);

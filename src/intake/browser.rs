@@ -93,18 +93,16 @@ pub fn add_cors_headers(
 
 /// The extra headers of a successful preflight answer.
 pub fn add_preflight_headers(headers: &mut HeaderMap) {
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("POST"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("Content-Type, Idempotency-Key"),
-    );
-    headers.insert(
-        header::ACCESS_CONTROL_MAX_AGE,
-        HeaderValue::from_static("600"),
-    );
+    for (name, value) in [
+        (header::ACCESS_CONTROL_ALLOW_METHODS, "POST"),
+        (
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            "Content-Type, Idempotency-Key",
+        ),
+        (header::ACCESS_CONTROL_MAX_AGE, "600"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use super::{Asset, CSS, JAVASCRIPT, SVG};
+use super::{assets, Asset, CSS, JAVASCRIPT, SVG};
 use crate::app::AppState;
 use crate::error::ApiError;
 
@@ -18,17 +18,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; connect-src 'self'; f
 
 const PAGE: &str = include_str!("../../assets/console/index.html");
 
-macro_rules! console_assets {
-    ($($name:literal => $content_type:expr),+ $(,)?) => {
-        &[$(Asset {
-            name: $name,
-            content_type: $content_type,
-            bytes: include_bytes!(concat!("../../assets/console/", $name)),
-        }),+]
-    };
-}
-
-const ASSETS: &[Asset] = console_assets![
+const ASSETS: &[Asset] = assets!["console/";
     "console.css" => CSS,
     "favicon.svg" => SVG,
     "main.js" => JAVASCRIPT,

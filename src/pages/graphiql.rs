@@ -5,7 +5,7 @@
 use axum::extract::Path;
 use axum::response::Response;
 
-use super::{Asset, CSS, JAVASCRIPT};
+use super::{assets, Asset, CSS, JAVASCRIPT};
 
 /// Only this origin, for everything; fonts and icons come inline (`data:`) in the upstream
 /// stylesheet, and the editor sets styles at run time.
@@ -13,37 +13,13 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:;
 
 const PAGE: &str = include_str!("../../assets/graphiql/index.html");
 
-const ASSETS: &[Asset] = &[
-    Asset {
-        name: "graphiql-page.js",
-        content_type: JAVASCRIPT,
-        bytes: include_bytes!("../../assets/graphiql/graphiql-page.js"),
-    },
-    Asset {
-        name: "graphiql-page.css",
-        content_type: CSS,
-        bytes: include_bytes!("../../assets/graphiql/graphiql-page.css"),
-    },
-    Asset {
-        name: "graphiql.min.js",
-        content_type: JAVASCRIPT,
-        bytes: include_bytes!("../../assets/graphiql/vendor/graphiql.min.js"),
-    },
-    Asset {
-        name: "graphiql.min.css",
-        content_type: CSS,
-        bytes: include_bytes!("../../assets/graphiql/vendor/graphiql.min.css"),
-    },
-    Asset {
-        name: "react.production.min.js",
-        content_type: JAVASCRIPT,
-        bytes: include_bytes!("../../assets/graphiql/vendor/react.production.min.js"),
-    },
-    Asset {
-        name: "react-dom.production.min.js",
-        content_type: JAVASCRIPT,
-        bytes: include_bytes!("../../assets/graphiql/vendor/react-dom.production.min.js"),
-    },
+const ASSETS: &[Asset] = assets!["graphiql/";
+    "graphiql-page.js" => JAVASCRIPT,
+    "graphiql-page.css" => CSS,
+    "graphiql.min.js" in "vendor/" => JAVASCRIPT,
+    "graphiql.min.css" in "vendor/" => CSS,
+    "react.production.min.js" in "vendor/" => JAVASCRIPT,
+    "react-dom.production.min.js" in "vendor/" => JAVASCRIPT,
 ];
 
 pub fn page() -> Response {

@@ -20,6 +20,19 @@ pub struct Asset {
     pub bytes: &'static [u8],
 }
 
+/// The files of one folder under `assets/` (or of a folder below it: `in "vendor/"`), each
+/// with its content type, built into the binary and served by name.
+macro_rules! assets {
+    ($folder:literal; $($name:literal $(in $below:literal)? => $content_type:expr),+ $(,)?) => {
+        &[$(crate::pages::Asset {
+            name: $name,
+            content_type: $content_type,
+            bytes: include_bytes!(concat!("../../assets/", $folder, $($below,)? $name)),
+        }),+]
+    };
+}
+pub(crate) use assets;
+
 pub const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 pub const CSS: &str = "text/css; charset=utf-8";
 pub const SVG: &str = "image/svg+xml";
