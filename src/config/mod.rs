@@ -13,7 +13,6 @@ mod graphql;
 mod http;
 mod intake;
 mod reader;
-mod replica;
 mod smtp;
 mod spam;
 
@@ -23,14 +22,15 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 pub use alerts::AlertConfig;
-pub use database::{DatabaseConfig, CALL_TIMEOUT_MARGIN, NETWORK_TIMEOUT_DEFAULT};
+pub use database::{
+    DatabaseConfig, ReadReplicaConfig, CALL_TIMEOUT_MARGIN, NETWORK_TIMEOUT_DEFAULT,
+};
 pub use delivery::{WebhookConfig, WorkerConfig};
 pub use files::{FilesConfig, S3Config};
 pub use graphql::GraphqlConfig;
 pub use http::HttpConfig;
 pub use intake::{IntakeConfig, RateLimitConfig};
 use reader::Reader;
-pub use replica::ReadReplicaConfig;
 pub use smtp::{SmtpConfig, SmtpTls};
 pub use spam::SpamConfig;
 
@@ -416,7 +416,7 @@ mod tests {
             ("FORMS_DATABASE_READ_URL", "mysql://u:hunter2@h/db", "postgres://"),
             ("FORMS_DATABASE_READ_URL", "postgres://u:hunter2@standby/db", "set without FORMS_DATABASE_URL"),
             // Each of the others alone is an error for being set without the URL;
-            // src/config/replica.rs tests them with it.
+            // src/config/database.rs tests them with it.
             ("FORMS_DATABASE_READ_POOL_SIZE", "4", "set without FORMS_DATABASE_READ_URL"),
             ("FORMS_DATABASE_READ_MAX_LAG_SECONDS", "2", "set without FORMS_DATABASE_READ_URL"),
             ("FORMS_DATABASE_STATEMENT_TIMEOUT_SECONDS", "0", "greater than 0"),

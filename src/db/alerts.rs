@@ -30,7 +30,7 @@ pub struct AlertRow {
 }
 
 /// Records the alert an endpoint event of a destination owes, in the event's transaction
-/// (db/endpoints.rs `write_event`). Only a warning, a pause and a resume are announced.
+/// (db/endpoint_events.rs `write_event`). Only a warning, a pause and a resume are announced.
 pub(super) async fn owe(
     conn: &mut AsyncPgConnection,
     event_id: i64,

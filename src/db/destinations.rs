@@ -5,13 +5,17 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 
-use super::endpoints::{lock_for_change, notify_changed, write_event, CLAIM_LOCK_CLASS};
+use super::endpoint_events::{lock_for_change, notify_changed, write_event};
 use super::models::DestinationRow;
 use super::schema::{destinations, webhook_deliveries};
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{DestinationId, EndpointId};
 use crate::model::state::{DeliveryState, DestinationKind, EndpointEventKind, PauseReason};
+
+/// The class of the claim's per-destination advisory locks (migrations fair_claiming and
+/// destinations).
+const CLAIM_LOCK_CLASS: i32 = 1752788324;
 
 /// The destinations of `endpoints` not removed, each endpoint's in order.
 pub async fn of_endpoints(

@@ -8,6 +8,7 @@ pub use error::DbError;
 pub mod alerts;
 pub mod deliveries;
 pub mod destinations;
+pub mod endpoint_events;
 pub mod endpoints;
 pub mod events;
 pub mod files;

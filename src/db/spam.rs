@@ -81,7 +81,7 @@ pub async fn set_protection(
                     )
                 }
             };
-            super::endpoints::notify_changed(conn, &endpoint_id).await?;
+            super::endpoint_events::notify_changed(conn, &endpoint_id).await?;
             Ok(stored)
         })
         .await?)

@@ -6,6 +6,7 @@
 use super::ApiError;
 use crate::db::DbError;
 use crate::feed::FeedError;
+use crate::model::endpoint::{Setting, SettingError};
 
 impl From<diesel::result::Error> for ApiError {
     fn from(error: diesel::result::Error) -> Self {
@@ -50,6 +51,47 @@ impl From<FeedError> for ApiError {
             },
             FeedError::Storage(error) => ApiError::from(error),
             FeedError::Closing => ApiError::Internal("the server is shutting down".into()),
+        }
+    }
+}
+
+/// The API's error for a setting that breaks its rule, naming the input field as the
+/// client writes it: a field of `input` by its path inside it (`captcha.secret`), the
+/// name most inputs give the setting. An input that names it otherwise says so with
+/// `graphql/mutation.rs` `refused_as`.
+impl From<SettingError> for ApiError {
+    fn from(error: SettingError) -> Self {
+        match error {
+            SettingError::WebhookUrl(reason) => ApiError::InvalidWebhookUrl {
+                field: "webhookUrl".into(),
+                reason: reason.to_string(),
+            },
+            SettingError::Invalid { setting, reason } => ApiError::InvalidInput {
+                field: match setting {
+                    Setting::Name => "name",
+                    Setting::RedirectUrl => "redirectUrl",
+                    Setting::AllowedOrigins => "allowedOrigins",
+                    Setting::HoneypotField => "honeypotField",
+                    Setting::Recipients => "recipients",
+                    Setting::ReplyToField => "replyToField",
+                    Setting::MaxInFlight => "maxInFlight",
+                    Setting::MaxRequestsPerSecond => "maxRequestsPerSecond",
+                    Setting::Events => "events",
+                    Setting::ReplySubject => "subject",
+                    Setting::ReplyBody => "body",
+                    Setting::ReplyWindowSeconds => "windowSeconds",
+                    Setting::CaptchaSecret => "captcha.secret",
+                    Setting::CaptchaMinScore => "captcha.minScore",
+                    Setting::MaxLinks => "maxLinks",
+                    Setting::BlockedWords => "blockedWords",
+                    Setting::BlockedPatterns => "blockedPatterns",
+                    Setting::BlockedSenders => "blockedSenders",
+                    Setting::MinFillSeconds => "minFillSeconds",
+                    Setting::Akismet => "akismet",
+                }
+                .into(),
+                reason: reason.into(),
+            },
         }
     }
 }

@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use futures_util::Stream;
 use tokio::sync::{broadcast, watch, Notify};
 
-use crate::db::endpoints;
+use crate::db::endpoint_events;
 use crate::db::events::{self, EventFilter, HistoryExpired};
 use crate::db::models::{EndpointEventRow, EventRow};
 use crate::db::replica::WalPosition;
@@ -209,14 +209,14 @@ impl EventFeed {
         async_stream::try_stream! {
             let mut cursor = match after {
                 Some(after) => after,
-                None => db.run(async |conn| endpoints::newest_event_id(conn).await).await?,
+                None => db.run(async |conn| endpoint_events::newest_event_id(conn).await).await?,
             };
             loop {
                 changes.mark_unchanged();
                 loop {
                     let page = db
                         .run(async |conn| {
-                            endpoints::events_after(conn, cursor, endpoint.as_ref(), CATCH_UP_PAGE).await
+                            endpoint_events::events_after(conn, cursor, endpoint.as_ref(), CATCH_UP_PAGE).await
                         })
                         .await?;
                     let full = page.len() as i64 == CATCH_UP_PAGE;

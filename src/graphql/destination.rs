@@ -1,10 +1,11 @@
 //! `Destination`: one of an endpoint's places to deliver to, a webhook or an email address
 //! list, with its own pause state and run of failures.
 
-use async_graphql::{Context, Enum, Object, ID};
+use async_graphql::{Context, Enum, Object, SimpleObject, ID};
+use chrono::{DateTime, Utc};
 
 use super::app;
-use super::types::{live_secrets, Timestamp, WebhookSecret};
+use super::timestamp::Timestamp;
 use crate::db::models::DestinationRow;
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
@@ -112,5 +113,60 @@ impl Destination {
     /// When it was removed (its history kept); null otherwise.
     async fn removed_at(&self) -> Option<Timestamp> {
         self.0.removed_at.map(Timestamp)
+    }
+}
+
+#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookSecretRole {
+    /// Signs `Hymical-Signature` of deliveries accepted since it was made, and
+    /// `webhook-signature` of every delivery to the endpoint's current URL.
+    Current,
+    /// Replaced by a rotation; still signs `webhook-signature` beside the current one
+    /// until `liveUntil`.
+    Previous,
+}
+
+/// A live signing secret, described (the secret itself is shown once, when made).
+#[derive(SimpleObject)]
+pub struct WebhookSecret {
+    pub role: WebhookSecretRole,
+    /// The first 8 hex digits of the SHA-256 of the whole secret string (`whsec_…`), so
+    /// a receiver can tell which one it holds.
+    pub fingerprint: String,
+    /// When it stops signing; null for the current one.
+    pub live_until: Option<Timestamp>,
+}
+
+/// A webhook destination's secrets live at `now`: the current one, and the one a rotation
+/// replaced while its overlap lasts.
+pub fn live_secrets(webhook: &DestinationRow, now: DateTime<Utc>) -> Vec<WebhookSecret> {
+    let mut live = Vec::new();
+    if let Some(current) = &webhook.secret {
+        live.push(WebhookSecret::new(
+            current,
+            WebhookSecretRole::Current,
+            None,
+        ));
+    }
+    if let (Some(previous), Some(until)) = (
+        webhook.live_previous_secret(now),
+        webhook.previous_secret_expires_at,
+    ) {
+        live.push(WebhookSecret::new(
+            previous,
+            WebhookSecretRole::Previous,
+            Some(until),
+        ));
+    }
+    live
+}
+
+impl WebhookSecret {
+    fn new(secret: &str, role: WebhookSecretRole, until: Option<DateTime<Utc>>) -> Self {
+        WebhookSecret {
+            role,
+            fingerprint: crate::digest::sha256_hex(secret.as_bytes())[..8].to_string(),
+            live_until: until.map(Timestamp),
+        }
     }
 }

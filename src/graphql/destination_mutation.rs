@@ -3,18 +3,19 @@
 //! domain's (`model::endpoint`); `Endpoint.webhookUrl` and its mutations keep working on
 //! the endpoint's first webhook destination (mutation.rs).
 
-use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, SimpleObject, ID};
+use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, ID};
 
-use super::mutation::{endpoint_or_not_found, refused, refused_as, MAX_OVERLAP_SECONDS};
+use super::error::{ResolverError, Result};
+use super::ids::{destination_or_not_found, endpoint_or_not_found};
+use super::mutation::{refused_as, MAX_OVERLAP_SECONDS};
 use super::types::Destination;
-use super::{app, database, ResultExt};
+use super::{app, database};
 use crate::db;
 use crate::db::destinations::{AddOutcome, PauseOutcome, ResumeOutcome};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
 use crate::model::endpoint as rules;
-use crate::model::ids::DestinationId;
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
@@ -116,15 +117,6 @@ pub struct ResumeDestinationPayload {
     pub held_deliveries: i32,
 }
 
-/// An id that cannot name a destination names none.
-fn destination_or_not_found(id: &ID) -> Result<DestinationId> {
-    DestinationId::parse(id)
-        .ok_or_else(|| ApiError::DestinationNotFound {
-            destination_id: id.0.clone(),
-        })
-        .gql()
-}
-
 fn not_found(id: ID) -> ApiError {
     ApiError::DestinationNotFound {
         destination_id: id.0,
@@ -134,12 +126,12 @@ fn not_found(id: ID) -> ApiError {
 /// The settings shared by both kinds, checked.
 fn checked_events(events: Option<Vec<DestinationEvent>>) -> Result<Option<Vec<DestinationEvent>>> {
     events
-        .map(|events| rules::events(&events).map_err(refused).gql())
+        .map(|events| rules::events(&events).map_err(ResolverError::from))
         .transpose()
 }
 
 fn checked_rate(rate: Option<i32>) -> Result<Option<i32>> {
-    rate.map(|rate| rules::max_requests_per_second(rate).map_err(refused).gql())
+    rate.map(|rate| rules::max_requests_per_second(rate).map_err(ResolverError::from))
         .transpose()
 }
 
@@ -151,24 +143,23 @@ async fn add(
 ) -> Result<Destination> {
     let outcome = database(ctx)
         .run(async |conn| db::destinations::add(conn, destination, MAX_DESTINATIONS).await)
-        .await
-        .gql()?;
+        .await?;
     app(ctx).intake.endpoints.invalidate(endpoint_id);
     match outcome {
         AddOutcome::Added(row) => Ok(Destination(*row)),
         AddOutcome::EndpointNotFound => Err(ApiError::EndpointNotFound {
             endpoint_id: endpoint_id.0.clone(),
-        })
-        .gql(),
+        }
+        .into()),
         AddOutcome::EndpointDeleted => Err(ApiError::EndpointDeleted {
             endpoint_id: endpoint_id.0.clone(),
-        })
-        .gql(),
+        }
+        .into()),
         AddOutcome::LimitReached { limit } => Err(ApiError::DestinationLimitReached {
             endpoint_id: endpoint_id.0.clone(),
             limit,
-        })
-        .gql(),
+        }
+        .into()),
     }
 }
 
@@ -181,11 +172,8 @@ where
     let target = destination_or_not_found(id)?;
     let changed = database(ctx)
         .run(async |conn| Ok(db::destinations::change::<ApiError, _>(conn, &target, change).await))
-        .await
-        .gql()?
-        .gql()?
-        .ok_or_else(|| not_found(id.clone()))
-        .gql()?;
+        .await??
+        .ok_or_else(|| not_found(id.clone()))?;
     app(ctx)
         .intake
         .endpoints
@@ -221,11 +209,10 @@ impl DestinationMutation {
         let app = app(ctx);
         let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         let url = rules::webhook_url(&input.url, app.config.webhook.allow_private_targets)
-            .map_err(refused_as("url"))
-            .gql()?;
+            .map_err(refused_as("url"))?;
         let max_in_flight = input
             .max_in_flight
-            .map(|cap| rules::max_in_flight(cap).map_err(refused).gql())
+            .map(|cap| rules::max_in_flight(cap).map_err(ResolverError::from))
             .transpose()?;
         let events = checked_events(input.events)?;
         let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
@@ -255,20 +242,14 @@ impl DestinationMutation {
         let app = app(ctx);
         let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         if app.config.smtp.is_none() {
-            return Err(ApiError::EmailNotConfigured).gql();
+            return Err(ApiError::EmailNotConfigured.into());
         }
-        let recipients = rules::recipients(&input.recipients)
-            .map_err(refused)
-            .gql()?;
+        let recipients = rules::recipients(&input.recipients)?;
         let max_field = app.config.intake.max_field_name_length;
         let reply_to_field = input
             .reply_to_field
             .as_deref()
-            .map(|name| {
-                rules::reply_to_field(name, max_field)
-                    .map_err(refused)
-                    .gql()
-            })
+            .map(|name| rules::reply_to_field(name, max_field).map_err(ResolverError::from))
             .transpose()?;
         let events = checked_events(input.events)?;
         let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
@@ -297,22 +278,17 @@ impl DestinationMutation {
         let app = app(ctx);
         let endpoint_id = endpoint_or_not_found(&input.endpoint_id)?;
         if app.config.smtp.is_none() {
-            return Err(ApiError::EmailNotConfigured).gql();
+            return Err(ApiError::EmailNotConfigured.into());
         }
         // The rule of a Reply-To field, under this input's own name for it.
         let address_field = rules::reply_to_field(
             &input.address_field,
             app.config.intake.max_field_name_length,
         )
-        .map_err(refused_as("addressField"))
-        .gql()?;
-        let subject = rules::reply_subject(&input.subject)
-            .map_err(refused)
-            .gql()?;
-        let body = rules::reply_body(&input.body).map_err(refused).gql()?;
-        let window = rules::reply_window_seconds(input.window_seconds)
-            .map_err(refused)
-            .gql()?;
+        .map_err(refused_as("addressField"))?;
+        let subject = rules::reply_subject(&input.subject)?;
+        let body = rules::reply_body(&input.body)?;
+        let window = rules::reply_window_seconds(input.window_seconds)?;
         let destination = DestinationRow::autoresponder(
             endpoint_id,
             address_field,
@@ -340,28 +316,23 @@ impl DestinationMutation {
         let recipients = input
             .recipients
             .as_deref()
-            .map(|list| rules::recipients(list).map_err(refused).gql())
+            .map(|list| rules::recipients(list).map_err(ResolverError::from))
             .transpose()?;
         let max_in_flight = match input.max_in_flight {
-            MaybeUndefined::Value(cap) => {
-                MaybeUndefined::Value(rules::max_in_flight(cap).map_err(refused).gql()?)
-            }
+            MaybeUndefined::Value(cap) => MaybeUndefined::Value(rules::max_in_flight(cap)?),
             other => other,
         };
         let max_requests_per_second = match input.max_requests_per_second {
-            MaybeUndefined::Value(rate) => MaybeUndefined::Value(
-                rules::max_requests_per_second(rate)
-                    .map_err(refused)
-                    .gql()?,
-            ),
+            MaybeUndefined::Value(rate) => {
+                MaybeUndefined::Value(rules::max_requests_per_second(rate)?)
+            }
             other => other,
         };
         let reply_to_field = match input.reply_to_field {
-            MaybeUndefined::Value(name) => MaybeUndefined::Value(
-                rules::reply_to_field(&name, app.config.intake.max_field_name_length)
-                    .map_err(refused)
-                    .gql()?,
-            ),
+            MaybeUndefined::Value(name) => MaybeUndefined::Value(rules::reply_to_field(
+                &name,
+                app.config.intake.max_field_name_length,
+            )?),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
@@ -445,10 +416,8 @@ impl DestinationMutation {
         let now = app.clock.now();
         let (row, cancelled) = database(ctx)
             .run(async |conn| db::destinations::remove_one(conn, &target, cancel, now).await)
-            .await
-            .gql()?
-            .ok_or_else(|| not_found(id.clone()))
-            .gql()?;
+            .await?
+            .ok_or_else(|| not_found(id.clone()))?;
         app.intake.endpoints.invalidate(row.endpoint_id.as_str());
         tracing::warn!(
             endpoint_id = %row.endpoint_id,
@@ -474,15 +443,14 @@ impl DestinationMutation {
             PauseReason::Operator,
             app.clock.now(),
         )
-        .await
-        .gql()?;
+        .await?;
         match outcome {
             PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => {
                 Ok(DestinationPayload {
                     destination: Destination(row),
                 })
             }
-            PauseOutcome::NotFound => Err(not_found(id)).gql(),
+            PauseOutcome::NotFound => Err(not_found(id).into()),
         }
     }
 
@@ -496,9 +464,7 @@ impl DestinationMutation {
     ) -> Result<ResumeDestinationPayload> {
         let app = app(ctx);
         let target = destination_or_not_found(&id)?;
-        let outcome = pausing::resume_destination(database(ctx), &target, app.clock.now())
-            .await
-            .gql()?;
+        let outcome = pausing::resume_destination(database(ctx), &target, app.clock.now()).await?;
         match outcome {
             ResumeOutcome::Resumed(row, held) => Ok(ResumeDestinationPayload {
                 destination: Destination(row),
@@ -508,7 +474,7 @@ impl DestinationMutation {
                 destination: Destination(row),
                 held_deliveries: 0,
             }),
-            ResumeOutcome::NotFound => Err(not_found(id)).gql(),
+            ResumeOutcome::NotFound => Err(not_found(id).into()),
         }
     }
 
@@ -531,16 +497,17 @@ impl DestinationMutation {
                 return Err(ApiError::InvalidInput {
                     field: "overlapSeconds".into(),
                     reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
-                })
-                .gql()
+                }
+                .into())
             }
         };
         let now = app.clock.now();
         let until = chrono::Duration::from_std(overlap)
             .ok()
             .and_then(|overlap| now.checked_add_signed(overlap))
-            .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
-            .gql()?;
+            .ok_or_else(|| {
+                ApiError::Internal("the overlap ends beyond representable time".into())
+            })?;
         let secret = rules::new_secret();
         let new_secret = secret.clone();
         let changed = change(ctx, &id, move |current| {

@@ -2,9 +2,10 @@
 //! the `fileUploads` input of createEndpoint and updateEndpoint) and a submission's files
 //! with fresh download links (`Submission.files`).
 
-use async_graphql::{Context, InputObject, Object, Result, SimpleObject, ID};
+use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 
-use super::{app, database, ResultExt};
+use super::error::Result;
+use super::{app, database};
 use crate::auth::AuthenticatedKey;
 use crate::db::files::FileRow;
 use crate::error::ApiError;
@@ -127,18 +128,16 @@ pub async fn of_submission(
     let app = app(ctx);
     let rows = database(ctx)
         .run(async |conn| crate::db::files::for_submission(conn, submission).await)
-        .await
-        .gql()?;
+        .await?;
     if rows.is_empty() {
         return Ok(Vec::new());
     }
     // The links name the key they are handed to, and end when it is revoked.
     let holder = &ctx
         .data::<AuthenticatedKey>()
-        .map_err(|_| ApiError::Internal("an operation without its key".into()))
-        .gql()?
+        .map_err(|_| ApiError::Internal("an operation without its key".into()))?
         .id;
-    let key = app.files.link_key().await.gql()?;
+    let key = app.files.link_key().await?;
     let expires = crate::files::links::expiry(app.clock.now(), app.config.files.link_ttl);
     Ok(rows
         .into_iter()

@@ -1,4 +1,5 @@
-//! The two newest-first listings, submissions and deliveries, paged one way: on their own
+//! How a newest-first listing is paged (its two kinds, submissions and deliveries, are
+//! `types::Submissions` and `types::Deliveries`): on their own
 //! (`Query.submissions`, `Query.deliveries`, filtered) and below an endpoint
 //! (`Endpoint.submissions`, `Endpoint.deliveries`), whose first pages for every endpoint
 //! of a response load together in one statement.
@@ -7,17 +8,13 @@ use std::future::Future;
 
 use async_graphql::connection::Connection;
 use async_graphql::dataloader::{DataLoader, HashMapCache, Loader};
-use async_graphql::{Context, Lookahead, OutputType, Result};
+use async_graphql::{Context, Lookahead, OutputType};
 use diesel_async::AsyncPgConnection;
 
-use super::loaders::{prime_deliveries, prime_submissions, FirstPage, LoadError, Loaders};
+use super::error::Result;
+use super::loaders::{FirstPage, LoadError, Loaders};
 use super::pagination::{PageRequest, Position};
-use super::types::{Delivery, Submission};
-use super::{app, database, ResultExt};
-use crate::db;
-use crate::db::deliveries::DeliveryFilter;
-use crate::db::models::{DeliveryRow, SubmissionRow};
-use crate::db::submissions::SubmissionFilter;
+use super::{app, database};
 use crate::db::DbError;
 use crate::model::ids::EndpointId;
 
@@ -50,85 +47,6 @@ pub trait Listing {
     fn node(row: Self::Row) -> Self::Node;
 }
 
-pub struct Submissions;
-pub struct Deliveries;
-
-impl Listing for Submissions {
-    type Row = SubmissionRow;
-    type Node = Submission;
-    type Filter = SubmissionFilter;
-    type FirstPages = super::loaders::EndpointSubmissionsLoader;
-
-    fn of_endpoint(endpoint: &EndpointId) -> SubmissionFilter {
-        SubmissionFilter {
-            endpoint_id: Some(endpoint.clone()),
-            ..SubmissionFilter::default()
-        }
-    }
-    fn first_pages(loaders: &Loaders) -> &DataLoader<Self::FirstPages, HashMapCache> {
-        &loaders.endpoint_submissions
-    }
-    fn page<'a>(
-        conn: &'a mut AsyncPgConnection,
-        filter: &'a SubmissionFilter,
-        after: Option<Position>,
-        limit: i64,
-    ) -> impl Future<Output = Result<Vec<SubmissionRow>, DbError>> + Send + 'a {
-        db::submissions::page(conn, filter, after, limit)
-    }
-    fn prime<'a>(
-        ctx: &'a Context<'_>,
-        node: Lookahead<'a>,
-        rows: &'a [SubmissionRow],
-    ) -> impl Future<Output = Result<(), LoadError>> + 'a {
-        prime_submissions(ctx, node, rows)
-    }
-    fn position(row: &SubmissionRow) -> Position {
-        (row.received_at, row.id.to_string())
-    }
-    fn node(row: SubmissionRow) -> Submission {
-        Submission(row)
-    }
-}
-
-impl Listing for Deliveries {
-    type Row = DeliveryRow;
-    type Node = Delivery;
-    type Filter = DeliveryFilter;
-    type FirstPages = super::loaders::EndpointDeliveriesLoader;
-
-    fn of_endpoint(endpoint: &EndpointId) -> DeliveryFilter {
-        DeliveryFilter {
-            endpoint_id: Some(endpoint.clone()),
-            ..DeliveryFilter::default()
-        }
-    }
-    fn first_pages(loaders: &Loaders) -> &DataLoader<Self::FirstPages, HashMapCache> {
-        &loaders.endpoint_deliveries
-    }
-    fn page<'a>(
-        conn: &'a mut AsyncPgConnection,
-        filter: &'a DeliveryFilter,
-        after: Option<Position>,
-        limit: i64,
-    ) -> impl Future<Output = Result<Vec<DeliveryRow>, DbError>> + Send + 'a {
-        db::deliveries::page(conn, filter, after, limit)
-    }
-    fn prime<'a>(
-        ctx: &'a Context<'_>,
-        node: Lookahead<'a>,
-        rows: &'a [DeliveryRow],
-    ) -> impl Future<Output = Result<(), LoadError>> + 'a {
-        prime_deliveries(ctx, node, rows)
-    }
-    fn position(row: &DeliveryRow) -> Position {
-        (row.created_at, row.id.to_string())
-    }
-    fn node(row: DeliveryRow) -> Delivery {
-        Delivery(row)
-    }
-}
-
 /// A page of the listing under `filter`, with what its rows' selection needs loaded.
 pub async fn page<L: Listing>(
     ctx: &Context<'_>,
@@ -139,11 +57,8 @@ pub async fn page<L: Listing>(
     let limit = page.fetch_limit();
     let rows = database(ctx)
         .run(async |conn| L::page(conn, filter, after, limit).await)
-        .await
-        .gql()?;
-    L::prime(ctx, ctx.look_ahead().field("edges").field("node"), &rows)
-        .await
-        .gql()?;
+        .await?;
+    L::prime(ctx, ctx.look_ahead().field("edges").field("node"), &rows).await?;
     Ok(page.connection(rows, L::position, L::node))
 }
 
@@ -161,8 +76,7 @@ pub async fn endpoint_page<L: Listing>(
     }
     let rows = L::first_pages(ctx.data_unchecked::<Loaders>())
         .load_one((endpoint.clone(), request.fetch_limit()))
-        .await
-        .gql()?
+        .await?
         .unwrap_or_default();
     Ok(request.connection(rows, L::position, L::node))
 }

@@ -4,21 +4,25 @@
 pub mod cost;
 pub mod destination;
 pub mod destination_mutation;
+mod error;
 pub mod fanout;
 pub mod files;
 pub mod handler;
+mod ids;
 pub mod listing;
 pub mod loaders;
 pub mod mutation;
 pub mod pagination;
 pub mod query;
 pub mod spam;
+mod spam_mutation;
 pub mod subscription;
+mod timestamp;
 pub mod types;
 pub mod ws;
 
 use async_graphql::parser::types::OperationType;
-use async_graphql::{Context, ErrorExtensions, Schema};
+use async_graphql::{Context, Schema};
 use chrono::{DateTime, Utc};
 
 use crate::app::AppState;
@@ -29,14 +33,14 @@ use destination_mutation::DestinationMutation;
 use loaders::Loaders;
 use mutation::MutationRoot;
 use query::QueryRoot;
-use spam::SpamMutation;
+use spam_mutation::SpamMutation;
 use subscription::SubscriptionRoot;
 use types::Timestamp;
 
 pub type FormsSchema = Schema<QueryRoot, Mutation, SubscriptionRoot>;
 
 /// Every mutation: the endpoints', replays and erasure (mutation.rs), the
-/// destinations' (destination_mutation.rs) and spam's (spam.rs).
+/// destinations' (destination_mutation.rs) and spam's (spam_mutation.rs).
 #[derive(async_graphql::MergedObject, Default)]
 pub struct Mutation(MutationRoot, DestinationMutation, SpamMutation);
 
@@ -107,19 +111,6 @@ pub(crate) fn with_operation_data(
     request.data(key).data(loaders).data(OperationDb(db))
 }
 
-/// Turns any failure into the GraphQL error of the one catalogue (`extensions.code`,
-/// `extensions.details`). async-graphql would also convert any `Display` type into an
-/// error without a code, so resolvers go through this rather than plain `?`.
-pub(crate) trait ResultExt<T> {
-    fn gql(self) -> async_graphql::Result<T>;
-}
-
-impl<T, E: Into<ApiError>> ResultExt<T> for Result<T, E> {
-    fn gql(self) -> async_graphql::Result<T> {
-        self.map_err(|error| error.into().extend())
-    }
-}
-
 /// An id argument of a filter as the typed id it must be: `Some(None)` for no filter,
 /// `Some(Some(id))` for a filter, `None` when the argument cannot name anything (the filter
 /// matches nothing, as one for an id no row has would).
@@ -140,10 +131,10 @@ pub(crate) type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
 pub(crate) fn time_range(
     after: Option<Timestamp>,
     before: Option<Timestamp>,
-) -> async_graphql::Result<TimeRange> {
+) -> error::Result<TimeRange> {
     let (after, before) = (after.map(|t| t.0), before.map(|t| t.0));
     if crate::clock::is_empty_range(after, before) {
-        return Err(ApiError::InvalidTimeRange).gql();
+        return Err(ApiError::InvalidTimeRange.into());
     }
     Ok((after, before))
 }

@@ -1,14 +1,16 @@
 //! The mutation root: endpoints, secrets, replays, erasure. The rules of endpoint settings
 //! are the domain's (`model::endpoint`); this maps their failures to the API's errors.
 
-use async_graphql::{Context, InputObject, MaybeUndefined, Object, Result, ID};
+use async_graphql::{Context, InputObject, MaybeUndefined, Object, ID};
 
+use super::error::{ResolverError, Result};
+use super::ids::endpoint_or_not_found;
 use super::types::{
     DeleteEndpointPayload, DeleteSubmissionPayload, Delivery, Endpoint, EndpointHistory,
     EndpointPayload, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload,
     ResumeEndpointPayload, Timestamp,
 };
-use super::{app, database, scope, time_range, ResultExt};
+use super::{app, database, scope, time_range};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
 use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
@@ -87,52 +89,12 @@ impl ReplayDestination {
     }
 }
 
-/// The API's error for a setting that breaks its rule, naming the input field as the
-/// client writes it: a field of `input` by its path inside it (`captcha.secret`), the
-/// name most inputs give the setting. An input that names it otherwise says so with
-/// [`refused_as`].
-pub(super) fn refused(error: SettingError) -> ApiError {
-    use rules::Setting;
-    match error {
-        SettingError::WebhookUrl(reason) => ApiError::InvalidWebhookUrl {
-            field: "webhookUrl".into(),
-            reason: reason.to_string(),
-        },
-        SettingError::Invalid { setting, reason } => ApiError::InvalidInput {
-            field: match setting {
-                Setting::Name => "name",
-                Setting::RedirectUrl => "redirectUrl",
-                Setting::AllowedOrigins => "allowedOrigins",
-                Setting::HoneypotField => "honeypotField",
-                Setting::Recipients => "recipients",
-                Setting::ReplyToField => "replyToField",
-                Setting::MaxInFlight => "maxInFlight",
-                Setting::MaxRequestsPerSecond => "maxRequestsPerSecond",
-                Setting::Events => "events",
-                Setting::ReplySubject => "subject",
-                Setting::ReplyBody => "body",
-                Setting::ReplyWindowSeconds => "windowSeconds",
-                Setting::CaptchaSecret => "captcha.secret",
-                Setting::CaptchaMinScore => "captcha.minScore",
-                Setting::MaxLinks => "maxLinks",
-                Setting::BlockedWords => "blockedWords",
-                Setting::BlockedPatterns => "blockedPatterns",
-                Setting::BlockedSenders => "blockedSenders",
-                Setting::MinFillSeconds => "minFillSeconds",
-                Setting::Akismet => "akismet",
-            }
-            .into(),
-            reason: reason.into(),
-        },
-    }
-}
-
-/// [`refused`], naming `field`: for an input whose field holds a setting under another
+/// The setting's error, naming `field`: for an input whose field holds a setting under another
 /// name than the usual one (a destination's `url`, an autoresponder's `addressField`,
 /// checked by the rule of a webhook URL and of a Reply-To field), so that the error names
 /// the field the client sent.
 pub(super) fn refused_as(field: &'static str) -> impl Fn(SettingError) -> ApiError {
-    move |error| match refused(error) {
+    move |error| match ApiError::from(error) {
         ApiError::InvalidWebhookUrl { reason, .. } => ApiError::InvalidWebhookUrl {
             field: field.into(),
             reason,
@@ -189,15 +151,13 @@ where
                     .map(|(row, webhook)| (Endpoint::with_destinations(row, destinations), webhook))
             }))
         })
-        .await
-        .gql()?
-        .gql()?;
+        .await??;
     app(ctx).intake.endpoints.invalidate(id);
     updated
         .ok_or(ApiError::EndpointNotFound {
             endpoint_id: id.0.clone(),
         })
-        .gql()
+        .map_err(ResolverError::from)
 }
 
 /// A deleted endpoint (a tombstone kept for its history) takes no more changes.
@@ -208,15 +168,6 @@ fn refuse_deleted(endpoint: &EndpointRow) -> Result<(), ApiError> {
         }),
         None => Ok(()),
     }
-}
-
-/// An id that cannot name an endpoint names none.
-pub(super) fn endpoint_or_not_found(id: &ID) -> Result<EndpointId> {
-    EndpointId::parse(id)
-        .ok_or_else(|| ApiError::EndpointNotFound {
-            endpoint_id: id.0.clone(),
-        })
-        .gql()
 }
 
 #[derive(InputObject)]
@@ -249,16 +200,14 @@ impl MutationRoot {
         let app = app(ctx);
         let config = &app.config;
         let Some(id) = EndpointId::parse(&input.id) else {
-            return Err(ApiError::InvalidEndpointId).gql();
+            return Err(ApiError::InvalidEndpointId.into());
         };
-        let name = rules::name(&input.name).map_err(refused).gql()?;
+        let name = rules::name(&input.name)?;
         let webhook_url = input
             .webhook_url
             .as_deref()
             .map(|url| rules::webhook_url(url, config.webhook.allow_private_targets))
-            .transpose()
-            .map_err(refused)
-            .gql()?;
+            .transpose()?;
         let now = app.clock.now();
         let webhook_secret = webhook_url.as_ref().map(|_| rules::new_secret());
         let webhook = webhook_url
@@ -270,26 +219,19 @@ impl MutationRoot {
                 .redirect_url
                 .as_deref()
                 .map(rules::redirect_url)
-                .transpose()
-                .map_err(refused)
-                .gql()?,
-            allowed_origins: stored_origins(
-                rules::allowed_origins(input.allowed_origins.as_deref().unwrap_or_default())
-                    .map_err(refused)
-                    .gql()?,
-            ),
+                .transpose()?,
+            allowed_origins: stored_origins(rules::allowed_origins(
+                input.allowed_origins.as_deref().unwrap_or_default(),
+            )?),
             honeypot_field: input
                 .honeypot_field
                 .as_deref()
                 .map(|name| rules::honeypot_field(name, config.intake.max_field_name_length))
-                .transpose()
-                .map_err(refused)
-                .gql()?,
+                .transpose()?,
             file_uploads: input
                 .file_uploads
                 .map(super::files::FileUploadsInput::settings)
-                .transpose()
-                .gql()?,
+                .transpose()?,
             ..EndpointRow::new(id, name, now)
         };
         let inserted = database(ctx)
@@ -301,26 +243,25 @@ impl MutationRoot {
                     .await
                     .map(|row| (inserted, row))
             })
-            .await
-            .gql()?;
+            .await?;
         // This process's intake sees the new endpoint at once; others on notification.
         app.intake.endpoints.invalidate(&input.id);
         let endpoint = match inserted {
             (true, Some(row)) => Endpoint::new(row),
             (true, None) => {
-                return Err(ApiError::Internal("a created endpoint vanished".into())).gql()
+                return Err(ApiError::Internal("a created endpoint vanished".into()).into())
             }
             (false, Some(taken)) if taken.deleted_at.is_some() => {
                 return Err(ApiError::EndpointDeleted {
                     endpoint_id: input.id.0,
-                })
-                .gql()
+                }
+                .into())
             }
             (false, _) => {
                 return Err(ApiError::EndpointAlreadyExists {
                     endpoint_id: input.id.0,
-                })
-                .gql()
+                }
+                .into())
             }
         };
         Ok(EndpointSecretPayload {
@@ -342,41 +283,32 @@ impl MutationRoot {
         let Some(id) = EndpointId::parse(&input.id) else {
             return Err(ApiError::EndpointNotFound {
                 endpoint_id: input.id.0,
-            })
-            .gql();
-        };
-        let name = input
-            .name
-            .as_deref()
-            .map(rules::name)
-            .transpose()
-            .map_err(refused)
-            .gql()?;
-        let redirect_url = match &input.redirect_url {
-            MaybeUndefined::Value(url) => {
-                MaybeUndefined::Value(rules::redirect_url(url).map_err(refused).gql()?)
             }
+            .into());
+        };
+        let name = input.name.as_deref().map(rules::name).transpose()?;
+        let redirect_url = match &input.redirect_url {
+            MaybeUndefined::Value(url) => MaybeUndefined::Value(rules::redirect_url(url)?),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
         let allowed_origins = match &input.allowed_origins {
-            MaybeUndefined::Value(origins) => Some(stored_origins(
-                rules::allowed_origins(origins).map_err(refused).gql()?,
-            )),
+            MaybeUndefined::Value(origins) => {
+                Some(stored_origins(rules::allowed_origins(origins)?))
+            }
             MaybeUndefined::Null => Some(Vec::new()),
             MaybeUndefined::Undefined => None,
         };
         let honeypot_field = match &input.honeypot_field {
-            MaybeUndefined::Value(field) => MaybeUndefined::Value(
-                rules::honeypot_field(field, config.intake.max_field_name_length)
-                    .map_err(refused)
-                    .gql()?,
-            ),
+            MaybeUndefined::Value(field) => MaybeUndefined::Value(rules::honeypot_field(
+                field,
+                config.intake.max_field_name_length,
+            )?),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
         let file_uploads = match input.file_uploads {
-            MaybeUndefined::Value(files) => MaybeUndefined::Value(files.settings().gql()?),
+            MaybeUndefined::Value(files) => MaybeUndefined::Value(files.settings()?),
             MaybeUndefined::Null => MaybeUndefined::Null,
             MaybeUndefined::Undefined => MaybeUndefined::Undefined,
         };
@@ -405,7 +337,7 @@ impl MutationRoot {
                     Some(webhook)
                 }
                 (MaybeUndefined::Value(url), webhook) => {
-                    let url = rules::webhook_url(&url, allow_private).map_err(refused)?;
+                    let url = rules::webhook_url(&url, allow_private)?;
                     Some(match webhook {
                         Some(webhook) => DestinationRow {
                             url: Some(url),
@@ -471,15 +403,15 @@ impl MutationRoot {
                 return Err(ApiError::InvalidInput {
                     field: "overlapSeconds".into(),
                     reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
-                })
-                .gql()
+                }
+                .into())
             }
         };
         let Some(target) = EndpointId::parse(&endpoint_id) else {
             return Err(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,
-            })
-            .gql();
+            }
+            .into());
         };
         let secret = rules::new_secret();
         let new_secret = secret.clone();
@@ -488,8 +420,9 @@ impl MutationRoot {
         let until = chrono::Duration::from_std(overlap)
             .ok()
             .and_then(|overlap| now.checked_add_signed(overlap))
-            .ok_or_else(|| ApiError::Internal("the overlap ends beyond representable time".into()))
-            .gql()?;
+            .ok_or_else(|| {
+                ApiError::Internal("the overlap ends beyond representable time".into())
+            })?;
         let (endpoint, _) = change_endpoint(ctx, &endpoint_id, target, move |current, webhook| {
             let Some(webhook) = webhook else {
                 return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
@@ -539,20 +472,19 @@ impl MutationRoot {
             PauseReason::Operator,
             app.clock.now(),
         )
-        .await
-        .gql()?;
+        .await?;
         match outcome {
             PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => Ok(EndpointPayload {
                 endpoint: Endpoint::new(row),
             }),
             PauseOutcome::NotFound => Err(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,
-            })
-            .gql(),
+            }
+            .into()),
             PauseOutcome::Deleted => Err(ApiError::EndpointDeleted {
                 endpoint_id: endpoint_id.0,
-            })
-            .gql(),
+            }
+            .into()),
         }
     }
 
@@ -566,9 +498,7 @@ impl MutationRoot {
     ) -> Result<ResumeEndpointPayload> {
         let app = app(ctx);
         let target = endpoint_or_not_found(&endpoint_id)?;
-        let outcome = pausing::resume(database(ctx), &target, app.clock.now())
-            .await
-            .gql()?;
+        let outcome = pausing::resume(database(ctx), &target, app.clock.now()).await?;
         match outcome {
             ResumeOutcome::Resumed(row, held) => Ok(ResumeEndpointPayload {
                 endpoint: Endpoint::new(row),
@@ -580,12 +510,12 @@ impl MutationRoot {
             }),
             ResumeOutcome::NotFound => Err(ApiError::EndpointNotFound {
                 endpoint_id: endpoint_id.0,
-            })
-            .gql(),
+            }
+            .into()),
             ResumeOutcome::Deleted => Err(ApiError::EndpointDeleted {
                 endpoint_id: endpoint_id.0,
-            })
-            .gql(),
+            }
+            .into()),
         }
     }
 
@@ -611,8 +541,7 @@ impl MutationRoot {
         let now = app.clock.now();
         let outcome = database(ctx)
             .run(async |conn| db::endpoints::delete(conn, &target, cancel, history, now).await)
-            .await
-            .gql()?;
+            .await?;
         app.intake.endpoints.invalidate(&input.id);
         match outcome {
             DeleteOutcome::Deleted { cancelled } => {
@@ -627,12 +556,12 @@ impl MutationRoot {
             }
             DeleteOutcome::NotFound => Err(ApiError::EndpointNotFound {
                 endpoint_id: input.id.0,
-            })
-            .gql(),
+            }
+            .into()),
             DeleteOutcome::AlreadyDeleted => Err(ApiError::EndpointDeleted {
                 endpoint_id: input.id.0,
-            })
-            .gql(),
+            }
+            .into()),
             DeleteOutcome::InProgress {
                 pending,
                 processing,
@@ -640,8 +569,8 @@ impl MutationRoot {
                 endpoint_id: input.id.0,
                 pending,
                 processing,
-            })
-            .gql(),
+            }
+            .into()),
         }
     }
 
@@ -658,17 +587,16 @@ impl MutationRoot {
         let target = destination.unwrap_or_default().target();
         let now = app.clock.pinned();
         let Some(delivery) = DeliveryId::parse(&id) else {
-            return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql();
+            return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }.into());
         };
         match database(ctx)
             .run(async |conn| db::deliveries::replay(conn, &delivery, target, now).await)
-            .await
-            .gql()?
+            .await?
         {
             ReplayOutcome::Replayed(row) => Ok(ReplayDeliveryPayload {
                 delivery: Delivery(row),
             }),
-            ReplayOutcome::NotFound => Err(ApiError::DeliveryNotFound { delivery_id: id.0 }).gql(),
+            ReplayOutcome::NotFound => Err(ApiError::DeliveryNotFound { delivery_id: id.0 }.into()),
             ReplayOutcome::NotReplayable {
                 state: DeliveryState::Failed,
                 endpoint_id,
@@ -678,8 +606,8 @@ impl MutationRoot {
                 ..
             } => Err(ApiError::EndpointHasNoWebhook {
                 endpoint_id: endpoint_id.to_string(),
-            })
-            .gql(),
+            }
+            .into()),
             ReplayOutcome::NotReplayable {
                 state,
                 submission_erased,
@@ -699,7 +627,7 @@ impl MutationRoot {
                     destination_removed.then_some(NotReplayable::DestinationRemoved)
                 },
             })
-            .gql(),
+            .map_err(ResolverError::from),
         }
     }
 
@@ -744,8 +672,7 @@ impl MutationRoot {
                     db::deliveries::replay_matching(conn, &query, target, now).await
                 }
             })
-            .await
-            .gql()?;
+            .await?;
         Ok(ReplayDeliveriesPayload {
             count: i32::try_from(count).unwrap_or(i32::MAX),
         })
@@ -761,13 +688,12 @@ impl MutationRoot {
         let Some(submission) = SubmissionId::parse(&id) else {
             return Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,
-            })
-            .gql();
+            }
+            .into());
         };
         match database(ctx)
             .run(async |conn| db::submissions::erase(conn, &submission).await)
-            .await
-            .gql()?
+            .await?
         {
             EraseOutcome::Erased => {
                 // Its files were detached by the delete: their bytes (rows, objects) go now;
@@ -779,14 +705,14 @@ impl MutationRoot {
             }
             EraseOutcome::NotFound => Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,
-            })
-            .gql(),
+            }
+            .into()),
             EraseOutcome::DeliveryInProgress { state } => {
                 Err(ApiError::SubmissionDeliveryInProgress {
                     submission_id: id.0,
                     state,
-                })
-                .gql()
+                }
+                .into())
             }
         }
     }

@@ -1,11 +1,11 @@
 //! Relay connections with opaque keyset cursors, newest first (never OFFSET).
 
 use async_graphql::connection::{Connection, Edge};
-use async_graphql::{OutputType, Result};
+use async_graphql::OutputType;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 
-use super::ResultExt;
+use super::error::Result;
 use crate::error::ApiError;
 
 /// The page size when `first` is left out.
@@ -64,22 +64,19 @@ impl PageRequest {
                 return Err(ApiError::InvalidInput {
                     field: "first".into(),
                     reason: "must not be negative".into(),
-                })
-                .gql()
+                }
+                .into())
             }
             Some(n) if n as usize > limit => {
                 return Err(ApiError::PageSizeTooLarge {
                     limit,
                     requested: i64::from(n),
-                })
-                .gql()
+                }
+                .into())
             }
             Some(n) => n as usize,
         };
-        let after = after
-            .map(|cursor| decode_cursor(&cursor))
-            .transpose()
-            .gql()?;
+        let after = after.map(|cursor| decode_cursor(&cursor)).transpose()?;
         Ok(PageRequest { first, after })
     }
 

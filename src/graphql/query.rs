@@ -1,8 +1,9 @@
 //! The query root.
 
 use async_graphql::connection::Connection;
-use async_graphql::{Context, InputObject, Object, Result, ID};
+use async_graphql::{Context, InputObject, Object, ID};
 
+use super::error::Result;
 use super::listing;
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
@@ -10,7 +11,7 @@ use super::types::{
     ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts, DeliveryState, Endpoint, Submission,
     Timestamp,
 };
-use super::{app, database, scope, time_range, ResultExt};
+use super::{app, database, scope, time_range};
 use crate::auth::AuthenticatedKey;
 use crate::db;
 use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
@@ -88,8 +89,7 @@ impl QueryRoot {
             .run(async |conn| {
                 db::endpoints::page(conn, after, page.fetch_limit(), include_deleted).await
             })
-            .await
-            .gql()?;
+            .await?;
         Ok(page.connection(
             rows,
             |row| (row.created_at, row.id.to_string()),
@@ -103,12 +103,7 @@ impl QueryRoot {
             return Ok(None);
         };
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders
-            .submissions
-            .load_one(id)
-            .await
-            .gql()?
-            .map(Submission))
+        Ok(loaders.submissions.load_one(id).await?.map(Submission))
     }
 
     /// Submissions, newest first.
@@ -133,7 +128,7 @@ impl QueryRoot {
             received_after,
             received_before,
         };
-        listing::page::<listing::Submissions>(ctx, &query, page).await
+        listing::page::<super::types::Submissions>(ctx, &query, page).await
     }
 
     async fn delivery(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Delivery>> {
@@ -143,8 +138,7 @@ impl QueryRoot {
         let ids = [id];
         let rows = database(ctx)
             .run(async |conn| db::deliveries::find_many(conn, &ids).await)
-            .await
-            .gql()?;
+            .await?;
         Ok(rows.into_iter().next().map(Delivery))
     }
 
@@ -178,7 +172,7 @@ impl QueryRoot {
             created_after,
             created_before,
         };
-        listing::page::<listing::Deliveries>(ctx, &query, page).await
+        listing::page::<super::types::Deliveries>(ctx, &query, page).await
     }
 
     /// How many deliveries are in each state, for one endpoint or all.
@@ -192,8 +186,7 @@ impl QueryRoot {
         };
         let counts = database(ctx)
             .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id.as_ref()).await)
-            .await
-            .gql()?;
+            .await?;
         Ok(DeliveryCounts(counts))
     }
 
@@ -215,23 +208,23 @@ impl QueryRoot {
             return Err(ApiError::InvalidInput {
                 field: "minutes".into(),
                 reason: format!("must be between 1 and {MAX_ACTIVITY_MINUTES}"),
-            })
-            .gql();
+            }
+            .into());
         }
         let now = app(ctx).clock.now();
         let current = now
             .duration_trunc(TimeDelta::minutes(1))
-            .map_err(|_| ApiError::Internal("the clock is out of range".into()))
-            .gql()?;
+            .map_err(|_| ApiError::Internal("the clock is out of range".into()))?;
         let first = current - TimeDelta::minutes(i64::from(minutes - 1));
         let ended = match scope(endpoint_id.as_ref(), EndpointId::parse) {
             None => Vec::new(),
-            Some(endpoint_id) => database(ctx)
-                .run(async |conn| {
-                    db::deliveries::activity_by_minute(conn, endpoint_id.as_ref(), first).await
-                })
-                .await
-                .gql()?,
+            Some(endpoint_id) => {
+                database(ctx)
+                    .run(async |conn| {
+                        db::deliveries::activity_by_minute(conn, endpoint_id.as_ref(), first).await
+                    })
+                    .await?
+            }
         };
         Ok((0..minutes)
             .map(|offset| {
@@ -266,7 +259,6 @@ async fn destination_scope(
     Ok(loaders
         .destinations
         .load_one(id)
-        .await
-        .gql()?
+        .await?
         .map(|row| db::deliveries::DestinationScope::of(&row)))
 }

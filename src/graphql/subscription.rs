@@ -1,13 +1,14 @@
 //! `Subscription.deliveryStateChanged` over the process's event feed.
 
-use async_graphql::{Context, Object, Result, Subscription, ID};
+use async_graphql::{Context, Object, Subscription, ID};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use futures_util::{Stream, StreamExt};
 
+use super::error::{ResolverError, Result};
 use super::types::{AttemptOutcome, Delivery, DeliveryState, EndpointEvent, Timestamp};
-use super::{app, database, ResultExt};
+use super::{app, database};
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
 use crate::error::ApiError;
@@ -32,11 +33,10 @@ impl SubscriptionRoot {
         destination_id: Option<ID>,
         states: Option<Vec<DeliveryState>>,
         after_event_id: Option<ID>,
-    ) -> Result<impl Stream<Item = Result<DeliveryEvent>>> {
+    ) -> Result<impl Stream<Item = async_graphql::Result<DeliveryEvent>>> {
         let after = after_event_id
             .map(|id| parse_event_id(&id))
-            .transpose()
-            .gql()?
+            .transpose()?
             .or_else(|| ctx.data_opt::<ResumeAfter>().map(|resume| resume.0));
         // An id that cannot name anything matches nothing, like one no delivery has.
         let filter = match (
@@ -71,7 +71,9 @@ impl SubscriptionRoot {
                 if let (Ok(event), Some(cursor)) = (&event, &cursor) {
                     cursor.current.store(event.id, Ordering::SeqCst);
                 }
-                event.map(DeliveryEvent).map_err(ApiError::from).gql()
+                event
+                    .map(DeliveryEvent)
+                    .map_err(|error| ResolverError::from(error).into())
             }))
     }
 
@@ -84,25 +86,25 @@ impl SubscriptionRoot {
         ctx: &Context<'_>,
         endpoint_id: Option<ID>,
         after_event_id: Option<ID>,
-    ) -> Result<impl Stream<Item = Result<EndpointEvent>>> {
-        let after = after_event_id
-            .map(|id| parse_event_id(&id))
-            .transpose()
-            .gql()?;
+    ) -> Result<impl Stream<Item = async_graphql::Result<EndpointEvent>>> {
+        let after = after_event_id.map(|id| parse_event_id(&id)).transpose()?;
         // An id no endpoint can have is refused, as by every endpoint mutation.
         let endpoint = match endpoint_id {
             None => None,
             Some(id) => Some(EndpointId::parse(&id).ok_or(ApiError::EndpointNotFound {
                 endpoint_id: id.0.clone(),
             }))
-            .transpose()
-            .gql()?,
+            .transpose()?,
         };
         let app = app(ctx);
         Ok(app
             .events
             .subscribe_endpoint_events(database(ctx).clone(), endpoint, after)
-            .map(|event| event.map(EndpointEvent).map_err(ApiError::from).gql()))
+            .map(|event| {
+                event
+                    .map(EndpointEvent)
+                    .map_err(|error| ResolverError::from(error).into())
+            }))
     }
 }
 

@@ -2,47 +2,30 @@
 //! signing secrets never appear here.
 
 use async_graphql::connection::Connection;
-use async_graphql::{
-    Context, InputValueError, InputValueResult, Object, Result, Scalar, ScalarType, SimpleObject,
-    Value, ID,
-};
-use chrono::{DateTime, Utc};
+use async_graphql::{Context, Object, SimpleObject, ID};
 
-pub use super::destination::Destination;
+use super::app;
+pub use super::destination::{live_secrets, Destination, WebhookSecret, WebhookSecretRole};
+use super::error::Result;
 use super::listing;
-use super::loaders::{Loaders, UpgradedWebhook};
-use super::{app, ResultExt};
-use crate::clock::format_timestamp;
+use super::loaders::{prime_deliveries, prime_submissions, LoadError, Loaders, UpgradedWebhook};
+use super::pagination::Position;
+pub use super::timestamp::Timestamp;
+use std::future::Future;
+
+use async_graphql::dataloader::{DataLoader, HashMapCache};
+use async_graphql::Lookahead;
+use diesel_async::AsyncPgConnection;
+
 use crate::db;
+use crate::db::deliveries::DeliveryFilter;
 use crate::db::models::{AttemptRow, DeliveryRow, DestinationRow, EndpointRow, SubmissionRow};
+use crate::db::submissions::SubmissionFilter;
+use crate::db::DbError;
 use crate::model::ids::EndpointId;
 pub use crate::model::state::{
     AttemptOutcome, DeliveryState, DestinationKind, EndpointEventKind, KeyRole, PauseReason,
 };
-
-/// RFC 3339 in UTC with six fractional digits and `Z`, like every time the service shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timestamp(pub DateTime<Utc>);
-
-#[Scalar(name = "DateTime")]
-impl ScalarType for Timestamp {
-    fn parse(value: Value) -> InputValueResult<Self> {
-        match &value {
-            Value::String(text) => DateTime::parse_from_rfc3339(text)
-                .map(|time| Timestamp(time.with_timezone(&Utc)))
-                .map_err(|_| {
-                    InputValueError::custom(
-                        "expected an RFC 3339 date-time, such as 2026-08-24T14:34:27.651841Z",
-                    )
-                }),
-            _ => Err(InputValueError::expected_type(value)),
-        }
-    }
-
-    fn to_value(&self) -> Value {
-        Value::String(format_timestamp(self.0))
-    }
-}
 
 pub struct Endpoint {
     pub row: EndpointRow,
@@ -74,8 +57,7 @@ impl Endpoint {
         Ok(loaders
             .endpoints
             .load_one(id.clone())
-            .await
-            .gql()?
+            .await?
             .map(Endpoint::new))
     }
 
@@ -88,8 +70,7 @@ impl Endpoint {
         Ok(loaders
             .destinations_of_endpoint
             .load_one(self.row.id.clone())
-            .await
-            .gql()?
+            .await?
             .unwrap_or_default())
     }
 
@@ -149,8 +130,7 @@ impl Endpoint {
                 crate::error::ApiError::Internal(
                     "an endpoint's stored file settings do not parse".into(),
                 )
-            })
-            .gql()?
+            })?
             .map(super::files::FileUploads::from))
     }
 
@@ -227,8 +207,7 @@ impl Endpoint {
         Ok(loaders
             .spam_protection
             .load_one(self.row.id.clone())
-            .await
-            .gql()?
+            .await?
             .map(super::spam::SpamProtection))
     }
 
@@ -241,7 +220,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Submission>> {
-        listing::endpoint_page::<listing::Submissions>(ctx, &self.row.id, first, after).await
+        listing::endpoint_page::<Submissions>(ctx, &self.row.id, first, after).await
     }
 
     /// How many of this endpoint's deliveries are in each state.
@@ -250,8 +229,7 @@ impl Endpoint {
         let counts = loaders
             .delivery_counts
             .load_one(self.row.id.clone())
-            .await
-            .gql()?
+            .await?
             .unwrap_or_default();
         Ok(DeliveryCounts(counts))
     }
@@ -264,7 +242,7 @@ impl Endpoint {
         first: Option<i32>,
         after: Option<String>,
     ) -> Result<Connection<String, Delivery>> {
-        listing::endpoint_page::<listing::Deliveries>(ctx, &self.row.id, first, after).await
+        listing::endpoint_page::<Deliveries>(ctx, &self.row.id, first, after).await
     }
 }
 
@@ -371,8 +349,7 @@ impl Submission {
         Ok(loaders
             .deliveries_of_submission
             .load_one(self.0.id.clone())
-            .await
-            .gql()?
+            .await?
             .unwrap_or_default())
     }
 }
@@ -396,8 +373,7 @@ impl Delivery {
         Ok(loaders
             .submissions
             .load_one(id.clone())
-            .await
-            .gql()?
+            .await?
             .map(Submission))
     }
     async fn endpoint(&self, ctx: &Context<'_>) -> Result<Option<Endpoint>> {
@@ -409,15 +385,14 @@ impl Delivery {
     async fn destination(&self, ctx: &Context<'_>) -> Result<Option<Destination>> {
         let loaders = ctx.data_unchecked::<Loaders>();
         let row = match &self.0.destination_id {
-            Some(id) => loaders.destinations.load_one(id.clone()).await.gql()?,
+            Some(id) => loaders.destinations.load_one(id.clone()).await?,
             // Recorded before destinations: it went to the endpoint's webhook, which the
             // upgrade made its position-1 destination (created with the endpoint, so never
             // after the delivery; a webhook added later is not it).
             None => loaders
                 .destinations
                 .load_one(UpgradedWebhook(self.0.endpoint_id.clone()))
-                .await
-                .gql()?
+                .await?
                 .filter(|row| row.created_at <= self.0.created_at),
         };
         Ok(row.map(Destination))
@@ -455,8 +430,7 @@ impl Delivery {
         Ok(loaders
             .attempts
             .load_one(self.0.id.clone())
-            .await
-            .gql()?
+            .await?
             .unwrap_or_default()
             .into_iter()
             .map(DeliveryAttempt)
@@ -565,61 +539,6 @@ pub enum EndpointDeliveryState {
     Deleted,
 }
 
-#[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebhookSecretRole {
-    /// Signs `Hymical-Signature` of deliveries accepted since it was made, and
-    /// `webhook-signature` of every delivery to the endpoint's current URL.
-    Current,
-    /// Replaced by a rotation; still signs `webhook-signature` beside the current one
-    /// until `liveUntil`.
-    Previous,
-}
-
-/// A live signing secret, described (the secret itself is shown once, when made).
-#[derive(SimpleObject)]
-pub struct WebhookSecret {
-    pub role: WebhookSecretRole,
-    /// The first 8 hex digits of the SHA-256 of the whole secret string (`whsec_…`), so
-    /// a receiver can tell which one it holds.
-    pub fingerprint: String,
-    /// When it stops signing; null for the current one.
-    pub live_until: Option<Timestamp>,
-}
-
-/// A webhook destination's secrets live at `now`: the current one, and the one a rotation
-/// replaced while its overlap lasts.
-pub fn live_secrets(webhook: &DestinationRow, now: DateTime<Utc>) -> Vec<WebhookSecret> {
-    let mut live = Vec::new();
-    if let Some(current) = &webhook.secret {
-        live.push(WebhookSecret::new(
-            current,
-            WebhookSecretRole::Current,
-            None,
-        ));
-    }
-    if let (Some(previous), Some(until)) = (
-        webhook.live_previous_secret(now),
-        webhook.previous_secret_expires_at,
-    ) {
-        live.push(WebhookSecret::new(
-            previous,
-            WebhookSecretRole::Previous,
-            Some(until),
-        ));
-    }
-    live
-}
-
-impl WebhookSecret {
-    fn new(secret: &str, role: WebhookSecretRole, until: Option<DateTime<Utc>>) -> Self {
-        WebhookSecret {
-            role,
-            fingerprint: crate::digest::sha256_hex(secret.as_bytes())[..8].to_string(),
-            live_until: until.map(Timestamp),
-        }
-    }
-}
-
 #[derive(SimpleObject)]
 pub struct EndpointPayload {
     pub endpoint: Endpoint,
@@ -681,8 +600,7 @@ impl EndpointEvent {
         Ok(loaders
             .destinations
             .load_one(id.clone())
-            .await
-            .gql()?
+            .await?
             .map(Destination))
     }
     async fn occurred_at(&self) -> Timestamp {
@@ -709,4 +627,86 @@ pub struct ReplayDeliveriesPayload {
 #[derive(SimpleObject)]
 pub struct DeleteSubmissionPayload {
     pub deleted_submission_id: ID,
+}
+
+/// The listing of submissions (`Query.submissions`, `Endpoint.submissions`).
+pub struct Submissions;
+
+impl listing::Listing for Submissions {
+    type Row = SubmissionRow;
+    type Node = Submission;
+    type Filter = SubmissionFilter;
+    type FirstPages = super::loaders::EndpointSubmissionsLoader;
+
+    fn of_endpoint(endpoint: &EndpointId) -> SubmissionFilter {
+        SubmissionFilter {
+            endpoint_id: Some(endpoint.clone()),
+            ..SubmissionFilter::default()
+        }
+    }
+    fn first_pages(loaders: &Loaders) -> &DataLoader<Self::FirstPages, HashMapCache> {
+        &loaders.endpoint_submissions
+    }
+    fn page<'a>(
+        conn: &'a mut AsyncPgConnection,
+        filter: &'a SubmissionFilter,
+        after: Option<Position>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<SubmissionRow>, DbError>> + Send + 'a {
+        db::submissions::page(conn, filter, after, limit)
+    }
+    fn prime<'a>(
+        ctx: &'a Context<'_>,
+        node: Lookahead<'a>,
+        rows: &'a [SubmissionRow],
+    ) -> impl Future<Output = Result<(), LoadError>> + 'a {
+        prime_submissions(ctx, node, rows)
+    }
+    fn position(row: &SubmissionRow) -> Position {
+        (row.received_at, row.id.to_string())
+    }
+    fn node(row: SubmissionRow) -> Submission {
+        Submission(row)
+    }
+}
+
+/// The listing of deliveries (`Query.deliveries`, `Endpoint.deliveries`).
+pub struct Deliveries;
+
+impl listing::Listing for Deliveries {
+    type Row = DeliveryRow;
+    type Node = Delivery;
+    type Filter = DeliveryFilter;
+    type FirstPages = super::loaders::EndpointDeliveriesLoader;
+
+    fn of_endpoint(endpoint: &EndpointId) -> DeliveryFilter {
+        DeliveryFilter {
+            endpoint_id: Some(endpoint.clone()),
+            ..DeliveryFilter::default()
+        }
+    }
+    fn first_pages(loaders: &Loaders) -> &DataLoader<Self::FirstPages, HashMapCache> {
+        &loaders.endpoint_deliveries
+    }
+    fn page<'a>(
+        conn: &'a mut AsyncPgConnection,
+        filter: &'a DeliveryFilter,
+        after: Option<Position>,
+        limit: i64,
+    ) -> impl Future<Output = Result<Vec<DeliveryRow>, DbError>> + Send + 'a {
+        db::deliveries::page(conn, filter, after, limit)
+    }
+    fn prime<'a>(
+        ctx: &'a Context<'_>,
+        node: Lookahead<'a>,
+        rows: &'a [DeliveryRow],
+    ) -> impl Future<Output = Result<(), LoadError>> + 'a {
+        prime_deliveries(ctx, node, rows)
+    }
+    fn position(row: &DeliveryRow) -> Position {
+        (row.created_at, row.id.to_string())
+    }
+    fn node(row: DeliveryRow) -> Delivery {
+        Delivery(row)
+    }
 }
