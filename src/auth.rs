@@ -6,7 +6,6 @@ use base64::Engine;
 use chrono::{DateTime, Utc};
 use rand::RngCore;
 use subtle::ConstantTimeEq;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Secret;
 use crate::db::{self, models::ManagementKeyRow, Db};
@@ -159,14 +158,12 @@ pub async fn authenticate_headers(
 }
 
 /// Long-lived sessions (GraphQL subscriptions) opened with a key end when the key is
-/// revoked, in whichever process it was revoked: one query per process every
-/// [`REVOCATION_CHECK`] for all the keys in use, not one per session.
+/// revoked, in whichever process it was revoked: one query per process a second (the
+/// `key_revocations` upkeep job) for all the keys in use, not one per session.
 #[derive(Default)]
 pub struct KeyRevocations {
     watched: std::sync::Mutex<std::collections::HashMap<KeyId, tokio::sync::watch::Sender<bool>>>,
 }
-
-pub const REVOCATION_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl KeyRevocations {
     /// Turns true once the key is revoked; watched for as long as a receiver lives.
@@ -178,36 +175,31 @@ impl KeyRevocations {
             .subscribe()
     }
 
-    /// Checks the watched keys until `shutdown`.
-    pub async fn run(self: std::sync::Arc<Self>, db: Db, shutdown: CancellationToken) {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(REVOCATION_CHECK) => {}
-                _ = shutdown.cancelled() => return,
-            }
-            let ids: Vec<KeyId> = {
+    /// Tells the watchers of every watched key that is revoked or expired now (the
+    /// `key_revocations` upkeep job, every second).
+    pub async fn check(&self, db: &Db) {
+        let ids: Vec<KeyId> = {
+            let mut watched = self.lock();
+            watched.retain(|_, sender| sender.receiver_count() > 0);
+            watched.keys().cloned().collect()
+        };
+        if ids.is_empty() {
+            return;
+        }
+        match db
+            .run(async |conn| db::keys::unusable_among(conn, &ids).await)
+            .await
+        {
+            Ok(unusable) => {
                 let mut watched = self.lock();
-                watched.retain(|_, sender| sender.receiver_count() > 0);
-                watched.keys().cloned().collect()
-            };
-            if ids.is_empty() {
-                continue;
-            }
-            let unusable = db
-                .run(async |conn| db::keys::unusable_among(conn, &ids).await)
-                .await;
-            match unusable {
-                Ok(unusable) => {
-                    let mut watched = self.lock();
-                    for id in unusable {
-                        if let Some(sender) = watched.remove(&id) {
-                            let _ = sender.send(true);
-                        }
+                for id in unusable {
+                    if let Some(sender) = watched.remove(&id) {
+                        let _ = sender.send(true);
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(error = %error.summary(), "cannot check keys for revocation")
-                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error.summary(), "cannot check keys for revocation")
             }
         }
     }

@@ -419,11 +419,12 @@ async fn retention_command(
     dry_run: bool,
     database: &Database,
 ) -> anyhow::Result<()> {
-    let Some(cutoffs) = crate::retention::cutoffs(SystemClock.now(), days, spam_days) else {
+    let Some(cutoffs) = crate::upkeep::retention::cutoffs(SystemClock.now(), days, spam_days)
+    else {
         bail!("--older-than-days {days} (or --spam-older-than-days {spam_days}) reaches back before any date this service can store: give a smaller number of days");
     };
     let db = database.admin_db().await?;
-    let count = crate::retention::apply(&db, cutoffs, batch_size, dry_run).await?;
+    let count = crate::upkeep::retention::apply(&db, cutoffs, batch_size, dry_run).await?;
     let verb = if dry_run { "would delete" } else { "deleted" };
     let before = |cutoff: Option<chrono::DateTime<chrono::Utc>>| {
         cutoff.map_or_else(|| "never".to_string(), format_timestamp)

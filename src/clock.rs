@@ -1,12 +1,7 @@
 //! The time source. Production reads the system clock; tests substitute a clock they move
-//! by hand, so schedules and rate-limit windows can be tested without waiting. And the one
-//! shape of the process's periodic upkeep ([`every`]).
-
-use std::future::Future;
-use std::time::Duration;
+//! by hand, so schedules and rate-limit windows can be tested without waiting.
 
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> DateTime<Utc>;
@@ -17,30 +12,6 @@ pub trait Clock: Send + Sync + 'static {
     /// clock pins it.
     fn pinned(&self) -> Option<DateTime<Utc>> {
         None
-    }
-}
-
-/// Runs `job` after `first_delay`, then every `period`, until `shutdown`: the shape of every
-/// periodic upkeep of the process (submission retention, event pruning, the sweep of
-/// rate-limit counters). A job that has begun runs to its end (each is a few short
-/// statements); a job that fails says so itself and waits for its next turn.
-pub async fn every<Job, Run>(
-    first_delay: Duration,
-    period: Duration,
-    shutdown: &CancellationToken,
-    mut job: Job,
-) where
-    Job: FnMut() -> Run,
-    Run: Future<Output = ()>,
-{
-    let mut wait = first_delay;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = shutdown.cancelled() => return,
-        }
-        job().await;
-        wait = period;
     }
 }
 

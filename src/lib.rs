@@ -22,10 +22,10 @@ mod model;
 mod pages;
 mod postgres_url;
 mod replica;
-mod retention;
 mod router;
 mod services;
 mod telemetry;
+mod upkeep;
 
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use diesel_async::AsyncPgConnection;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{DatabaseConfig, ReadReplicaConfig};
 use crate::db::replica::{self as statements, StandbyState, WalPosition};
@@ -37,9 +36,6 @@ use crate::telemetry::meters::{self, ReplicaRead};
 /// The `application_name` of every connection to the replica, so that an operator tells
 /// them apart on the standby (`pg_stat_activity`).
 pub const APPLICATION_NAME: &str = "hymical-forms-read";
-
-/// How often the monitor measures the lag.
-const MEASURE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Primary positions kept while the standby has not replayed them: an hour of one a
 /// second. Past that the oldest is kept (the lag stays exact) and the next oldest dropped.
@@ -120,23 +116,42 @@ enum Verdict {
     PrimaryUnreadable(String),
 }
 
-/// Measures the lag every second until `stop`, and routes the reads by it.
-pub async fn monitor(replica: Arc<Replica>, primary: Db, stop: CancellationToken) {
-    let mut history = PrimaryHistory::default();
-    let mut standby: Option<AsyncPgConnection> = None;
-    let mut said: Option<Verdict> = None;
-    loop {
-        let (verdict, lag) = measure(&replica, &primary, &mut standby, &mut history).await;
-        let serving = verdict == Verdict::Serving;
-        replica.serving.store(serving, Ordering::SeqCst);
-        meters::replica_measured(lag, serving);
-        if said.as_ref() != Some(&verdict) {
-            tell(&verdict, lag, replica.max_lag);
-            said = Some(verdict);
+/// The `replica_lag` upkeep job: measures the lag every second and routes the reads by
+/// it, keeping its own connection to the standby and the primary's recent positions.
+pub struct Monitor {
+    replica: Arc<Replica>,
+    primary: Db,
+    history: PrimaryHistory,
+    standby: Option<AsyncPgConnection>,
+    said: Option<Verdict>,
+}
+
+impl Monitor {
+    pub fn new(replica: Arc<Replica>, primary: Db) -> Monitor {
+        Monitor {
+            replica,
+            primary,
+            history: PrimaryHistory::default(),
+            standby: None,
+            said: None,
         }
-        tokio::select! {
-            _ = tokio::time::sleep(MEASURE_INTERVAL) => {}
-            _ = stop.cancelled() => break,
+    }
+
+    /// One turn: a measurement, and the reads routed by it.
+    pub async fn measure_and_route(&mut self) {
+        let (verdict, lag) = measure(
+            &self.replica,
+            &self.primary,
+            &mut self.standby,
+            &mut self.history,
+        )
+        .await;
+        let serving = verdict == Verdict::Serving;
+        self.replica.serving.store(serving, Ordering::SeqCst);
+        meters::replica_measured(lag, serving);
+        if self.said.as_ref() != Some(&verdict) {
+            tell(&verdict, lag, self.replica.max_lag);
+            self.said = Some(verdict);
         }
     }
 }

@@ -6,14 +6,10 @@
 //! | HTTP server (intake, GraphQL, export, health, metrics) | a listener is given (`FORMS_API_ENABLED`) | the app state |
 //! | metrics server (`/metrics` alone) | a listener is given (`FORMS_METRICS_BIND`) | the app state |
 //! | delivery workers | senders are given (`FORMS_WORKER_ENABLED`) | pool, clock, worker and webhook settings, the webhook client and the mailer |
-//! | operator alert sender | with the workers | pool, clock, `FORMS_ALERT_*`, the webhook client and the mailer |
 //! | notification listener (the one `LISTEN` connection) | always | connection settings, the feed, the workers' wake-up |
 //! | event reader | with the API | pool, the feed |
-//! | key-revocation check | with the API | pool, the revocation watch |
-//! | read replica monitor (its lag, where reads go) | with the API and `FORMS_DATABASE_READ_URL` | the replica, pool |
-//! | rate-limit sweeper | with the API and rate limits on | pool, clock, limits |
-//! | retention | `FORMS_SUBMISSION_RETENTION_DAYS` or `FORMS_SPAM_RETENTION_DAYS` > 0 | pool, clock, days, files |
-//! | event pruning (and autoresponder recipients past their quiet time, captcha tokens seen long ago, spent form stamps past their age, and the sweep of uploaded files no submission holds) | with the workers | pool, clock, event retention, files |
+//! | intake's writers (group commit) | with the API | pool, clock, the workers' hand-off |
+//! | upkeep: the periodic jobs (upkeep/mod.rs has their table) | by role: workers, API, retention set | pool, clock, files, the alert sender |
 //!
 //! Cancelling the token stops them all: the HTTP server stops accepting and drains within
 //! its deadline, the workers stop claiming and record what is in flight, the event reader
@@ -28,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::app::AppState;
 use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED};
+use crate::delivery::alerts::AlertSender;
 use crate::delivery::Senders;
 use crate::delivery::Worker;
 use crate::http::server::Limits;
@@ -102,63 +99,19 @@ impl Services {
                 app.events.clone(),
                 stop.clone(),
             ));
-            tasks.spawn(app.revocations.clone().run(app.db.clone(), stop.clone()));
-            if let Some(replica) = &app.replica {
-                tasks.spawn(crate::replica::monitor(
-                    replica.clone(),
-                    app.db.clone(),
-                    stop.clone(),
-                ));
-            }
-        }
-        if plan.sweeper {
-            tasks.spawn(crate::intake::rate_limit::sweep_expired_counters(
-                app.db.clone(),
-                app.config.rate_limit.clone(),
-                app.clock.clone(),
-                stop.clone(),
-            ));
-        }
-        if plan.retention {
-            tasks.spawn(crate::retention::run_on_schedule(
-                app.db.clone(),
-                app.files.clone(),
-                app.config.submission_retention_days,
-                app.config.spam.spam_retention_days,
-                app.clock.clone(),
-                stop.clone(),
-            ));
-        }
-        if plan.pruning {
-            tasks.spawn(crate::feed::prune_on_schedule(
-                app.db.clone(),
-                app.config.event_retention,
-                app.config.attempt_retention_days,
-                app.clock.clone(),
-                {
-                    let files = app.files.clone();
-                    move || {
-                        let files = files.clone();
-                        Box::pin(async move { files.sweep_logged().await })
-                    }
-                },
-                stop.clone(),
-            ));
         }
         // With the API and the worker in one process, intake claims new deliveries for
         // the worker when it has nothing else to do (delivery/handoff.rs).
         let mut handoff = None;
+        let mut alerts = None;
         if let (Some(senders), Some(wake)) = (plan.workers, worker_wake) {
-            tasks.spawn(
-                crate::delivery::alerts::AlertSender::new(
-                    app.db.clone(),
-                    app.config.alerts.clone(),
-                    senders.mail.clone(),
-                    senders.webhook.clone(),
-                    app.clock.clone(),
-                )
-                .run(stop.clone()),
-            );
+            alerts = Some(Arc::new(AlertSender::new(
+                app.db.clone(),
+                app.config.alerts.clone(),
+                senders.mail.clone(),
+                senders.webhook.clone(),
+                app.clock.clone(),
+            )));
             let worker = Worker::new(
                 app.db.clone(),
                 app.config.worker.clone(),
@@ -175,6 +128,18 @@ impl Services {
             });
             tasks.spawn(worker.run(stop.clone(), handed));
         }
+        crate::upkeep::start(
+            app,
+            crate::upkeep::Roles {
+                api,
+                alerts,
+                history: plan.pruning,
+                retention: plan.retention,
+                rate_limit_sweep: plan.sweeper,
+            },
+            &mut tasks,
+            &stop,
+        );
         // The API's listener and, when asked for, the metrics' own: one server each.
         let servers = [
             (

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
 
 use super::client::WebhookClient;
 use super::email::{escape_html, MailOutcome, Mailer, OutgoingEmail};
@@ -28,9 +27,6 @@ use crate::db::Db;
 use crate::model::state::EndpointEventKind;
 use crate::telemetry::meters;
 
-/// How often a sender looks for alerts owed. Alerts are rare and never urgent to the
-/// second; a look is one indexed statement.
-const POLL: Duration = Duration::from_secs(1);
 /// How long an alert taken is left to its sender before another may take it: beyond the
 /// mail and webhook timeouts of both channels.
 const LEASE: Duration = Duration::from_secs(120);
@@ -66,22 +62,7 @@ impl AlertSender {
         }
     }
 
-    pub async fn run(self, stop: CancellationToken) {
-        let mut polls: u32 = 0;
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(POLL) => {}
-            }
-            self.send_due().await;
-            polls = polls.wrapping_add(1);
-            if polls % 3600 == 1 {
-                self.delete_finished().await;
-            }
-        }
-    }
-
-    /// Sends the alerts due now (the run loop's each turn).
+    /// Sends the alerts due now (the `alerts` upkeep job, every second).
     pub async fn send_due(&self) {
         let now = self.clock.now();
         let taken = match self
@@ -181,7 +162,8 @@ impl AlertSender {
         }
     }
 
-    async fn delete_finished(&self) {
+    /// Deletes the alerts finished long ago (the `alerts_cleanup` upkeep job, hourly).
+    pub async fn delete_finished(&self) {
         let cutoff = self.clock.now() - KEEP_FINISHED;
         if let Err(error) = self
             .db

@@ -58,7 +58,7 @@
 //! frontier always come from the primary's reader.
 //!
 //! Here: the feed and its subscriptions. The commit-safe reader is `reader.rs`; the pruning
-//! of events past their retention, `pruning.rs`.
+//! of events past their retention is an upkeep job (upkeep/history.rs).
 
 use std::sync::{Arc, Mutex};
 
@@ -73,12 +73,8 @@ use crate::db::{Db, DbError};
 use crate::model::ids::EndpointId;
 use crate::replica::Replica;
 
-mod pruning;
 mod reader;
 
-pub use pruning::prune_on_schedule;
-#[cfg(any(test, feature = "testing"))]
-pub use pruning::{make_partitions, prune, prune_history, Pruned};
 pub use reader::run_feed;
 
 /// Batches a receiver may fall behind before it catches up from the table instead.

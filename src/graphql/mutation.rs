@@ -626,8 +626,8 @@ impl MutationRoot {
                 } else {
                     destination_removed.then_some(NotReplayable::DestinationRemoved)
                 },
-            })
-            .map_err(ResolverError::from),
+            }
+            .into()),
         }
     }
 

@@ -5,7 +5,8 @@ use async_graphql::connection::Connection;
 use async_graphql::{Context, Object, SimpleObject, ID};
 
 use super::app;
-pub use super::destination::{live_secrets, Destination, WebhookSecret, WebhookSecretRole};
+pub use super::destination::Destination;
+use super::destination::{live_secrets, WebhookSecret};
 use super::error::Result;
 use super::listing;
 use super::loaders::{prime_deliveries, prime_submissions, LoadError, Loaders, UpgradedWebhook};

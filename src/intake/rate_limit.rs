@@ -1,18 +1,11 @@
 //! Fixed-window rate limits shared across processes through PostgreSQL (docs/intake.md).
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use axum::http::HeaderMap;
 use chrono::{DateTime, TimeZone, Utc};
 
-use std::sync::Arc;
-
-use tokio_util::sync::CancellationToken;
-
-use crate::clock::Clock;
-use crate::config::{RateLimitConfig, Secret};
-use crate::db::{self, Db};
+use crate::config::Secret;
 use crate::digest::{hmac_sha256_hex, sha256_hex};
 
 #[derive(Debug, Clone, Copy)]
@@ -85,38 +78,12 @@ pub fn address_digest(address: &str, secret: Option<&Secret>) -> String {
     }
 }
 
-/// Deletes expired counters now and then, so the table stays the size of the live windows.
-pub async fn sweep_expired_counters(
-    db: Db,
-    limits: RateLimitConfig,
-    clock: Arc<dyn Clock>,
-    shutdown: CancellationToken,
-) {
-    let longest = limits.ip_window_seconds.max(limits.endpoint_window_seconds);
-    let period = Duration::from_secs(u64::from(longest).clamp(10, 300));
-    let (db, clock) = (&db, &clock);
-    crate::clock::every(period, period, &shutdown, || async move {
-        let cutoff = sweep_cutoff(clock.now(), longest);
-        let result = db
-            .run(async |conn| db::rate_limits::sweep(conn, cutoff).await)
-            .await;
-        match result {
-            Ok(0) => {}
-            Ok(deleted) => tracing::debug!(deleted, "swept expired rate-limit counters"),
-            Err(error) => {
-                tracing::warn!(error = %error.summary(), "could not sweep rate-limit counters")
-            }
-        }
-    })
-    .await
-}
-
 /// Counters of windows that started before this may go: those that ended a whole window
 /// (the longest of the two) or more ago. The extra window is for other processes whose
 /// clocks run behind this one's: just after a window ends here, such a process still
 /// counts in it, and deleting that counter under it would let its window count from zero
 /// again (and the delete could deadlock with its batch, which would then fail).
-fn sweep_cutoff(now: DateTime<Utc>, longest_window_seconds: u32) -> DateTime<Utc> {
+pub(crate) fn sweep_cutoff(now: DateTime<Utc>, longest_window_seconds: u32) -> DateTime<Utc> {
     now - chrono::Duration::seconds(2 * i64::from(longest_window_seconds))
 }
 

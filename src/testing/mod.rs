@@ -49,6 +49,9 @@ pub mod replica {
 pub mod router {
     pub use crate::router::*;
 }
+pub mod upkeep {
+    pub use crate::upkeep::*;
+}
 pub mod services {
     pub use crate::services::*;
 }

@@ -12,8 +12,8 @@ use hymical_forms::testing::clock::{Clock, ManualClock};
 use hymical_forms::testing::db;
 use hymical_forms::testing::db::events::{EventFilter, HistoryExpired};
 use hymical_forms::testing::db::history::HistoryTable;
-use hymical_forms::testing::feed;
 use hymical_forms::testing::model::ids::DeliveryId;
+use hymical_forms::testing::upkeep::history;
 
 use crate::harness::{claim_at, TestApp, TestDb};
 
@@ -146,7 +146,7 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     for month in 0..6u32 {
         let now = start + Months::new(month);
         clock.set(now);
-        feed::make_partitions(&app.app.db, clock.now(), day)
+        history::make_partitions(&app.app.db, clock.now(), day)
             .await
             .unwrap();
         insert_attempt(&mut conn, &history, month as i32 + 1, now).await;
@@ -157,7 +157,9 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     }
     let now = start + Months::new(6);
     clock.set(now);
-    feed::make_partitions(&app.app.db, now, day).await.unwrap();
+    history::make_partitions(&app.app.db, now, day)
+        .await
+        .unwrap();
     // Outside every partition: the DEFAULT partitions take them, and nothing fails.
     let long_ago = Utc.with_ymd_and_hms(2001, 1, 1, 0, 0, 0).unwrap();
     insert_events(&mut conn, &history, 1, long_ago).await;
@@ -224,7 +226,7 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
         .collect()
     };
     assert_eq!(kept_before.len(), 2);
-    let pruned = feed::prune(&app.app.db, cutoff).await.unwrap();
+    let pruned = history::prune(&app.app.db, cutoff).await.unwrap();
     assert_eq!(pruned.rows, 1, "{pruned:?}");
     assert!(pruned.partitions.len() >= 6, "{pruned:?}");
     assert!(pruned
@@ -257,14 +259,14 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     );
     // A second pass finds nothing more.
     assert_eq!(
-        feed::prune(&app.app.db, cutoff).await.unwrap(),
-        feed::Pruned::default()
+        history::prune(&app.app.db, cutoff).await.unwrap(),
+        history::Pruned::default()
     );
 
     // Attempts kept 90 days: June and August go whole; July holds an attempt of the
     // delivery still queued, and stays until it is done; so does every later month.
     let cutoff = now - chrono::Duration::days(90);
-    let pruned = feed::prune_history(&app.app.db, HistoryTable::Attempts, cutoff)
+    let pruned = history::prune_history(&app.app.db, HistoryTable::Attempts, cutoff)
         .await
         .unwrap();
     assert_eq!(pruned.rows, 1, "the DEFAULT's old attempt: {pruned:?}");
@@ -317,7 +319,7 @@ async fn months_of_history_go_by_whole_partitions_and_the_queue_stays() {
     ))
     .await
     .unwrap();
-    let pruned = feed::prune_history(&app.app.db, HistoryTable::Attempts, cutoff)
+    let pruned = history::prune_history(&app.app.db, HistoryTable::Attempts, cutoff)
         .await
         .unwrap();
     assert_eq!(
@@ -429,7 +431,7 @@ async fn a_history_of_the_previous_layout_is_partitioned_in_place() {
     );
     // Nothing past retention yet: the first partition ends after now.
     let (_, pool) = crate::harness::pool(&db, None).await;
-    let pruned = feed::prune_history(
+    let pruned = history::prune_history(
         &pool,
         HistoryTable::Attempts,
         Utc::now() - chrono::Duration::days(1),

@@ -701,7 +701,7 @@ async fn pruned_history_is_refused_and_kept_history_resumes() {
             .await
             .unwrap()
     };
-    let pruned = hymical_forms::testing::feed::prune(
+    let pruned = hymical_forms::testing::upkeep::history::prune(
         &app.app.db,
         app.app.clock.now() - chrono::Duration::hours(24),
     )
@@ -1130,7 +1130,7 @@ async fn pruning_never_removes_events_still_within_retention() {
     }
     // Nothing is older than a day: pruning (at start and hourly) removes nothing.
     for _ in 0..3 {
-        let pruned = hymical_forms::testing::feed::prune(
+        let pruned = hymical_forms::testing::upkeep::history::prune(
             &app.app.db,
             app.app.clock.now() - chrono::Duration::hours(24),
         )

@@ -1,25 +1,17 @@
-//! Retention: deletes submissions older than a number of days that no
+//! The `retention` job: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches; those in the spam folder
 //! after their own, usually shorter, number of days. Deliveries and attempt histories
 //! stay, without the submission (attempts go by their own retention, whole partitions at a
-//! time: feed/pruning.rs). Their uploaded files are removed right after, bytes and
+//! time: history.rs). Their uploaded files are removed right after, bytes and
 //! all (the delete detaches them; `Files::sweep` removes what is detached).
-
-use std::time::Duration;
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
-use crate::clock::Clock;
 use crate::db::{self, Db, DbError};
 
 pub use crate::db::submissions::RetentionCutoffs;
-
-/// How often `serve` applies retention when `FORMS_SUBMISSION_RETENTION_DAYS` or
-/// `FORMS_SPAM_RETENTION_DAYS` is set.
-pub const SCHEDULE_EVERY: Duration = Duration::from_secs(3600);
 
 /// The cutoff `days` before `now`, or `None` when that lies before any representable time
 /// (an absurd number of days).
@@ -68,36 +60,31 @@ pub fn cutoffs(now: DateTime<Utc>, days: u32, spam_days: u32) -> Option<Retentio
     })
 }
 
-/// Applies retention every `SCHEDULE_EVERY` until shutdown (first run a minute after start):
-/// `days` for the inbox and `spam_days` for the spam folder (0: kept).
-pub async fn run_on_schedule(
+/// One pass of the `retention` job: `days` for the inbox and `spam_days` for the spam folder
+/// (0: kept), then the erased submissions' files.
+pub async fn run(
     db: Db,
     files: Arc<crate::files::Files>,
+    now: DateTime<Utc>,
     days: u32,
     spam_days: u32,
-    clock: Arc<dyn Clock>,
-    shutdown: CancellationToken,
 ) {
-    let (db, clock, files) = (&db, &clock, &files);
-    crate::clock::every(Duration::from_secs(60), SCHEDULE_EVERY, &shutdown, || async move {
-        let Some(cutoffs) = cutoffs(clock.now(), days, spam_days) else {
-            tracing::error!(
-                days,
-                spam_days,
-                "the retention cutoff is out of range; retention skipped"
-            );
-            return;
-        };
-        match apply(db, cutoffs, 1000, false).await {
-            Ok(deleted) => {
-                tracing::info!(deleted, days, spam_days, "retention applied");
-                // The erased submissions' files: their rows were detached by the delete.
-                files.sweep_logged().await;
-            }
-            Err(error) => {
-                tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
-            }
+    let Some(cutoffs) = cutoffs(now, days, spam_days) else {
+        tracing::error!(
+            days,
+            spam_days,
+            "the retention cutoff is out of range; retention skipped"
+        );
+        return;
+    };
+    match apply(&db, cutoffs, 1000, false).await {
+        Ok(deleted) => {
+            tracing::info!(deleted, days, spam_days, "retention applied");
+            // The erased submissions' files: their rows were detached by the delete.
+            files.sweep_logged().await;
         }
-    })
-    .await
+        Err(error) => {
+            tracing::warn!(error = %error.summary(), "retention failed; it runs again later")
+        }
+    }
 }
