@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
-use crate::smtp_server::SmtpServer;
+use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
+use support::smtp_server::SmtpServer;
 
 const SERVER: &[(&str, &str)] = &[
     ("FORMS_RATE_LIMIT_ENABLED", "false"),
@@ -124,7 +124,7 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
             hymical_forms::testing::db::endpoints::insert(
                 &mut conn,
                 &row,
-                crate::harness::webhook(&row, receiver.url(), crate::harness::webhook_secret()),
+                support::harness::webhook(&row, receiver.url(), support::harness::webhook_secret()),
             )
             .await
             .expect("endpoint");

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::probe;
+use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 
 /// Latencies of `count` sequential form posts, sorted.
 async fn intake_latencies(url: &str, count: usize) -> Vec<Duration> {
@@ -193,19 +193,10 @@ async fn idle_sockets_under_a_low_open_file_limit_do_not_starve_the_worker() {
     // worker's outbound requests keep theirs: a flood of idle clients waits in the backlog
     // instead of making the worker's connects fail (which once turned deliveries failed).
     probe::raise_open_files();
-    let receiver = crate::receiver::Receiver::start().await;
+    let receiver = support::receiver::Receiver::start().await;
     let db = TestDb::new().await;
-    {
-        let mut conn = db.connect().await;
-        let row = endpoint("contact");
-        hymical_forms::testing::db::endpoints::insert(
-            &mut conn,
-            &row,
-            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
-        )
-        .await
-        .expect("endpoint");
-    }
+    db.insert_webhook_endpoint("contact", receiver.url("/ok"))
+        .await;
     let server = ServeProcess::start_limited(
         &db,
         &[

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use hymical_forms::testing::config::Secret;
 
-use crate::harness::{endpoint, free_port, wait_for_status, ServeProcess, TestDb};
 use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
-use crate::ws_client::{event_id, Frame, WsClient};
+use support::harness::{endpoint, free_port, wait_for_status, ServeProcess, TestDb};
+use support::ws_client::{event_id, Frame, WsClient};
 
 /// The servers under load: the service's default database settings (the pool's size too:
 /// the harness's is smaller), so that the service's part of each window is what an
@@ -874,17 +874,17 @@ async fn run(synchronous: bool, fault: Fault) {
         hymical_forms::testing::db::endpoints::insert(
             &mut conn,
             &row,
-            crate::harness::webhook(&row, receiver.url(), crate::harness::webhook_secret()),
+            support::harness::webhook(&row, receiver.url(), support::harness::webhook_secret()),
         )
         .await
         .expect("endpoint");
         hymical_forms::testing::db::endpoints::insert(
             &mut conn,
             &endpoint("limited"),
-            crate::harness::webhook(
+            support::harness::webhook(
                 &endpoint("limited"),
                 receiver.url(),
-                crate::harness::webhook_secret(),
+                support::harness::webhook_secret(),
             ),
         )
         .await

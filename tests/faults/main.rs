@@ -6,19 +6,6 @@
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
 
-#[allow(dead_code)]
-#[path = "../integration/harness.rs"]
-mod harness;
-#[allow(dead_code)]
-#[path = "../integration/receiver.rs"]
-mod receiver;
-#[allow(dead_code)]
-#[path = "../integration/smtp_server.rs"]
-mod smtp_server;
-#[allow(dead_code)]
-#[path = "../integration/ws_client.rs"]
-mod ws_client;
-
 mod peers;
 mod probe;
 

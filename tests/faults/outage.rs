@@ -9,9 +9,9 @@ use hymical_forms::testing::config::Secret;
 use hymical_forms::testing::db;
 use hymical_forms::testing::embedded;
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::probe;
-use crate::receiver::Receiver;
+use support::harness::{wait_for_status, ServeProcess, TestDb};
+use support::receiver::Receiver;
 
 /// A cluster of this test's own (the shared one must keep running), on a fixed port so it
 /// can be stopped and started where the service expects it.
@@ -33,7 +33,7 @@ impl OwnCluster {
         cluster.initialize().expect("initdb");
         let mut settings = embedded::ServerSettings::throwaway();
         settings.remove_after_stop = false;
-        settings.port = Some(crate::harness::free_port());
+        settings.port = Some(support::harness::free_port());
         let (started, connection) = cluster.ensure_running(&settings).expect("start");
         let server = match started {
             embedded::Started::ByUs(server) => Some(server),
@@ -80,17 +80,9 @@ async fn a_stopped_database_gives_quick_503s_and_full_recovery_without_a_restart
     db::migrations::run_pending(&url).await.expect("migrate");
     let test_db = TestDb::external("postgres", url.clone());
     let receiver = Receiver::start().await;
-    {
-        let mut conn = test_db.connect().await;
-        let row = endpoint("contact");
-        db::endpoints::insert(
-            &mut conn,
-            &row,
-            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
-        )
-        .await
-        .expect("endpoint");
-    }
+    test_db
+        .insert_webhook_endpoint("contact", receiver.url("/ok"))
+        .await;
     let statement_timeout = 2.0;
     let server = ServeProcess::start(
         &test_db,

@@ -3,7 +3,7 @@
 
 use diesel_async::RunQueryDsl;
 
-use crate::harness::TestDb;
+use support::harness::TestDb;
 
 /// Resident memory of a process, in kilobytes.
 pub fn rss_kb(pid: u32) -> u64 {

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use diesel_async::RunQueryDsl;
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
-use crate::receiver::Receiver;
+use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
+use support::receiver::Receiver;
 
 const CONNECT_SECONDS: u64 = 1;
 const READ_SECONDS: u64 = 2;
@@ -58,7 +58,7 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
             hymical_forms::testing::db::endpoints::insert(
                 &mut conn,
                 &row,
-                crate::harness::webhook(&row, url, crate::harness::webhook_secret()),
+                support::harness::webhook(&row, url, support::harness::webhook_secret()),
             )
             .await
             .expect("endpoint");

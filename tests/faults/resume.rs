@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use diesel::{ExpressionMethods, QueryDsl};
 use diesel_async::RunQueryDsl;
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::probe;
-use crate::receiver::Receiver;
-use crate::ws_client::{event_id, Frame, WsClient};
+use support::harness::{wait_for_status, ServeProcess, TestDb};
+use support::receiver::Receiver;
+use support::ws_client::{event_id, Frame, WsClient};
 
 const SERVER: &[(&str, &str)] = &[
     ("FORMS_RATE_LIMIT_ENABLED", "false"),
@@ -65,17 +65,8 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
     let restarts = if crate::long() { 20 } else { 6 };
     let receiver = Receiver::start().await;
     let db = TestDb::new().await;
-    {
-        let mut conn = db.connect().await;
-        let row = endpoint("contact");
-        hymical_forms::testing::db::endpoints::insert(
-            &mut conn,
-            &row,
-            crate::harness::webhook(&row, receiver.url("/ok"), crate::harness::webhook_secret()),
-        )
-        .await
-        .expect("endpoint");
-    }
+    db.insert_webhook_endpoint("contact", receiver.url("/ok"))
+        .await;
     let key = {
         let new = hymical_forms::testing::auth::generate(
             "resume",

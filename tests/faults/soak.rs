@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use crate::probe;
-use crate::receiver::Receiver;
+use support::harness::{wait_for_status, ServeProcess, TestDb};
+use support::receiver::Receiver;
 
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -34,22 +34,8 @@ async fn a_soak_of_steady_intake_and_delivery_stays_flat() {
         .clamp(10, 24 * 3600);
     let receiver = Receiver::start().await;
     let db = TestDb::new().await;
-    {
-        let mut conn = db.connect().await;
-        for id in ["soak-a", "soak-b", "soak-c"] {
-            let row = endpoint(id);
-            hymical_forms::testing::db::endpoints::insert(
-                &mut conn,
-                &row,
-                crate::harness::webhook(
-                    &row,
-                    receiver.url("/ok"),
-                    crate::harness::webhook_secret(),
-                ),
-            )
-            .await
-            .expect("endpoint");
-        }
+    for id in ["soak-a", "soak-b", "soak-c"] {
+        db.insert_webhook_endpoint(id, receiver.url("/ok")).await;
     }
     let server = ServeProcess::start(
         &db,

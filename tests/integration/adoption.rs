@@ -11,8 +11,8 @@ use diesel::sql_types::{BigInt, Text};
 use diesel_async::RunQueryDsl;
 use serde_json::{json, Value};
 
-use crate::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
-use crate::receiver::Receiver;
+use support::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
+use support::receiver::Receiver;
 
 const FIXTURE: &str = include_str!("../fixtures/python-0.2/database.sql");
 const FIXTURE_KEY: &str = "hym_live_biKp0yLtHe0M8sbNE5Vz30lwObyw9_Z3HxqoBSgTVWI";

@@ -9,9 +9,9 @@ use std::time::Duration;
 use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp};
 use crate::metrics::{samples, scrape, value};
-use crate::receiver::Receiver;
+use support::harness::{wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
 
 const SERVE: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),

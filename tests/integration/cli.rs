@@ -4,7 +4,7 @@
 use diesel::sql_types::BigInt;
 use diesel_async::RunQueryDsl;
 
-use crate::harness::{forms_command, free_port, wait_for_status, TestDb};
+use support::harness::{forms_command, free_port, wait_for_status, TestDb};
 
 #[test]
 fn an_invalid_variable_stops_the_process_naming_it() {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{ServeProcess, TestApp};
-use crate::receiver::Receiver;
+use support::harness::{ServeProcess, TestApp};
+use support::receiver::Receiver;
 
 /// libfaketime's preload library, installed by `cargo xtask setup` (Debian: `faketime`).
 fn libfaketime() -> String {

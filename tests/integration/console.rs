@@ -25,10 +25,14 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
-use crate::browser::{browser, loaded_resources, start_driver, wait_for_text};
-use crate::harness::{forms_command, graphql_data, wait_for_status, ServeProcess, TestApp, TestDb};
-use crate::receiver::Receiver;
-use crate::smtp_server::SmtpServer;
+use support::browser::{
+    browser, click, loaded_resources, sign_in, start_driver, type_into, wait_for_text,
+};
+use support::harness::{
+    forms_command, graphql_data, wait_for_status, ServeProcess, TestApp, TestDb,
+};
+use support::receiver::Receiver;
+use support::smtp_server::SmtpServer;
 
 fn cli(db: &TestDb, args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
@@ -79,29 +83,6 @@ impl Screenshots {
         assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
         std::fs::write(self.dir.join(format!("{name}.png")), png).unwrap();
     }
-}
-
-async fn click(client: &Client, css: &str) {
-    client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .click()
-        .await
-        .unwrap_or_else(|e| panic!("click {css}: {e}"));
-}
-
-async fn type_into(client: &Client, css: &str, text: &str) {
-    let element = client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"));
-    element.clear().await.unwrap();
-    element.send_keys(text).await.unwrap();
 }
 
 /// Waits up to 60 s for `attribute` of `css` to be `wanted`.
@@ -960,13 +941,6 @@ async fn destinations(app: &TestApp, key: &str, endpoint: &str) -> Vec<serde_jso
         .as_array()
         .unwrap()
         .clone()
-}
-
-async fn sign_in(client: &Client, console: &str, key: &str) {
-    client.goto(console).await.unwrap();
-    type_into(client, "#key", key).await;
-    click(client, "#sign-in button").await;
-    wait_for_text(client, "#view h1", "Overview").await;
 }
 
 /// Waits up to 30 s for `css` to match exactly `n` elements.

@@ -8,8 +8,8 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{TestApp, TestDb};
-use crate::proxy::Proxy;
+use support::harness::{TestApp, TestDb};
+use support::proxy::Proxy;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_silent_network_to_the_database_answers_every_request_within_its_deadline() {
@@ -21,7 +21,7 @@ async fn a_silent_network_to_the_database_answers_every_request_within_its_deadl
         ("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1"),
     ];
     let app = TestApp::start_on_url(db, &url, &vars, Arc::new(SystemClock), None).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, key) = app.create_key("ops").await;
     let post = || async {
@@ -126,7 +126,7 @@ async fn exports_whose_clients_never_read_cannot_take_the_pool() {
         ("FORMS_EXPORT_MAX_SUBMISSIONS", "100000"),
     ];
     let app = TestApp::start_with(&vars, Arc::new(SystemClock)).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, key) = app.create_key("ops").await;
     // About 12 MB of submissions in 40 pages: far more than the response channel and the
@@ -314,7 +314,7 @@ async fn a_hung_first_host_does_not_cost_a_connect_deadline_and_the_next_host_is
     // The whole service starts and serves on such a URL.
     let vars = [("FORMS_DATABASE_CONNECT_TIMEOUT_SECONDS", "1")];
     let app = TestApp::start_on_url(db, &url, &vars, Arc::new(SystemClock), None).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let response = app
         .post_form(
@@ -407,7 +407,7 @@ struct Setting {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
     let db = TestDb::new().await;
-    let (_settings, pool) = crate::harness::pool(&db, None).await;
+    let (_settings, pool) = support::harness::pool(&db, None).await;
     let pid_of = || async {
         pool.run(async |conn| {
             let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
@@ -459,7 +459,7 @@ async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
     let db = TestDb::new().await;
-    let (_settings, pool) = crate::harness::pool(&db, None).await;
+    let (_settings, pool) = support::harness::pool(&db, None).await;
     let pid_of = || async {
         pool.run(async |conn| {
             let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")

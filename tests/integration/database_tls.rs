@@ -11,7 +11,7 @@ use hymical_forms::testing::config::Secret;
 use hymical_forms::testing::db::ConnectionSettings;
 use hymical_forms::testing::embedded;
 
-use crate::harness::{wait_for_status, ServeProcess, TestDb};
+use support::harness::{wait_for_status, ServeProcess, TestDb};
 
 struct Authority {
     cert_pem: String,

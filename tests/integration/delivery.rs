@@ -8,8 +8,8 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{Clock, ManualClock, SystemClock};
 use hymical_forms::testing::delivery::client::StaticResolver;
 
-use crate::harness::TestApp;
-use crate::receiver::Receiver;
+use support::harness::TestApp;
+use support::receiver::Receiver;
 
 /// Loopback receivers need the development flag; SSRF tests turn it off explicitly.
 const DEV: &[(&str, &str)] = &[
@@ -172,7 +172,7 @@ async fn classification_against_real_answers() {
         Arc::new(SystemClock),
     )
     .await;
-    let closed_port = crate::harness::free_port();
+    let closed_port = support::harness::free_port();
     let mut cases: Vec<(String, &str, Option<i32>, &str)> = Vec::new();
     for status in [200, 201, 204, 299] {
         cases.push((

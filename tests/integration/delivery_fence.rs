@@ -15,7 +15,7 @@ use hymical_forms::testing::model::ids::{AttemptId, ClaimToken, DeliveryId};
 use hymical_forms::testing::model::state::{AttemptOutcome, DeliveryState};
 use tokio::sync::Barrier;
 
-use crate::harness::TestApp;
+use support::harness::TestApp;
 
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -94,13 +94,13 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     let mut worker_a = app.db.connect().await;
     let mut worker_b = app.db.connect().await;
 
-    let claim_a = crate::harness::claim_at(&mut worker_a, start(), LEASE, 10)
+    let claim_a = support::harness::claim_at(&mut worker_a, start(), LEASE, 10)
         .await
         .unwrap();
     assert_eq!(claim_a.len(), 1);
     // A's lease runs out mid-request; B reclaims.
     let later = start() + chrono::Duration::seconds(61);
-    assert!(crate::harness::claim_at(
+    assert!(support::harness::claim_at(
         &mut worker_b,
         start() + chrono::Duration::seconds(59),
         LEASE,
@@ -109,7 +109,7 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     .await
     .unwrap()
     .is_empty());
-    let claim_b = crate::harness::claim_at(&mut worker_b, later, LEASE, 10)
+    let claim_b = support::harness::claim_at(&mut worker_b, later, LEASE, 10)
         .await
         .unwrap();
     assert_eq!(claim_b.len(), 1);
@@ -254,11 +254,11 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
     let id = ids[0].clone();
     let mut first = app.db.connect().await;
     let mut second = app.db.connect().await;
-    let claim_a = crate::harness::claim_at(&mut first, start(), LEASE, 1)
+    let claim_a = support::harness::claim_at(&mut first, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
-    let claim_b = crate::harness::claim_at(
+    let claim_b = support::harness::claim_at(
         &mut second,
         start() + chrono::Duration::seconds(61),
         LEASE,
@@ -378,7 +378,7 @@ async fn two_workers_racing_for_one_due_row_claim_it_once() {
             let barrier = barrier.clone();
             racers.push(tokio::spawn(async move {
                 barrier.wait().await;
-                crate::harness::claim_at(&mut racer, start(), LEASE, 5)
+                support::harness::claim_at(&mut racer, start(), LEASE, 5)
                     .await
                     .unwrap()
             }));
@@ -406,7 +406,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
     let mut worker = app.db.connect().await;
     let claimed = tokio::time::timeout(
         Duration::from_secs(5),
-        crate::harness::claim_at(&mut worker, start(), LEASE, 10),
+        support::harness::claim_at(&mut worker, start(), LEASE, 10),
     )
     .await
     .expect("the claim does not wait for the lock")
@@ -414,7 +414,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
     assert!(claimed.is_empty());
     holder.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(
-        crate::harness::claim_at(&mut worker, start(), LEASE, 10)
+        support::harness::claim_at(&mut worker, start(), LEASE, 10)
             .await
             .unwrap()
             .len(),
@@ -426,7 +426,7 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
 async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
     let (app, ids) = queued(1).await;
     let mut first = app.db.connect().await;
-    let original = crate::harness::claim_at(&mut first, start(), LEASE, 1)
+    let original = support::harness::claim_at(&mut first, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
@@ -438,7 +438,7 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
         let barrier = barrier.clone();
         racers.push(tokio::spawn(async move {
             barrier.wait().await;
-            crate::harness::claim_at(&mut racer, after_lease, LEASE, 1)
+            support::harness::claim_at(&mut racer, after_lease, LEASE, 1)
                 .await
                 .unwrap()
         }));
@@ -460,7 +460,7 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
 async fn hand_back_is_guarded_by_the_token() {
     let (app, ids) = queued(1).await;
     let mut conn = app.db.connect().await;
-    let claim = crate::harness::claim_at(&mut conn, start(), LEASE, 1)
+    let claim = support::harness::claim_at(&mut conn, start(), LEASE, 1)
         .await
         .unwrap()
         .remove(0);
@@ -491,7 +491,7 @@ async fn hand_back_is_guarded_by_the_token() {
     assert!(handed.claim_token.is_none() && handed.claim_expires_at.is_none());
     assert!(handed.next_attempt_at <= start(), "still due");
     assert_eq!(
-        crate::harness::claim_at(&mut conn, start(), LEASE, 1)
+        support::harness::claim_at(&mut conn, start(), LEASE, 1)
             .await
             .unwrap()
             .len(),

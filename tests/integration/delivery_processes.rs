@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp};
-use crate::receiver::Receiver;
+use support::harness::{wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
 
 const WORKER_ONLY: &[(&str, &str)] = &[
     ("FORMS_API_ENABLED", "false"),

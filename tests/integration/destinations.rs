@@ -9,9 +9,9 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{data, TestApp};
-use crate::receiver::Receiver;
-use crate::smtp_server::SmtpServer;
+use support::harness::{data, TestApp};
+use support::receiver::Receiver;
+use support::smtp_server::SmtpServer;
 
 /// Loopback receivers and mail server: the development flag, no rate limits, and the
 /// mail server of `smtp` (plaintext: it is on loopback).
@@ -699,7 +699,7 @@ async fn a_failing_receiver_yields_one_warning_one_pause_and_one_resume_notice()
         json!(["ops@example.com", "oncall@example.com"])
     );
     let hooks = operators.received();
-    let types = |hooks: &[crate::receiver::Received]| -> Vec<String> {
+    let types = |hooks: &[support::receiver::Received]| -> Vec<String> {
         hooks
             .iter()
             .map(|h| {
@@ -787,7 +787,7 @@ async fn a_failing_receiver_yields_one_warning_one_pause_and_one_resume_notice()
 /// one attempt (waiting for its turn spent none).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttled_destination_gets_no_more_than_its_rate_across_two_servers() {
-    use crate::harness::{wait_for_status, ServeProcess};
+    use support::harness::{wait_for_status, ServeProcess};
     const RATE: usize = 50;
     const DELIVERIES: usize = 500;
     let receiver = Receiver::start().await;
@@ -1096,7 +1096,7 @@ async fn the_autoresponder_answers_one_address_once_per_window() {
 /// deliveries' changes and nothing of the endpoint's other destinations.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_subscription_by_destination_sees_that_destination_only() {
-    use crate::ws_client::WsClient;
+    use support::ws_client::WsClient;
     let first = Receiver::start().await;
     let second = Receiver::start().await;
     let smtp = SmtpServer::start(&[]);

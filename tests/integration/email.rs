@@ -3,7 +3,7 @@
 //! Debian's python3-aiosmtpd, installed by `cargo xtask setup`), which is scripted to
 //! accept, defer, refuse, hang, require STARTTLS or AUTH, and which writes each message it
 //! accepts, with its envelope and its MIME parts as Python's email package reads them, for
-//! the test to read back (tests/integration/smtp_server.rs).
+//! the test to read back (tests/support/src/smtp_server.rs).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use hymical_forms::testing::delivery::email::{
 };
 use serde_json::{json, Value};
 
-use crate::smtp_server::SmtpServer;
+use support::smtp_server::SmtpServer;
 
 const DELIVERY_ID: &str = "whd_0190f1a2b3c4d5e6f708192a3b4c5d6e";
 
@@ -463,10 +463,10 @@ async fn a_message_that_cannot_be_made_is_never_sent() {
 /// server, no rate limits (so that the autoresponder's own window is what is tested),
 /// and the endpoint `contact` with an email destination to desk@example.com (Reply-To
 /// from `email`) and an autoresponder on `email` with a window of an hour.
-async fn autoresponder_app() -> (SmtpServer, crate::harness::TestApp, String) {
+async fn autoresponder_app() -> (SmtpServer, support::harness::TestApp, String) {
     let server = SmtpServer::start(&[]);
     let port = server.port();
-    let app = crate::harness::TestApp::start_with(
+    let app = support::harness::TestApp::start_with(
         &[
             ("FORMS_RATE_LIMIT_ENABLED", "false"),
             ("FORMS_SMTP_HOST", "127.0.0.1"),
@@ -501,7 +501,7 @@ async fn autoresponder_app() -> (SmtpServer, crate::harness::TestApp, String) {
 
 /// Runs a worker of `app` until a round runs nothing (at most 20 rounds); answers how
 /// many deliveries it ran.
-async fn deliver_all(app: &crate::harness::TestApp) -> usize {
+async fn deliver_all(app: &support::harness::TestApp) -> usize {
     let worker = app.worker(None);
     let mut sent = 0;
     for _ in 0..20 {
@@ -681,7 +681,7 @@ fn an_encoded_word_is_never_a_reply_to() {
 #[tokio::test]
 async fn the_intake_statement_and_the_worker_agree_on_plain_addresses() {
     use hymical_forms::testing::model::destination::plain_address;
-    let db = crate::harness::TestDb::new().await;
+    let db = support::harness::TestDb::new().await;
     let long_local = format!("{}@example.org", "a".repeat(65));
     let longest_local = format!("{}@example.org", "a".repeat(64));
     let long_label = format!("a@{}.org", "b".repeat(64));

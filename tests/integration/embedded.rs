@@ -14,7 +14,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use crate::harness::{free_port, wait_for_status};
+use support::harness::{free_port, wait_for_status};
 
 struct Serve {
     child: Child,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
+use support::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
 
 fn key(db: &TestDb) -> String {
     let dir = tempfile::tempdir().unwrap();

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use crate::receiver::Receiver;
-use crate::ws_client::WsClient;
+use support::harness::TestApp;
+use support::receiver::Receiver;
+use support::ws_client::WsClient;
 
 const DEV: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
-use crate::harness::{endpoint, forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
+use support::harness::{endpoint, forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
 
 async fn export(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
     app.http

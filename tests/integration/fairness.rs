@@ -9,8 +9,8 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use hymical_forms::testing::db::queue::{self as deliveries, ClaimRequest};
 
-use crate::harness::TestApp;
-use crate::receiver::Receiver;
+use support::harness::TestApp;
+use support::receiver::Receiver;
 
 const LEASE: Duration = Duration::from_secs(60);
 

@@ -19,8 +19,8 @@ use object_store::ObjectStore;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::harness::{data, free_port, graphql_data, ServeProcess, TestApp, TestDb};
-use crate::receiver::Receiver;
+use support::harness::{data, free_port, graphql_data, ServeProcess, TestApp, TestDb};
+use support::receiver::Receiver;
 
 const DEV: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
@@ -882,7 +882,7 @@ async fn a_100_mb_file_streams_through_a_serve_process_in_bounded_memory() {
             vars.extend(moto.vars());
         }
         let server = ServeProcess::start(&db, &borrowed(&vars));
-        crate::harness::wait_for_status(&server.url("/ready"), 200).await;
+        support::harness::wait_for_status(&server.url("/ready"), 200).await;
         serve_endpoint(
             &server,
             &db,
@@ -971,7 +971,7 @@ async fn a_serve_process_killed_mid_upload_leaves_no_row_or_object_after_its_swe
             vars.extend(moto.vars());
         }
         let server = ServeProcess::start(&db, &borrowed(&vars));
-        crate::harness::wait_for_status(&server.url("/ready"), 200).await;
+        support::harness::wait_for_status(&server.url("/ready"), 200).await;
         serve_endpoint(
             &server,
             &db,
@@ -1005,7 +1005,7 @@ async fn a_serve_process_killed_mid_upload_leaves_no_row_or_object_after_its_swe
         // Restarted after the grace: the workers' pruning sweeps at start.
         tokio::time::sleep(Duration::from_secs(12)).await;
         let restarted = ServeProcess::start(&db, &borrowed(&vars));
-        crate::harness::wait_for_status(&restarted.url("/ready"), 200).await;
+        support::harness::wait_for_status(&restarted.url("/ready"), 200).await;
         eventually("the sweeper removed the abandoned upload", || async {
             file_rows(&db).await == (0, 0)
         })
@@ -1048,8 +1048,8 @@ async fn chromium_submits_a_multipart_form_with_a_file() {
     let contents = "Files from a browser ✓\n".repeat(100);
     std::fs::write(&file, &contents).unwrap();
 
-    let driver = crate::browser::start_driver().await;
-    let client = crate::browser::browser(&driver).await;
+    let driver = support::browser::start_driver().await;
+    let client = support::browser::browser(&driver).await;
     client
         .goto(&format!("http://{site_addr}/form.html"))
         .await
@@ -1077,28 +1077,12 @@ async fn chromium_submits_a_multipart_form_with_a_file() {
         .and_then(|rest| rest.split('"').next())
         .unwrap()
         .to_string();
-    client.goto(&app.url("/")).await.unwrap();
-    client
-        .wait()
-        .for_element(Locator::Css("#key"))
-        .await
-        .unwrap()
-        .send_keys(&key)
-        .await
-        .unwrap();
-    client
-        .find(Locator::Css("#sign-in button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    crate::browser::wait_for_text(&client, "#view h1", "Overview").await;
+    support::browser::sign_in(&client, &app.url("/"), &key).await;
     client
         .goto(&app.url(&format!("/#/submissions/{submission_id}")))
         .await
         .unwrap();
-    let row = crate::browser::wait_for_text(&client, "#submission-files", "notes.txt").await;
+    let row = support::browser::wait_for_text(&client, "#submission-files", "notes.txt").await;
     assert!(row.contains("text/plain"), "{row}");
     assert!(row.contains(&sha256_hex(contents.as_bytes())), "{row}");
     let href = client
@@ -1161,7 +1145,7 @@ async fn retention_and_endpoint_erase_remove_files_and_objects() {
         )
         .await;
     let dir = tempfile::tempdir().unwrap();
-    let mut command = crate::harness::forms_command(dir.path());
+    let mut command = support::harness::forms_command(dir.path());
     command
         .env("FORMS_DATABASE_URL", app.db.url.expose())
         .args(["retention", "--older-than-days", "30"]);

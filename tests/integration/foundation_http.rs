@@ -6,7 +6,7 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
-use crate::harness::TestApp;
+use support::harness::TestApp;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_and_ready() {

@@ -8,7 +8,7 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{TestApp, TestDb};
+use support::harness::{TestApp, TestDb};
 
 async fn app_with_key(vars: &[(&str, &str)]) -> (TestApp, String) {
     let app = TestApp::start_with(vars, Arc::new(SystemClock)).await;
@@ -664,7 +664,7 @@ async fn erasing_a_submission_waits_for_its_delivery() {
     let body = app.gql(&key, ERASE, json!({"id": submission})).await;
     assert_eq!(code(&body), "SUBMISSION_NOT_FOUND");
     // Without a webhook there is nothing to wait for.
-    app.insert_endpoint(&crate::harness::endpoint("plain"))
+    app.insert_endpoint(&support::harness::endpoint("plain"))
         .await;
     let plain = app.submit("plain", "a=1").await;
     let body = app.gql(&key, ERASE, json!({"id": plain})).await;
@@ -674,7 +674,7 @@ async fn erasing_a_submission_waits_for_its_delivery() {
 #[tokio::test(flavor = "multi_thread")]
 async fn submissions_show_fields_in_stored_order() {
     let (app, key) = app_with_key(&[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let id = app.submit("contact", "z=1&a=x&z=2").await;
     let body = app.gql(&key, "query($id: ID!) { submission(id: $id) { id fieldCount idempotent receivedAt fields { name values } endpoint { id } delivery { id } } }", json!({"id": id})).await;
@@ -721,7 +721,7 @@ async fn bulk_replay_dry_run_and_creation_bounds() {
         )
         .await;
     assert_eq!(body["data"]["replayDeliveries"]["count"], 2, "{body}");
-    let states = |rows: Vec<crate::harness::DeliveryRow>| -> Vec<String> {
+    let states = |rows: Vec<support::harness::DeliveryRow>| -> Vec<String> {
         rows.into_iter().map(|d| d.state).collect()
     };
     assert_eq!(
@@ -877,8 +877,8 @@ async fn delivery_activity_counts_deliveries_ending_per_minute() {
 /// it is now, after a rotation and a move, and only the new secret verifies it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
-    use crate::receiver::Receiver;
     use hymical_forms::testing::delivery::payload::signature;
+    use support::receiver::Receiver;
     let old_receiver = Receiver::start().await;
     let new_receiver = Receiver::start().await;
     let (app, key) = app_with_key(&[

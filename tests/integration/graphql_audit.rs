@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::TestApp;
+use support::harness::TestApp;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn graphql_http_audit_passes_every_must() {
-    let dir = crate::harness::npm_installed("graphql-audit", &["graphql-http"]);
+    let dir = support::harness::npm_installed("graphql-audit", &["graphql-http"]);
     let app = TestApp::start_with(&[], Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("audit").await;
     let url = app.url("/graphql");

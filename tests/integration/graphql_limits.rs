@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
-use crate::harness::TestApp;
-use crate::ws_client::WsClient;
+use support::harness::TestApp;
+use support::ws_client::WsClient;
 
 /// Fragments each spreading the previous one twice: 2^depth fields once expanded, in
 /// well under a kilobyte.
@@ -119,7 +119,7 @@ async fn public_intake_keeps_answering_while_bombs_arrive() {
         Arc::new(SystemClock),
     )
     .await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, key) = app.create_key("ops").await;
     let bombs = {
@@ -162,7 +162,7 @@ async fn public_intake_keeps_answering_while_bombs_arrive() {
 #[tokio::test(flavor = "multi_thread")]
 async fn list_fields_cost_what_their_pages_may_hold() {
     use hymical_forms::testing::db::StatementLog;
-    let db = crate::harness::TestDb::new().await;
+    let db = support::harness::TestDb::new().await;
     let counter = Arc::new(StatementLog::default());
     let app = TestApp::start_counted(
         db,
@@ -173,7 +173,7 @@ async fn list_fields_cost_what_their_pages_may_hold() {
     .await;
     let (_, key) = app.create_key("ops").await;
     for n in [0, 2] {
-        app.insert_endpoint(&crate::harness::endpoint(&format!("form-{n}")))
+        app.insert_endpoint(&support::harness::endpoint(&format!("form-{n}")))
             .await;
     }
     // No worker runs here: its deliveries stay pending.
@@ -228,7 +228,7 @@ async fn list_fields_cost_what_their_pages_may_hold() {
         assert_eq!(node["deliveryCounts"]["pending"], expected, "{node}");
     }
     for n in 3..30 {
-        app.insert_endpoint(&crate::harness::endpoint(&format!("form-{n}")))
+        app.insert_endpoint(&support::harness::endpoint(&format!("form-{n}")))
             .await;
     }
     counter.reset();
@@ -297,8 +297,8 @@ async fn validation_errors_are_capped() {
 #[tokio::test(flavor = "multi_thread")]
 async fn graphql_holds_only_its_share_of_the_pool() {
     use diesel_async::RunQueryDsl;
-    let db = crate::harness::TestDb::new().await;
-    let (_, pool) = crate::harness::pool(&db, None).await;
+    let db = support::harness::TestDb::new().await;
+    let (_, pool) = support::harness::pool(&db, None).await;
     let share = pool.share(1);
     // Each shared call notes when its work began and ended.
     let sleep = |share: hymical_forms::testing::db::Db| async move {

@@ -9,8 +9,8 @@ use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use hymical_forms::testing::db::StatementLog;
 use serde_json::{json, Value};
 
-use crate::harness::{TestApp, TestDb};
-use crate::receiver::Receiver;
+use support::harness::{TestApp, TestDb};
+use support::receiver::Receiver;
 
 fn code(body: &Value) -> &str {
     body["errors"][0]["extensions"]["code"]
@@ -421,7 +421,7 @@ async fn delivery_counts_follow_every_transition() {
     assert_eq!(counts(Some("two")).await, [1, 0, 0, 0]);
     let mut conn = app.db.connect().await;
     let claimed =
-        crate::harness::claim_at(&mut conn, Utc::now(), std::time::Duration::from_secs(60), 2)
+        support::harness::claim_at(&mut conn, Utc::now(), std::time::Duration::from_secs(60), 2)
             .await
             .unwrap();
     assert_eq!(counts(None).await, [2, 2, 0, 0]);

@@ -9,7 +9,7 @@ use diesel_async::{AsyncConnection, RunQueryDsl};
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
-use crate::harness::TestApp;
+use support::harness::TestApp;
 
 /// Posts `bodies` concurrently (each with its headers) while the submissions table is
 /// locked; checks nobody is answered before the lock goes; returns (status, body) in order.

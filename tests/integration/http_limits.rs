@@ -8,7 +8,7 @@ use hymical_forms::testing::clock::SystemClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::harness::{wait_for_status, ServeProcess, TestApp, TestDb};
+use support::harness::{wait_for_status, ServeProcess, TestApp, TestDb};
 
 const LIMITS: &[(&str, &str)] = &[
     ("FORMS_RATE_LIMIT_ENABLED", "false"),
@@ -63,7 +63,7 @@ async fn slow_headers_are_cut_off_at_the_header_timeout() {
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_connections_are_closed_and_a_trickled_body_times_out() {
     let app = TestApp::start_with(LIMITS, Arc::new(SystemClock)).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
 
     // A connection that never sends anything, and one kept alive after a request.
@@ -315,7 +315,7 @@ async fn bodies_buffered_at_once_are_bounded() {
         ("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", "30"),
     ];
     let app = TestApp::start_with(&vars, Arc::new(SystemClock)).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     // Ten fields of 15,000 characters: each within the field limit, 150 KB in all.
     let value: String = (0..10)

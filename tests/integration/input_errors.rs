@@ -10,8 +10,8 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use crate::smtp_server::SmtpServer;
+use support::harness::TestApp;
+use support::smtp_server::SmtpServer;
 
 /// What one field is sent with, and what must come back.
 enum Case {

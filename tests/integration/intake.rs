@@ -7,7 +7,7 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
+use support::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const JSON: Option<&str> = Some("application/json");
@@ -411,7 +411,7 @@ async fn storage_failure_is_503() {
 #[tokio::test(flavor = "multi_thread")]
 async fn submissions_reuse_prepared_statements() {
     use hymical_forms::testing::db::StatementLog;
-    let db = crate::harness::TestDb::new().await;
+    let db = support::harness::TestDb::new().await;
     let counter = Arc::new(StatementLog::default());
     let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
     app.webhook_endpoint("contact", "https://example.com/hook")

@@ -9,7 +9,7 @@ use hymical_forms::testing::clock::SystemClock;
 use proptest::prelude::*;
 use serde_json::Value;
 
-use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
+use support::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const FIREFOX_ACCEPT: &str = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";

@@ -6,7 +6,7 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::harness::{endpoint, webhook, webhook_secret, TestApp};
+use support::harness::{endpoint, webhook, webhook_secret, TestApp};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const KEY: &str = "order-2026-0001-abcdef";

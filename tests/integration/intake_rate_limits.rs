@@ -9,7 +9,7 @@ use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::Value;
 use tokio::sync::Barrier;
 
-use crate::harness::{endpoint, TestApp, TestDb};
+use support::harness::{endpoint, TestApp, TestDb};
 
 const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 
@@ -423,10 +423,10 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
     hymical_forms::testing::db::endpoints::insert(
         &mut conn,
         &row,
-        crate::harness::webhook(
+        support::harness::webhook(
             &row,
             "https://example.com/hook",
-            crate::harness::webhook_secret(),
+            support::harness::webhook_secret(),
         ),
     )
     .await

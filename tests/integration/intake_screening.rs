@@ -13,7 +13,7 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{data, serve_on_loopback, TestApp, TestDb};
+use support::harness::{data, serve_on_loopback, TestApp, TestDb};
 
 const SECRET: &str = "test-captcha-secret";
 
@@ -68,7 +68,7 @@ async fn a_form_stamp_is_spent_once_and_expires() {
     let app = TestApp::start_on(db.clone(), &vars, clock.clone()).await;
     let other = TestApp::start_on(db, &vars, clock.clone()).await;
     let (_, key) = app.create_key("stamps").await;
-    app.insert_endpoint(&crate::harness::endpoint("stamped"))
+    app.insert_endpoint(&support::harness::endpoint("stamped"))
         .await;
     protect(
         &app,
@@ -156,7 +156,7 @@ async fn form_stamps_count_against_the_source_limit() {
     )
     .await;
     let (_, key) = app.create_key("stamps").await;
-    app.insert_endpoint(&crate::harness::endpoint("stamped"))
+    app.insert_endpoint(&support::harness::endpoint("stamped"))
         .await;
     protect(
         &app,
@@ -223,7 +223,7 @@ async fn a_renewed_stamp_keeps_the_time_the_page_was_served() {
     let app = TestApp::start_with(&vars, clock.clone()).await;
     let (_, key) = app.create_key("stamps").await;
     for id in ["stamped", "other"] {
-        app.insert_endpoint(&crate::harness::endpoint(id)).await;
+        app.insert_endpoint(&support::harness::endpoint(id)).await;
     }
     protect(
         &app,
@@ -326,7 +326,7 @@ async fn a_captcha_token_with_white_space_around_it_is_the_same_token() {
     .concat();
     let app = TestApp::start_with(&vars, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("captcha").await;
-    app.insert_endpoint(&crate::harness::endpoint("guarded"))
+    app.insert_endpoint(&support::harness::endpoint("guarded"))
         .await;
     protect(
         &app,

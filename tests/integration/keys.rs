@@ -7,7 +7,7 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use sha2::{Digest, Sha256};
 
-use crate::harness::{forms_command, TestApp, TestDb};
+use support::harness::{forms_command, TestApp, TestDb};
 
 fn run(db: &TestDb, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -142,7 +142,7 @@ fn schema_mutations() -> Vec<String> {
 async fn a_read_key_reads_and_changes_nothing() {
     use hymical_forms::testing::model::state::KeyRole;
     let app = TestApp::start_on(TestDb::new().await, &[], Arc::new(SystemClock)).await;
-    app.insert_endpoint(&crate::harness::endpoint("contact"))
+    app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, admin) = app.create_key_with_role("ops", KeyRole::Admin).await;
 
@@ -235,7 +235,7 @@ async fn a_read_key_reads_and_changes_nothing() {
 
     // Over WebSocket: subscriptions yes, mutations no (the connection stays open).
     let url = format!("ws://{}/graphql/ws", app.addr);
-    let mut client = crate::ws_client::WsClient::ready(&url, &key).await;
+    let mut client = support::ws_client::WsClient::ready(&url, &key).await;
     client
         .send(
             serde_json::json!({ "type": "subscribe", "id": "m", "payload": {

@@ -18,9 +18,9 @@ use base64::Engine;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{graphql_data, serve_on_loopback, wait_for_status, ServeProcess, TestApp};
-use crate::receiver::Receiver;
-use crate::smtp_server::SmtpServer;
+use support::harness::{graphql_data, serve_on_loopback, wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
+use support::smtp_server::SmtpServer;
 
 const CAPTCHA_SECRET: &str = "captchasecret-Vq7Rk2Lp9Xw4";
 const CAPTCHA_TOKEN: &str = "captchatoken-Hn3Bz8Tq5Jm1";

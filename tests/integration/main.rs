@@ -1,13 +1,10 @@
 //! Integration tests against real PostgreSQL. One binary, so the whole run shares one
-//! throwaway server (see `harness`).
+//! throwaway server (`support::harness`, tests/support).
 
 // Tests stop at the first surprise; a panic is how they report it.
 #![allow(clippy::unwrap_used)]
 
-mod harness;
-
 mod adoption;
-mod browser;
 mod claim_at_intake;
 mod cli;
 mod clock_skew;
@@ -27,6 +24,7 @@ mod fairness;
 mod files;
 mod foundation_http;
 mod fuzz_seeds;
+mod graphiql;
 mod graphql_api;
 mod graphql_audit;
 mod graphql_limits;
@@ -47,18 +45,14 @@ mod module_graph;
 mod operations;
 mod partitions;
 mod pgbouncer;
-mod proxy;
-mod receiver;
 mod receiver_examples;
 mod recording_batches;
 mod replicas;
 mod schema_files;
 mod self_contained;
-mod smtp_server;
 mod spam;
 mod subscriptions;
 mod subscriptions_e2e;
 mod verifiers;
 mod vocabulary;
 mod webhook_standards;
-mod ws_client;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::{free_port, graphql_data, wait_for_status, ServeProcess, TestApp};
-use crate::receiver::Receiver;
+use support::harness::{free_port, graphql_data, wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
 
 /// Every sample of a scrape, keyed by name and sorted labels (`name{a="1",b="2"}`).
 pub fn samples(text: &str) -> HashMap<String, f64> {

@@ -5,7 +5,7 @@ use diesel::sql_types::Text;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use hymical_forms::testing::db::migrations;
 
-use crate::harness::TestDb;
+use support::harness::TestDb;
 
 #[derive(diesel::QueryableByName, Debug, PartialEq)]
 struct Name {

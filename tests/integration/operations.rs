@@ -7,8 +7,8 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
-use crate::harness::{forms_command, wait_for_status, ServeProcess, TestApp};
-use crate::receiver::Receiver;
+use support::harness::{forms_command, wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
 
 /// A whole cycle (a post, a delivery, a failure, a GraphQL call) with JSON logs: every line
 /// is one JSON object with the stable keys, lines carry the ids, and nothing submitted, no

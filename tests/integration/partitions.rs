@@ -15,7 +15,7 @@ use hymical_forms::testing::db::history::HistoryTable;
 use hymical_forms::testing::model::ids::DeliveryId;
 use hymical_forms::testing::upkeep::history;
 
-use crate::harness::{claim_at, TestApp, TestDb};
+use support::harness::{claim_at, TestApp, TestDb};
 
 #[derive(diesel::QueryableByName, Debug)]
 struct Partition {
@@ -430,7 +430,7 @@ async fn a_history_of_the_previous_layout_is_partitioned_in_place() {
         3
     );
     // Nothing past retention yet: the first partition ends after now.
-    let (_, pool) = crate::harness::pool(&db, None).await;
+    let (_, pool) = support::harness::pool(&db, None).await;
     let pruned = history::prune_history(
         &pool,
         HistoryTable::Attempts,

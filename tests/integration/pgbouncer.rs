@@ -10,9 +10,9 @@ use std::time::Duration;
 use hymical_forms::testing::clock::SystemClock;
 use hymical_forms::testing::config::Secret;
 
-use crate::harness::{free_port, wait_for_status, ServeProcess, TestApp, TestDb};
-use crate::receiver::Receiver;
-use crate::ws_client::{expected as t, transition, WsClient};
+use support::harness::{free_port, wait_for_status, ServeProcess, TestApp, TestDb};
+use support::receiver::Receiver;
+use support::ws_client::{expected as t, transition, WsClient};
 
 fn pgbouncer_binary() -> PathBuf {
     ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"]

@@ -14,7 +14,7 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::{json, Value};
 
-use crate::harness::{free_port, ServeProcess, TestApp};
+use support::harness::{free_port, ServeProcess, TestApp};
 
 struct Program {
     child: Child,
@@ -95,14 +95,14 @@ async fn exercise(name: &str, command: Command) {
     let app = TestApp::start_with(&[], Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
     // The endpoint's secret is known before the program starts; its URL after.
-    let secret = crate::harness::webhook_secret();
+    let secret = support::harness::webhook_secret();
     let program = Program::start(command, &secret);
     program.wait_listening().await;
-    let endpoint = crate::harness::endpoint("receiver-example");
+    let endpoint = support::harness::endpoint("receiver-example");
     let url = format!("http://127.0.0.1:{}/hooks/forms", program.port);
     app.insert_endpoint_with(
         &endpoint,
-        crate::harness::webhook(&endpoint, url, secret.clone()),
+        support::harness::webhook(&endpoint, url, secret.clone()),
     )
     .await;
 

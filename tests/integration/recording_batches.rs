@@ -8,8 +8,8 @@ use std::time::Duration;
 use diesel_async::{AsyncConnection, RunQueryDsl};
 use hymical_forms::testing::clock::SystemClock;
 
-use crate::harness::TestApp;
-use crate::receiver::Receiver;
+use support::harness::TestApp;
+use support::receiver::Receiver;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn attempts_finishing_together_are_recorded_together_each_fenced() {

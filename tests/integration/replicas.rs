@@ -25,8 +25,8 @@ use hymical_forms::testing::db::events::EventFilter;
 use hymical_forms::testing::embedded;
 use serde_json::json;
 
-use crate::harness::{database_url, endpoint, TestApp, TestDb};
 use crate::metrics::{samples, scrape, value};
+use support::harness::{database_url, endpoint, TestApp, TestDb};
 
 struct Pair {
     primary: Secret,

@@ -3,7 +3,7 @@
 use diesel::sql_types::{Bool, Nullable, Text};
 use diesel_async::RunQueryDsl;
 
-use crate::harness::TestDb;
+use support::harness::TestDb;
 
 #[test]
 fn schema_graphql_matches_the_code() {

@@ -15,10 +15,10 @@ use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
 use serde_json::{json, Value};
 
-use crate::harness::{
+use support::harness::{
     data, graphql_data, serve_on_loopback, wait_for_status, ServeProcess, TestApp,
 };
-use crate::receiver::Receiver;
+use support::receiver::Receiver;
 
 /// A verifier on loopback: `/{provider}` answers as a captcha provider's `siteverify`,
 /// `/akismet/1.1/{call}` as Akismet. It records every request's path and form.
@@ -917,7 +917,7 @@ async fn not_spam_delivers_once_across_processes_and_a_sigkill() {
 
 #[tokio::test]
 async fn spam_has_its_own_retention() {
-    let db = crate::harness::TestDb::new().await;
+    let db = support::harness::TestDb::new().await;
     let app = TestApp::start_on(db.clone(), &[], Arc::new(SystemClock)).await;
     let mut conn = app.db.connect().await;
     diesel_async::SimpleAsyncConnection::batch_execute(
@@ -936,7 +936,7 @@ async fn spam_has_its_own_retention() {
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let output = crate::harness::forms_command(dir.path())
+    let output = support::harness::forms_command(dir.path())
         .env("FORMS_DATABASE_URL", db.url.expose())
         .env("FORMS_SPAM_RETENTION_DAYS", "30")
         .args(["retention", "--older-than-days", "365"])
@@ -996,8 +996,8 @@ async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spa
     use fantoccini::Locator;
 
     let (fake, receiver, app, key) = started().await;
-    let driver = crate::browser::start_driver().await;
-    let client = crate::browser::browser(&driver).await;
+    let driver = support::browser::start_driver().await;
+    let client = support::browser::browser(&driver).await;
 
     // The stamp field and its script, as the console's snippet has them.
     client.goto(&app.url("/console")).await.unwrap();
@@ -1141,34 +1141,19 @@ async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spa
     )
     .await;
     let spam_id = receipt["submission_id"].as_str().unwrap().to_string();
-    client.goto(&app.url("/console")).await.unwrap();
-    let key_field = client
-        .wait()
-        .at_most(Duration::from_secs(30))
-        .for_element(Locator::Css("#key"))
-        .await
-        .unwrap();
-    key_field.send_keys(&key).await.unwrap();
-    client
-        .find(Locator::Css("#sign-in button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    crate::browser::wait_for_text(&client, "#view h1", "Overview").await;
+    support::browser::sign_in(&client, &app.url("/console"), &key).await;
     client
         .goto(&format!("{}#/submissions?folder=spam", app.url("/console")))
         .await
         .unwrap();
-    crate::browser::wait_for_text(&client, "#view h1", "Spam folder").await;
+    support::browser::wait_for_text(&client, "#view h1", "Spam folder").await;
     let row = format!("#submissions tr[data-submission='{spam_id}']");
-    crate::browser::wait_for_text(&client, &row, "spam: not delivered").await;
+    support::browser::wait_for_text(&client, &row, "spam: not delivered").await;
     client
         .goto(&format!("{}#/submissions/{spam_id}", app.url("/console")))
         .await
         .unwrap();
-    crate::browser::wait_for_text(
+    support::browser::wait_for_text(
         &client,
         "#spam-verdict",
         "in the spam folder, not delivered (a blocked word; no form stamp)",
@@ -1183,8 +1168,8 @@ async fn a_browser_form_with_a_captcha_gets_through_and_the_console_releases_spa
         .click()
         .await
         .unwrap();
-    crate::browser::wait_for_text(&client, "#flash", "1 delivery queued").await;
-    crate::browser::wait_for_text(&client, "#spam-verdict", "not spam").await;
+    support::browser::wait_for_text(&client, "#flash", "1 delivery queued").await;
+    support::browser::wait_for_text(&client, "#spam-verdict", "not spam").await;
     assert_eq!(
         submission(&app, &key, &spam_id).await["deliveries"]
             .as_array()
@@ -1426,5 +1411,5 @@ async fn send_and_wait_for_thanks(client: &fantoccini::Client) {
         .click()
         .await
         .unwrap();
-    crate::browser::wait_for_text(client, "#thanks", "Thanks!").await;
+    support::browser::wait_for_text(client, "#thanks", "Thanks!").await;
 }

@@ -9,9 +9,9 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::ManualClock;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use crate::receiver::Receiver;
-use crate::ws_client::{event_id, expected as t, transition, Frame, WsClient};
+use support::harness::TestApp;
+use support::receiver::Receiver;
+use support::ws_client::{event_id, expected as t, transition, Frame, WsClient};
 
 const DEV: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
@@ -544,11 +544,11 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     let (now, lease) = (chrono::Utc::now(), Duration::from_secs(60));
     // A claims the first delivery (the earlier due) inside an open transaction…
     diesel::sql_query("BEGIN").execute(&mut a).await.unwrap();
-    let claimed_by_a = crate::harness::claim_at(&mut a, now, lease, 1)
+    let claimed_by_a = support::harness::claim_at(&mut a, now, lease, 1)
         .await
         .unwrap();
     // …B claims the second (skipping A's locked row) and commits at once.
-    let claimed_by_b = crate::harness::claim_at(&mut b, now, lease, 1)
+    let claimed_by_b = support::harness::claim_at(&mut b, now, lease, 1)
         .await
         .unwrap();
     assert_eq!(
@@ -584,11 +584,11 @@ async fn a_younger_transaction_holding_a_smaller_id_is_not_overtaken() {
             .unwrap();
     }
     // B claims the first delivery (event id n) and stays open…
-    let claimed_by_b = crate::harness::claim_at(&mut b, now, lease, 1)
+    let claimed_by_b = support::harness::claim_at(&mut b, now, lease, 1)
         .await
         .unwrap();
     // …A claims the second (n + 1) and commits.
-    let claimed_by_a = crate::harness::claim_at(&mut a, now, lease, 1)
+    let claimed_by_a = support::harness::claim_at(&mut a, now, lease, 1)
         .await
         .unwrap();
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
@@ -623,7 +623,7 @@ async fn a_rolled_back_change_emits_nothing() {
     let rolled_back =
         diesel_async::AsyncConnection::transaction::<(), _, _>(&mut conn, async |conn| {
             let claimed =
-                crate::harness::claim_at(conn, chrono::Utc::now(), Duration::from_secs(60), 10)
+                support::harness::claim_at(conn, chrono::Utc::now(), Duration::from_secs(60), 10)
                     .await
                     .map_err(|_| diesel::result::Error::NotFound)?;
             assert_eq!(
@@ -752,10 +752,10 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
     use hymical_forms::testing::feed::EventFeed;
 
     // A feed that lets a subscriber fall only two batches behind.
-    let db = crate::harness::TestDb::new().await;
-    let (settings, pool) = crate::harness::pool(&db, None).await;
+    let db = support::harness::TestDb::new().await;
+    let (settings, pool) = support::harness::pool(&db, None).await;
     let app = App::with_event_feed(
-        crate::harness::config(DEV),
+        support::harness::config(DEV),
         settings,
         pool.clone(),
         Arc::new(hymical_forms::testing::clock::SystemClock),
@@ -1003,7 +1003,9 @@ async fn every_change_the_service_makes_writes_its_event() {
     let now = chrono::Utc::now();
     let lease = Duration::from_secs(60);
     let claim = async |conn: &mut diesel_async::AsyncPgConnection, at| {
-        let mut claimed = crate::harness::claim_at(conn, at, lease, 10).await.unwrap();
+        let mut claimed = support::harness::claim_at(conn, at, lease, 10)
+            .await
+            .unwrap();
         assert_eq!(claimed.len(), 1);
         claimed.remove(0)
     };
@@ -1156,7 +1158,7 @@ async fn a_long_transaction_in_another_database_does_not_delay_the_feed() {
     client.subscribe_events("s", "").await;
     // A writing transaction elsewhere in the cluster, left open for the whole test; and
     // one in this database by another application.
-    let elsewhere = crate::harness::TestDb::new().await;
+    let elsewhere = support::harness::TestDb::new().await;
     let mut other = elsewhere.connect().await;
     diesel::sql_query("BEGIN")
         .execute(&mut other)
@@ -1330,10 +1332,10 @@ async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subs
     use hymical_forms::testing::db::events::{EventFilter, TIMELINE_ID_MARGIN};
     use hymical_forms::testing::feed::EventFeed;
 
-    let db = crate::harness::TestDb::new().await;
-    let (settings, pool) = crate::harness::pool(&db, None).await;
+    let db = support::harness::TestDb::new().await;
+    let (settings, pool) = support::harness::pool(&db, None).await;
     let app = App::with_event_feed(
-        crate::harness::config(DEV),
+        support::harness::config(DEV),
         settings,
         pool.clone(),
         Arc::new(hymical_forms::testing::clock::SystemClock),
@@ -1385,7 +1387,7 @@ async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subs
             app.events
                 .subscribe(pool.clone(), EventFilter::default(), Some(0), |_| {}),
         );
-    let (_, before) = crate::harness::pool(&db, None).await;
+    let (_, before) = support::harness::pool(&db, None).await;
     let mut seen = Vec::new();
     for n in 1..=3 {
         create(&before, n).await;
@@ -1408,7 +1410,7 @@ async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subs
             .unwrap();
     }
     // A writer connecting afresh, as every process does after a failover.
-    let (_, after) = crate::harness::pool(&db, None).await;
+    let (_, after) = support::harness::pool(&db, None).await;
     create(&after, 4).await;
     let moved = next_event(&mut subscriber).await;
     assert!(
@@ -1418,7 +1420,7 @@ async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subs
     );
     assert!(moved.id > seen[0] + TIMELINE_ID_MARGIN);
     // Once per timeline: another process connecting now does not move the ids again.
-    let (_, later) = crate::harness::pool(&db, None).await;
+    let (_, later) = support::harness::pool(&db, None).await;
     create(&later, 5).await;
     assert_eq!(next_event(&mut subscriber).await.id, moved.id + 1);
     let timelines: i64 = {

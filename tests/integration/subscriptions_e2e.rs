@@ -6,9 +6,9 @@ use std::sync::Arc;
 use hymical_forms::testing::clock::ManualClock;
 use serde_json::{json, Value};
 
-use crate::harness::{graphql_data, wait_for_status, ServeProcess, TestApp};
-use crate::receiver::Receiver;
-use crate::ws_client::{event_id, expected as t, transition, NodeSubscriber};
+use support::harness::{graphql_data, wait_for_status, ServeProcess, TestApp};
+use support::receiver::Receiver;
+use support::ws_client::{event_id, expected as t, transition, NodeSubscriber};
 
 const EVENTS: &str = "subscription($after: ID, $endpoint: ID) {
   deliveryStateChanged(afterEventId: $after, endpointId: $endpoint) {

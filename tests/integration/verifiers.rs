@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::receiver::Received;
+use support::receiver::Received;
 
 /// Which verifier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +69,7 @@ fn node_ready() -> PathBuf {
     static READY: OnceLock<PathBuf> = OnceLock::new();
     READY
         .get_or_init(|| {
-            crate::harness::npm_installed("webhook-verifiers", &["standardwebhooks", "svix"])
+            support::harness::npm_installed("webhook-verifiers", &["standardwebhooks", "svix"])
         })
         .clone()
 }

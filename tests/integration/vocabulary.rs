@@ -11,8 +11,8 @@ use hymical_forms::testing::db;
 use hymical_forms::testing::model::ids::DeliveryId;
 use serde_json::{json, Value};
 
-use crate::harness::TestApp;
-use crate::ws_client::WsClient;
+use support::harness::TestApp;
+use support::ws_client::WsClient;
 
 const DELIVERY: &str = "whd_0000000000000000000000000000000a";
 

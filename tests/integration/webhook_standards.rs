@@ -8,9 +8,9 @@ use hymical_forms::testing::clock::{Clock, ManualClock};
 use serde_json::{json, Value};
 
 use crate::delivery::python_verifies;
-use crate::harness::TestApp;
-use crate::receiver::{Received, Receiver};
 use crate::verifiers::{self, all_verify, Case, Library};
+use support::harness::TestApp;
+use support::receiver::{Received, Receiver};
 
 const DEV: &[(&str, &str)] = &[
     ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),

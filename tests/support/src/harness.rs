@@ -438,10 +438,32 @@ impl TestApp {
     }
 }
 
+/// The repository's root (this crate is tests/support).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The `hymical-forms` binary cargo built for the running test binary: beside its
+/// `deps/` folder (target/<profile>/deps/<test>-<hash> → target/<profile>/hymical-forms).
+pub fn forms_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the target directory")
+        .join("hymical-forms");
+    assert!(
+        path.is_file(),
+        "{} not built (cargo test builds it)",
+        path.display()
+    );
+    path
+}
+
 /// The `hymical-forms` binary with a clean environment: no `FORMS_*` variable leaks in
 /// from the developer's shell, and no `.env` is found (the working directory is `dir`).
 pub fn forms_command(dir: &std::path::Path) -> std::process::Command {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_hymical-forms"));
+    let mut command = std::process::Command::new(forms_binary());
     command
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -492,6 +514,17 @@ pub fn webhook_secret() -> String {
         uuid::Uuid::new_v4().simple(),
         uuid::Uuid::new_v4().simple()
     )
+}
+
+impl TestDb {
+    /// Inserts endpoint `id` delivering to one webhook at `url`, with a fresh secret.
+    pub async fn insert_webhook_endpoint(&self, id: &str, url: impl Into<String>) {
+        let mut conn = self.connect().await;
+        let row = endpoint(id);
+        db::endpoints::insert(&mut conn, &row, webhook(&row, url, webhook_secret()))
+            .await
+            .expect("endpoint");
+    }
 }
 
 /// A webhook destination of `endpoint` to `url` signed with `secret`: its first, as
@@ -907,9 +940,7 @@ impl TestDb {
 /// `tests/{name}` with its pinned npm packages installed (`npm ci`, when any of
 /// `packages` is missing): the directory, for node to run a script in.
 pub fn npm_installed(name: &str, packages: &[&str]) -> std::path::PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join(name);
+    let dir = repo_root().join("tests").join(name);
     if packages
         .iter()
         .any(|package| !dir.join("node_modules").join(package).is_dir())

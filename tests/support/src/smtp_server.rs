@@ -3,7 +3,7 @@
 //! accepted messages read back from its spool. Shared by the integration and fault suites.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use serde_json::Value;
@@ -25,7 +25,7 @@ impl SmtpServer {
     pub fn start(args: &[&str]) -> SmtpServer {
         let spool = tempfile::tempdir().unwrap();
         let log_path = spool.path().join("server.log");
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/smtp-server/serve.py");
+        let script = crate::harness::repo_root().join("tests/smtp-server/serve.py");
         let mut child = Command::new(PYTHON)
             .arg(script)
             .arg("--spool")

@@ -3,14 +3,12 @@
 //! but 127.0.0.1 unresolvable, so a page that reached for the internet would break.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
-use crate::harness::{free_port, TestApp};
+use crate::harness::free_port;
 
 fn find(candidates: &[&str]) -> Option<std::path::PathBuf> {
     candidates
@@ -100,18 +98,6 @@ pub async fn wait_for_text(client: &Client, css: &str, wanted: &str) -> String {
     panic!("{css} never showed {wanted:?}; last: {last:?}");
 }
 
-/// Presses GraphiQL's run button once it has rendered.
-async fn run_document(client: &Client) {
-    client
-        .wait()
-        .for_element(Locator::Css(".graphiql-execute-button"))
-        .await
-        .expect("GraphiQL rendered")
-        .click()
-        .await
-        .unwrap();
-}
-
 /// Every resource the page loaded, by URL (the page itself first).
 pub async fn loaded_resources(client: &Client) -> Vec<String> {
     let value = client
@@ -124,72 +110,35 @@ pub async fn loaded_resources(client: &Client) -> Vec<String> {
     serde_json::from_value(value).expect("a list of URLs")
 }
 
-/// GraphiQL works offline: the key asked for once and sent as `Authorization`, a query
-/// answered, a subscription answered over /graphql/ws with the key in `connection_init`,
-/// and every resource from this server.
-#[tokio::test(flavor = "multi_thread")]
-async fn graphiql_answers_a_query_and_a_subscription_offline() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
-    app.webhook_endpoint("browser", "https://example.com/hook")
-        .await;
-    let (_, key) = app.create_key("graphiql").await;
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-
-    let encode = |query: &str| {
-        percent_encoding::utf8_percent_encode(query, percent_encoding::NON_ALPHANUMERIC).to_string()
-    };
+/// Clicks `css` once it is there (up to 30 s).
+pub async fn click(client: &Client, css: &str) {
     client
-        .goto(&format!(
-            "{}#query={}",
-            app.url("/graphql"),
-            encode("{ deliveryCounts { pending } }")
-        ))
-        .await
-        .unwrap();
-    let input = client
         .wait()
-        .for_element(Locator::Css("#key"))
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
         .await
-        .expect("the key prompt");
-    input.send_keys(&key).await.unwrap();
-    client
-        .find(Locator::Css("#key-form button"))
-        .await
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
         .click()
         .await
-        .unwrap();
-    run_document(&client).await;
-    wait_for_text(&client, ".result-window", "\"pending\": 0").await;
+        .unwrap_or_else(|e| panic!("click {css}: {e}"));
+}
 
-    // A subscription, in the same tab (the key is remembered for it).
-    client
-        .goto(&format!(
-            "{}?tab=2#query={}",
-            app.url("/graphql"),
-            encode("subscription { deliveryStateChanged(endpointId: \"browser\") { kind state } }")
-        ))
+/// Types `text` into the field `css`, emptied first, once it is there (up to 30 s).
+pub async fn type_into(client: &Client, css: &str, text: &str) {
+    let element = client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
         .await
-        .unwrap();
-    // The key is remembered: GraphiQL renders without asking again.
-    run_document(&client).await;
-    // Give the subscription a moment to be registered, then submit a form.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    app.submit("browser", "email=a%40example.com").await;
-    wait_for_text(&client, ".result-window", "CREATED").await;
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    element.clear().await.unwrap();
+    element.send_keys(text).await.unwrap();
+}
 
-    let origin = app.url("");
-    // Fonts inlined in the stylesheet (`data:`) are no request at all.
-    for url in loaded_resources(&client).await {
-        if url.starts_with("data:") {
-            continue;
-        }
-        assert!(url.starts_with(&origin), "{url} is not from {origin}");
-    }
-    client.close().await.unwrap();
+/// Signs in to the console at `console` with `key` and waits for the overview.
+pub async fn sign_in(client: &Client, console: &str, key: &str) {
+    client.goto(console).await.unwrap();
+    type_into(client, "#key", key).await;
+    click(client, "#sign-in button").await;
+    wait_for_text(client, "#view h1", "Overview").await;
 }
