@@ -250,9 +250,28 @@ async fn lock(
         .optional()
 }
 
-static CANCEL_DESTINATION_DELIVERIES: SqlText =
-    sql!("cancel_destination_deliveries.sql", with_events);
-struct CancelDestinationDeliveries;
+static CANCEL_DELIVERIES: SqlText = sql!("cancel_deliveries.sql", with_events);
+struct CancelDeliveries;
+
+/// Ends what `endpoint` still owes, to `destination` alone when given, `failed` now (a
+/// `cancelled` event each), in the caller's transaction; answers how many.
+pub(super) async fn cancel_owed(
+    conn: &mut AsyncPgConnection,
+    endpoint: &EndpointId,
+    destination: Option<&DestinationId>,
+    now: DateTime<Utc>,
+) -> QueryResult<i64> {
+    Statement::<CancelDeliveries, diesel::sql_types::BigInt, _>::new(
+        &CANCEL_DELIVERIES,
+        (
+            bind::<diesel::sql_types::Text, _>(endpoint),
+            bind::<diesel::sql_types::Timestamptz, _>(now),
+            bind::<diesel::sql_types::Nullable<diesel::sql_types::Text>, _>(destination),
+        ),
+    )
+    .get_result(conn)
+    .await
+}
 
 /// Removes a destination, keeping its history: new submissions make no delivery for it.
 /// What it still owes goes out as it was accepted, unless `cancel`: then it ends `failed`
@@ -273,19 +292,11 @@ pub async fn remove(
         .first(conn)
         .await
         .optional()?;
-    if current.is_none_or(|row| row.removed_at.is_some()) {
+    let Some(current) = current.filter(|row| row.removed_at.is_none()) else {
         return Ok(None);
-    }
-    let cancelled: i64 = if cancel {
-        Statement::<CancelDestinationDeliveries, diesel::sql_types::BigInt, _>::new(
-            &CANCEL_DESTINATION_DELIVERIES,
-            (
-                bind::<diesel::sql_types::Text, _>(id),
-                bind::<diesel::sql_types::Timestamptz, _>(now),
-            ),
-        )
-        .get_result(conn)
-        .await?
+    };
+    let cancelled = if cancel {
+        cancel_owed(conn, &current.endpoint_id, Some(id), now).await?
     } else {
         0
     };
@@ -303,46 +314,71 @@ pub async fn remove(
     Ok(Some((row, cancelled)))
 }
 
-/// What a pause found and did.
-#[derive(Debug)]
-pub enum PauseOutcome {
-    Paused(DestinationRow),
-    /// Paused already (the row says since when and why); nothing changed.
-    AlreadyPaused(DestinationRow),
-    NotFound,
+/// A pause, with its reason, or a resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    Pause(PauseReason),
+    Resume,
 }
 
-/// Pauses a destination's deliveries: nothing is claimed for it until it is resumed.
-pub async fn pause(
+/// What a pause or a resume found and did: of one destination, or of every destination of
+/// an endpoint (`Row` is then the endpoint's).
+#[derive(Debug)]
+pub enum Switched<Row> {
+    /// Done; a resume says how many held deliveries it made due (a pause, 0).
+    Done(Row, i64),
+    /// Paused (or running) already: nothing changed (a paused row keeps its time and
+    /// reason).
+    Already(Row),
+    NotFound,
+    /// The endpoint is deleted (an endpoint's switch only).
+    Deleted,
+}
+
+/// Pauses a destination (nothing is claimed for it until it is resumed) or resumes it:
+/// its pending deliveries are due now (their counters as they were: no attempt was spent
+/// while paused), its run of failures starts again from zero, and the workers are woken.
+pub async fn switch(
     conn: &mut AsyncPgConnection,
     id: &DestinationId,
-    reason: PauseReason,
+    to: Switch,
     now: DateTime<Utc>,
-) -> Result<PauseOutcome, DbError> {
+) -> Result<Switched<DestinationRow>, DbError> {
     let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
             let Some(current) = lock(conn, &id).await? else {
-                return Ok(PauseOutcome::NotFound);
+                return Ok(Switched::NotFound);
             };
-            pause_locked(conn, current, reason, now).await
+            switch_locked(conn, current, to, now).await
         })
         .await?)
 }
 
-/// Pauses a destination already locked by the caller's transaction.
-pub(super) async fn pause_locked(
+/// [`switch`] of a destination already locked by the caller's transaction.
+pub(super) async fn switch_locked(
+    conn: &mut AsyncPgConnection,
+    current: DestinationRow,
+    to: Switch,
+    now: DateTime<Utc>,
+) -> QueryResult<Switched<DestinationRow>> {
+    if current.removed_at.is_some() {
+        return Ok(Switched::NotFound);
+    }
+    let paused = current.paused_at.is_some();
+    match to {
+        Switch::Pause(reason) if !paused => pause_locked(conn, current, reason, now).await,
+        Switch::Resume if paused => resume_locked(conn, current, now).await,
+        _ => Ok(Switched::Already(current)),
+    }
+}
+
+async fn pause_locked(
     conn: &mut AsyncPgConnection,
     current: DestinationRow,
     reason: PauseReason,
     now: DateTime<Utc>,
-) -> QueryResult<PauseOutcome> {
-    if current.removed_at.is_some() {
-        return Ok(PauseOutcome::NotFound);
-    }
-    if current.paused_at.is_some() {
-        return Ok(PauseOutcome::AlreadyPaused(current));
-    }
+) -> QueryResult<Switched<DestinationRow>> {
     // A claim taking from this destination right now finishes first; one after the pause
     // commits finds it paused once it holds this lock (claimable_destinations).
     diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
@@ -367,49 +403,14 @@ pub(super) async fn pause_locked(
         now,
     )
     .await?;
-    Ok(PauseOutcome::Paused(row))
+    Ok(Switched::Done(row, 0))
 }
 
-/// What a resume found and did.
-#[derive(Debug)]
-pub enum ResumeOutcome {
-    /// With how many held deliveries were made due.
-    Resumed(DestinationRow, i64),
-    NotPaused(DestinationRow),
-    NotFound,
-}
-
-/// Resumes a paused destination: its pending deliveries are due now (their counters as
-/// they were: no attempt was spent while paused), its run of failures starts again from
-/// zero, and the workers are woken.
-pub async fn resume(
-    conn: &mut AsyncPgConnection,
-    id: &DestinationId,
-    now: DateTime<Utc>,
-) -> Result<ResumeOutcome, DbError> {
-    let id = id.clone();
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let Some(current) = lock(conn, &id).await? else {
-                return Ok(ResumeOutcome::NotFound);
-            };
-            resume_locked(conn, current, now).await
-        })
-        .await?)
-}
-
-/// Resumes a destination already locked by the caller's transaction.
-pub(super) async fn resume_locked(
+async fn resume_locked(
     conn: &mut AsyncPgConnection,
     current: DestinationRow,
     now: DateTime<Utc>,
-) -> QueryResult<ResumeOutcome> {
-    if current.removed_at.is_some() {
-        return Ok(ResumeOutcome::NotFound);
-    }
-    if current.paused_at.is_none() {
-        return Ok(ResumeOutcome::NotPaused(current));
-    }
+) -> QueryResult<Switched<DestinationRow>> {
     let id = current.id.clone();
     let row = diesel::update(destinations::table.find(&id))
         .set((
@@ -450,7 +451,7 @@ pub(super) async fn resume_locked(
         .bind::<diesel::sql_types::Text, _>(super::listen::DELIVERY_DUE)
         .execute(conn)
         .await?;
-    Ok(ResumeOutcome::Resumed(row, held))
+    Ok(Switched::Done(row, held))
 }
 
 /// Every destination of `endpoint` not removed, locked, in position order.

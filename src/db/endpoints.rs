@@ -4,10 +4,10 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
+use super::destinations::{Switch, Switched};
 use super::endpoint_events::{lock_for_change, notify_changed, write_event};
 use super::models::{DestinationRow, EndpointRow};
 use super::schema::{destinations, endpoint_events, endpoints};
-use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::EndpointId;
 use crate::model::state::{DeliveryState, EndpointEventKind, PauseReason};
@@ -182,90 +182,36 @@ where
     .await
 }
 
-/// What pausing an endpoint found and did.
-#[derive(Debug)]
-pub enum PauseOutcome {
-    /// Its destinations that were running are paused now.
-    Paused(EndpointRow),
-    /// Every destination was paused already (or it has none); nothing changed.
-    AlreadyPaused(EndpointRow),
-    NotFound,
-    Deleted,
-}
-
-/// Pauses every destination of an endpoint (each with its event): nothing is claimed for
-/// the endpoint until it is resumed.
-pub async fn pause(
+/// Pauses every destination of an endpoint (each with its event: nothing is claimed for
+/// the endpoint until it is resumed), or resumes every paused one (db/destinations.rs
+/// `switch`). `Done` when any destination changed, with the held deliveries of all.
+pub async fn switch(
     conn: &mut AsyncPgConnection,
     id: &EndpointId,
-    reason: PauseReason,
+    to: Switch,
     now: DateTime<Utc>,
-) -> Result<PauseOutcome, DbError> {
+) -> Result<Switched<EndpointRow>, DbError> {
     use diesel_async::AsyncConnection;
     let id = id.clone();
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
             let Some(current) = lock_for_change(conn, &id).await? else {
-                return Ok(PauseOutcome::NotFound);
+                return Ok(Switched::NotFound);
             };
             if current.deleted_at.is_some() {
-                return Ok(PauseOutcome::Deleted);
+                return Ok(Switched::Deleted);
             }
-            let mut paused = false;
+            let mut made_due = None;
             for destination in super::destinations::lock_of_endpoint(conn, &id).await? {
-                let outcome =
-                    super::destinations::pause_locked(conn, destination, reason, now).await?;
-                paused |= matches!(outcome, super::destinations::PauseOutcome::Paused(_));
-            }
-            Ok(if paused {
-                PauseOutcome::Paused(current)
-            } else {
-                PauseOutcome::AlreadyPaused(current)
-            })
-        })
-        .await?)
-}
-
-/// What resuming an endpoint found and did.
-#[derive(Debug)]
-pub enum ResumeOutcome {
-    /// With how many held deliveries were made due.
-    Resumed(EndpointRow, i64),
-    NotPaused(EndpointRow),
-    NotFound,
-    Deleted,
-}
-
-/// Resumes every paused destination of an endpoint (db/destinations.rs `resume`).
-pub async fn resume(
-    conn: &mut AsyncPgConnection,
-    id: &EndpointId,
-    now: DateTime<Utc>,
-) -> Result<ResumeOutcome, DbError> {
-    use diesel_async::AsyncConnection;
-    let id = id.clone();
-    Ok(conn
-        .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let Some(current) = lock_for_change(conn, &id).await? else {
-                return Ok(ResumeOutcome::NotFound);
-            };
-            if current.deleted_at.is_some() {
-                return Ok(ResumeOutcome::Deleted);
-            }
-            let mut resumed = false;
-            let mut held = 0;
-            for destination in super::destinations::lock_of_endpoint(conn, &id).await? {
-                if let super::destinations::ResumeOutcome::Resumed(_, n) =
-                    super::destinations::resume_locked(conn, destination, now).await?
+                if let Switched::Done(_, held) =
+                    super::destinations::switch_locked(conn, destination, to, now).await?
                 {
-                    resumed = true;
-                    held += n;
+                    made_due = Some(made_due.unwrap_or(0) + held);
                 }
             }
-            Ok(if resumed {
-                ResumeOutcome::Resumed(current, held)
-            } else {
-                ResumeOutcome::NotPaused(current)
+            Ok(match made_due {
+                Some(held) => Switched::Done(current, held),
+                None => Switched::Already(current),
             })
         })
         .await?)
@@ -297,9 +243,6 @@ pub enum History {
     /// Submissions, deliveries, attempts and events go with the endpoint; its id is free.
     Erase,
 }
-
-static CANCEL_DELIVERIES: SqlText = sql!("cancel_deliveries.sql", with_events);
-struct CancelDeliveries;
 
 /// Deletes an endpoint, in one transaction. Refused while deliveries are pending or
 /// processing unless `cancel`: then they end `failed` (a `cancelled` event each; a worker
@@ -383,16 +326,8 @@ async fn delete_once(
                 processing,
             });
         }
-        let cancelled: i64 = if pending + processing > 0 {
-            Statement::<CancelDeliveries, diesel::sql_types::BigInt, _>::new(
-                &CANCEL_DELIVERIES,
-                (
-                    bind::<diesel::sql_types::Text, _>(&id),
-                    bind::<diesel::sql_types::Timestamptz, _>(now),
-                ),
-            )
-            .get_result(conn)
-            .await?
+        let cancelled = if pending + processing > 0 {
+            super::destinations::cancel_owed(conn, &id, None, now).await?
         } else {
             0
         };

@@ -10,88 +10,66 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::db::endpoints::{self, PauseOutcome, ResumeOutcome};
-use crate::db::{destinations, Db, DbError};
+use crate::db::destinations::{self, Switch, Switched};
+use crate::db::models::{DestinationRow, EndpointRow};
+use crate::db::{endpoints, Db, DbError};
 use crate::model::ids::{DestinationId, EndpointId};
-use crate::model::state::PauseReason;
 use crate::telemetry::meters;
 
-pub async fn pause(
+/// Pauses or resumes every destination of an endpoint (an operator).
+pub async fn switch_endpoint(
     db: &Db,
     id: &EndpointId,
-    reason: PauseReason,
+    to: Switch,
     now: DateTime<Utc>,
-) -> Result<PauseOutcome, DbError> {
+) -> Result<Switched<EndpointRow>, DbError> {
     let outcome = db
-        .run(async |conn| endpoints::pause(conn, id, reason, now).await)
+        .run(async |conn| endpoints::switch(conn, id, to, now).await)
         .await?;
-    if let PauseOutcome::Paused(_) = &outcome {
-        meters::endpoint_paused(reason);
-        tracing::warn!(
-            endpoint_id = %id,
-            reason = reason.as_str(),
-            "endpoint paused: its deliveries are held, unattempted, until it is resumed"
-        );
+    if let Switched::Done(_, held) = &outcome {
+        announce(to, id, None, *held);
     }
     Ok(outcome)
 }
 
-pub async fn resume(
-    db: &Db,
-    id: &EndpointId,
-    now: DateTime<Utc>,
-) -> Result<ResumeOutcome, DbError> {
-    let outcome = db
-        .run(async |conn| endpoints::resume(conn, id, now).await)
-        .await?;
-    if let ResumeOutcome::Resumed(_, held) = &outcome {
-        meters::endpoint_resumed();
-        tracing::warn!(
-            endpoint_id = %id,
-            held_deliveries = held,
-            "endpoint resumed: its held deliveries are due again"
-        );
-    }
-    Ok(outcome)
-}
-
-pub async fn pause_destination(
+/// Pauses or resumes one destination (the worker: a receiver gone, a run of failed
+/// deliveries; an operator).
+pub async fn switch_destination(
     db: &Db,
     id: &DestinationId,
-    reason: PauseReason,
+    to: Switch,
     now: DateTime<Utc>,
-) -> Result<destinations::PauseOutcome, DbError> {
+) -> Result<Switched<DestinationRow>, DbError> {
     let outcome = db
-        .run(async |conn| destinations::pause(conn, id, reason, now).await)
+        .run(async |conn| destinations::switch(conn, id, to, now).await)
         .await?;
-    if let destinations::PauseOutcome::Paused(row) = &outcome {
-        meters::endpoint_paused(reason);
-        tracing::warn!(
-            endpoint_id = %row.endpoint_id,
-            destination_id = %id,
-            reason = reason.as_str(),
-            "destination paused: its deliveries are held, unattempted, until it is resumed"
-        );
+    if let Switched::Done(row, held) = &outcome {
+        announce(to, &row.endpoint_id, Some(id), *held);
     }
     Ok(outcome)
 }
 
-pub async fn resume_destination(
-    db: &Db,
-    id: &DestinationId,
-    now: DateTime<Utc>,
-) -> Result<destinations::ResumeOutcome, DbError> {
-    let outcome = db
-        .run(async |conn| destinations::resume(conn, id, now).await)
-        .await?;
-    if let destinations::ResumeOutcome::Resumed(row, held) = &outcome {
-        meters::endpoint_resumed();
-        tracing::warn!(
-            endpoint_id = %row.endpoint_id,
-            destination_id = %id,
-            held_deliveries = held,
-            "destination resumed: its held deliveries are due again"
-        );
+/// The metric and the WARN line of a pause or resume that changed something.
+fn announce(to: Switch, endpoint: &EndpointId, destination: Option<&DestinationId>, held: i64) {
+    let destination = destination.map(DestinationId::as_str);
+    match to {
+        Switch::Pause(reason) => {
+            meters::endpoint_paused(reason);
+            tracing::warn!(
+                endpoint_id = %endpoint,
+                destination_id = destination,
+                reason = reason.as_str(),
+                "deliveries paused: held, unattempted, until resumed"
+            );
+        }
+        Switch::Resume => {
+            meters::endpoint_resumed();
+            tracing::warn!(
+                endpoint_id = %endpoint,
+                destination_id = destination,
+                held_deliveries = held,
+                "deliveries resumed: the held ones are due again"
+            );
+        }
     }
-    Ok(outcome)
 }

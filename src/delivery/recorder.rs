@@ -43,7 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::pausing;
 use crate::clock::Clock;
-use crate::db::destinations::{FailureRun, FailureThresholds};
+use crate::db::destinations::{FailureRun, FailureThresholds, Switch};
 use crate::db::models::ClaimedDelivery;
 use crate::db::queue::{self, AttemptRecord, OwnerTransition, Recorded, SlotsHandedOn};
 use crate::db::{Db, DbError};
@@ -410,7 +410,8 @@ async fn follow_destinations(
         }
     }
     for (destination, reason) in pauses {
-        if let Err(error) = pausing::pause_destination(db, &destination, reason, clock.now()).await
+        if let Err(error) =
+            pausing::switch_destination(db, &destination, Switch::Pause(reason), clock.now()).await
         {
             tracing::warn!(destination_id = %destination, reason = reason.as_str(), error = %error.summary(), "could not pause a destination");
         }

@@ -88,6 +88,7 @@ impl From<SettingError> for ApiError {
                     Setting::BlockedSenders => "blockedSenders",
                     Setting::MinFillSeconds => "minFillSeconds",
                     Setting::Akismet => "akismet",
+                    Setting::OverlapSeconds => "overlapSeconds",
                 }
                 .into(),
                 reason: reason.into(),

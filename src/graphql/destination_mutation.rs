@@ -7,15 +7,15 @@ use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, 
 
 use super::error::{ResolverError, Result};
 use super::ids::{destination_or_not_found, endpoint_or_not_found};
-use super::mutation::{refused_as, MAX_OVERLAP_SECONDS};
+use super::mutation::refused_as;
 use super::types::Destination;
 use super::{app, database};
 use crate::db;
-use crate::db::destinations::{AddOutcome, PauseOutcome, ResumeOutcome};
+use crate::db::destinations::{AddOutcome, Switch, Switched};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
-use crate::model::endpoint as rules;
+use crate::model::endpoint::{self as rules, Rotation};
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
@@ -115,6 +115,18 @@ pub struct ResumeDestinationPayload {
     pub destination: Destination,
     /// Its deliveries pending or in flight when it resumed (0 when it was not paused).
     pub held_deliveries: i32,
+}
+
+/// Pauses or resumes the destination `id`: the destination as it is then, and how many
+/// held deliveries a resume made due.
+async fn switched(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Destination, i64)> {
+    let target = destination_or_not_found(id)?;
+    let now = app(ctx).clock.now();
+    match pausing::switch_destination(database(ctx), &target, to, now).await? {
+        Switched::Done(row, held) => Ok((Destination(row), held)),
+        Switched::Already(row) => Ok((Destination(row), 0)),
+        Switched::NotFound | Switched::Deleted => Err(not_found(id.clone()).into()),
+    }
 }
 
 fn not_found(id: ID) -> ApiError {
@@ -435,23 +447,9 @@ impl DestinationMutation {
     /// still queued, nothing is attempted until `resumeDestination`; the endpoint's other
     /// destinations go on. One paused already stays as it is.
     async fn pause_destination(&self, ctx: &Context<'_>, id: ID) -> Result<DestinationPayload> {
-        let app = app(ctx);
-        let target = destination_or_not_found(&id)?;
-        let outcome = pausing::pause_destination(
-            database(ctx),
-            &target,
-            PauseReason::Operator,
-            app.clock.now(),
-        )
-        .await?;
-        match outcome {
-            PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => {
-                Ok(DestinationPayload {
-                    destination: Destination(row),
-                })
-            }
-            PauseOutcome::NotFound => Err(not_found(id).into()),
-        }
+        switched(ctx, &id, Switch::Pause(PauseReason::Operator))
+            .await
+            .map(|(destination, _)| DestinationPayload { destination })
     }
 
     /// Resumes a paused destination, whatever paused it: its held deliveries are due at
@@ -462,20 +460,11 @@ impl DestinationMutation {
         ctx: &Context<'_>,
         id: ID,
     ) -> Result<ResumeDestinationPayload> {
-        let app = app(ctx);
-        let target = destination_or_not_found(&id)?;
-        let outcome = pausing::resume_destination(database(ctx), &target, app.clock.now()).await?;
-        match outcome {
-            ResumeOutcome::Resumed(row, held) => Ok(ResumeDestinationPayload {
-                destination: Destination(row),
-                held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
-            }),
-            ResumeOutcome::NotPaused(row) => Ok(ResumeDestinationPayload {
-                destination: Destination(row),
-                held_deliveries: 0,
-            }),
-            ResumeOutcome::NotFound => Err(not_found(id).into()),
-        }
+        let (destination, held) = switched(ctx, &id, Switch::Resume).await?;
+        Ok(ResumeDestinationPayload {
+            destination,
+            held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
+        })
     }
 
     /// A webhook destination's new signing secret, as `rotateWebhookSecret` does for the
@@ -488,31 +477,15 @@ impl DestinationMutation {
         overlap_seconds: Option<i32>,
     ) -> Result<DestinationSecretPayload> {
         let app = app(ctx);
-        let overlap = match overlap_seconds {
-            None => app.config.webhook.secret_overlap,
-            Some(seconds) if (0..=MAX_OVERLAP_SECONDS).contains(&seconds) => {
-                std::time::Duration::from_secs(u64::from(seconds.unsigned_abs()))
-            }
-            Some(_) => {
-                return Err(ApiError::InvalidInput {
-                    field: "overlapSeconds".into(),
-                    reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
-                }
-                .into())
-            }
-        };
-        let now = app.clock.now();
-        let until = chrono::Duration::from_std(overlap)
-            .ok()
-            .and_then(|overlap| now.checked_add_signed(overlap))
-            .ok_or_else(|| {
-                ApiError::Internal("the overlap ends beyond representable time".into())
-            })?;
-        let secret = rules::new_secret();
-        let new_secret = secret.clone();
+        let rotation = Rotation::new(
+            overlap_seconds,
+            app.config.webhook.secret_overlap,
+            app.clock.now(),
+        )?;
+        let secret = rotation.secret.clone();
         let changed = change(ctx, &id, move |current| {
             webhook_only(&current)?;
-            Ok(current.rotated(new_secret, (!overlap.is_zero()).then_some(until)))
+            Ok(current.rotated(rotation.secret, rotation.previous_until))
         })
         .await?;
         Ok(DestinationSecretPayload {

@@ -13,12 +13,13 @@ use super::types::{
 use super::{app, database, scope, time_range};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
-use crate::db::endpoints::{DeleteOutcome, PauseOutcome, ResumeOutcome};
+use crate::db::destinations::{Switch, Switched};
+use crate::db::endpoints::DeleteOutcome;
 use crate::db::models::{DestinationRow, EndpointRow};
 use crate::db::submissions::EraseOutcome;
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
-use crate::model::endpoint::{self as rules, SettingError};
+use crate::model::endpoint::{self as rules, Rotation, SettingError};
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::state::{DeliveryState, PauseReason};
 
@@ -89,6 +90,25 @@ impl ReplayDestination {
     }
 }
 
+/// Pauses or resumes every destination of the endpoint `id`: the endpoint as it is then,
+/// and how many held deliveries a resume made due.
+async fn switched_endpoint(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Endpoint, i64)> {
+    let target = endpoint_or_not_found(id)?;
+    let now = app(ctx).clock.now();
+    match pausing::switch_endpoint(database(ctx), &target, to, now).await? {
+        Switched::Done(row, held) => Ok((Endpoint::new(row), held)),
+        Switched::Already(row) => Ok((Endpoint::new(row), 0)),
+        Switched::NotFound => Err(ApiError::EndpointNotFound {
+            endpoint_id: id.0.clone(),
+        }
+        .into()),
+        Switched::Deleted => Err(ApiError::EndpointDeleted {
+            endpoint_id: id.0.clone(),
+        }
+        .into()),
+    }
+}
+
 /// The setting's error, naming `field`: for an input whose field holds a setting under another
 /// name than the usual one (a destination's `url`, an autoresponder's `addressField`,
 /// checked by the rule of a webhook URL and of a Reply-To field), so that the error names
@@ -106,9 +126,6 @@ pub(super) fn refused_as(field: &'static str) -> impl Fn(SettingError) -> ApiErr
         other => other,
     }
 }
-
-/// The longest overlap a rotation may ask for: 30 days.
-pub(super) const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
 
 /// Changes an endpoint and its first webhook destination in one transaction
 /// (`db::endpoints::update_with`) and drops this process's cached copy: `change` computes
@@ -394,42 +411,21 @@ impl MutationRoot {
         overlap_seconds: Option<i32>,
     ) -> Result<EndpointSecretPayload> {
         let app = app(ctx);
-        let overlap = match overlap_seconds {
-            None => app.config.webhook.secret_overlap,
-            Some(seconds) if (0..=MAX_OVERLAP_SECONDS).contains(&seconds) => {
-                std::time::Duration::from_secs(seconds as u64)
-            }
-            Some(_) => {
-                return Err(ApiError::InvalidInput {
-                    field: "overlapSeconds".into(),
-                    reason: format!("must be from 0 to {MAX_OVERLAP_SECONDS} (30 days)"),
-                }
-                .into())
-            }
-        };
-        let Some(target) = EndpointId::parse(&endpoint_id) else {
-            return Err(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0,
-            }
-            .into());
-        };
-        let secret = rules::new_secret();
-        let new_secret = secret.clone();
+        let rotation = Rotation::new(
+            overlap_seconds,
+            app.config.webhook.secret_overlap,
+            app.clock.now(),
+        )?;
+        let target = endpoint_or_not_found(&endpoint_id)?;
+        let secret = rotation.secret.clone();
         let id = endpoint_id.0.clone();
-        let now = app.clock.now();
-        let until = chrono::Duration::from_std(overlap)
-            .ok()
-            .and_then(|overlap| now.checked_add_signed(overlap))
-            .ok_or_else(|| {
-                ApiError::Internal("the overlap ends beyond representable time".into())
-            })?;
         let (endpoint, _) = change_endpoint(ctx, &endpoint_id, target, move |current, webhook| {
             let Some(webhook) = webhook else {
                 return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
             };
             Ok((
                 current,
-                Some(webhook.rotated(new_secret, (!overlap.is_zero()).then_some(until))),
+                Some(webhook.rotated(rotation.secret, rotation.previous_until)),
             ))
         })
         .await?;
@@ -464,28 +460,9 @@ impl MutationRoot {
     /// accepted and queued, nothing is attempted until `resumeEndpoint`. An endpoint
     /// paused already stays as it is (with its reason and time).
     async fn pause_endpoint(&self, ctx: &Context<'_>, endpoint_id: ID) -> Result<EndpointPayload> {
-        let app = app(ctx);
-        let target = endpoint_or_not_found(&endpoint_id)?;
-        let outcome = pausing::pause(
-            database(ctx),
-            &target,
-            PauseReason::Operator,
-            app.clock.now(),
-        )
-        .await?;
-        match outcome {
-            PauseOutcome::Paused(row) | PauseOutcome::AlreadyPaused(row) => Ok(EndpointPayload {
-                endpoint: Endpoint::new(row),
-            }),
-            PauseOutcome::NotFound => Err(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0,
-            }
-            .into()),
-            PauseOutcome::Deleted => Err(ApiError::EndpointDeleted {
-                endpoint_id: endpoint_id.0,
-            }
-            .into()),
-        }
+        switched_endpoint(ctx, &endpoint_id, Switch::Pause(PauseReason::Operator))
+            .await
+            .map(|(endpoint, _)| EndpointPayload { endpoint })
     }
 
     /// Resumes a paused endpoint, whatever paused it: its held deliveries are due at once,
@@ -496,27 +473,11 @@ impl MutationRoot {
         ctx: &Context<'_>,
         endpoint_id: ID,
     ) -> Result<ResumeEndpointPayload> {
-        let app = app(ctx);
-        let target = endpoint_or_not_found(&endpoint_id)?;
-        let outcome = pausing::resume(database(ctx), &target, app.clock.now()).await?;
-        match outcome {
-            ResumeOutcome::Resumed(row, held) => Ok(ResumeEndpointPayload {
-                endpoint: Endpoint::new(row),
-                held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
-            }),
-            ResumeOutcome::NotPaused(row) => Ok(ResumeEndpointPayload {
-                endpoint: Endpoint::new(row),
-                held_deliveries: 0,
-            }),
-            ResumeOutcome::NotFound => Err(ApiError::EndpointNotFound {
-                endpoint_id: endpoint_id.0,
-            }
-            .into()),
-            ResumeOutcome::Deleted => Err(ApiError::EndpointDeleted {
-                endpoint_id: endpoint_id.0,
-            }
-            .into()),
-        }
+        let (endpoint, held) = switched_endpoint(ctx, &endpoint_id, Switch::Resume).await?;
+        Ok(ResumeEndpointPayload {
+            endpoint,
+            held_deliveries: i32::try_from(held).unwrap_or(i32::MAX),
+        })
     }
 
     /// Deletes an endpoint: public intake answers 404 for it from then on (other

@@ -44,6 +44,7 @@ pub enum Setting {
     BlockedSenders,
     MinFillSeconds,
     Akismet,
+    OverlapSeconds,
 }
 
 /// A setting that breaks its rule.
@@ -140,6 +141,49 @@ pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     format!("whsec_{}", hex::encode(bytes))
+}
+
+/// The longest overlap a rotation may ask for: 30 days.
+pub const MAX_OVERLAP_SECONDS: i32 = 30 * 86_400;
+
+/// A rotation of a webhook's signing secret: the new secret, and until when the one it
+/// replaces still signs beside it (`None`: it stops now).
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    pub secret: String,
+    pub previous_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Rotation {
+    /// A rotation at `now` with the overlap asked for, in seconds (none: `default`).
+    pub fn new(
+        overlap_seconds: Option<i32>,
+        default: std::time::Duration,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Rotation, SettingError> {
+        let overlap = match overlap_seconds {
+            None => default,
+            Some(seconds) if (0..=MAX_OVERLAP_SECONDS).contains(&seconds) => {
+                std::time::Duration::from_secs(u64::from(seconds.unsigned_abs()))
+            }
+            Some(_) => {
+                return Err(invalid(
+                    Setting::OverlapSeconds,
+                    "must be from 0 to 2592000 (30 days)",
+                ))
+            }
+        };
+        // Both bounds are days (the configuration caps the default as this caps a request),
+        // so the end is a representable time; `None` is only ever a zero overlap.
+        let previous_until = (!overlap.is_zero())
+            .then(|| chrono::Duration::from_std(overlap).ok())
+            .flatten()
+            .and_then(|overlap| now.checked_add_signed(overlap));
+        Ok(Rotation {
+            secret: new_secret(),
+            previous_until,
+        })
+    }
 }
 
 /// The columns of field names (`endpoints.honeypot_field`,
@@ -457,5 +501,35 @@ mod tests {
             ]),
             Ok(vec![DestinationEvent::SubmissionReceived])
         );
+    }
+
+    #[test]
+    fn a_rotation_keeps_the_old_secret_for_the_overlap_asked_or_the_default() {
+        let now = chrono::Utc::now();
+        let default = std::time::Duration::from_secs(3600);
+        let asked = Rotation::new(Some(60), default, now).unwrap();
+        assert_eq!(
+            asked.previous_until,
+            Some(now + chrono::Duration::seconds(60))
+        );
+        assert!(asked.secret.starts_with("whsec_"));
+        let defaulted = Rotation::new(None, default, now).unwrap();
+        assert_eq!(
+            defaulted.previous_until,
+            Some(now + chrono::Duration::hours(1))
+        );
+        assert_eq!(
+            Rotation::new(Some(0), default, now).unwrap().previous_until,
+            None
+        );
+        for wrong in [-1, MAX_OVERLAP_SECONDS + 1] {
+            assert_eq!(
+                Rotation::new(Some(wrong), default, now).unwrap_err(),
+                invalid(
+                    Setting::OverlapSeconds,
+                    "must be from 0 to 2592000 (30 days)"
+                )
+            );
+        }
     }
 }

@@ -1,10 +1,13 @@
--- Cancels what an endpoint being deleted still owes (db/endpoints.rs `delete`): its
--- pending and processing deliveries end `failed` now, their claims cleared, so a worker
--- still sending records its attempt as a late one. Locks in id order, as the recorder
--- does. $1 the endpoint, $2 now. Answers how many were cancelled.
+-- Cancels what an endpoint being deleted (db/endpoints.rs `delete`), or one of its
+-- destinations being removed (db/destinations.rs `remove`), still owes: the pending and
+-- processing deliveries end `failed` now, their claims cleared, so a worker still sending
+-- records its attempt as a late one. Locks in id order, as the recorder does. $1 the
+-- endpoint, $2 now, $3 the destination (NULL: every destination of the endpoint). Answers
+-- how many were cancelled.
 WITH locked AS MATERIALIZED (
     SELECT d.id, d.state FROM webhook_deliveries d
     WHERE d.endpoint_id = $1 AND d.state IN ('pending', 'processing')
+      AND ($3::varchar IS NULL OR d.destination_id = $3)
     ORDER BY d.id
     FOR UPDATE
 ), cancelled AS (
