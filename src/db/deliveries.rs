@@ -402,7 +402,7 @@ pub struct ReplayFilter {
     pub created_before: Option<DateTime<Utc>>,
 }
 
-static REPLAYABLE_COUNT: SqlText = sql!("replayable_count.sql");
+static REPLAYABLE_COUNT: SqlText = sql!("replay_filter.sql", "replayable_count.sql");
 struct ReplayableCount;
 
 /// How many deliveries [`replay_matching`] would take now (replayable_count.sql).
@@ -428,7 +428,11 @@ pub async fn count_replayable(
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
-static REPLAY_MATCHING: SqlText = sql!("replay_matching.sql", with_events);
+static REPLAY_MATCHING: SqlText = sql!(
+    "replay_filter.sql",
+    "replay_matching.sql",
+    "write_events.sql"
+);
 struct ReplayMatching;
 
 /// Replays every failed delivery matching the filter in one statement (replay_matching.sql);
@@ -445,11 +449,11 @@ pub async fn replay_matching(
             bind::<Nullable<Text>, _>(filter.endpoint_id.as_ref()),
             bind::<Nullable<Timestamptz>, _>(filter.failed_after),
             bind::<Nullable<Timestamptz>, _>(filter.failed_before),
-            bind::<Nullable<Timestamptz>, _>(now),
             bind::<Nullable<Timestamptz>, _>(filter.created_after),
             bind::<Nullable<Timestamptz>, _>(filter.created_before),
             bind::<diesel::sql_types::Bool, _>(target.retarget()),
             bind::<Nullable<Text>, _>(filter.destination_id.as_ref()),
+            bind::<Nullable<Timestamptz>, _>(now),
         ),
     )
     .get_result(conn)

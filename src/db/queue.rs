@@ -13,7 +13,7 @@ use super::models::ClaimedDelivery;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{AttemptId, ClaimToken, DeliveryId, DestinationId};
-use crate::model::state::{AttemptOutcome, DeliveryState};
+use crate::model::state::{AttemptOutcome, DeliveryState, DestinationKind};
 
 /// Public for the benchmarks, which run it through pgbench.
 pub static CLAIM: SqlText = sql!("claim.sql", "claim_take.sql", "write_events.sql");
@@ -53,6 +53,28 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Bool,
 );
+
+/// The scheme an email delivery's snapshot captures its recipients under
+/// (`destination_snapshot_url` in the migrations: `mailto:` and the addresses, by commas).
+const MAILTO: &str = "mailto:";
+
+impl ClaimedDelivery {
+    /// An email delivery's recipients, decoded from its snapshot; none for another kind.
+    pub fn recipients(&self) -> Vec<String> {
+        if self.kind != DestinationKind::Email {
+            return Vec::new();
+        }
+        self.destination_url
+            .strip_prefix(MAILTO)
+            .map(|list| {
+                list.split(',')
+                    .filter(|address| !address.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
 
 /// Claims up to `limit` due deliveries in one statement (claim.sql).
 pub async fn claim(
@@ -369,4 +391,48 @@ pub async fn next_due_in(
         let micros = wait.microseconds + i64::from(wait.days) * 86_400_000_000;
         std::time::Duration::from_micros(u64::try_from(micros).unwrap_or(0))
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ids::{ClaimToken, EndpointId};
+
+    fn claimed(kind: DestinationKind, url: &str) -> ClaimedDelivery {
+        ClaimedDelivery {
+            id: DeliveryId::generate(),
+            claim_token: ClaimToken::generate(),
+            endpoint_id: EndpointId::parse("contact").expect("id"),
+            destination_id: DestinationId::generate(),
+            kind,
+            destination_url: url.into(),
+            signing_secret: None,
+            submission_id: None,
+            cycle_attempts: 0,
+            received_at: None,
+            fields: None,
+            destination_secret: None,
+            destination_previous_secret: None,
+            destination_failed_deliveries: 0,
+            endpoint_name: None,
+            reply_to_field: None,
+            reply_subject: None,
+            reply_body: None,
+            has_files: false,
+        }
+    }
+
+    #[test]
+    fn an_email_snapshot_decodes_to_its_recipients_and_nothing_else_has_any() {
+        let email = claimed(DestinationKind::Email, "mailto:a@example.com,b@example.com");
+        assert_eq!(email.recipients(), ["a@example.com", "b@example.com"]);
+        assert!(claimed(DestinationKind::Email, "mailto:")
+            .recipients()
+            .is_empty());
+        let webhook = claimed(
+            DestinationKind::Webhook,
+            "https://mailto:x@receiver.example/",
+        );
+        assert!(webhook.recipients().is_empty());
+    }
 }

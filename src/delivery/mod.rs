@@ -1,4 +1,5 @@
-//! Delivery to destinations: the worker pool (`worker.rs`), the webhook HTTP client and
+//! Delivery to destinations: the worker pool (`worker.rs`), a sender per destination kind
+//! (`senders.rs`), the webhook HTTP client and
 //! its resolver (`client.rs`, the only outbound HTTP to receivers), sending one email over SMTP with
 //! the notification it carries (`email.rs`, the only outbound mail), outcome
 //! classification and backoff (`outcome.rs`), the payload and its signatures
@@ -14,13 +15,8 @@ pub mod outcome;
 pub mod pausing;
 pub mod payload;
 pub mod recorder;
+pub mod senders;
 pub mod worker;
 
+pub use senders::Senders;
 pub use worker::Worker;
-
-/// What the workers send with: the webhook client, and the mailer when this process has
-/// a mail server (`FORMS_SMTP_HOST`).
-pub struct Senders {
-    pub webhook: client::WebhookClient,
-    pub mail: Option<email::Mailer>,
-}

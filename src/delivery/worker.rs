@@ -2,8 +2,9 @@
 //!
 //! One loop per process claims due deliveries (never more than it has free request slots
 //! for), starts one task per claim, and sleeps until a wake-up notification, a freed slot,
-//! the next due time, the fallback poll, or shutdown. Each task sends one signed request
-//! and records the result under the claim-token fence as soon as the request ends.
+//! the next due time, the fallback poll, or shutdown. Each task hands its delivery to the
+//! sender of its destination's kind (senders.rs) and records the result under the
+//! claim-token fence as soon as the request ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,13 +16,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::client::WebhookClient;
-use super::email::{self, Mailer, Notification};
 use super::handoff::{self, ClaimActivity, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
-use super::payload;
 use super::recorder::{self, HandOnSettings, Recorder};
-use super::Senders;
+use super::senders::{Senders, Submission};
 use crate::clock::Clock;
 use crate::config::{WebhookConfig, WorkerConfig};
 use crate::db::destinations::FailureThresholds;
@@ -37,9 +35,8 @@ pub struct Worker {
     config: WorkerConfig,
     webhook: WebhookConfig,
     clock: Arc<dyn Clock>,
-    client: WebhookClient,
-    /// `None` without `FORMS_SMTP_HOST`: email deliveries are then retried until one is.
-    mailer: Option<Mailer>,
+    /// A sender per destination kind.
+    senders: Senders,
     /// Signalled when a delivery may have become due (a notification, a reconnection).
     wake: Arc<Notify>,
     /// One permit per request in flight (`FORMS_WORKER_CONCURRENCY`).
@@ -84,8 +81,7 @@ impl Worker {
             config,
             webhook,
             clock,
-            client: senders.webhook,
-            mailer: senders.mail,
+            senders,
             wake,
             slots,
             caught_up: Arc::new(AtomicBool::new(false)),
@@ -326,156 +322,25 @@ impl Worker {
                 }
             }
         };
-        let signing_secret = match (delivery.kind, delivery.signing_secret.as_deref()) {
-            (DestinationKind::Webhook, Some(secret)) => secret,
-            (kind @ (DestinationKind::Email | DestinationKind::Autoresponder), _) => {
-                let started = Instant::now();
-                let result = if kind == DestinationKind::Email {
-                    self.send_email(&delivery, submission_id, received_at, fields, &files)
-                        .await
-                } else {
-                    self.send_autoresponse(&delivery, fields).await
-                };
-                return self
-                    .record(
-                        &delivery,
-                        &result,
-                        attempted_at,
-                        started.elapsed(),
-                        stopping,
-                    )
-                    .await;
-            }
-            (DestinationKind::Webhook, None) => {
-                // The delivery row's CHECK makes this impossible; fail it loudly rather
-                // than send an unsigned request.
-                tracing::error!(delivery_id = %delivery.id, "a webhook delivery has no signing secret");
-                let result = AttemptResult::failure(
-                    crate::model::state::AttemptOutcome::BlockedDestination,
-                    "the delivery has no signing secret",
-                );
-                return self
-                    .record(&delivery, &result, attempted_at, Duration::ZERO, stopping)
-                    .await;
-            }
-        };
-        let body = payload::body(
-            submission_id,
-            &delivery.endpoint_id,
+        let submission = Submission {
+            id: submission_id,
             received_at,
             fields,
-            &files,
-        );
-        let live: Vec<&str> = [
-            delivery.destination_secret.as_deref(),
-            delivery.destination_previous_secret.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let signing = payload::Signing::Submission {
-            snapshot: signing_secret,
-            live: &live,
+            files: &files,
         };
-        let (signatures, unsigned) =
-            payload::sign(delivery.id.as_str(), signing, attempted_at, &body);
-        if unsigned > 0 {
-            // The stored format (a CHECK) makes this impossible; say so if it happens.
-            tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
-        }
         let started = Instant::now();
         let result = self
-            .client
-            .send(&delivery.destination_url, body, &signatures)
+            .senders
+            .send(&delivery, &submission, attempted_at)
             .await;
-        let elapsed = started.elapsed();
-        self.record(&delivery, &result, attempted_at, elapsed, stopping)
-            .await
-    }
-
-    /// Sends an email delivery: the notification of its submission to the recipients
-    /// captured with it (its `mailto:`), Message-ID from the delivery id so that a retry
-    /// or replay is recognisable. Without a mail server every attempt fails as a network
-    /// error would, and is retried on the schedule until one is configured.
-    async fn send_email(
-        &self,
-        delivery: &ClaimedDelivery,
-        submission_id: &crate::model::ids::SubmissionId,
-        received_at: chrono::DateTime<chrono::Utc>,
-        fields: &serde_json::Value,
-        files: &[crate::files::FileMetadata],
-    ) -> AttemptResult {
-        let Some(mailer) = &self.mailer else {
-            return AttemptResult::failure(
-                crate::model::state::AttemptOutcome::NetworkError,
-                "email is not set up on this server (FORMS_SMTP_HOST)",
-            );
-        };
-        let to: Vec<String> = delivery
-            .destination_url
-            .strip_prefix("mailto:")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|address| !address.is_empty())
-            .map(str::to_string)
-            .collect();
-        let message = email::notification(&Notification {
-            endpoint_name: delivery
-                .endpoint_name
-                .as_deref()
-                .unwrap_or(delivery.endpoint_id.as_str()),
-            endpoint_id: delivery.endpoint_id.as_str(),
-            submission_id: submission_id.as_str(),
-            received_at,
-            fields,
-            to,
-            reply_to_field: delivery.reply_to_field.as_deref(),
-            delivery_id: delivery.id.as_str(),
-            message_domain: mailer.message_domain(),
-            files,
-        });
-        AttemptResult::from_mail(mailer.send(&message).await)
-    }
-
-    /// An autoresponder's confirmation, to the address the submission names in the
-    /// destination's field (read again here, as intake checked it), with the destination's
-    /// subject and text as the claim read them.
-    async fn send_autoresponse(
-        &self,
-        delivery: &ClaimedDelivery,
-        fields: &serde_json::Value,
-    ) -> AttemptResult {
-        use crate::model::state::AttemptOutcome;
-        let Some(mailer) = &self.mailer else {
-            return AttemptResult::failure(
-                AttemptOutcome::NetworkError,
-                "email is not set up on this server (FORMS_SMTP_HOST)",
-            );
-        };
-        let (Some(field), Some(subject), Some(body)) = (
-            delivery.reply_to_field.as_deref(),
-            delivery.reply_subject.as_deref(),
-            delivery.reply_body.as_deref(),
-        ) else {
-            return AttemptResult::failure(
-                AttemptOutcome::Unsendable,
-                "the destination is not an autoresponder",
-            );
-        };
-        let Some(to) = email::submitter_address(fields, field) else {
-            return AttemptResult::failure(
-                AttemptOutcome::Unsendable,
-                "the submission names no single plain address in the autoresponder's field",
-            );
-        };
-        let message = email::autoresponse(
-            &to,
-            subject,
-            body,
-            delivery.id.as_str(),
-            mailer.message_domain(),
-        );
-        AttemptResult::from_mail(mailer.send(&message).await)
+        self.record(
+            &delivery,
+            &result,
+            attempted_at,
+            started.elapsed(),
+            stopping,
+        )
+        .await
     }
 
     /// Records the attempt, retrying briefly if the database is unavailable: the request

@@ -110,6 +110,9 @@ mod tests {
             .with_ansi(false)
             .finish();
         let _default = tracing::subscriber::set_default(subscriber);
+        // Another test's thread may have registered these callsites while no subscriber
+        // of its own wanted them: their cached interest is computed again with this one.
+        tracing::callsite::rebuild_interest_cache();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");

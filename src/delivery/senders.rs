@@ -1,0 +1,172 @@
+//! A sender per destination kind, behind one [`Senders::send`]: a webhook (a signed POST
+//! through the webhook client), an email (the submission's notification to the recipients
+//! captured with it) and an autoresponder (a confirmation to the address the submission
+//! names). The worker claims, hands the delivery to its kind's sender, and records what
+//! came back; a sender never touches the queue.
+
+use chrono::{DateTime, Utc};
+
+use super::client::WebhookClient;
+use super::email::{self, Mailer, Notification};
+use super::outcome::AttemptResult;
+use super::payload;
+use crate::db::models::ClaimedDelivery;
+use crate::files::FileMetadata;
+use crate::model::ids::SubmissionId;
+use crate::model::state::{AttemptOutcome, DestinationKind};
+
+/// What the workers send with: the webhook client, and the mailer when this process has
+/// a mail server (`FORMS_SMTP_HOST`).
+pub struct Senders {
+    pub webhook: WebhookClient,
+    /// `None` without `FORMS_SMTP_HOST`: email deliveries are then retried until one is.
+    pub mail: Option<Mailer>,
+}
+
+/// The submission a delivery carries, as its claim read it, with its files described.
+pub struct Submission<'a> {
+    pub id: &'a SubmissionId,
+    pub received_at: DateTime<Utc>,
+    pub fields: &'a serde_json::Value,
+    pub files: &'a [FileMetadata],
+}
+
+impl Senders {
+    /// Sends `delivery` of `submission` once, by its destination's kind.
+    pub async fn send(
+        &self,
+        delivery: &ClaimedDelivery,
+        submission: &Submission<'_>,
+        attempted_at: DateTime<Utc>,
+    ) -> AttemptResult {
+        match delivery.kind {
+            DestinationKind::Webhook => self.webhook(delivery, submission, attempted_at).await,
+            DestinationKind::Email => self.notification(delivery, submission).await,
+            DestinationKind::Autoresponder => self.autoresponse(delivery, submission).await,
+        }
+    }
+
+    /// A webhook: the payload, signed with the snapshot secret (`Hymical-Signature`) and
+    /// the destination's live secrets (`webhook-signature`), POSTed to the captured URL.
+    async fn webhook(
+        &self,
+        delivery: &ClaimedDelivery,
+        submission: &Submission<'_>,
+        attempted_at: DateTime<Utc>,
+    ) -> AttemptResult {
+        let Some(snapshot) = delivery.signing_secret.as_deref() else {
+            // The delivery row's CHECK makes this impossible; fail it loudly rather than
+            // send an unsigned request.
+            tracing::error!(delivery_id = %delivery.id, "a webhook delivery has no signing secret");
+            return AttemptResult::failure(
+                AttemptOutcome::BlockedDestination,
+                "the delivery has no signing secret",
+            );
+        };
+        let body = payload::body(
+            submission.id,
+            &delivery.endpoint_id,
+            submission.received_at,
+            submission.fields,
+            submission.files,
+        );
+        let live: Vec<&str> = [
+            delivery.destination_secret.as_deref(),
+            delivery.destination_previous_secret.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let signing = payload::Signing::Submission {
+            snapshot,
+            live: &live,
+        };
+        let (signatures, unsigned) =
+            payload::sign(delivery.id.as_str(), signing, attempted_at, &body);
+        if unsigned > 0 {
+            // The stored format (a CHECK) makes this impossible; say so if it happens.
+            tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
+        }
+        self.webhook
+            .send(&delivery.destination_url, body, &signatures)
+            .await
+    }
+
+    /// The mailer, or the failure every mail attempt meets without one: as a network error
+    /// would, retried on the schedule until a mail server is configured.
+    fn mailer(&self) -> Result<&Mailer, AttemptResult> {
+        self.mail.as_ref().ok_or_else(|| {
+            AttemptResult::failure(
+                AttemptOutcome::NetworkError,
+                "email is not set up on this server (FORMS_SMTP_HOST)",
+            )
+        })
+    }
+
+    /// An email: the notification of its submission to the recipients captured with it,
+    /// Message-ID from the delivery id so that a retry or replay is recognisable.
+    async fn notification(
+        &self,
+        delivery: &ClaimedDelivery,
+        submission: &Submission<'_>,
+    ) -> AttemptResult {
+        let mailer = match self.mailer() {
+            Ok(mailer) => mailer,
+            Err(failure) => return failure,
+        };
+        let message = email::notification(&Notification {
+            endpoint_name: delivery
+                .endpoint_name
+                .as_deref()
+                .unwrap_or(delivery.endpoint_id.as_str()),
+            endpoint_id: delivery.endpoint_id.as_str(),
+            submission_id: submission.id.as_str(),
+            received_at: submission.received_at,
+            fields: submission.fields,
+            to: delivery.recipients(),
+            reply_to_field: delivery.reply_to_field.as_deref(),
+            delivery_id: delivery.id.as_str(),
+            message_domain: mailer.message_domain(),
+            files: submission.files,
+        });
+        AttemptResult::from_mail(mailer.send(&message).await)
+    }
+
+    /// An autoresponder's confirmation, to the address the submission names in the
+    /// destination's field (read again here, as intake checked it), with the destination's
+    /// subject and text as the claim read them.
+    async fn autoresponse(
+        &self,
+        delivery: &ClaimedDelivery,
+        submission: &Submission<'_>,
+    ) -> AttemptResult {
+        let mailer = match self.mailer() {
+            Ok(mailer) => mailer,
+            Err(failure) => return failure,
+        };
+        let (Some(field), Some(subject), Some(body)) = (
+            delivery.reply_to_field.as_deref(),
+            delivery.reply_subject.as_deref(),
+            delivery.reply_body.as_deref(),
+        ) else {
+            return AttemptResult::failure(
+                AttemptOutcome::Unsendable,
+                "the destination is not an autoresponder",
+            );
+        };
+        let Some(to) = email::submitter_address(submission.fields, field) else {
+            return AttemptResult::failure(
+                AttemptOutcome::Unsendable,
+                "the submission names no single plain address in the autoresponder's field",
+            );
+        };
+        let message = email::autoresponse(
+            &to,
+            subject,
+            body,
+            delivery.id.as_str(),
+            mailer.message_domain(),
+        );
+        AttemptResult::from_mail(mailer.send(&message).await)
+    }
+}
