@@ -370,6 +370,33 @@ pub struct ClaimedDelivery {
 }
 
 impl ClaimedDelivery {
+    /// A fresh claim of a delivery of `kind` to `url`, its submission erased, for unit
+    /// tests.
+    #[cfg(test)]
+    pub fn for_test(kind: DestinationKind, url: &str) -> ClaimedDelivery {
+        ClaimedDelivery {
+            id: DeliveryId::generate(),
+            claim_token: ClaimToken::generate(),
+            endpoint_id: EndpointId::parse("contact").expect("id"),
+            destination_id: DestinationId::generate(),
+            kind,
+            destination_url: url.into(),
+            signing_secret: None,
+            submission_id: None,
+            cycle_attempts: 0,
+            received_at: None,
+            fields: None,
+            destination_secret: None,
+            destination_previous_secret: None,
+            destination_failed_deliveries: 0,
+            endpoint_name: None,
+            reply_to_field: None,
+            reply_subject: None,
+            reply_body: None,
+            has_files: false,
+        }
+    }
+
     /// What identifies the claim: the delivery and the token it holds.
     pub fn claim(&self) -> (&DeliveryId, &ClaimToken) {
         (&self.id, &self.claim_token)

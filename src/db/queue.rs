@@ -396,30 +396,9 @@ pub async fn next_due_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ids::{ClaimToken, EndpointId};
 
     fn claimed(kind: DestinationKind, url: &str) -> ClaimedDelivery {
-        ClaimedDelivery {
-            id: DeliveryId::generate(),
-            claim_token: ClaimToken::generate(),
-            endpoint_id: EndpointId::parse("contact").expect("id"),
-            destination_id: DestinationId::generate(),
-            kind,
-            destination_url: url.into(),
-            signing_secret: None,
-            submission_id: None,
-            cycle_attempts: 0,
-            received_at: None,
-            fields: None,
-            destination_secret: None,
-            destination_previous_secret: None,
-            destination_failed_deliveries: 0,
-            endpoint_name: None,
-            reply_to_field: None,
-            reply_subject: None,
-            reply_body: None,
-            has_files: false,
-        }
+        ClaimedDelivery::for_test(kind, url)
     }
 
     #[test]

@@ -234,7 +234,6 @@ pub async fn hand_back<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ids::{DestinationId, EndpointId};
     use crate::model::state::DestinationKind;
 
     fn handoff(
@@ -265,25 +264,8 @@ mod tests {
 
     fn claimed() -> ClaimedDelivery {
         ClaimedDelivery {
-            id: DeliveryId::generate(),
-            claim_token: ClaimToken::generate(),
-            endpoint_id: EndpointId::parse("contact").expect("id"),
-            destination_id: DestinationId::generate(),
-            kind: DestinationKind::Webhook,
-            destination_url: "https://receiver.example/hook".into(),
             signing_secret: Some(format!("whsec_{}", "ab".repeat(32))),
-            submission_id: None,
-            cycle_attempts: 0,
-            received_at: None,
-            fields: None,
-            destination_secret: None,
-            destination_previous_secret: None,
-            destination_failed_deliveries: 0,
-            endpoint_name: None,
-            reply_to_field: None,
-            reply_subject: None,
-            reply_body: None,
-            has_files: false,
+            ..ClaimedDelivery::for_test(DestinationKind::Webhook, "https://receiver.example/hook")
         }
     }
 

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Utc};
 
 use super::client::WebhookClient;
-use super::email::{self, Mailer, Notification};
+use super::email::{self, Mailer, Notification, OutgoingEmail};
 use super::outcome::AttemptResult;
 use super::payload;
 use crate::db::models::ClaimedDelivery;
@@ -41,8 +41,14 @@ impl Senders {
     ) -> AttemptResult {
         match delivery.kind {
             DestinationKind::Webhook => self.webhook(delivery, submission, attempted_at).await,
-            DestinationKind::Email => self.notification(delivery, submission).await,
-            DestinationKind::Autoresponder => self.autoresponse(delivery, submission).await,
+            DestinationKind::Email => {
+                self.mail(|domain| Ok(notification(delivery, submission, domain)))
+                    .await
+            }
+            DestinationKind::Autoresponder => {
+                self.mail(|domain| autoresponse(delivery, submission, domain))
+                    .await
+            }
         }
     }
 
@@ -92,81 +98,80 @@ impl Senders {
             .await
     }
 
-    /// The mailer, or the failure every mail attempt meets without one: as a network error
-    /// would, retried on the schedule until a mail server is configured.
-    fn mailer(&self) -> Result<&Mailer, AttemptResult> {
-        self.mail.as_ref().ok_or_else(|| {
-            AttemptResult::failure(
+    /// Sends the email `build` makes (given the sender's domain, for its Message-ID), or
+    /// the failure it answers instead. Without a mailer every attempt fails as a network
+    /// error would, and is retried on the schedule until a mail server is configured.
+    async fn mail(
+        &self,
+        build: impl FnOnce(&str) -> Result<OutgoingEmail, AttemptResult>,
+    ) -> AttemptResult {
+        let Some(mailer) = &self.mail else {
+            return AttemptResult::failure(
                 AttemptOutcome::NetworkError,
                 "email is not set up on this server (FORMS_SMTP_HOST)",
-            )
-        })
-    }
-
-    /// An email: the notification of its submission to the recipients captured with it,
-    /// Message-ID from the delivery id so that a retry or replay is recognisable.
-    async fn notification(
-        &self,
-        delivery: &ClaimedDelivery,
-        submission: &Submission<'_>,
-    ) -> AttemptResult {
-        let mailer = match self.mailer() {
-            Ok(mailer) => mailer,
-            Err(failure) => return failure,
-        };
-        let message = email::notification(&Notification {
-            endpoint_name: delivery
-                .endpoint_name
-                .as_deref()
-                .unwrap_or(delivery.endpoint_id.as_str()),
-            endpoint_id: delivery.endpoint_id.as_str(),
-            submission_id: submission.id.as_str(),
-            received_at: submission.received_at,
-            fields: submission.fields,
-            to: delivery.recipients(),
-            reply_to_field: delivery.reply_to_field.as_deref(),
-            delivery_id: delivery.id.as_str(),
-            message_domain: mailer.message_domain(),
-            files: submission.files,
-        });
-        AttemptResult::from_mail(mailer.send(&message).await)
-    }
-
-    /// An autoresponder's confirmation, to the address the submission names in the
-    /// destination's field (read again here, as intake checked it), with the destination's
-    /// subject and text as the claim read them.
-    async fn autoresponse(
-        &self,
-        delivery: &ClaimedDelivery,
-        submission: &Submission<'_>,
-    ) -> AttemptResult {
-        let mailer = match self.mailer() {
-            Ok(mailer) => mailer,
-            Err(failure) => return failure,
-        };
-        let (Some(field), Some(subject), Some(body)) = (
-            delivery.reply_to_field.as_deref(),
-            delivery.reply_subject.as_deref(),
-            delivery.reply_body.as_deref(),
-        ) else {
-            return AttemptResult::failure(
-                AttemptOutcome::Unsendable,
-                "the destination is not an autoresponder",
             );
         };
-        let Some(to) = email::submitter_address(submission.fields, field) else {
-            return AttemptResult::failure(
-                AttemptOutcome::Unsendable,
-                "the submission names no single plain address in the autoresponder's field",
-            );
-        };
-        let message = email::autoresponse(
-            &to,
-            subject,
-            body,
-            delivery.id.as_str(),
-            mailer.message_domain(),
-        );
-        AttemptResult::from_mail(mailer.send(&message).await)
+        match build(mailer.message_domain()) {
+            Ok(message) => AttemptResult::from_mail(mailer.send(&message).await),
+            Err(unsendable) => unsendable,
+        }
     }
+}
+
+/// An email destination's message: the notification of its submission to the recipients
+/// captured with it, Message-ID from the delivery id so that a retry or replay is
+/// recognisable.
+fn notification(
+    delivery: &ClaimedDelivery,
+    submission: &Submission<'_>,
+    message_domain: &str,
+) -> OutgoingEmail {
+    email::notification(&Notification {
+        endpoint_name: delivery
+            .endpoint_name
+            .as_deref()
+            .unwrap_or(delivery.endpoint_id.as_str()),
+        endpoint_id: delivery.endpoint_id.as_str(),
+        submission_id: submission.id.as_str(),
+        received_at: submission.received_at,
+        fields: submission.fields,
+        to: delivery.recipients(),
+        reply_to_field: delivery.reply_to_field.as_deref(),
+        delivery_id: delivery.id.as_str(),
+        message_domain,
+        files: submission.files,
+    })
+}
+
+/// An autoresponder's confirmation, to the address the submission names in the
+/// destination's field (read again here, as intake checked it), with the destination's
+/// subject and text as the claim read them.
+fn autoresponse(
+    delivery: &ClaimedDelivery,
+    submission: &Submission<'_>,
+    message_domain: &str,
+) -> Result<OutgoingEmail, AttemptResult> {
+    let (Some(field), Some(subject), Some(body)) = (
+        delivery.reply_to_field.as_deref(),
+        delivery.reply_subject.as_deref(),
+        delivery.reply_body.as_deref(),
+    ) else {
+        return Err(AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            "the destination is not an autoresponder",
+        ));
+    };
+    let Some(to) = email::submitter_address(submission.fields, field) else {
+        return Err(AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            "the submission names no single plain address in the autoresponder's field",
+        ));
+    };
+    Ok(email::autoresponse(
+        &to,
+        subject,
+        body,
+        delivery.id.as_str(),
+        message_domain,
+    ))
 }

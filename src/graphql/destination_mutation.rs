@@ -9,13 +9,14 @@ use super::error::{ResolverError, Result};
 use super::ids::{destination_or_not_found, endpoint_or_not_found};
 use super::mutation::refused_as;
 use super::types::Destination;
-use super::{app, database};
+use super::{app, database, patch};
 use crate::db;
 use crate::db::destinations::{AddOutcome, Switch, Switched};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
 use crate::model::endpoint::{self as rules, Rotation};
+use crate::model::patch::Patch;
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
@@ -330,24 +331,12 @@ impl DestinationMutation {
             .as_deref()
             .map(|list| rules::recipients(list).map_err(ResolverError::from))
             .transpose()?;
-        let max_in_flight = match input.max_in_flight {
-            MaybeUndefined::Value(cap) => MaybeUndefined::Value(rules::max_in_flight(cap)?),
-            other => other,
-        };
-        let max_requests_per_second = match input.max_requests_per_second {
-            MaybeUndefined::Value(rate) => {
-                MaybeUndefined::Value(rules::max_requests_per_second(rate)?)
-            }
-            other => other,
-        };
-        let reply_to_field = match input.reply_to_field {
-            MaybeUndefined::Value(name) => MaybeUndefined::Value(rules::reply_to_field(
-                &name,
-                app.config.intake.max_field_name_length,
-            )?),
-            MaybeUndefined::Null => MaybeUndefined::Null,
-            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
-        };
+        let max_in_flight = patch(input.max_in_flight).checked(rules::max_in_flight)?;
+        let max_requests_per_second =
+            patch(input.max_requests_per_second).checked(rules::max_requests_per_second)?;
+        let max_field = app.config.intake.max_field_name_length;
+        let reply_to_field =
+            patch(input.reply_to_field).checked(|name| rules::reply_to_field(&name, max_field))?;
         let events = checked_events(input.events)?;
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
@@ -377,27 +366,15 @@ impl DestinationMutation {
                 }
                 next.recipients = Some(recipients.into_iter().map(Some).collect());
             }
-            if !reply_to_field.is_undefined() && next.kind != DestinationKind::Email {
+            if reply_to_field != Patch::Keep && next.kind != DestinationKind::Email {
                 return Err(ApiError::InvalidInput {
                     field: "replyToField".into(),
                     reason: "only an email destination has a Reply-To field".into(),
                 });
             }
-            match reply_to_field {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.reply_to_field = None,
-                MaybeUndefined::Value(name) => next.reply_to_field = Some(name),
-            }
-            match max_in_flight {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.max_in_flight = None,
-                MaybeUndefined::Value(cap) => next.max_in_flight = Some(cap),
-            }
-            match max_requests_per_second {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.max_requests_per_second = None,
-                MaybeUndefined::Value(rate) => next.max_requests_per_second = Some(rate),
-            }
+            reply_to_field.apply(&mut next.reply_to_field);
+            max_in_flight.apply(&mut next.max_in_flight);
+            max_requests_per_second.apply(&mut next.max_requests_per_second);
             if let Some(events) = events {
                 next.events = events;
             }

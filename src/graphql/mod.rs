@@ -124,6 +124,16 @@ pub(crate) fn scope<T>(
     }
 }
 
+/// An input field of an update as the change it asks for: left out keeps, null clears.
+pub(crate) fn patch<T>(field: async_graphql::MaybeUndefined<T>) -> crate::model::patch::Patch<T> {
+    use crate::model::patch::Patch;
+    match field {
+        async_graphql::MaybeUndefined::Undefined => Patch::Keep,
+        async_graphql::MaybeUndefined::Null => Patch::Clear,
+        async_graphql::MaybeUndefined::Value(value) => Patch::Set(value),
+    }
+}
+
 /// Exclusive time bounds: (after, before).
 pub(crate) type TimeRange = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
 

@@ -10,7 +10,7 @@ use super::types::{
     EndpointPayload, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload,
     ResumeEndpointPayload, Timestamp,
 };
-use super::{app, database, scope, time_range};
+use super::{app, database, patch, scope, time_range};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
 use crate::db::destinations::{Switch, Switched};
@@ -304,11 +304,7 @@ impl MutationRoot {
             .into());
         };
         let name = input.name.as_deref().map(rules::name).transpose()?;
-        let redirect_url = match &input.redirect_url {
-            MaybeUndefined::Value(url) => MaybeUndefined::Value(rules::redirect_url(url)?),
-            MaybeUndefined::Null => MaybeUndefined::Null,
-            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
-        };
+        let redirect_url = patch(input.redirect_url).checked(|url| rules::redirect_url(&url))?;
         let allowed_origins = match &input.allowed_origins {
             MaybeUndefined::Value(origins) => {
                 Some(stored_origins(rules::allowed_origins(origins)?))
@@ -316,19 +312,10 @@ impl MutationRoot {
             MaybeUndefined::Null => Some(Vec::new()),
             MaybeUndefined::Undefined => None,
         };
-        let honeypot_field = match &input.honeypot_field {
-            MaybeUndefined::Value(field) => MaybeUndefined::Value(rules::honeypot_field(
-                field,
-                config.intake.max_field_name_length,
-            )?),
-            MaybeUndefined::Null => MaybeUndefined::Null,
-            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
-        };
-        let file_uploads = match input.file_uploads {
-            MaybeUndefined::Value(files) => MaybeUndefined::Value(files.settings()?),
-            MaybeUndefined::Null => MaybeUndefined::Null,
-            MaybeUndefined::Undefined => MaybeUndefined::Undefined,
-        };
+        let max_field = config.intake.max_field_name_length;
+        let honeypot_field = patch(input.honeypot_field)
+            .checked(|field| rules::honeypot_field(&field, max_field))?;
+        let file_uploads = patch(input.file_uploads).checked(|files| files.settings())?;
         let webhook_url = input.webhook_url.clone();
         let allow_private = config.webhook.allow_private_targets;
         let candidate_secret = rules::new_secret();
@@ -369,24 +356,12 @@ impl MutationRoot {
                     })
                 }
             };
-            match redirect_url {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.redirect_url = None,
-                MaybeUndefined::Value(url) => next.redirect_url = Some(url),
-            }
+            redirect_url.apply(&mut next.redirect_url);
             if let Some(origins) = allowed_origins {
                 next.allowed_origins = origins;
             }
-            match honeypot_field {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.honeypot_field = None,
-                MaybeUndefined::Value(field) => next.honeypot_field = Some(field),
-            }
-            match file_uploads {
-                MaybeUndefined::Undefined => {}
-                MaybeUndefined::Null => next.file_uploads = None,
-                MaybeUndefined::Value(settings) => next.file_uploads = Some(settings),
-            }
+            honeypot_field.apply(&mut next.honeypot_field);
+            file_uploads.apply(&mut next.file_uploads);
             Ok((next, webhook))
         })
         .await?;

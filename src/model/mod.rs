@@ -34,6 +34,7 @@ pub mod endpoint;
 pub mod fields;
 pub mod files;
 pub mod ids;
+pub mod patch;
 pub mod rate_limit;
 pub mod spam;
 pub mod state;
