@@ -268,7 +268,7 @@ impl Server {
         let workers = worker.then(|| hymical_forms::testing::delivery::Senders {
             webhook: hymical_forms::testing::delivery::client::WebhookClient::new(
                 &app.config.webhook,
-                Arc::new(hymical_forms::testing::delivery::client::SystemResolver),
+                Arc::new(hymical_forms::testing::outbound::SystemResolver),
             )
             .expect("webhook client"),
             mail: None,

@@ -342,7 +342,7 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         Some(delivery::Senders {
             webhook: delivery::client::WebhookClient::new(
                 &config.webhook,
-                Arc::new(delivery::client::SystemResolver),
+                Arc::new(crate::outbound::SystemResolver),
             )
             .context("cannot build the webhook HTTP client")?,
             mail: config

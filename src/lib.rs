@@ -19,6 +19,7 @@ mod graphql;
 mod http;
 mod intake;
 mod model;
+mod outbound;
 mod pages;
 mod postgres_url;
 mod replica;

@@ -1,6 +1,6 @@
 //! Delivery to destinations: the worker pool (`worker.rs`), a sender per destination kind
-//! (`senders.rs`), the webhook HTTP client and
-//! its resolver (`client.rs`, the only outbound HTTP to receivers), sending one email over SMTP with
+//! (`senders.rs`), the webhook HTTP client (`client.rs`, the only outbound HTTP to
+//! receivers, through the resolver of `outbound.rs`), sending one email over SMTP with
 //! the notification it carries (`email.rs`, the only outbound mail), outcome
 //! classification and backoff (`outcome.rs`), the payload and its signatures
 //! (`payload.rs`), the batched recording of attempts (`recorder.rs`), pausing and resuming

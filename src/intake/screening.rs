@@ -26,10 +26,10 @@ use super::endpoint_cache::{IntakeEndpoint, Protection};
 use crate::config::SpamConfig;
 use crate::db::models::EndpointRow;
 use crate::db::{self, Db};
-use crate::delivery::client::{VerifierClient, VerifierError};
 use crate::error::{ApiError, CaptchaFailure, Verifier};
 use crate::model::spam::{SpamRules, FORM_STAMP_FIELD};
 use crate::model::state::{CaptchaProvider, WhenUnreachable};
+use crate::outbound::{VerifierClient, VerifierError};
 
 /// The longest captcha token sent to a provider (theirs are about 2 KB); a longer one is
 /// refused as not valid without asking.

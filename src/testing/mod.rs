@@ -43,6 +43,9 @@ pub mod http {
 pub mod model {
     pub use crate::model::*;
 }
+pub mod outbound {
+    pub use crate::outbound::*;
+}
 pub mod replica {
     pub use crate::replica::*;
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
 use hymical_forms::testing::clock::{Clock, ManualClock, SystemClock};
-use hymical_forms::testing::delivery::client::StaticResolver;
+use hymical_forms::testing::outbound::StaticResolver;
 
 use support::harness::TestApp;
 use support::receiver::Receiver;

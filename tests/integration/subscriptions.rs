@@ -509,6 +509,17 @@ async fn two_queued_and_a_subscriber() -> (TestApp, WsClient, String, String) {
 }
 
 /// The next two events are the claims of `submissions`' deliveries, in id order.
+/// The one delivery a claim took is of `submission`.
+fn assert_claimed(
+    claimed: &[hymical_forms::testing::db::models::ClaimedDelivery],
+    submission: &str,
+) {
+    assert_eq!(
+        claimed[0].submission_id.as_ref().map(|id| id.as_str()),
+        Some(submission)
+    );
+}
+
 async fn assert_claims_sent_in_id_order(
     app: &TestApp,
     client: &mut WsClient,
@@ -551,14 +562,8 @@ async fn a_change_committed_late_with_a_smaller_id_is_not_overtaken() {
     let claimed_by_b = support::harness::claim_at(&mut b, now, lease, 1)
         .await
         .unwrap();
-    assert_eq!(
-        claimed_by_a[0].submission_id.as_ref().map(|id| id.as_str()),
-        Some(first.as_str())
-    );
-    assert_eq!(
-        claimed_by_b[0].submission_id.as_ref().map(|id| id.as_str()),
-        Some(second.as_str())
-    );
+    assert_claimed(&claimed_by_a, &first);
+    assert_claimed(&claimed_by_b, &second);
     // The feed reads B's event several times while A is open: nothing may be sent.
     client.quiet_for(Duration::from_millis(500)).await;
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
@@ -592,14 +597,8 @@ async fn a_younger_transaction_holding_a_smaller_id_is_not_overtaken() {
         .await
         .unwrap();
     diesel::sql_query("COMMIT").execute(&mut a).await.unwrap();
-    assert_eq!(
-        claimed_by_b[0].submission_id.as_ref().map(|id| id.as_str()),
-        Some(first.as_str())
-    );
-    assert_eq!(
-        claimed_by_a[0].submission_id.as_ref().map(|id| id.as_str()),
-        Some(second.as_str())
-    );
+    assert_claimed(&claimed_by_b, &first);
+    assert_claimed(&claimed_by_a, &second);
     // The feed reads A's event several times while B is open: nothing may be sent.
     client.quiet_for(Duration::from_millis(500)).await;
     diesel::sql_query("COMMIT").execute(&mut b).await.unwrap();

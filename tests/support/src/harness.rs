@@ -607,9 +607,9 @@ impl TestApp {
     /// resolver when `None`).
     pub fn worker(
         &self,
-        resolver: Option<hymical_forms::testing::delivery::client::StaticResolver>,
+        resolver: Option<hymical_forms::testing::outbound::StaticResolver>,
     ) -> Arc<hymical_forms::testing::delivery::Worker> {
-        use hymical_forms::testing::delivery::client::{NameResolver, SystemResolver};
+        use hymical_forms::testing::outbound::{NameResolver, SystemResolver};
         let resolver: Arc<dyn NameResolver> = match resolver {
             Some(resolver) => Arc::new(resolver),
             None => Arc::new(SystemResolver),
@@ -628,9 +628,7 @@ impl TestApp {
     /// An operator alert sender with the app's configuration, driven by the test
     /// (`send_due`), as every worker process runs one.
     pub fn alert_sender(&self) -> hymical_forms::testing::delivery::alerts::AlertSender {
-        let senders = self.senders(Arc::new(
-            hymical_forms::testing::delivery::client::SystemResolver,
-        ));
+        let senders = self.senders(Arc::new(hymical_forms::testing::outbound::SystemResolver));
         hymical_forms::testing::delivery::alerts::AlertSender::new(
             self.app.db.clone(),
             self.app.config.alerts.clone(),
@@ -644,7 +642,7 @@ impl TestApp {
     /// mailer, as a worker process builds them.
     fn senders(
         &self,
-        resolver: Arc<dyn hymical_forms::testing::delivery::client::NameResolver>,
+        resolver: Arc<dyn hymical_forms::testing::outbound::NameResolver>,
     ) -> hymical_forms::testing::delivery::Senders {
         hymical_forms::testing::delivery::Senders {
             webhook: hymical_forms::testing::delivery::client::WebhookClient::new(
