@@ -83,12 +83,12 @@ pub fn steady_intake(
                 ports[n % ports.len()]
             };
             let endpoint = endpoints[n % endpoints.len()];
-            let response = client
-                .post(format!("http://127.0.0.1:{port}/f/{endpoint}"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(format!("n={n}&note=chaos"))
-                .send()
-                .await;
+            let response = support::harness::post_urlencoded(
+                &client,
+                format!("http://127.0.0.1:{port}/f/{endpoint}"),
+                format!("n={n}&note=chaos"),
+            )
+            .await;
             match response {
                 Ok(response) if response.status() == 202 => {
                     let body: serde_json::Value = response.json().await.unwrap_or_default();

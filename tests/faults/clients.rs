@@ -16,11 +16,7 @@ async fn intake_latencies(url: &str, count: usize) -> Vec<Duration> {
     let mut latencies = Vec::with_capacity(count);
     for n in 0..count {
         let started = Instant::now();
-        let response = client
-            .post(url)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("n={n}"))
-            .send()
+        let response = support::harness::post_urlencoded(&client, url, format!("n={n}"))
             .await
             .expect("post");
         assert_eq!(response.status(), 202);

@@ -725,12 +725,12 @@ fn load(
             }
             let port = ports[n % ports.len()];
             let sent = Instant::now();
-            let response = client
-                .post(format!("http://127.0.0.1:{port}/f/contact"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(format!("n={n}&note=failover"))
-                .send()
-                .await;
+            let response = support::harness::post_urlencoded(
+                &client,
+                format!("http://127.0.0.1:{port}/f/contact"),
+                format!("n={n}&note=failover"),
+            )
+            .await;
             let id = match response {
                 Ok(response) if response.status() == 202 => response
                     .json::<serde_json::Value>()
@@ -821,13 +821,13 @@ async fn count(db: &TestDb, sql: &str) -> i64 {
 }
 
 async fn post_limited(port: u16) -> u16 {
-    reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{port}/f/limited"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("a=1")
-        .send()
-        .await
-        .map_or(0, |response| response.status().as_u16())
+    support::harness::post_urlencoded(
+        &reqwest::Client::new(),
+        format!("http://127.0.0.1:{port}/f/limited"),
+        "a=1",
+    )
+    .await
+    .map_or(0, |response| response.status().as_u16())
 }
 
 async fn run(synchronous: bool, fault: Fault) {

@@ -109,12 +109,8 @@ async fn a_stopped_database_gives_quick_503s_and_full_recovery_without_a_restart
                     break;
                 }
                 let started = Instant::now();
-                let response = client
-                    .post(&url)
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(format!("n={n}"))
-                    .send()
-                    .await;
+                let response =
+                    support::harness::post_urlencoded(&client, &url, format!("n={n}")).await;
                 let Ok(response) = response else { continue };
                 let status = response.status().as_u16();
                 let body: serde_json::Value = response.json().await.unwrap_or_default();

@@ -109,13 +109,13 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
     for round in 0..rounds {
         for endpoint in endpoints.iter().chain(&["healthy"]) {
             for n in 0..8 {
-                let response = client
-                    .post(server.url(&format!("/f/{endpoint}")))
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(format!("round={round}&n={n}"))
-                    .send()
-                    .await
-                    .expect("post");
+                let response = support::harness::post_urlencoded(
+                    &client,
+                    server.url(&format!("/f/{endpoint}")),
+                    format!("round={round}&n={n}"),
+                )
+                .await
+                .expect("post");
                 assert_eq!(response.status(), 202);
             }
         }

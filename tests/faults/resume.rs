@@ -86,11 +86,7 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
     wait_for_status(&server.url("/ready"), 200).await;
     let client_post = reqwest::Client::new();
     let post = async |url: String, n: usize| {
-        let response = client_post
-            .post(url)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(format!("n={n}"))
-            .send()
+        let response = support::harness::post_urlencoded(&client_post, url, format!("n={n}"))
             .await
             .expect("post");
         assert_eq!(response.status(), 202);

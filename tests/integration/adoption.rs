@@ -56,12 +56,7 @@ async fn earlier_service_database() -> TestDb {
 
 /// `hymical-forms` with `args` on `db`: (exit code, stdout and stderr).
 fn run(db: &TestDb, args: &[&str]) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let output = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(args)
-        .output()
-        .unwrap();
+    let output = db.run_cli(args);
     (
         output.status.code(),
         format!(
@@ -277,13 +272,13 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     assert_eq!(numbers, [1, 2, 3, 4, 5], "{response}");
 
     // New submissions on an adopted endpoint are accepted and delivered.
-    let response = http
-        .post(serve.url("/f/contact-form"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("email=new%40example.com")
-        .send()
-        .await
-        .unwrap();
+    let response = support::harness::post_urlencoded(
+        &http,
+        serve.url("/f/contact-form"),
+        "email=new%40example.com",
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status(), 202);
     receiver.wait_for(4).await;
     let (status, log) = serve.stop();

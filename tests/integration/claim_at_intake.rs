@@ -20,15 +20,15 @@ const SERVE: &[(&str, &str)] = &[
 ];
 
 async fn post(serve: &ServeProcess, endpoint: &str, body: String) -> u16 {
-    reqwest::Client::new()
-        .post(serve.url(&format!("/f/{endpoint}")))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(body)
-        .send()
-        .await
-        .expect("post")
-        .status()
-        .as_u16()
+    support::harness::post_urlencoded(
+        &reqwest::Client::new(),
+        serve.url(&format!("/f/{endpoint}")),
+        body,
+    )
+    .await
+    .expect("post")
+    .status()
+    .as_u16()
 }
 
 /// `hymical_deliveries_claimed_total` by where: (worker, intake).

@@ -130,29 +130,17 @@ async fn serve_refuses_pending_migrations_and_migrate_applies_them() {
     assert!(stderr.contains("pending migration"), "{stderr}");
     assert!(stderr.contains("hymical-forms migrate"), "{stderr}");
 
-    let status = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(["migrate", "--status"])
-        .output()
-        .unwrap();
+    let status = db.run_cli(&["migrate", "--status"]);
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(stdout.lines().all(|l| l.starts_with("pending")), "{stdout}");
 
-    let migrate = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .arg("migrate")
-        .output()
-        .unwrap();
+    let migrate = db.run_cli(&["migrate"]);
     assert!(
         migrate.status.success(),
         "{}",
         String::from_utf8_lossy(&migrate.stderr)
     );
-    let status = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(["migrate", "--status"])
-        .output()
-        .unwrap();
+    let status = db.run_cli(&["migrate", "--status"]);
     let stdout = String::from_utf8_lossy(&status.stdout);
     assert!(
         !stdout.is_empty() && stdout.lines().all(|l| l.starts_with("applied")),

@@ -28,19 +28,12 @@ use serde_json::json;
 use support::browser::{
     browser, click, loaded_resources, sign_in, start_driver, type_into, wait_for_text,
 };
-use support::harness::{
-    forms_command, graphql_data, wait_for_status, ServeProcess, TestApp, TestDb,
-};
+use support::harness::{graphql_data, wait_for_status, ServeProcess, TestApp, TestDb};
 use support::receiver::Receiver;
 use support::smtp_server::SmtpServer;
 
 fn cli(db: &TestDb, args: &[&str]) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let output = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(args)
-        .output()
-        .expect("run hymical-forms");
+    let output = db.run_cli(args);
     assert!(
         output.status.success(),
         "{}",
@@ -134,13 +127,13 @@ async fn new_delivery(db: &TestDb, seen: &mut HashSet<String>) -> String {
 }
 
 async fn post_form(serve: &ServeProcess, endpoint: &str, body: &str) {
-    let response = reqwest::Client::new()
-        .post(serve.url(&format!("/f/{endpoint}")))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+    let response = support::harness::post_urlencoded(
+        &reqwest::Client::new(),
+        serve.url(&format!("/f/{endpoint}")),
+        body.to_string(),
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status(), 202);
 }
 
@@ -900,17 +893,9 @@ async fn a_read_key_sees_the_console_without_its_write_actions() {
 /// `FORMS_SMTP_*` for a mail server on loopback (plaintext: it is on loopback), with no
 /// rate limits: what a server needs to accept email destinations.
 fn smtp_vars(smtp: &SmtpServer) -> Vec<(&'static str, String)> {
-    vec![
-        ("FORMS_RATE_LIMIT_ENABLED", "false".into()),
-        ("FORMS_SMTP_HOST", "127.0.0.1".into()),
-        ("FORMS_SMTP_PORT", smtp.port()),
-        ("FORMS_SMTP_TLS", "none".into()),
-        (
-            "FORMS_SMTP_FROM",
-            "Hymical Forms <forms@example.com>".into(),
-        ),
-        ("FORMS_SMTP_TIMEOUT_SECONDS", "3".into()),
-    ]
+    let mut vars = vec![("FORMS_RATE_LIMIT_ENABLED", "false".into())];
+    vars.extend(smtp.vars());
+    vars
 }
 
 async fn app_with_smtp(smtp: &SmtpServer) -> TestApp {

@@ -86,13 +86,13 @@ async fn sigterm_lets_a_slow_delivery_finish_and_records_it() {
         ],
     );
     wait_for_status(&serve.url("/ready"), 200).await;
-    let response = reqwest::Client::new()
-        .post(serve.url("/f/contact"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("email=private-person%40example.com&note=sensitive-value")
-        .send()
-        .await
-        .unwrap();
+    let response = support::harness::post_urlencoded(
+        &reqwest::Client::new(),
+        serve.url("/f/contact"),
+        "email=private-person%40example.com&note=sensitive-value",
+    )
+    .await
+    .unwrap();
     assert_eq!(response.status(), 202);
     receiver.wait_for(1).await;
     let (status, log) = serve.stop();
@@ -169,11 +169,7 @@ async fn a_burst_across_two_processes_is_delivered_exactly_once_each() {
             let mut accepted = Vec::new();
             for n in (lane..total).step_by(16) {
                 let url = format!("{}/f/burst-{}", urls[n % 2], n % 10);
-                let response = client
-                    .post(url)
-                    .header("content-type", "application/x-www-form-urlencoded")
-                    .body(format!("n={n}"))
-                    .send()
+                let response = support::harness::post_urlencoded(&client, url, format!("n={n}"))
                     .await
                     .unwrap();
                 assert_eq!(response.status(), 202);

@@ -16,18 +16,12 @@ use support::smtp_server::SmtpServer;
 /// Loopback receivers and mail server: the development flag, no rate limits, and the
 /// mail server of `smtp` (plaintext: it is on loopback).
 fn vars(smtp: &SmtpServer) -> Vec<(&'static str, String)> {
-    vec![
+    let mut vars = vec![
         ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true".into()),
         ("FORMS_RATE_LIMIT_ENABLED", "false".into()),
-        ("FORMS_SMTP_HOST", "127.0.0.1".into()),
-        ("FORMS_SMTP_PORT", smtp.port()),
-        ("FORMS_SMTP_TLS", "none".into()),
-        (
-            "FORMS_SMTP_FROM",
-            "Hymical Forms <forms@example.com>".into(),
-        ),
-        ("FORMS_SMTP_TIMEOUT_SECONDS", "3".into()),
-    ]
+    ];
+    vars.extend(smtp.vars());
+    vars
 }
 
 async fn app_with(

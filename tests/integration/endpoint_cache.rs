@@ -8,15 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use support::harness::{forms_command, wait_for_status, ServeProcess, TestDb};
+use support::harness::{wait_for_status, ServeProcess, TestDb};
 
 fn key(db: &TestDb) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let output = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(["keys", "create", "--name", "cache"])
-        .output()
-        .unwrap();
+    let output = db.run_cli(&["keys", "create", "--name", "cache"]);
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .find_map(|l| l.trim().strip_prefix("key:").map(|k| k.trim().to_string()))
@@ -37,15 +32,15 @@ async fn gql(serve: &ServeProcess, key: &str, query: &str, variables: Value) -> 
 }
 
 async fn post(serve: &ServeProcess, endpoint: &str) -> u16 {
-    reqwest::Client::new()
-        .post(serve.url(&format!("/f/{endpoint}")))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("email=a%40example.com")
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    support::harness::post_urlencoded(
+        &reqwest::Client::new(),
+        serve.url(&format!("/f/{endpoint}")),
+        "email=a%40example.com",
+    )
+    .await
+    .unwrap()
+    .status()
+    .as_u16()
 }
 
 /// Posts until the answer is `wanted`, for at most `within`; returns how long it took.

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
-use support::harness::{endpoint, forms_command, wait_for_status, ServeProcess, TestApp, TestDb};
+use support::harness::{endpoint, wait_for_status, ServeProcess, TestApp, TestDb};
 
 async fn export(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
     app.http
@@ -257,12 +257,7 @@ async fn retention_deletes_only_old_submissions_nothing_still_needs() {
     .await
     .unwrap();
     let run = |args: &[&str]| {
-        let dir = tempfile::tempdir().unwrap();
-        let output = forms_command(dir.path())
-            .env("FORMS_DATABASE_URL", db.url.expose())
-            .args(args)
-            .output()
-            .unwrap();
+        let output = db.run_cli(args);
         (
             output.status.success(),
             String::from_utf8_lossy(&output.stdout).into_owned(),

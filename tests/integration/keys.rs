@@ -7,15 +7,10 @@ use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::SystemClock;
 use sha2::{Digest, Sha256};
 
-use support::harness::{forms_command, TestApp, TestDb};
+use support::harness::{TestApp, TestDb};
 
 fn run(db: &TestDb, args: &[&str]) -> (bool, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let output = forms_command(dir.path())
-        .env("FORMS_DATABASE_URL", db.url.expose())
-        .args(args)
-        .output()
-        .expect("run hymical-forms");
+    let output = db.run_cli(args);
     (
         output.status.success(),
         String::from_utf8_lossy(&output.stdout).into_owned(),

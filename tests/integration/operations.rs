@@ -37,13 +37,13 @@ async fn json_logs_parse_carry_ids_and_keep_secrets_out() {
         .build()
         .unwrap();
     for endpoint in ["logged", "broken"] {
-        let response = client
-            .post(serve.url(&format!("/f/{endpoint}")))
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body("zanzibarfield=quetzalcoatlvalue&email=hiddenmailbox%40example.org")
-            .send()
-            .await
-            .unwrap();
+        let response = support::harness::post_urlencoded(
+            &client,
+            serve.url(&format!("/f/{endpoint}")),
+            "zanzibarfield=quetzalcoatlvalue&email=hiddenmailbox%40example.org",
+        )
+        .await
+        .unwrap();
         assert_eq!(response.status(), 202);
     }
     let response = client

@@ -147,13 +147,10 @@ async fn a_full_cycle_through_pgbouncer_in_session_mode() {
     subscriber
         .subscribe_events("s", &format!("afterEventId: \"{after}\""))
         .await;
-    let response = reqwest::Client::new()
-        .post(serve.url("/f/bounced"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("a=1")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        support::harness::post_urlencoded(&reqwest::Client::new(), serve.url("/f/bounced"), "a=1")
+            .await
+            .unwrap();
     assert_eq!(response.status(), 202);
     let events = subscriber.events("s", 3).await;
     assert_eq!(
@@ -167,13 +164,10 @@ async fn a_full_cycle_through_pgbouncer_in_session_mode() {
     assert_eq!(receiver.received().len(), 1);
     // The workers were woken through the LISTEN connection (the poll is an hour): so is
     // the next one.
-    let response = reqwest::Client::new()
-        .post(serve.url("/f/bounced"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("a=2")
-        .send()
-        .await
-        .unwrap();
+    let response =
+        support::harness::post_urlencoded(&reqwest::Client::new(), serve.url("/f/bounced"), "a=2")
+            .await
+            .unwrap();
     assert_eq!(response.status(), 202);
     subscriber.events("s", 3).await;
     let (status, log) = serve.stop();

@@ -762,17 +762,9 @@ async fn a_subscriber_that_falls_behind_catches_up_without_holding_up_the_others
     );
     // The listener and the event reader, as a serving process runs them.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
     let _services = hymical_forms::testing::services::Services::start(
         &app,
-        hymical_forms::testing::services::Plan {
-            http: Some((listener, limits)),
-            metrics: None,
-            workers: None,
-            sweeper: false,
-            retention: false,
-            pruning: false,
-        },
+        support::harness::api_plan(listener, &app),
     );
     let mut conn = db.connect().await;
     diesel::sql_query(
@@ -1341,17 +1333,9 @@ async fn after_a_failover_that_lost_events_new_events_get_new_ids_and_reach_subs
         EventFeed::new(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
     let _services = hymical_forms::testing::services::Services::start(
         &app,
-        hymical_forms::testing::services::Plan {
-            http: Some((listener, limits)),
-            metrics: None,
-            workers: None,
-            sweeper: false,
-            retention: false,
-            pruning: false,
-        },
+        support::harness::api_plan(listener, &app),
     );
     let mut conn = db.connect().await;
     diesel::sql_query(

@@ -345,18 +345,7 @@ impl TestApp {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let limits = hymical_forms::testing::http::server::Limits::from_config(&app.config);
-        let services = Services::start(
-            &app,
-            Plan {
-                http: Some((listener, limits)),
-                metrics: None,
-                workers: None,
-                sweeper: false,
-                retention: false,
-                pruning: false,
-            },
-        );
+        let services = Services::start(&app, api_plan(listener, &app));
         let stop = services.stop_token();
         TestApp {
             app,
@@ -498,6 +487,36 @@ pub async fn wait_for_status(url: &str, expected: u16) {
     }
 }
 
+/// The services of a process that serves the API on `listener` and runs nothing else (no
+/// workers, no upkeep): the event reader and the LISTEN connection come with it.
+pub fn api_plan(listener: tokio::net::TcpListener, app: &hymical_forms::testing::app::App) -> Plan {
+    Plan {
+        http: Some((
+            listener,
+            hymical_forms::testing::http::server::Limits::from_config(&app.config),
+        )),
+        metrics: None,
+        workers: None,
+        sweeper: false,
+        retention: false,
+        pruning: false,
+    }
+}
+
+/// POSTs `body` to `url` as an HTML form does (`application/x-www-form-urlencoded`).
+pub async fn post_urlencoded(
+    client: &reqwest::Client,
+    url: impl reqwest::IntoUrl,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Result<reqwest::Response> {
+    client
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+}
+
 /// An endpoint row with defaults a test can adjust before inserting.
 pub fn endpoint(id: &str) -> db::models::EndpointRow {
     db::models::EndpointRow::new(
@@ -517,6 +536,17 @@ pub fn webhook_secret() -> String {
 }
 
 impl TestDb {
+    /// `hymical-forms` with `args` against this database, in an empty directory, run to
+    /// its end.
+    pub fn run_cli(&self, args: &[&str]) -> std::process::Output {
+        let dir = tempfile::tempdir().expect("a directory");
+        forms_command(dir.path())
+            .env("FORMS_DATABASE_URL", self.url.expose())
+            .args(args)
+            .output()
+            .expect("run hymical-forms")
+    }
+
     /// Inserts endpoint `id` delivering to one webhook at `url`, with a fresh secret.
     pub async fn insert_webhook_endpoint(&self, id: &str, url: impl Into<String>) {
         let mut conn = self.connect().await;

@@ -85,6 +85,21 @@ impl SmtpServer {
     pub fn port(&self) -> String {
         self.port.to_string()
     }
+
+    /// `FORMS_SMTP_*` for this server (plaintext: it is on loopback), a sender and a short
+    /// timeout: what a server needs to send email.
+    pub fn vars(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("FORMS_SMTP_HOST", "127.0.0.1".into()),
+            ("FORMS_SMTP_PORT", self.port()),
+            ("FORMS_SMTP_TLS", "none".into()),
+            (
+                "FORMS_SMTP_FROM",
+                "Hymical Forms <forms@example.com>".into(),
+            ),
+            ("FORMS_SMTP_TIMEOUT_SECONDS", "3".into()),
+        ]
+    }
 }
 
 impl Drop for SmtpServer {
