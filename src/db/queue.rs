@@ -397,18 +397,15 @@ pub async fn next_due_in(
 mod tests {
     use super::*;
 
-    fn claimed(kind: DestinationKind, url: &str) -> ClaimedDelivery {
-        ClaimedDelivery::for_test(kind, url)
-    }
-
     #[test]
     fn an_email_snapshot_decodes_to_its_recipients_and_nothing_else_has_any() {
-        let email = claimed(DestinationKind::Email, "mailto:a@example.com,b@example.com");
+        let email =
+            ClaimedDelivery::for_test(DestinationKind::Email, "mailto:a@example.com,b@example.com");
         assert_eq!(email.recipients(), ["a@example.com", "b@example.com"]);
-        assert!(claimed(DestinationKind::Email, "mailto:")
+        assert!(ClaimedDelivery::for_test(DestinationKind::Email, "mailto:")
             .recipients()
             .is_empty());
-        let webhook = claimed(
+        let webhook = ClaimedDelivery::for_test(
             DestinationKind::Webhook,
             "https://mailto:x@receiver.example/",
         );

@@ -185,12 +185,7 @@ pub fn start(app: &AppState, roles: Roles, tasks: &mut JoinSet<()>, stop: &Cance
 
 /// Runs `job` after `first`, then every `period`, until `stop`: the one schedule of every
 /// periodic job. A turn is awaited whole; the next waits a full period after it ends.
-pub async fn every(
-    first: Duration,
-    period: Duration,
-    stop: &CancellationToken,
-    mut job: Box<dyn Job>,
-) {
+async fn every(first: Duration, period: Duration, stop: &CancellationToken, mut job: Box<dyn Job>) {
     let mut wait = first;
     loop {
         tokio::select! {
