@@ -6,9 +6,9 @@ use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Double, Nullable, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql, DestinationRow};
+use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql};
 use super::schema::webhook_deliveries;
-use super::statement::{bind, sql, SqlText, Statement};
+use super::statement::{bind, sql, Binds, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::state::{DeliveryState, DestinationKind};
@@ -16,32 +16,10 @@ use crate::model::state::{DeliveryState, DestinationKind};
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
     pub endpoint_id: Option<EndpointId>,
-    pub destination: Option<DestinationScope>,
+    pub destination_id: Option<DestinationId>,
     pub state: Option<DeliveryState>,
     pub created_after: Option<DateTime<Utc>>,
     pub created_before: Option<DateTime<Utc>>,
-}
-
-/// The deliveries of one destination.
-#[derive(Debug, Clone)]
-pub struct DestinationScope {
-    pub id: DestinationId,
-    /// Set when the destination is the one the upgrade to destinations made from its
-    /// endpoint's webhook (position 1, a webhook): the endpoint and the destination's
-    /// creation, so that the endpoint's history recorded before, which names no
-    /// destination, is listed with it.
-    pub upgraded_webhook: Option<(EndpointId, DateTime<Utc>)>,
-}
-
-impl DestinationScope {
-    pub fn of(destination: &DestinationRow) -> DestinationScope {
-        let upgraded = destination.position == 1 && destination.kind == DestinationKind::Webhook;
-        DestinationScope {
-            id: destination.id.clone(),
-            upgraded_webhook: upgraded
-                .then(|| (destination.endpoint_id.clone(), destination.created_at)),
-        }
-    }
 }
 
 pub async fn find_many(
@@ -56,8 +34,7 @@ pub async fn find_many(
 }
 
 /// The deliveries of the given submissions, each submission's in its destinations' order
-/// (a delivery written before destinations existed, which has none, first: it went to the
-/// endpoint's first webhook).
+/// (a delivery without one, from before destinations, first).
 pub async fn for_submissions(
     conn: &mut AsyncPgConnection,
     submission_ids: &[SubmissionId],
@@ -106,17 +83,8 @@ pub async fn page(
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
     }
-    if let Some(destination) = &filter.destination {
-        let own = webhook_deliveries::destination_id.eq(destination.id.clone());
-        query = match &destination.upgraded_webhook {
-            None => query.filter(own),
-            Some((endpoint_id, created_at)) => query.filter(
-                own.or(webhook_deliveries::destination_id
-                    .is_null()
-                    .and(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()))
-                    .and(webhook_deliveries::created_at.ge(*created_at))),
-            ),
-        };
+    if let Some(destination_id) = &filter.destination_id {
+        query = query.filter(webhook_deliveries::destination_id.eq(destination_id.clone()));
     }
     if let Some(state) = filter.state {
         query = query.filter(webhook_deliveries::state.eq(state));
@@ -315,29 +283,31 @@ impl ReplayTarget {
     }
 }
 
-static REPLAY_ONE: SqlText = sql!("replay_one.sql", with_events);
+static REPLAY_ONE: SqlText = sql!("replay_one.sql", "replay_requeue.sql", "write_events.sql");
 struct ReplayOne;
 
-/// Puts a failed delivery back in the queue (replay_one.sql); when it cannot be, says why.
+/// Puts a failed delivery back in the queue (replay_one.sql, replay_requeue.sql); when it
+/// cannot be, says why.
 pub async fn replay(
     conn: &mut AsyncPgConnection,
     id: &DeliveryId,
     target: ReplayTarget,
     now: Option<DateTime<Utc>>,
 ) -> Result<ReplayOutcome, DbError> {
-    let replayed: Option<DeliveryRow> = Statement::<ReplayOne, DeliveryRowSql, _>::new(
+    let (replayed, _notified): (i64, i64) = Statement::<ReplayOne, (BigInt, BigInt), _>::new(
         &REPLAY_ONE,
         (
-            bind::<Text, _>(id),
-            bind::<Nullable<Timestamptz>, _>(now),
             bind::<diesel::sql_types::Bool, _>(target.retarget()),
+            bind::<Nullable<Timestamptz>, _>(now),
+            bind::<Text, _>(id),
         ),
     )
     .get_result(conn)
-    .await
-    .optional()?;
-    if let Some(row) = replayed {
-        return Ok(ReplayOutcome::Replayed(row));
+    .await?;
+    if replayed > 0 {
+        if let Some(row) = find_many(conn, std::slice::from_ref(id)).await?.pop() {
+            return Ok(ReplayOutcome::Replayed(row));
+        }
     }
     type Found = (
         DeliveryState,
@@ -362,11 +332,10 @@ pub async fn replay(
     let Some((state, submission_id, endpoint_id, destination_id, deleted_at)) = current else {
         return Ok(ReplayOutcome::NotFound);
     };
-    // Its destination (history before destinations: its endpoint's first webhook's), and
-    // whether that one is there to go to.
+    // Its destination, and whether that one is there to go to.
     let destination = match destination_id {
         Some(id) => super::destinations::find_many(conn, &[id]).await?.pop(),
-        None => super::destinations::first_webhook(conn, &endpoint_id).await?,
+        None => None,
     };
     let usable = destination
         .as_ref()
@@ -402,6 +371,22 @@ pub struct ReplayFilter {
     pub created_before: Option<DateTime<Utc>>,
 }
 
+impl ReplayFilter {
+    /// The binds of replay_filter.sql and what goes on from it, in their order.
+    fn binds(&self, target: ReplayTarget, now: Option<DateTime<Utc>>) -> impl Binds + '_ {
+        (
+            bind::<diesel::sql_types::Bool, _>(target.retarget()),
+            bind::<Nullable<Timestamptz>, _>(now),
+            bind::<Nullable<Text>, _>(self.endpoint_id.as_ref()),
+            bind::<Nullable<Timestamptz>, _>(self.failed_after),
+            bind::<Nullable<Timestamptz>, _>(self.failed_before),
+            bind::<Nullable<Timestamptz>, _>(self.created_after),
+            bind::<Nullable<Timestamptz>, _>(self.created_before),
+            bind::<Nullable<Text>, _>(self.destination_id.as_ref()),
+        )
+    }
+}
+
 static REPLAYABLE_COUNT: SqlText = sql!("replay_filter.sql", "replayable_count.sql");
 struct ReplayableCount;
 
@@ -411,32 +396,22 @@ pub async fn count_replayable(
     filter: &ReplayFilter,
     target: ReplayTarget,
 ) -> Result<usize, DbError> {
-    let count: i64 = Statement::<ReplayableCount, BigInt, _>::new(
-        &REPLAYABLE_COUNT,
-        (
-            bind::<Nullable<Text>, _>(filter.endpoint_id.as_ref()),
-            bind::<Nullable<Timestamptz>, _>(filter.failed_after),
-            bind::<Nullable<Timestamptz>, _>(filter.failed_before),
-            bind::<Nullable<Timestamptz>, _>(filter.created_after),
-            bind::<Nullable<Timestamptz>, _>(filter.created_before),
-            bind::<diesel::sql_types::Bool, _>(target.retarget()),
-            bind::<Nullable<Text>, _>(filter.destination_id.as_ref()),
-        ),
-    )
-    .get_result(conn)
-    .await?;
+    let count: i64 =
+        Statement::<ReplayableCount, BigInt, _>::new(&REPLAYABLE_COUNT, filter.binds(target, None))
+            .get_result(conn)
+            .await?;
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
 static REPLAY_MATCHING: SqlText = sql!(
     "replay_filter.sql",
-    "replay_matching.sql",
+    "replay_requeue.sql",
     "write_events.sql"
 );
 struct ReplayMatching;
 
-/// Replays every failed delivery matching the filter in one statement (replay_matching.sql);
-/// returns how many.
+/// Replays every failed delivery matching the filter in one statement (replay_filter.sql,
+/// replay_requeue.sql); returns how many.
 pub async fn replay_matching(
     conn: &mut AsyncPgConnection,
     filter: &ReplayFilter,
@@ -445,16 +420,7 @@ pub async fn replay_matching(
 ) -> Result<usize, DbError> {
     let (replayed, _notified): (i64, i64) = Statement::<ReplayMatching, (BigInt, BigInt), _>::new(
         &REPLAY_MATCHING,
-        (
-            bind::<Nullable<Text>, _>(filter.endpoint_id.as_ref()),
-            bind::<Nullable<Timestamptz>, _>(filter.failed_after),
-            bind::<Nullable<Timestamptz>, _>(filter.failed_before),
-            bind::<Nullable<Timestamptz>, _>(filter.created_after),
-            bind::<Nullable<Timestamptz>, _>(filter.created_before),
-            bind::<diesel::sql_types::Bool, _>(target.retarget()),
-            bind::<Nullable<Text>, _>(filter.destination_id.as_ref()),
-            bind::<Nullable<Timestamptz>, _>(now),
-        ),
+        filter.binds(target, now),
     )
     .get_result(conn)
     .await?;

@@ -43,19 +43,6 @@ pub async fn find_many(
         .await?)
 }
 
-/// The destinations at position 1 of `endpoints`, removed ones included.
-pub async fn first_positions(
-    conn: &mut AsyncPgConnection,
-    endpoints: &[EndpointId],
-) -> Result<Vec<DestinationRow>, DbError> {
-    Ok(destinations::table
-        .filter(destinations::endpoint_id.eq_any(endpoints))
-        .filter(destinations::position.eq(1))
-        .select(DestinationRow::as_select())
-        .load(conn)
-        .await?)
-}
-
 /// The endpoint's first webhook destination (not removed), as `Endpoint.webhookUrl` knows it.
 pub async fn first_webhook(
     conn: &mut AsyncPgConnection,

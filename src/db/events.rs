@@ -185,8 +185,7 @@ pub async fn read_feed(
 pub struct EventFilter {
     pub endpoint_id: Option<EndpointId>,
     pub delivery_id: Option<DeliveryId>,
-    /// One destination's deliveries (history from before destinations has none, and
-    /// matches no destination filter).
+    /// One destination's deliveries.
     pub destination_id: Option<DestinationId>,
     /// `None` is every state.
     pub states: Option<Vec<DeliveryState>>,

@@ -88,8 +88,7 @@ mod tests {
     fn statements_notify_only_the_known_channels() {
         let statements = [
             include_str!("sql/outbox_insert_batch.sql"),
-            include_str!("sql/replay_one.sql"),
-            include_str!("sql/replay_matching.sql"),
+            include_str!("sql/replay_requeue.sql"),
             include_str!("sql/write_events.sql"),
         ];
         let mut seen = std::collections::BTreeSet::new();

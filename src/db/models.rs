@@ -284,7 +284,8 @@ pub struct DeliveryRow {
     pub id: DeliveryId,
     pub submission_id: Option<SubmissionId>,
     pub endpoint_id: EndpointId,
-    /// `None` for history written before destinations: the endpoint's first webhook.
+    /// `None` only for history from before destinations whose endpoint had no webhook
+    /// destination to name (migration history_destinations).
     pub destination_id: Option<DestinationId>,
     pub destination_url: String,
     pub state: DeliveryState,

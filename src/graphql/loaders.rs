@@ -32,18 +32,11 @@ pub struct Loaders {
     pub delivery_counts: DataLoader<DeliveryCountsLoader, HashMapCache>,
     /// An endpoint's destinations not removed, in order (keyed by endpoint id).
     pub destinations_of_endpoint: DataLoader<DestinationsOfEndpointLoader, HashMapCache>,
-    /// Destinations by id, removed ones included; and, by [`UpgradedWebhook`], the
-    /// destination the upgrade to destinations made from an endpoint's webhook.
+    /// Destinations by id, removed ones included.
     pub destinations: DataLoader<DestinationLoader, HashMapCache>,
     /// An endpoint's protection against spam (keyed by endpoint id; none: no entry).
     pub spam_protection: DataLoader<SpamProtectionLoader, HashMapCache>,
 }
-
-/// The key of the destination the upgrade to destinations made from an endpoint's webhook
-/// (its position 1, a webhook; see migration destinations): where its deliveries recorded
-/// before that upgrade, which name no destination, went.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UpgradedWebhook(pub EndpointId);
 
 /// How long a loader waits for more keys before it queries: long enough for the items of
 /// one list level to queue their keys together, short against a request's duration.
@@ -323,28 +316,6 @@ impl Loader<DestinationId> for DestinationLoader {
     }
 }
 
-impl Loader<UpgradedWebhook> for DestinationLoader {
-    type Value = DestinationRow;
-    type Error = LoadError;
-
-    async fn load(
-        &self,
-        keys: &[UpgradedWebhook],
-    ) -> Result<HashMap<UpgradedWebhook, DestinationRow>, LoadError> {
-        let endpoints: Vec<EndpointId> = keys.iter().map(|key| key.0.clone()).collect();
-        let rows = self
-            .0
-            .run(async |conn| db::destinations::first_positions(conn, &endpoints).await)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows
-            .into_iter()
-            .filter(|row| row.kind == crate::model::state::DestinationKind::Webhook)
-            .map(|row| (UpgradedWebhook(row.endpoint_id.clone()), row))
-            .collect())
-    }
-}
-
 /// A delivery's attempts, in number order (keyed by delivery id).
 impl Loader<DeliveryId> for AttemptLoader {
     type Value = Vec<AttemptRow>;
@@ -518,8 +489,7 @@ fn either<'a>(
     }
 }
 
-/// Primes what `Delivery.destination` of `rows` reads: destinations by id, and for
-/// deliveries recorded before destinations, their endpoints' upgraded webhooks.
+/// Primes what `Delivery.destination` of `rows` reads: destinations by id.
 async fn prime_destinations(
     loaders: &Loaders,
     field: async_graphql::Lookahead<'_>,
@@ -529,15 +499,5 @@ async fn prime_destinations(
         &field,
         rows.iter().filter_map(|row| row.destination_id.clone()),
     );
-    let upgraded = keys_if(
-        &field,
-        rows.iter()
-            .filter(|row| row.destination_id.is_none())
-            .map(|row| UpgradedWebhook(row.endpoint_id.clone())),
-    );
-    futures_util::try_join!(
-        prime(&loaders.destinations, ids),
-        prime(&loaders.destinations, upgraded),
-    )?;
-    Ok(())
+    prime(&loaders.destinations, ids).await
 }

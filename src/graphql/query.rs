@@ -158,16 +158,13 @@ impl QueryRoot {
         let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(page.empty());
         };
-        let destination = match &filter.destination_id {
-            None => None,
-            Some(id) => match destination_scope(ctx, id).await? {
-                Some(scope) => Some(scope),
-                None => return Ok(page.empty()),
-            },
+        let Some(destination_id) = scope(filter.destination_id.as_ref(), DestinationId::parse)
+        else {
+            return Ok(page.empty());
         };
         let query = DeliveryQuery {
             endpoint_id,
-            destination,
+            destination_id,
             state: filter.state,
             created_after,
             created_before,
@@ -245,20 +242,3 @@ impl QueryRoot {
 
 /// An hour: what the console's chart shows, and what the event retention always covers.
 const MAX_ACTIVITY_MINUTES: i32 = 60;
-
-/// The scope of `deliveries(filter: {destinationId})`: `None` when no destination has the
-/// id (the listing is then empty, as for an unknown endpoint).
-async fn destination_scope(
-    ctx: &Context<'_>,
-    id: &ID,
-) -> Result<Option<db::deliveries::DestinationScope>> {
-    let Some(id) = DestinationId::parse(id) else {
-        return Ok(None);
-    };
-    let loaders = ctx.data_unchecked::<Loaders>();
-    Ok(loaders
-        .destinations
-        .load_one(id)
-        .await?
-        .map(|row| db::deliveries::DestinationScope::of(&row)))
-}

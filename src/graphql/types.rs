@@ -9,7 +9,7 @@ pub use super::destination::Destination;
 use super::destination::{live_secrets, WebhookSecret};
 use super::error::Result;
 use super::listing;
-use super::loaders::{prime_deliveries, prime_submissions, LoadError, Loaders, UpgradedWebhook};
+use super::loaders::{prime_deliveries, prime_submissions, LoadError, Loaders};
 use super::pagination::Position;
 pub use super::timestamp::Timestamp;
 use std::future::Future;
@@ -384,18 +384,11 @@ impl Delivery {
     /// Null only for a delivery recorded before destinations existed whose endpoint then
     /// had no webhook.
     async fn destination(&self, ctx: &Context<'_>) -> Result<Option<Destination>> {
-        let loaders = ctx.data_unchecked::<Loaders>();
-        let row = match &self.0.destination_id {
-            Some(id) => loaders.destinations.load_one(id.clone()).await?,
-            // Recorded before destinations: it went to the endpoint's webhook, which the
-            // upgrade made its position-1 destination (created with the endpoint, so never
-            // after the delivery; a webhook added later is not it).
-            None => loaders
-                .destinations
-                .load_one(UpgradedWebhook(self.0.endpoint_id.clone()))
-                .await?
-                .filter(|row| row.created_at <= self.0.created_at),
+        let Some(id) = &self.0.destination_id else {
+            return Ok(None);
         };
+        let loaders = ctx.data_unchecked::<Loaders>();
+        let row = loaders.destinations.load_one(id.clone()).await?;
         Ok(row.map(Destination))
     }
     /// Where it is sent, captured when the submission was accepted (or when a replay

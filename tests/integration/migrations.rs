@@ -856,3 +856,85 @@ async fn an_interrupted_concurrent_index_build_is_built_again() {
         format!("valid CREATE INDEX {index} ON public.webhook_deliveries USING btree (destination_id, created_at, id)")
     );
 }
+
+/// Migration history_destinations names the destination of every delivery written before
+/// destinations, as every reader used to read it: the history its endpoint's upgraded
+/// webhook (position 1, created no later than the delivery), the queue its endpoint's first
+/// webhook not removed. A delivery with no such destination keeps none. It walks in
+/// batches of 10,000, each committed: 25,000 deliveries take three.
+#[tokio::test(flavor = "multi_thread")]
+async fn history_before_destinations_is_given_its_destination() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new().await;
+    let reverted = migrations::revert_newest(&db.url, 1).await.unwrap();
+    assert_eq!(reverted.len(), 1);
+    assert!(reverted[0].contains("000039"), "{reverted:?}");
+    let secret = format!("whsec_{HEX32}{HEX32}");
+    let dst = |n: &str| format!("dst_{}", n.repeat(32));
+    let (upgraded, mail, later, removed, live) = (dst("a"), dst("b"), dst("c"), dst("d"), dst("e"));
+    let mut conn = db.connect().await;
+    conn.batch_execute(&format!(
+        "INSERT INTO endpoints (id, name) VALUES ('contact', 'Contact'), ('newer', 'Newer'),
+                ('moved', 'Moved'), ('gone', 'Gone');
+         INSERT INTO destinations (id, endpoint_id, kind, position, url, secret, recipients,
+                                   created_at, removed_at) VALUES
+             ('{upgraded}', 'contact', 'webhook', 1, 'https://example.com/h', '{secret}', NULL, '2026-01-01', NULL),
+             ('{mail}', 'contact', 'email', 2, NULL, NULL, '{{owner@example.com}}', '2026-01-01', NULL),
+             ('{later}', 'newer', 'webhook', 1, 'https://example.com/h', '{secret}', NULL, '2026-06-01', NULL),
+             ('{removed}', 'moved', 'webhook', 1, 'https://example.com/h', '{secret}', NULL, '2026-01-01', '2026-03-01'),
+             ('{live}', 'moved', 'webhook', 2, 'https://example.com/h', '{secret}', NULL, '2026-03-01', NULL);
+         -- 25,000 delivered of contact's upgraded webhook, all without a destination.
+         INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret,
+                                         state, attempts, next_attempt_at, created_at, completed_at)
+         SELECT 'whd_' || lpad(to_hex(g), 32, '0'), 'contact', 'https://example.com/h',
+                '{secret}', 'delivered', 1, '2026-02-01', '2026-02-01', '2026-02-01'
+         FROM generate_series(1, 25000) g;
+         INSERT INTO webhook_deliveries (id, endpoint_id, destination_url, signing_secret,
+                                         state, attempts, next_attempt_at, created_at, completed_at)
+         VALUES
+             -- newer's webhook came after this one was sent: not its destination.
+             ('whd_{n1}', 'newer', 'https://example.com/h', '{secret}', 'failed', 1, '2026-02-01', '2026-02-01', '2026-02-01'),
+             -- gone has no destination at all.
+             ('whd_{n2}', 'gone', 'https://example.com/h', '{secret}', 'failed', 1, '2026-02-01', '2026-02-01', '2026-02-01'),
+             -- queued by a process of the release before destinations: the first webhook
+             -- not removed.
+             ('whd_{n3}', 'moved', 'https://example.com/h', '{secret}', 'pending', 0, '2026-04-01', '2026-04-01', NULL),
+             -- moved's history: the upgraded webhook, removed since.
+             ('whd_{n4}', 'moved', 'https://example.com/h', '{secret}', 'failed', 1, '2026-02-01', '2026-02-01', '2026-02-01');",
+        n1 = "1".repeat(32),
+        n2 = "2".repeat(32),
+        n3 = "3".repeat(32),
+        n4 = "4".repeat(32),
+    ))
+    .await
+    .unwrap();
+
+    migrations::run_pending(&db.url).await.unwrap();
+
+    let named = |endpoint: &str, destination: &str| {
+        format!("SELECT count(*) AS n FROM webhook_deliveries WHERE endpoint_id = '{endpoint}' AND destination_id = '{destination}'")
+    };
+    assert_eq!(db.count(&named("contact", &upgraded)).await, 25_000);
+    assert_eq!(db.count(&named("moved", &live)).await, 1);
+    assert_eq!(db.count(&named("moved", &removed)).await, 1);
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM webhook_deliveries WHERE destination_id IS NULL")
+            .await,
+        2,
+        "newer's early delivery and gone's keep none"
+    );
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE id IN ('whd_{}', 'whd_{}') AND destination_id IS NULL",
+            "1".repeat(32),
+            "2".repeat(32)
+        ))
+        .await,
+        2
+    );
+    // The counts the trigger keeps saw no change of state.
+    assert_eq!(
+        db.count("SELECT coalesce(sum(deliveries), 0)::bigint AS n FROM delivery_state_counts WHERE state = 'delivered'").await,
+        25_000
+    );
+}

@@ -9,10 +9,6 @@
 -- oldest due delivery of every destination, then the second of each, so no destination's
 -- backlog sits in front of another's.
 --
--- A pending delivery without a destination was written by a process of the release
--- before destinations during an upgrade: it is given its endpoint's first webhook
--- destination here (`adopted`), and a later claim takes it.
---
 -- $1 now (NULL: the database's clock), $2 lease (interval), $3 how many, $4 requests in
 -- flight allowed per destination (unless the destination sets its own)
 --
@@ -22,19 +18,7 @@
 -- next_attempt_at`) that plan hashed or scanned every pending delivery on each claim:
 -- 25 ms a claim with 8,000 queued (docs/BENCHMARKS.md). Hence the id arrays
 -- (`= ANY (ARRAY(…))`, an index probe per id) and the per-destination range below.
-WITH adopted AS (
-    UPDATE webhook_deliveries w
-    SET destination_id = (SELECT ds.id FROM destinations ds
-                          WHERE ds.endpoint_id = w.endpoint_id AND ds.kind = 'webhook'
-                            AND ds.removed_at IS NULL
-                          ORDER BY ds.position LIMIT 1)
-    WHERE w.state = 'pending' AND w.destination_id IS NULL
-      -- Only where there is a destination to give: a row that would stay NULL is not
-      -- written again on every claim.
-      AND EXISTS (SELECT 1 FROM destinations ds
-                  WHERE ds.endpoint_id = w.endpoint_id AND ds.kind = 'webhook'
-                    AND ds.removed_at IS NULL)
-), expired AS MATERIALIZED (
+WITH expired AS MATERIALIZED (
     SELECT w.id, w.state FROM webhook_deliveries w
     WHERE w.state = 'processing' AND w.claim_expires_at <= coalesce($1, statement_timestamp())
       -- A paused destination's deliveries wait, even those whose lease ran out.
