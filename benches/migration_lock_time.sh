@@ -220,9 +220,13 @@ say "loading $deliveries deliveries over $endpoints endpoints"
 load_started=$(now)
 with_events=false
 if ((from_migration >= 31)); then with_events=true; fi
+# Loaded after migration 15 ran (on no endpoints), the history needs the destinations it
+# would have made: each endpoint's webhook at position 1, created with the endpoint.
+with_destinations=false
+if ((from_migration > 15)); then with_destinations=true; fi
 sql -v n="$deliveries" -v e="$endpoints" -v pending_every="$pending_every" \
     -v processing_every="$processing_every" -v failed_every="$failed_every" \
-    -v with_events="$with_events" <<'SQL'
+    -v with_events="$with_events" -v with_destinations="$with_destinations" <<'SQL'
 SET temp_buffers = '1GB';
 SET work_mem = '256MB';
 BEGIN;
@@ -240,6 +244,12 @@ SELECT 'ep_' || lpad(k::text, 6, '0'), 'Endpoint ' || k, true,
        'https://hooks.example.com/forms/ep_' || lpad(k::text, 6, '0'),
        'whsec_' || md5('current' || k) || md5('secret' || k)
 FROM generate_series(0, :e - 1) AS k;
+
+\if :with_destinations
+INSERT INTO destinations (id, endpoint_id, kind, position, url, secret, created_at)
+SELECT 'dst_' || md5(e.id), e.id, 'webhook', 1, e.webhook_url, e.webhook_secret, e.created_at
+FROM endpoints e;
+\endif
 
 -- A year of history, the oldest first; ids time-ordered as the product makes them (the
 -- time in milliseconds, then 20 hex digits, here the row number).

@@ -8,6 +8,7 @@ use super::schema::{
     delivery_attempts, delivery_events, destinations, endpoint_events, endpoint_spam_protection,
     endpoints, management_api_keys, submissions, webhook_deliveries,
 };
+use crate::model::endpoint::Rotation;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, SubmissionId};
 use crate::model::state::{
     AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
@@ -188,23 +189,39 @@ impl DestinationRow {
         }
     }
 
-    /// The webhook with `new_secret` current. The secret it replaces stays live (signing
-    /// `webhook-signature` beside the new one) until `overlap_until`, when given; one
-    /// replaced by an earlier rotation stops signing now.
-    pub fn rotated(
-        self,
-        new_secret: String,
-        overlap_until: Option<DateTime<Utc>>,
-    ) -> DestinationRow {
+    /// The webhook with the rotation's secret current. The secret it replaces stays live
+    /// (signing `webhook-signature` beside the new one) until the rotation's overlap ends,
+    /// when it has one; one replaced by an earlier rotation stops signing now.
+    pub fn rotated(self, rotation: Rotation) -> DestinationRow {
         let replaced = self.secret.clone();
-        let (previous_secret, previous_secret_expires_at) = match (replaced, overlap_until) {
-            (Some(old), Some(until)) => (Some(old), Some(until)),
-            _ => (None, None),
-        };
+        let (previous_secret, previous_secret_expires_at) =
+            match (replaced, rotation.previous_until) {
+                (Some(old), Some(until)) => (Some(old), Some(until)),
+                _ => (None, None),
+            };
         DestinationRow {
-            secret: Some(new_secret),
+            secret: Some(rotation.secret),
             previous_secret,
             previous_secret_expires_at,
+            ..self
+        }
+    }
+
+    /// The webhook at a new URL with a new secret and no overlap: a new receiver has no
+    /// use for the old one's secret.
+    pub fn readdressed(self, url: String, secret: String) -> DestinationRow {
+        DestinationRow {
+            url: Some(url),
+            secret: Some(secret),
+            ..self.overlap_ended()
+        }
+    }
+
+    /// The webhook with its rotation's overlap ended: the replaced secret signs no more.
+    pub fn overlap_ended(self) -> DestinationRow {
+        DestinationRow {
+            previous_secret: None,
+            previous_secret_expires_at: None,
             ..self
         }
     }

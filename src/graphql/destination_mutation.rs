@@ -5,9 +5,8 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, ID};
 
-use super::error::{ResolverError, Result};
+use super::error::{refused_as, ResolverError, Result};
 use super::ids::{destination_or_not_found, endpoint_or_not_found};
-use super::mutation::refused_as;
 use super::types::Destination;
 use super::{app, database, patch};
 use crate::db;
@@ -123,11 +122,36 @@ pub struct ResumeDestinationPayload {
 async fn switched(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Destination, i64)> {
     let target = destination_or_not_found(id)?;
     let now = app(ctx).clock.now();
-    match pausing::switch_destination(database(ctx), &target, to, now).await? {
-        Switched::Done(row, held) => Ok((Destination(row), held)),
-        Switched::Already(row) => Ok((Destination(row), 0)),
-        Switched::NotFound | Switched::Deleted => Err(not_found(id.clone()).into()),
+    let switched = pausing::switch_destination(database(ctx), &target, to, now).await?;
+    let (row, held) = answered(switched, || not_found(id.clone()), || not_found(id.clone()))?;
+    Ok((Destination(row), held))
+}
+
+/// A pause's or resume's outcome as the API answers it: the row and how many held
+/// deliveries a resume made due (none when nothing changed); `missing` when there is no
+/// such target, `deleted` when it was deleted.
+pub(super) fn answered<Row>(
+    switched: Switched<Row>,
+    missing: impl FnOnce() -> ApiError,
+    deleted: impl FnOnce() -> ApiError,
+) -> Result<(Row, i64)> {
+    match switched {
+        Switched::Done(row, held) => Ok((row, held)),
+        Switched::Already(row) => Ok((row, 0)),
+        Switched::NotFound => Err(missing().into()),
+        Switched::Deleted => Err(deleted().into()),
     }
+}
+
+/// A rotation of a webhook's secret now, with the overlap asked for (left out: the
+/// configured one).
+pub(super) fn rotation(ctx: &Context<'_>, overlap_seconds: Option<i32>) -> Result<Rotation> {
+    let app = app(ctx);
+    Ok(Rotation::new(
+        overlap_seconds,
+        app.config.webhook.secret_overlap,
+        app.clock.now(),
+    )?)
 }
 
 fn not_found(id: ID) -> ApiError {
@@ -350,11 +374,8 @@ impl DestinationMutation {
                     });
                 }
                 if Some(url.trim()) != next.url.as_deref() {
-                    next.url =
-                        Some(rules::webhook_url(&url, allow_private).map_err(refused_as("url"))?);
-                    next.secret = Some(secret_for_change);
-                    next.previous_secret = None;
-                    next.previous_secret_expires_at = None;
+                    let url = rules::webhook_url(&url, allow_private).map_err(refused_as("url"))?;
+                    next = next.readdressed(url, secret_for_change);
                 }
             }
             if let Some(recipients) = recipients {
@@ -453,16 +474,11 @@ impl DestinationMutation {
         id: ID,
         overlap_seconds: Option<i32>,
     ) -> Result<DestinationSecretPayload> {
-        let app = app(ctx);
-        let rotation = Rotation::new(
-            overlap_seconds,
-            app.config.webhook.secret_overlap,
-            app.clock.now(),
-        )?;
+        let rotation = rotation(ctx, overlap_seconds)?;
         let secret = rotation.secret.clone();
         let changed = change(ctx, &id, move |current| {
             webhook_only(&current)?;
-            Ok(current.rotated(rotation.secret, rotation.previous_until))
+            Ok(current.rotated(rotation))
         })
         .await?;
         Ok(DestinationSecretPayload {
@@ -479,11 +495,7 @@ impl DestinationMutation {
     ) -> Result<DestinationPayload> {
         let changed = change(ctx, &id, move |current| {
             webhook_only(&current)?;
-            Ok(DestinationRow {
-                previous_secret: None,
-                previous_secret_expires_at: None,
-                ..current
-            })
+            Ok(current.overlap_ended())
         })
         .await?;
         Ok(DestinationPayload {

@@ -27,6 +27,26 @@ impl From<ResolverError> for async_graphql::Error {
     }
 }
 
+/// The setting's error, naming `field`: for an input whose field holds a setting under another
+/// name than the usual one (a destination's `url`, an autoresponder's `addressField`,
+/// checked by the rule of a webhook URL and of a Reply-To field), so that the error names
+/// the field the client sent.
+pub(super) fn refused_as(
+    field: &'static str,
+) -> impl Fn(crate::model::endpoint::SettingError) -> ApiError {
+    move |error| match ApiError::from(error) {
+        ApiError::InvalidWebhookUrl { reason, .. } => ApiError::InvalidWebhookUrl {
+            field: field.into(),
+            reason,
+        },
+        ApiError::InvalidInput { reason, .. } => ApiError::InvalidInput {
+            field: field.into(),
+            reason,
+        },
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

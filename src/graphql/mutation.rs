@@ -3,6 +3,7 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, ID};
 
+use super::destination_mutation::{answered, rotation};
 use super::error::{ResolverError, Result};
 use super::ids::endpoint_or_not_found;
 use super::types::{
@@ -13,13 +14,13 @@ use super::types::{
 use super::{app, database, patch, scope, time_range};
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
-use crate::db::destinations::{Switch, Switched};
+use crate::db::destinations::Switch;
 use crate::db::endpoints::DeleteOutcome;
 use crate::db::models::{DestinationRow, EndpointRow};
 use crate::db::submissions::EraseOutcome;
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
-use crate::model::endpoint::{self as rules, Rotation, SettingError};
+use crate::model::endpoint as rules;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::state::{DeliveryState, PauseReason};
 
@@ -95,36 +96,18 @@ impl ReplayDestination {
 async fn switched_endpoint(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Endpoint, i64)> {
     let target = endpoint_or_not_found(id)?;
     let now = app(ctx).clock.now();
-    match pausing::switch_endpoint(database(ctx), &target, to, now).await? {
-        Switched::Done(row, held) => Ok((Endpoint::new(row), held)),
-        Switched::Already(row) => Ok((Endpoint::new(row), 0)),
-        Switched::NotFound => Err(ApiError::EndpointNotFound {
-            endpoint_id: id.0.clone(),
-        }
-        .into()),
-        Switched::Deleted => Err(ApiError::EndpointDeleted {
-            endpoint_id: id.0.clone(),
-        }
-        .into()),
-    }
-}
-
-/// The setting's error, naming `field`: for an input whose field holds a setting under another
-/// name than the usual one (a destination's `url`, an autoresponder's `addressField`,
-/// checked by the rule of a webhook URL and of a Reply-To field), so that the error names
-/// the field the client sent.
-pub(super) fn refused_as(field: &'static str) -> impl Fn(SettingError) -> ApiError {
-    move |error| match ApiError::from(error) {
-        ApiError::InvalidWebhookUrl { reason, .. } => ApiError::InvalidWebhookUrl {
-            field: field.into(),
-            reason,
+    let switched = pausing::switch_endpoint(database(ctx), &target, to, now).await?;
+    let endpoint_id = || id.0.clone();
+    let (row, held) = answered(
+        switched,
+        || ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id(),
         },
-        ApiError::InvalidInput { reason, .. } => ApiError::InvalidInput {
-            field: field.into(),
-            reason,
+        || ApiError::EndpointDeleted {
+            endpoint_id: endpoint_id(),
         },
-        other => other,
-    }
+    )?;
+    Ok((Endpoint::new(row), held))
 }
 
 /// Changes an endpoint and its first webhook destination in one transaction
@@ -343,13 +326,7 @@ impl MutationRoot {
                 (MaybeUndefined::Value(url), webhook) => {
                     let url = rules::webhook_url(&url, allow_private)?;
                     Some(match webhook {
-                        Some(webhook) => DestinationRow {
-                            url: Some(url),
-                            secret: Some(secret_for_change),
-                            previous_secret: None,
-                            previous_secret_expires_at: None,
-                            ..webhook
-                        },
+                        Some(webhook) => webhook.readdressed(url, secret_for_change),
                         None => {
                             DestinationRow::webhook(next.id.clone(), 0, url, secret_for_change, now)
                         }
@@ -385,12 +362,7 @@ impl MutationRoot {
         endpoint_id: ID,
         overlap_seconds: Option<i32>,
     ) -> Result<EndpointSecretPayload> {
-        let app = app(ctx);
-        let rotation = Rotation::new(
-            overlap_seconds,
-            app.config.webhook.secret_overlap,
-            app.clock.now(),
-        )?;
+        let rotation = rotation(ctx, overlap_seconds)?;
         let target = endpoint_or_not_found(&endpoint_id)?;
         let secret = rotation.secret.clone();
         let id = endpoint_id.0.clone();
@@ -398,10 +370,7 @@ impl MutationRoot {
             let Some(webhook) = webhook else {
                 return Err(ApiError::EndpointHasNoWebhook { endpoint_id: id });
             };
-            Ok((
-                current,
-                Some(webhook.rotated(rotation.secret, rotation.previous_until)),
-            ))
+            Ok((current, Some(webhook.rotated(rotation))))
         })
         .await?;
         Ok(EndpointSecretPayload {
@@ -420,12 +389,7 @@ impl MutationRoot {
     ) -> Result<EndpointPayload> {
         let target = endpoint_or_not_found(&endpoint_id)?;
         let (endpoint, _) = change_endpoint(ctx, &endpoint_id, target, move |current, webhook| {
-            let webhook = webhook.map(|webhook| DestinationRow {
-                previous_secret: None,
-                previous_secret_expires_at: None,
-                ..webhook
-            });
-            Ok((current, webhook))
+            Ok((current, webhook.map(DestinationRow::overlap_ended)))
         })
         .await?;
         Ok(EndpointPayload { endpoint })
