@@ -113,13 +113,10 @@ impl Services {
                 app.clock.clone(),
             )));
             let worker = Worker::new(
-                app.db.clone(),
-                app.config.worker.clone(),
-                app.config.webhook.clone(),
-                app.clock.clone(),
+                (app.db.clone(), app.clock.clone(), app.files.clone()),
+                &app.config,
                 senders,
                 wake,
-                app.files.clone(),
             );
             let handed = api.then(|| {
                 let (intake_side, handed) = worker.handoff(stop.clone(), wake_mark);

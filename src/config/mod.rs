@@ -334,7 +334,8 @@ mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
 
-    fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
+    /// The configuration these variables give (the other settings' tests use it too).
+    pub(super) fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -364,18 +364,8 @@ fn read_ca_file(r: &mut Reader) -> Option<SmtpCaCertificates> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
-    use super::super::{Config, ConfigErrors};
+    use super::super::tests::load;
     use super::*;
-
-    fn load(vars: &[(&str, &str)]) -> Result<Config, ConfigErrors> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|name| map.get(name).cloned())
-    }
 
     fn smtp(vars: &[(&str, &str)]) -> SmtpConfig {
         let mut all = vec![(HOST, "smtp.example.com"), (FROM, "forms@example.com")];

@@ -346,9 +346,10 @@ pub async fn replay(
     let webhook_gone = !usable
         && target.retarget()
         && was_webhook
-        && super::destinations::first_webhook(conn, &endpoint_id)
+        && !super::destinations::of_endpoints(conn, std::slice::from_ref(&endpoint_id))
             .await?
-            .is_none();
+            .iter()
+            .any(|d| d.kind == DestinationKind::Webhook);
     Ok(ReplayOutcome::NotReplayable {
         state,
         endpoint_id,

@@ -43,24 +43,9 @@ pub async fn find_many(
         .await?)
 }
 
-/// The endpoint's first webhook destination (not removed), as `Endpoint.webhookUrl` knows it.
-pub async fn first_webhook(
-    conn: &mut AsyncPgConnection,
-    endpoint: &EndpointId,
-) -> QueryResult<Option<DestinationRow>> {
-    destinations::table
-        .filter(destinations::endpoint_id.eq(endpoint))
-        .filter(destinations::kind.eq(DestinationKind::Webhook))
-        .filter(destinations::removed_at.is_null())
-        .order(destinations::position)
-        .select(DestinationRow::as_select())
-        .first(conn)
-        .await
-        .optional()
-}
-
-/// [`first_webhook`], its row locked for a change of its settings (as [`lock`] locks
-/// one), so that a change computed from it overwrites no concurrent one.
+/// The endpoint's first webhook destination (not removed), as `Endpoint.webhookUrl` knows
+/// it, its row locked for a change of its settings (as [`lock`] locks one), so that a
+/// change computed from it overwrites no concurrent one.
 pub(super) async fn first_webhook_for_change(
     conn: &mut AsyncPgConnection,
     endpoint: &EndpointId,
@@ -353,61 +338,40 @@ pub(super) async fn switch_locked(
         return Ok(Switched::NotFound);
     }
     let paused = current.paused_at.is_some();
-    match to {
-        Switch::Pause(reason) if !paused => pause_locked(conn, current, reason, now).await,
-        Switch::Resume if paused => resume_locked(conn, current, now).await,
-        _ => Ok(Switched::Already(current)),
+    let (paused_at, reason, failures, kind) = match to {
+        Switch::Pause(reason) if !paused => (
+            Some(now),
+            Some(reason),
+            current.consecutive_failed_deliveries,
+            EndpointEventKind::Paused,
+        ),
+        Switch::Resume if paused => (None, None, 0, EndpointEventKind::Resumed),
+        _ => return Ok(Switched::Already(current)),
+    };
+    if paused_at.is_some() {
+        // A claim taking from this destination right now finishes first; one after the
+        // pause commits finds it paused once it holds this lock (claimable_destinations).
+        diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind::<diesel::sql_types::Integer, _>(CLAIM_LOCK_CLASS)
+            .bind::<diesel::sql_types::Text, _>(current.id.as_str())
+            .execute(conn)
+            .await?;
     }
-}
-
-async fn pause_locked(
-    conn: &mut AsyncPgConnection,
-    current: DestinationRow,
-    reason: PauseReason,
-    now: DateTime<Utc>,
-) -> QueryResult<Switched<DestinationRow>> {
-    // A claim taking from this destination right now finishes first; one after the pause
-    // commits finds it paused once it holds this lock (claimable_destinations).
-    diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-        .bind::<diesel::sql_types::Integer, _>(CLAIM_LOCK_CLASS)
-        .bind::<diesel::sql_types::Text, _>(current.id.as_str())
-        .execute(conn)
-        .await?;
-    let row = diesel::update(destinations::table.find(&current.id))
-        .set((
-            destinations::paused_at.eq(Some(now)),
-            destinations::pause_reason.eq(Some(reason)),
-        ))
-        .returning(DestinationRow::as_returning())
-        .get_result(conn)
-        .await?;
-    write_event(
-        conn,
-        &row.endpoint_id,
-        Some(&row.id),
-        EndpointEventKind::Paused,
-        Some(reason),
-        now,
-    )
-    .await?;
-    Ok(Switched::Done(row, 0))
-}
-
-async fn resume_locked(
-    conn: &mut AsyncPgConnection,
-    current: DestinationRow,
-    now: DateTime<Utc>,
-) -> QueryResult<Switched<DestinationRow>> {
-    let id = current.id.clone();
+    let id = current.id;
     let row = diesel::update(destinations::table.find(&id))
         .set((
-            destinations::paused_at.eq(None::<DateTime<Utc>>),
-            destinations::pause_reason.eq(None::<PauseReason>),
-            destinations::consecutive_failed_deliveries.eq(0),
+            destinations::paused_at.eq(paused_at),
+            destinations::pause_reason.eq(reason),
+            destinations::consecutive_failed_deliveries.eq(failures),
         ))
         .returning(DestinationRow::as_returning())
         .get_result(conn)
         .await?;
+    write_event(conn, &row.endpoint_id, Some(&id), kind, reason, now).await?;
+    if paused_at.is_some() {
+        return Ok(Switched::Done(row, 0));
+    }
+    // Resumed: what it held is due now, and the workers are woken.
     diesel::update(
         webhook_deliveries::table
             .filter(webhook_deliveries::destination_id.eq(&id))
@@ -425,15 +389,6 @@ async fn resume_locked(
         .count()
         .get_result(conn)
         .await?;
-    write_event(
-        conn,
-        &row.endpoint_id,
-        Some(&row.id),
-        EndpointEventKind::Resumed,
-        None,
-        now,
-    )
-    .await?;
     diesel::sql_query("SELECT pg_notify($1, '')")
         .bind::<diesel::sql_types::Text, _>(super::listen::DELIVERY_DUE)
         .execute(conn)

@@ -7,7 +7,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use super::destinations::{Switch, Switched};
 use super::endpoint_events::{lock_for_change, notify_changed, write_event};
 use super::models::{DestinationRow, EndpointRow};
-use super::schema::{destinations, endpoint_events, endpoints};
+use super::schema::{destinations, endpoints};
 use super::DbError;
 use crate::model::ids::EndpointId;
 use crate::model::state::{DeliveryState, EndpointEventKind, PauseReason};
@@ -279,10 +279,7 @@ async fn delete_once(
     history: History,
     now: DateTime<Utc>,
 ) -> QueryResult<DeleteOutcome> {
-    use super::schema::{
-        autoresponder_recipients, delivery_attempts, delivery_events, delivery_state_counts,
-        destination_throttles, submissions, webhook_deliveries,
-    };
+    use super::schema::webhook_deliveries;
     use diesel_async::AsyncConnection;
     let id = id.clone();
     conn.transaction::<_, diesel::result::Error, _>(async move |conn| {
@@ -333,20 +330,16 @@ async fn delete_once(
         };
         match history {
             History::Keep => {
-                diesel::update(
-                    destinations::table
-                        .filter(destinations::endpoint_id.eq(&id))
-                        .filter(destinations::removed_at.is_null()),
-                )
-                .set((
-                    destinations::removed_at.eq(Some(now)),
-                    destinations::paused_at.eq(None::<DateTime<Utc>>),
-                    destinations::pause_reason.eq(None::<PauseReason>),
-                    destinations::previous_secret.eq(None::<String>),
-                    destinations::previous_secret_expires_at.eq(None::<DateTime<Utc>>),
-                ))
-                .execute(conn)
-                .await?;
+                // Each removed as removeDestination removes it, history kept.
+                let kept: Vec<crate::model::ids::DestinationId> = destinations::table
+                    .filter(destinations::endpoint_id.eq(&id))
+                    .filter(destinations::removed_at.is_null())
+                    .select(destinations::id)
+                    .load(conn)
+                    .await?;
+                for destination in &kept {
+                    super::destinations::remove(conn, destination, false, now).await?;
+                }
                 // The columns of the release before destinations, cleared as the
                 // tombstone check asks.
                 diesel::update(endpoints::table.find(&id))
@@ -365,58 +358,9 @@ async fn delete_once(
                     .await?;
             }
             History::Erase => {
-                let deliveries = webhook_deliveries::table
-                    .filter(webhook_deliveries::endpoint_id.eq(&id))
-                    .select(webhook_deliveries::id);
-                diesel::delete(
-                    delivery_attempts::table
-                        .filter(delivery_attempts::delivery_id.eq_any(deliveries)),
-                )
-                .execute(conn)
-                .await?;
-                diesel::delete(delivery_events::table.filter(delivery_events::endpoint_id.eq(&id)))
-                    .execute(conn)
-                    .await?;
-                // The terminal-state triggers write to the counts as rows go.
-                diesel::delete(
-                    webhook_deliveries::table.filter(webhook_deliveries::endpoint_id.eq(&id)),
-                )
-                .execute(conn)
-                .await?;
-                diesel::delete(
-                    delivery_state_counts::table.filter(delivery_state_counts::endpoint_id.eq(&id)),
-                )
-                .execute(conn)
-                .await?;
-                diesel::delete(submissions::table.filter(submissions::endpoint_id.eq(&id)))
-                    .execute(conn)
-                    .await?;
-                let erased = destinations::table
-                    .filter(destinations::endpoint_id.eq(&id))
-                    .select(destinations::id);
-                diesel::delete(
-                    destination_throttles::table
-                        .filter(destination_throttles::destination_id.eq_any(erased)),
-                )
-                .execute(conn)
-                .await?;
-                // The digests of the addresses its autoresponders answered go too.
-                let erased = destinations::table
-                    .filter(destinations::endpoint_id.eq(&id))
-                    .select(destinations::id);
-                diesel::delete(
-                    autoresponder_recipients::table
-                        .filter(autoresponder_recipients::destination_id.eq_any(erased)),
-                )
-                .execute(conn)
-                .await?;
-                diesel::delete(destinations::table.filter(destinations::endpoint_id.eq(&id)))
-                    .execute(conn)
-                    .await?;
-                diesel::delete(endpoint_events::table.filter(endpoint_events::endpoint_id.eq(&id)))
-                    .execute(conn)
-                    .await?;
-                diesel::delete(endpoints::table.find(&id))
+                // Everything of it, children first (migration erase_endpoint).
+                diesel::sql_query("SELECT erase_endpoint($1)")
+                    .bind::<diesel::sql_types::Text, _>(&id)
                     .execute(conn)
                     .await?;
             }

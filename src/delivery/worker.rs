@@ -53,15 +53,15 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// A worker with the process's pool, clock and files, and the worker's and webhooks'
+    /// settings of `config`.
     pub fn new(
-        db: Db,
-        config: WorkerConfig,
-        webhook: WebhookConfig,
-        clock: Arc<dyn Clock>,
+        (db, clock, files): (Db, Arc<dyn Clock>, Arc<crate::files::Files>),
+        config: &crate::config::Config,
         senders: Senders,
         wake: Arc<Notify>,
-        files: Arc<crate::files::Files>,
     ) -> Arc<Worker> {
+        let (config, webhook) = (config.worker.clone(), config.webhook.clone());
         let slots = Arc::new(Semaphore::new(config.concurrency));
         let recorder = Recorder::start(
             db.clone(),

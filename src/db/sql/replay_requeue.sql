@@ -26,7 +26,7 @@
       AND e.deleted_at IS NULL
       AND (NOT $1::boolean OR ds.removed_at IS NULL)
     FOR KEY SHARE OF ds, e
-), replayed AS (
+), changes AS (
     UPDATE webhook_deliveries d
     SET state = 'pending', next_attempt_at = coalesce($2, statement_timestamp()),
         cycle_attempts = 0, claim_token = NULL, claim_expires_at = NULL, completed_at = NULL,
@@ -35,15 +35,12 @@
     FROM matching m
     JOIN live_destination ld ON ld.id = m.destination_id
     WHERE d.id = m.id AND d.state = 'failed'
-    RETURNING d.id, d.endpoint_id, d.state, d.attempts, d.cycle_attempts
-), changes AS (
-    SELECT id AS delivery_id, endpoint_id, 'replayed'::varchar AS kind, state,
-           'failed'::varchar AS previous_state, attempts, cycle_attempts,
-           NULL::varchar AS outcome
-    FROM replayed
+    RETURNING d.id AS delivery_id, d.endpoint_id, 'replayed'::varchar AS kind, d.state,
+              'failed'::varchar AS previous_state, d.attempts, d.cycle_attempts,
+              NULL::varchar AS outcome
 ), result AS (
-    SELECT (SELECT count(*) FROM replayed) AS replayed,
+    SELECT (SELECT count(*) FROM changes) AS replayed,
            (SELECT count(*)
-            FROM (SELECT 1 FROM replayed LIMIT 1) AS any_replayed,
+            FROM (SELECT 1 FROM changes LIMIT 1) AS any_replayed,
                  LATERAL pg_notify('hymical_delivery_due', '') AS notified) AS notified
 )

@@ -644,14 +644,12 @@ impl TestApp {
             Some(resolver) => Arc::new(resolver),
             None => Arc::new(SystemResolver),
         };
+        let app = &self.app;
         hymical_forms::testing::delivery::Worker::new(
-            self.app.db.clone(),
-            self.app.config.worker.clone(),
-            self.app.config.webhook.clone(),
-            self.app.clock.clone(),
+            (app.db.clone(), app.clock.clone(), app.files.clone()),
+            &app.config,
             self.senders(resolver),
             Arc::new(tokio::sync::Notify::new()),
-            self.app.files.clone(),
         )
     }
 

@@ -1,0 +1,1 @@
+DROP FUNCTION erase_endpoint(varchar);
