@@ -80,76 +80,34 @@ WITH input AS (
     -- autoresponder's confirmation) until an operator marks it not spam
     -- (release_spam.sql queues them then).
     SELECT * FROM new_submission WHERE NOT spam
-), live_destination AS MATERIALIZED (
-    -- The batch's endpoints' destinations as they are once every change of them that has
-    -- a row locked has committed: a key-share lock (the one the foreign key checks take
-    -- anyway) waits for a concurrent deleteEndpoint or removeDestination, and then the rows
-    -- are read again, so a delivery is never queued for an endpoint deleted or a
-    -- destination removed meanwhile (the submission is kept, as one of an endpoint without
-    -- destinations) and a delete sees every delivery queued before it. The ids come from
-    -- the parameter, not from `input`: a locking query that reads another relation carries
-    -- a copy of each of its rows for the recheck after a wait, and that copy (the whole
-    -- input row, fields and all) cost more than the lock.
-    SELECT ds.id, ds.endpoint_id, ds.kind, ds.position,
-           destination_snapshot_url(ds.kind, ds.url, ds.recipients, ds.reply_to_field) AS url,
-           ds.secret, ds.reply_to_field, ds.reply_window_seconds
-    FROM destinations ds
-    JOIN endpoints e ON e.id = ds.endpoint_id
-    WHERE ds.endpoint_id = ANY ($2::varchar[]) AND ds.removed_at IS NULL
-      AND 'submission.received' = ANY (ds.events)
-      AND e.deleted_at IS NULL
-    FOR KEY SHARE OF ds, e
-), autoresponse AS (
-    -- An autoresponder answers a submission whose field holds exactly one plain address
-    -- (what the worker checks again: email.rs `submitter_address`), at most once per
-    -- mailbox per its window (the address keyed by autoresponder_address_digest: case,
-    -- `+tag` and local-part dots folded; migration autoresponder_addresses): the first
-    -- submission of the batch naming an address takes
-    -- it, and an address answered before gets its row back only once its quiet time has
-    -- passed (the row lock of `ON CONFLICT` orders concurrent batches). What it returns
-    -- is what gets a delivery.
-    INSERT INTO autoresponder_recipients AS r
-        (destination_id, address_digest, quiet_until, submission_id)
-    SELECT DISTINCT ON (c.destination_id, c.digest)
-           c.destination_id, c.digest,
-           coalesce($8, statement_timestamp()) + make_interval(secs => c.reply_window_seconds),
-           c.submission_id
-    FROM (
-        SELECT ld.id AS destination_id, ld.reply_window_seconds, s.id AS submission_id,
-               i.position, autoresponder_address_digest(a.address) AS digest
-        FROM delivered_submission s
-        JOIN input i ON i.id = s.id
-        JOIN live_destination ld ON ld.endpoint_id = s.endpoint_id AND ld.kind = 'autoresponder'
-        CROSS JOIN LATERAL (
-            SELECT submitted_address(i.fields, ld.reply_to_field) AS address
-        ) a
-        WHERE a.address IS NOT NULL
-    ) c
-    ORDER BY c.destination_id, c.digest, c.position
-    ON CONFLICT (destination_id, address_digest) DO UPDATE
-        SET quiet_until = excluded.quiet_until, submission_id = excluded.submission_id
-        WHERE r.quiet_until <= coalesce($8, statement_timestamp())
-    RETURNING r.destination_id, r.submission_id
+), delivering AS (
+    SELECT array_agg(s.id ORDER BY i.position) AS ids,
+           array_agg(s.endpoint_id ORDER BY i.position) AS endpoint_ids,
+           array_agg(i.fields ORDER BY i.position) AS fields
+    FROM delivered_submission s
+    JOIN input i ON i.id = s.id
+), planned_delivery AS MATERIALIZED (
+    -- A delivery for each destination of each submission delivered
+    -- (submission_destinations, migration submission_destinations: the destinations
+    -- locked against a concurrent delete or removal, an autoresponder's confirmation at
+    -- most once per mailbox per window).
+    SELECT d.*
+    FROM delivering g
+    CROSS JOIN LATERAL submission_destinations(g.ids, g.endpoint_ids, g.fields,
+                                               coalesce($8, statement_timestamp())) AS d
 ), queued AS (
     SELECT CASE WHEN d.first THEN i.delivery_id
                 ELSE 'whd_' || lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint),
                                     12, '0')
-                            || substr(md5(random()::text || i.delivery_id || d.id), 1, 20)
+                            || substr(md5(random()::text || i.delivery_id || d.destination_id), 1, 20)
            END AS delivery_id,
            s.id AS submission_id, s.endpoint_id, s.received_at, i.position, d.first,
-           d.id AS destination_id, d.url, d.secret,
+           d.destination_id, d.kind, d.url, d.secret,
            CASE WHEN d.first THEN ($12::varchar[])[i.position::integer] END AS claim_token,
-           row_number() OVER (PARTITION BY d.id, d.first ORDER BY i.position) AS turn
-    FROM delivered_submission s
+           row_number() OVER (PARTITION BY d.destination_id, d.first ORDER BY i.position) AS turn
+    FROM planned_delivery d
+    JOIN delivered_submission s ON s.id = d.submission_id
     JOIN input i ON i.id = s.id
-    CROSS JOIN LATERAL (
-        SELECT ld.*, row_number() OVER (ORDER BY ld.position) = 1 AS first
-        FROM live_destination ld
-        WHERE ld.endpoint_id = s.endpoint_id
-          AND (ld.kind <> 'autoresponder'
-               OR EXISTS (SELECT 1 FROM autoresponse a
-                          WHERE a.destination_id = ld.id AND a.submission_id = s.id))
-    ) d
 ), room AS MATERIALIZED (
     -- Not called at all when nothing may be claimed (an API-only process, a busy worker).
     SELECT r.*
@@ -253,16 +211,19 @@ WITH input AS (
            -- Spam is answered as it would have been accepted: queued when its endpoint
            -- has a destination (a bot learns nothing).
            CASE WHEN s.spam
-                THEN EXISTS (SELECT 1 FROM live_destination ld
-                             WHERE ld.endpoint_id = s.endpoint_id)
+                THEN EXISTS (SELECT 1 FROM destinations ds
+                             JOIN endpoints e ON e.id = ds.endpoint_id
+                             WHERE ds.endpoint_id = s.endpoint_id AND ds.removed_at IS NULL
+                               AND 'submission.received' = ANY (ds.events)
+                               AND e.deleted_at IS NULL)
                 ELSE EXISTS (SELECT 1 FROM new_delivery d WHERE d.submission_id = s.id)
            END AS delivery_queued,
-           c.id AS delivery_id, c.claim_token, c.destination_id, ds.kind,
+           c.id AS delivery_id, c.claim_token, c.destination_id, q.kind,
            c.destination_url, c.signing_secret, r.secret AS destination_secret,
            r.previous_secret, r.consecutive_failed_deliveries,
            (SELECT count(*) FROM notified) AS notified
     FROM new_submission s
     LEFT JOIN new_delivery c ON c.submission_id = s.id AND c.state = 'processing'
     LEFT JOIN room r ON r.destination_id = c.destination_id
-    LEFT JOIN live_destination ds ON ds.id = c.destination_id
+    LEFT JOIN queued q ON q.delivery_id = c.id
 )

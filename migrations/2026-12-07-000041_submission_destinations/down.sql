@@ -1,0 +1,1 @@
+DROP FUNCTION submission_destinations(varchar[], varchar[], json[], timestamptz);
