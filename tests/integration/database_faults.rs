@@ -100,20 +100,12 @@ async fn stalled_export(app: &TestApp, key: &str) -> (tokio::net::TcpStream, Str
 }
 
 async fn exports_in_transaction(app: &TestApp) -> i64 {
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut conn = app.db.connect().await;
-    let count: Count = diesel::sql_query(
-        "SELECT count(*) AS n FROM pg_stat_activity
-         WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-    )
-    .get_result(&mut conn)
-    .await
-    .unwrap();
-    count.n
+    app.db
+        .count(
+            "SELECT count(*) AS n FROM pg_stat_activity
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]

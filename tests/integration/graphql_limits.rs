@@ -50,11 +50,7 @@ fn documents() -> Vec<(&'static str, serde_json::Value)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expensive_documents_are_refused_before_they_run() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("ops").await;
     assert!(fragment_bomb(40).len() < 2048);
     for (name, body) in documents() {
@@ -114,11 +110,7 @@ async fn expensive_documents_are_refused_before_they_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn public_intake_keeps_answering_while_bombs_arrive() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, key) = app.create_key("ops").await;

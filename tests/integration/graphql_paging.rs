@@ -382,11 +382,7 @@ fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delivery_counts_follow_every_transition() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("counts").await;
     app.webhook_endpoint("one", "https://a.example/h").await;
     app.webhook_endpoint("two", "https://a.example/h").await;

@@ -305,6 +305,16 @@ impl TestApp {
         TestApp::start_with(&[], Arc::new(SystemClock)).await
     }
 
+    /// An app on the system clock that never answers 429: for tests that post more than
+    /// the default limits allow.
+    pub async fn start_without_rate_limit() -> TestApp {
+        TestApp::start_with(
+            &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+            Arc::new(SystemClock),
+        )
+        .await
+    }
+
     pub async fn start_with(vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
         let db = TestDb::new().await;
         TestApp::start_on(db, vars, clock).await
