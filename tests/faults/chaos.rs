@@ -120,18 +120,11 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     {
         let mut conn = db.connect().await;
         for id in ["chaos-a", "chaos-b"] {
-            let row = endpoint(id);
-            hymical_forms::testing::db::endpoints::insert(
-                &mut conn,
-                &row,
-                support::harness::webhook(&row, receiver.url(), support::harness::webhook_secret()),
-            )
-            .await
-            .expect("endpoint");
+            db.insert_webhook_endpoint(id, receiver.url()).await;
             hymical_forms::testing::db::destinations::append(
                 &mut conn,
                 hymical_forms::testing::db::models::DestinationRow::email(
-                    row.id.clone(),
+                    endpoint(id).id,
                     vec![format!("{id}@example.com")],
                     None,
                     chrono::Utc::now(),
@@ -183,15 +176,7 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     assert!(accepted.len() > 100, "too little load: {}", accepted.len());
 
     // The servers that are up deliver everything that is left.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let view = loop {
-        let view = probe::queue(&db).await;
-        if view.pending == 0 && view.processing == 0 {
-            break view;
-        }
-        assert!(Instant::now() < deadline, "not settled: {view:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let view = probe::settled(&db, Duration::from_secs(120)).await;
     let stored = probe::stored(&db, &accepted).await;
     let lost: Vec<&String> = accepted
         .iter()
