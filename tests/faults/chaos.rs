@@ -18,17 +18,10 @@ use crate::probe;
 use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use support::smtp_server::SmtpServer;
 
+/// The servers: `crate::QUICK_DELIVERY` with ten attempts, and mail through the test's
+/// SMTP server.
 const SERVER: &[(&str, &str)] = &[
-    ("FORMS_RATE_LIMIT_ENABLED", "false"),
-    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-    ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WORKER_LEASE_SECONDS", "3"),
-    ("FORMS_WORKER_POLL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "1"),
     ("FORMS_WEBHOOK_MAX_ATTEMPTS", "10"),
-    ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "2"),
     ("FORMS_SMTP_HOST", "127.0.0.1"),
     ("FORMS_SMTP_TLS", "none"),
     ("FORMS_SMTP_FROM", "Hymical Forms <forms@example.com>"),
@@ -111,11 +104,12 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     let script = smtp_script(if crate::long() { 4000 } else { 1500 });
     let smtp = SmtpServer::start(&["--script", &script]);
     let smtp_port = smtp.port();
-    let vars: Vec<(&str, &str)> = SERVER
-        .iter()
-        .copied()
-        .chain([("FORMS_SMTP_PORT", smtp_port.as_str())])
-        .collect();
+    let vars = [
+        crate::QUICK_DELIVERY,
+        SERVER,
+        &[("FORMS_SMTP_PORT", smtp_port.as_str())],
+    ]
+    .concat();
     let db = TestDb::new().await;
     {
         let mut conn = db.connect().await;

@@ -43,19 +43,11 @@ use support::ws_client::{event_id, Frame, WsClient};
 
 /// The servers under load: the service's default database settings (the pool's size too:
 /// the harness's is smaller), so that the service's part of each window is what an
-/// operator gets; deliveries retried quickly so that the run settles in seconds.
+/// operator gets; deliveries retried quickly (`crate::QUICK_DELIVERY`, with these) so
+/// that the run settles in seconds.
 const SERVER: &[(&str, &str)] = &[
-    ("FORMS_RATE_LIMIT_ENABLED", "false"),
-    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
     ("FORMS_DATABASE_POOL_SIZE", "16"),
-    ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WORKER_LEASE_SECONDS", "3"),
-    ("FORMS_WORKER_POLL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "1"),
     ("FORMS_WEBHOOK_MAX_ATTEMPTS", "20"),
-    ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "2"),
 ];
 
 /// A process intake-only with a tight limit on one endpoint, for the rate-limit check.
@@ -867,9 +859,10 @@ async fn run(synchronous: bool, fault: Fault) {
             .expect("key");
         new.key.expose().to_string()
     };
+    let vars = [crate::QUICK_DELIVERY, SERVER].concat();
     let servers = [
-        ServeProcess::start(&db, SERVER),
-        ServeProcess::start(&db, SERVER),
+        ServeProcess::start(&db, &vars),
+        ServeProcess::start(&db, &vars),
     ];
     let limited = ServeProcess::start(&db, LIMITED);
     for server in servers.iter().chain([&limited]) {
