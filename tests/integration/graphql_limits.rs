@@ -153,16 +153,8 @@ async fn public_intake_keeps_answering_while_bombs_arrive() {
 /// its counts are right.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_fields_cost_what_their_pages_may_hold() {
-    use hymical_forms::testing::db::StatementLog;
     let db = support::harness::TestDb::new().await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(
-        db,
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-        Some(counter.clone()),
-    )
-    .await;
+    let (app, counter) = TestApp::start_logged(db, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
     let (_, key) = app.create_key("ops").await;
     for n in [0, 2] {
         app.insert_endpoint(&support::harness::endpoint(&format!("form-{n}")))

@@ -419,10 +419,8 @@ async fn storage_failure_is_503() {
 /// insert) is prepared once per connection and reused: none is re-planned per request.
 #[tokio::test(flavor = "multi_thread")]
 async fn submissions_reuse_prepared_statements() {
-    use hymical_forms::testing::db::StatementLog;
     let db = support::harness::TestDb::new().await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
+    let (app, counter) = TestApp::start_logged(db, &[]).await;
     app.webhook_endpoint("contact", "https://example.com/hook")
         .await;
     app.submit("contact", "a=0").await;

@@ -335,6 +335,17 @@ impl TestApp {
         TestApp::start_on_url(db, &url, vars, clock, counter).await
     }
 
+    /// An app on `db` with `vars` whose pool logs every statement it prepares; answers the
+    /// log too.
+    pub async fn start_logged(
+        db: TestDb,
+        vars: &[(&str, &str)],
+    ) -> (TestApp, db::StatementCounter) {
+        let log = Arc::new(db::StatementLog::default());
+        let app = TestApp::start_counted(db, vars, Arc::new(SystemClock), Some(log.clone())).await;
+        (app, log)
+    }
+
     /// An app on `db` that reaches the database through `url` (a proxy, say).
     pub async fn start_on_url(
         db: TestDb,
@@ -747,6 +758,13 @@ pub struct DeliveryRow {
     pub submission_id: Option<String>,
 }
 
+impl DeliveryRow {
+    /// Where the delivery stands: its state, attempts and attempts in this cycle.
+    pub fn progress(&self) -> (&str, i32, i32) {
+        (self.state.as_str(), self.attempts, self.cycle_attempts)
+    }
+}
+
 /// One attempt row.
 #[derive(diesel::QueryableByName, Debug, Clone)]
 pub struct AttemptRow {
@@ -798,11 +816,15 @@ impl TestDb {
             .n
     }
 
-    /// Waits (at most 30 s) until `n` backends wait for a lock.
+    /// Waits (at most 30 s) until `n` backends of this database wait for a lock (tests on
+    /// other databases of the shared server wait for theirs).
     pub async fn until_waiting_for_locks(&self, n: i64) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while self
-            .count("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            .count(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
             .await
             < n
         {
@@ -823,6 +845,11 @@ impl TestDb {
         .load(&mut conn)
         .await
         .expect("deliveries")
+    }
+
+    /// The ids of every delivery, oldest first.
+    pub async fn delivery_ids(&self) -> Vec<String> {
+        self.deliveries().await.into_iter().map(|d| d.id).collect()
     }
 
     pub async fn delivery(&self, id: &str) -> DeliveryRow {
