@@ -18,17 +18,10 @@ use crate::probe;
 use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
 use support::smtp_server::SmtpServer;
 
+/// The servers: `crate::QUICK_DELIVERY` with ten attempts, and mail through the test's
+/// SMTP server.
 const SERVER: &[(&str, &str)] = &[
-    ("FORMS_RATE_LIMIT_ENABLED", "false"),
-    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-    ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WORKER_LEASE_SECONDS", "3"),
-    ("FORMS_WORKER_POLL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "1"),
     ("FORMS_WEBHOOK_MAX_ATTEMPTS", "10"),
-    ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "2"),
     ("FORMS_SMTP_HOST", "127.0.0.1"),
     ("FORMS_SMTP_TLS", "none"),
     ("FORMS_SMTP_FROM", "Hymical Forms <forms@example.com>"),
@@ -111,27 +104,21 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     let script = smtp_script(if crate::long() { 4000 } else { 1500 });
     let smtp = SmtpServer::start(&["--script", &script]);
     let smtp_port = smtp.port();
-    let vars: Vec<(&str, &str)> = SERVER
-        .iter()
-        .copied()
-        .chain([("FORMS_SMTP_PORT", smtp_port.as_str())])
-        .collect();
+    let vars = [
+        crate::QUICK_DELIVERY,
+        SERVER,
+        &[("FORMS_SMTP_PORT", smtp_port.as_str())],
+    ]
+    .concat();
     let db = TestDb::new().await;
     {
         let mut conn = db.connect().await;
         for id in ["chaos-a", "chaos-b"] {
-            let row = endpoint(id);
-            hymical_forms::testing::db::endpoints::insert(
-                &mut conn,
-                &row,
-                support::harness::webhook(&row, receiver.url(), support::harness::webhook_secret()),
-            )
-            .await
-            .expect("endpoint");
+            db.insert_webhook_endpoint(id, receiver.url()).await;
             hymical_forms::testing::db::destinations::append(
                 &mut conn,
                 hymical_forms::testing::db::models::DestinationRow::email(
-                    row.id.clone(),
+                    endpoint(id).id,
                     vec![format!("{id}@example.com")],
                     None,
                     chrono::Utc::now(),
@@ -183,15 +170,7 @@ async fn random_kills_of_two_servers_with_a_flaky_receiver_lose_nothing() {
     assert!(accepted.len() > 100, "too little load: {}", accepted.len());
 
     // The servers that are up deliver everything that is left.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let view = loop {
-        let view = probe::queue(&db).await;
-        if view.pending == 0 && view.processing == 0 {
-            break view;
-        }
-        assert!(Instant::now() < deadline, "not settled: {view:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let view = probe::settled(&db, Duration::from_secs(120)).await;
     let stored = probe::stored(&db, &accepted).await;
     let lost: Vec<&String> = accepted
         .iter()

@@ -30,30 +30,36 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-async fn database_with_endpoint() -> TestDb {
+/// A healthy server for intake alone (no rate limit, no worker) with the endpoint
+/// "contact", and `timeouts` besides; answers its database too, which must outlive it.
+async fn intake_server(timeouts: &[(&str, &str)]) -> (TestDb, ServeProcess) {
     let db = TestDb::new().await;
     let mut conn = db.connect().await;
     hymical_forms::testing::db::endpoints::insert(&mut conn, &endpoint("contact"), None)
         .await
         .expect("endpoint");
-    db
+    let vars = [
+        &[
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+            ("FORMS_WORKER_ENABLED", "false"),
+        ],
+        timeouts,
+    ]
+    .concat();
+    let server = ServeProcess::start(&db, &vars);
+    wait_for_status(&server.url("/health"), 200).await;
+    (db, server)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn slowloris_connections_are_closed_within_the_timeouts() {
     probe::raise_open_files();
-    let db = database_with_endpoint().await;
-    let server = ServeProcess::start(
-        &db,
-        &[
-            ("FORMS_RATE_LIMIT_ENABLED", "false"),
-            ("FORMS_WORKER_ENABLED", "false"),
-            ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "2"),
-            ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "2"),
-            ("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", "2"),
-        ],
-    );
-    wait_for_status(&server.url("/health"), 200).await;
+    let (_db, server) = intake_server(&[
+        ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "2"),
+        ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "2"),
+        ("FORMS_HTTP_BODY_READ_TIMEOUT_SECONDS", "2"),
+    ])
+    .await;
     let count = if crate::long() { 2000 } else { 400 };
     let mut slow_heads = Vec::new();
     let mut slow_bodies = Vec::new();
@@ -121,18 +127,12 @@ async fn slowloris_connections_are_closed_within_the_timeouts() {
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_thousand_idle_connections_leave_intake_at_its_latency() {
     probe::raise_open_files();
-    let db = database_with_endpoint().await;
-    let server = ServeProcess::start(
-        &db,
-        &[
-            ("FORMS_RATE_LIMIT_ENABLED", "false"),
-            ("FORMS_WORKER_ENABLED", "false"),
-            // Idle connections stay for the whole measurement.
-            ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "120"),
-            ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "120"),
-        ],
-    );
-    wait_for_status(&server.url("/health"), 200).await;
+    let (_db, server) = intake_server(&[
+        // Idle connections stay for the whole measurement.
+        ("FORMS_HTTP_HEADER_READ_TIMEOUT_SECONDS", "120"),
+        ("FORMS_HTTP_KEEP_ALIVE_TIMEOUT_SECONDS", "120"),
+    ])
+    .await;
     let url = server.url("/f/contact");
     intake_latencies(&url, 50).await;
     let before = intake_latencies(&url, 200).await;

@@ -38,24 +38,16 @@ use hymical_forms::testing::config::Secret;
 
 use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
-use support::harness::{endpoint, free_port, wait_for_status, ServeProcess, TestDb};
+use support::harness::{free_port, wait_for_status, ServeProcess, TestDb};
 use support::ws_client::{event_id, Frame, WsClient};
 
 /// The servers under load: the service's default database settings (the pool's size too:
 /// the harness's is smaller), so that the service's part of each window is what an
-/// operator gets; deliveries retried quickly so that the run settles in seconds.
+/// operator gets; deliveries retried quickly (`crate::QUICK_DELIVERY`, with these) so
+/// that the run settles in seconds.
 const SERVER: &[(&str, &str)] = &[
-    ("FORMS_RATE_LIMIT_ENABLED", "false"),
-    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
     ("FORMS_DATABASE_POOL_SIZE", "16"),
-    ("FORMS_WEBHOOK_CONNECT_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WEBHOOK_READ_TIMEOUT_SECONDS", "1"),
-    ("FORMS_WORKER_LEASE_SECONDS", "3"),
-    ("FORMS_WORKER_POLL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_INITIAL_SECONDS", "0.2"),
-    ("FORMS_WEBHOOK_RETRY_MAX_SECONDS", "1"),
     ("FORMS_WEBHOOK_MAX_ATTEMPTS", "20"),
-    ("FORMS_SHUTDOWN_TIMEOUT_SECONDS", "2"),
 ];
 
 /// A process intake-only with a tight limit on one endpoint, for the rate-limit check.
@@ -805,21 +797,6 @@ async fn event_ids(db: &TestDb) -> Vec<i64> {
         .expect("event ids")
 }
 
-async fn count(db: &TestDb, sql: &str) -> i64 {
-    use diesel_async::RunQueryDsl;
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut conn = db.connect().await;
-    diesel::sql_query(sql)
-        .get_result::<Count>(&mut conn)
-        .await
-        .expect("count")
-        .n
-}
-
 async fn post_limited(port: u16) -> u16 {
     support::harness::post_urlencoded(
         &reqwest::Client::new(),
@@ -868,27 +845,10 @@ async fn run(synchronous: bool, fault: Fault) {
         .expect("migrate");
     let db = TestDb::external("forms", url.clone());
     let receiver = HostileReceiver::start(Behaviour::Chaos).await;
+    db.insert_webhook_endpoint("contact", receiver.url()).await;
+    db.insert_webhook_endpoint("limited", receiver.url()).await;
     let key = {
         let mut conn = db.connect().await;
-        let row = endpoint("contact");
-        hymical_forms::testing::db::endpoints::insert(
-            &mut conn,
-            &row,
-            support::harness::webhook(&row, receiver.url(), support::harness::webhook_secret()),
-        )
-        .await
-        .expect("endpoint");
-        hymical_forms::testing::db::endpoints::insert(
-            &mut conn,
-            &endpoint("limited"),
-            support::harness::webhook(
-                &endpoint("limited"),
-                receiver.url(),
-                support::harness::webhook_secret(),
-            ),
-        )
-        .await
-        .expect("endpoint");
         let new = hymical_forms::testing::auth::generate(
             "failover",
             hymical_forms::testing::model::state::KeyRole::Admin,
@@ -899,9 +859,10 @@ async fn run(synchronous: bool, fault: Fault) {
             .expect("key");
         new.key.expose().to_string()
     };
+    let vars = [crate::QUICK_DELIVERY, SERVER].concat();
     let servers = [
-        ServeProcess::start(&db, SERVER),
-        ServeProcess::start(&db, SERVER),
+        ServeProcess::start(&db, &vars),
+        ServeProcess::start(&db, &vars),
     ];
     let limited = ServeProcess::start(&db, LIMITED);
     for server in servers.iter().chain([&limited]) {
@@ -996,7 +957,9 @@ async fn run(synchronous: bool, fault: Fault) {
 
     // The rate-limit counters are unlogged: the promoted server starts them empty, and the
     // limit holds from then on (5 more, then 429).
-    let counted = count(&db, "SELECT count(*) AS n FROM rate_limit_counters").await;
+    let counted = db
+        .count("SELECT count(*) AS n FROM rate_limit_counters")
+        .await;
     let mut limited_statuses = Vec::new();
     for _ in 0..8 {
         limited_statuses.push(post_limited(limited.port).await);
@@ -1009,15 +972,7 @@ async fn run(synchronous: bool, fault: Fault) {
     );
 
     // Everything left is delivered by the servers, on the last primary.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let view = loop {
-        let view = probe::queue(&db).await;
-        if view.pending == 0 && view.processing == 0 {
-            break view;
-        }
-        assert!(Instant::now() < deadline, "not settled: {view:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let view = probe::settled(&db, Duration::from_secs(120)).await;
     let stored = probe::stored(&db, &accepted).await;
     let stored_ids: BTreeSet<&str> = stored.iter().map(|(id, _)| id.as_str()).collect();
     let lost: Vec<&String> = accepted
@@ -1072,7 +1027,7 @@ async fn run(synchronous: bool, fault: Fault) {
         })
         .collect();
     // The first timeline and one per failover: each moved the event ids on once.
-    let timelines = count(&db, "SELECT count(*) AS n FROM event_timelines").await;
+    let timelines = db.count("SELECT count(*) AS n FROM event_timelines").await;
     assert_eq!(timelines, kills as i64 + 1);
     if synchronous {
         assert!(lost.is_empty(), "accepted but not stored: {lost:?}");

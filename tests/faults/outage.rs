@@ -177,15 +177,7 @@ async fn a_stopped_database_gives_quick_503s_and_full_recovery_without_a_restart
         "nothing accepted after the outage"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let view = probe::queue(&test_db).await;
-        if view.pending == 0 && view.processing == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "not settled: {view:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    probe::settled(&test_db, Duration::from_secs(60)).await;
     let stored = probe::stored(&test_db, &accepted).await;
     assert_eq!(stored.len(), accepted.len(), "a 202 was lost");
     assert!(stored

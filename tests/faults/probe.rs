@@ -68,6 +68,23 @@ pub async fn queue(db: &TestDb) -> QueueView {
     .expect("queue view")
 }
 
+/// Waits (at most `within`) until no delivery is pending or in progress; answers the
+/// queue then.
+pub async fn settled(db: &TestDb, within: std::time::Duration) -> QueueView {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let view = queue(db).await;
+        if view.pending == 0 && view.processing == 0 {
+            return view;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not settled: {view:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// Deliveries whose attempt numbers are not exactly 1..attempts, with what they hold.
 pub async fn numbering_gaps(db: &TestDb) -> Vec<String> {
     #[derive(diesel::QueryableByName)]

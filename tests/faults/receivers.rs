@@ -8,7 +8,7 @@ use diesel_async::RunQueryDsl;
 
 use crate::peers::{Behaviour, HostileReceiver};
 use crate::probe;
-use support::harness::{endpoint, wait_for_status, ServeProcess, TestDb};
+use support::harness::{wait_for_status, ServeProcess, TestDb};
 use support::receiver::Receiver;
 
 const CONNECT_SECONDS: u64 = 1;
@@ -51,31 +51,19 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
     ];
     let mut receivers = Vec::new();
     let db = TestDb::new().await;
-    {
-        let mut conn = db.connect().await;
-        let mut add = async |id: &str, url: String| {
-            let row = endpoint(id);
-            hymical_forms::testing::db::endpoints::insert(
-                &mut conn,
-                &row,
-                support::harness::webhook(&row, url, support::harness::webhook_secret()),
-            )
-            .await
-            .expect("endpoint");
-        };
-        for (id, behaviour) in hostile {
-            let receiver = HostileReceiver::start(behaviour).await;
-            add(id, receiver.url()).await;
-            receivers.push(receiver);
-        }
-        // TLS spoken to a port that answers plain HTTP.
-        add(
-            "tls-to-plain",
-            format!("https://{}/hook", plain.addr.unwrap()),
-        )
-        .await;
-        add("healthy", healthy.url("/ok")).await;
+    for (id, behaviour) in hostile {
+        let receiver = HostileReceiver::start(behaviour).await;
+        db.insert_webhook_endpoint(id, receiver.url()).await;
+        receivers.push(receiver);
     }
+    // TLS spoken to a port that answers plain HTTP.
+    db.insert_webhook_endpoint(
+        "tls-to-plain",
+        format!("https://{}/hook", plain.addr.unwrap()),
+    )
+    .await;
+    db.insert_webhook_endpoint("healthy", healthy.url("/ok"))
+        .await;
     let server = ServeProcess::start(
         &db,
         &[
@@ -127,15 +115,7 @@ async fn hostile_receivers_end_within_the_timeouts_and_memory_stays_flat() {
             "healthy deliveries waited {:?} behind hostile receivers",
             posted.elapsed()
         );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let view = probe::queue(&db).await;
-            if view.pending == 0 && view.processing == 0 {
-                break;
-            }
-            assert!(Instant::now() < deadline, "not settled: {view:?}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        probe::settled(&db, Duration::from_secs(60)).await;
         memory.push(probe::rss_kb(pid));
     }
     // Every attempt ended within connect + read timeout (plus scheduling slack), with

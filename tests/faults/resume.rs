@@ -2,7 +2,7 @@
 //! restarts (each of which prunes) and `afterEventId` after a restart returns exactly the
 //! events missed meanwhile.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use diesel::{ExpressionMethods, QueryDsl};
 use diesel_async::RunQueryDsl;
@@ -46,18 +46,6 @@ async fn drain(client: &mut WsClient, operation: &str) -> Vec<i64> {
         }
     }
     ids
-}
-
-async fn settle(db: &TestDb) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let view = probe::queue(db).await;
-        if view.pending == 0 && view.processing == 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not settled: {view:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -104,7 +92,7 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
         for n in 0..5 {
             post(server.url("/f/contact"), round * 10 + n).await;
         }
-        settle(&db).await;
+        probe::settled(&db, Duration::from_secs(60)).await;
         let received = drain(&mut client, "s").await;
         let stored = event_ids_after(&db, last).await;
         assert_eq!(
@@ -123,7 +111,7 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
         for n in 0..5 {
             post(writer.url("/f/contact"), round * 10 + 5 + n).await;
         }
-        settle(&db).await;
+        probe::settled(&db, Duration::from_secs(60)).await;
         // A new server prunes at start (retention one hour: nothing is that old).
         server = ServeProcess::start(&db, SERVER);
         wait_for_status(&server.url("/ready"), 200).await;

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use diesel::sql_types::{BigInt, Text};
+use diesel::sql_types::Text;
 use diesel_async::RunQueryDsl;
 use serde_json::{json, Value};
 
@@ -140,20 +140,18 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     // queued deliveries' snapshots, at a receiver of ours.
     let receiver = Receiver::start().await;
     let mut conn = db.connect().await;
-    diesel::sql_query(
+    point_at(
+        &mut conn,
         "UPDATE destinations SET url = $1 || substring(url from '/[a-z]+$') WHERE kind = 'webhook'",
+        &receiver,
     )
-    .bind::<Text, _>(receiver.url(""))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    diesel::sql_query(
+    .await;
+    point_at(
+        &mut conn,
         "UPDATE webhook_deliveries SET destination_url = $1 || '/status/200' WHERE state = 'pending'",
+        &receiver,
     )
-    .bind::<Text, _>(receiver.url(""))
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    .await;
 
     let serve = ServeProcess::start(&db, &[("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true")]);
     wait_for_status(&serve.url("/ready"), 200).await;
@@ -180,19 +178,15 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     // The earlier key authenticates; the revoked one does not.
     let http = reqwest::Client::new();
     let gql = |key: &str, query: &str, variables: Value| {
-        http.post(serve.url("/graphql"))
+        let request = http
+            .post(serve.url("/graphql"))
             .bearer_auth(key)
-            .json(&json!({ "query": query, "variables": variables }))
-            .send()
+            .json(&json!({ "query": query, "variables": variables }));
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     };
     let history = "query($id: ID!) { delivery(id: $id) { state attempts cycleAttempts attemptHistory { number outcome httpStatus } } }";
     let replayed_once = "whd_a2c0ffc274bb491eba56f9df2d736596";
-    let response: Value = gql(FIXTURE_KEY, history, json!({ "id": replayed_once }))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let response = gql(FIXTURE_KEY, history, json!({ "id": replayed_once })).await;
     let delivery = &response["data"]["delivery"];
     assert_eq!(delivery["state"], "FAILED", "{response}");
     assert_eq!(
@@ -202,23 +196,13 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
         ),
         (Some(4), Some(2))
     );
-    let numbers: Vec<i64> = delivery["attemptHistory"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["number"].as_i64().unwrap())
-        .collect();
-    assert_eq!(numbers, [1, 2, 3, 4], "{response}");
-    let counts: Value = gql(
+    assert_eq!(attempt_numbers(delivery), [1, 2, 3, 4], "{response}");
+    let counts = gql(
         FIXTURE_KEY,
         "{ deliveryCounts { pending processing delivered failed } }",
         json!({}),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         counts["data"]["deliveryCounts"],
         json!({ "pending": 0, "processing": 0, "delivered": 5, "failed": 2 }),
@@ -226,50 +210,38 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     );
 
     // A replay of the earlier service's failure continues its numbering.
-    diesel::sql_query(
+    point_at(
+        &mut conn,
         "UPDATE destinations SET url = $1 || '/status/200' WHERE endpoint_id = 'broken-hook'",
+        &receiver,
     )
-    .bind::<Text, _>(receiver.url(""))
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    diesel::sql_query(
-        "UPDATE webhook_deliveries SET destination_url = $1 || '/status/200' WHERE id = $2",
+    .await;
+    point_at(
+        &mut conn,
+        &format!(
+            "UPDATE webhook_deliveries SET destination_url = $1 || '/status/200' WHERE id = '{replayed_once}'"
+        ),
+        &receiver,
     )
-    .bind::<Text, _>(receiver.url(""))
-    .bind::<Text, _>(replayed_once)
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    let replay: Value = gql(
+    .await;
+    let replay = gql(
         FIXTURE_KEY,
         "mutation($id: ID!) { replayDelivery(id: $id) { delivery { id } } }",
         json!({ "id": replayed_once }),
     )
-    .await
-    .unwrap()
-    .json()
-    .await
-    .unwrap();
+    .await;
     assert!(replay["errors"].is_null(), "{replay}");
     db.wait_for_deliveries(60, |rows| {
         rows.iter()
             .any(|d| d.id == replayed_once && d.state == "delivered")
     })
     .await;
-    let response: Value = gql(FIXTURE_KEY, history, json!({ "id": replayed_once }))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let numbers: Vec<i64> = response["data"]["delivery"]["attemptHistory"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["number"].as_i64().unwrap())
-        .collect();
-    assert_eq!(numbers, [1, 2, 3, 4, 5], "{response}");
+    let response = gql(FIXTURE_KEY, history, json!({ "id": replayed_once })).await;
+    assert_eq!(
+        attempt_numbers(&response["data"]["delivery"]),
+        [1, 2, 3, 4, 5],
+        "{response}"
+    );
 
     // New submissions on an adopted endpoint are accepted and delivered.
     let response = support::harness::post_urlencoded(
@@ -285,18 +257,31 @@ async fn a_database_of_the_earlier_service_is_adopted_and_keeps_working() {
     assert!(status.success(), "{log}");
 
     // The revoked key of the earlier service stays revoked.
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let revoked: Count = diesel::sql_query(
-        "SELECT count(*) AS n FROM management_api_keys WHERE name = 'revoked-one' AND revoked_at IS NOT NULL",
-    )
-    .get_result(&mut conn)
-    .await
-    .unwrap();
-    assert_eq!(revoked.n, 1);
+    let revoked = db
+        .count(
+            "SELECT count(*) AS n FROM management_api_keys WHERE name = 'revoked-one' AND revoked_at IS NOT NULL",
+        )
+        .await;
+    assert_eq!(revoked, 1);
+}
+
+/// The numbers of a GraphQL delivery's `attemptHistory`, in its order.
+fn attempt_numbers(delivery: &Value) -> Vec<i64> {
+    delivery["attemptHistory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["number"].as_i64().unwrap())
+        .collect()
+}
+
+/// Runs `update`, whose `$1` is the receiver's base URL: points webhook URLs at it.
+async fn point_at(conn: &mut diesel_async::AsyncPgConnection, update: &str, receiver: &Receiver) {
+    diesel::sql_query(update)
+        .bind::<Text, _>(receiver.url(""))
+        .execute(conn)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

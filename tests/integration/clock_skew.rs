@@ -2,10 +2,7 @@
 //! worker processes whose own clocks are minutes apart (libfaketime) neither take each
 //! other's live claims nor sit on expired ones.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use hymical_forms::testing::clock::SystemClock;
 
 use support::harness::{ServeProcess, TestApp};
 use support::receiver::Receiver;
@@ -50,11 +47,7 @@ fn start(app: &TestApp, vars: &[(&'static str, String)]) -> ServeProcess {
 async fn workers_with_clocks_minutes_apart_agree_on_leases() {
     let preload = libfaketime();
     let receiver = Receiver::start().await;
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.webhook_endpoint("contact", &receiver.url("/hang"))
         .await;
     for n in 0..5 {

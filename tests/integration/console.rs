@@ -607,11 +607,7 @@ const UPDATE_ENDPOINT: &str = "mutation($input: UpdateEndpointInput!) { updateEn
 /// in an update, with `INVALID_INPUT` naming `honeypotField`, and changes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_api_refuses_a_honeypot_name_that_is_not_a_plain_field_name() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("console").await;
     let refused = |body: &serde_json::Value| {
         let error = &body["errors"][0]["extensions"];
@@ -667,11 +663,7 @@ async fn the_api_refuses_a_honeypot_name_that_is_not_a_plain_field_name() {
 /// honeypot input named by that very text, and no image or script; nothing ran.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_form_snippet_escapes_a_hostile_honeypot_name_stored_by_an_older_release() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("console").await;
     let body = app
         .gql(
@@ -830,11 +822,7 @@ async fn write_controls_shown(
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_key_sees_the_console_without_its_write_actions() {
     use hymical_forms::testing::model::state::KeyRole;
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, admin) = app.create_key_with_role("operator", KeyRole::Admin).await;
     let (_, reader) = app.create_key_with_role("dashboard", KeyRole::Read).await;
     app.webhook_endpoint("contact", "https://receiver.example/hook")
@@ -1138,11 +1126,7 @@ async fn the_endpoint_page_lists_pauses_resumes_and_adds_destinations() {
     client.close().await.unwrap();
 
     // A server without a mail server refuses an email destination, and the form says why.
-    let plain = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let plain = TestApp::start_without_rate_limit().await;
     let (_, plain_key) = plain.create_key("console").await;
     api(
         &plain,

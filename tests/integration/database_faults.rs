@@ -26,16 +26,7 @@ async fn a_silent_network_to_the_database_answers_every_request_within_its_deadl
     let (_, key) = app.create_key("ops").await;
     let post = || async {
         let started = Instant::now();
-        let response = app
-            .post_form(
-                "contact",
-                Some("application/x-www-form-urlencoded"),
-                "a=1",
-                &[],
-            )
-            .await;
-        let status = response.status().as_u16();
-        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let (status, body) = app.post_urlencoded("contact", &[("a", "1")], &[]).await;
         (status, body, started.elapsed())
     };
     assert_eq!(post().await.0, 202);
@@ -100,20 +91,12 @@ async fn stalled_export(app: &TestApp, key: &str) -> (tokio::net::TcpStream, Str
 }
 
 async fn exports_in_transaction(app: &TestApp) -> i64 {
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut conn = app.db.connect().await;
-    let count: Count = diesel::sql_query(
-        "SELECT count(*) AS n FROM pg_stat_activity
-         WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-    )
-    .get_result(&mut conn)
-    .await
-    .unwrap();
-    count.n
+    app.db
+        .count(
+            "SELECT count(*) AS n FROM pg_stat_activity
+             WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -163,15 +146,8 @@ async fn exports_whose_clients_never_read_cannot_take_the_pool() {
     // Intake is untouched: the exports have connections of their own.
     for _ in 0..10 {
         let started = Instant::now();
-        let response = app
-            .post_form(
-                "contact",
-                Some("application/x-www-form-urlencoded"),
-                "a=1",
-                &[],
-            )
-            .await;
-        assert_eq!(response.status(), 202);
+        let (status, body) = app.post_urlencoded("contact", &[("a", "1")], &[]).await;
+        assert_eq!(status, 202, "{body}");
         assert!(started.elapsed() < Duration::from_secs(2));
     }
     // After the send timeout the stalled exports end: their transactions close.
@@ -395,6 +371,19 @@ struct Port {
     port: i32,
 }
 
+/// The backend process id of the connection the pool hands out for one call.
+async fn backend_pid(
+    pool: &hymical_forms::testing::db::Db,
+) -> Result<i32, hymical_forms::testing::db::DbError> {
+    pool.run(async |conn| {
+        let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
+            .get_result(conn)
+            .await?;
+        Ok(row.port)
+    })
+    .await
+}
+
 #[derive(diesel::QueryableByName)]
 struct Setting {
     #[diesel(sql_type = diesel::sql_types::Text)]
@@ -408,16 +397,7 @@ struct Setting {
 async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
     let db = TestDb::new().await;
     let (_settings, pool) = support::harness::pool(&db, None).await;
-    let pid_of = || async {
-        pool.run(async |conn| {
-            let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
-                .get_result(conn)
-                .await?;
-            Ok(row.port)
-        })
-        .await
-        .expect("pid")
-    };
+    let pid_of = || async { backend_pid(&pool).await.expect("pid") };
     // One connection at a time: each call below gets the pool's idle one when it has one.
     let first = pid_of().await;
     assert_eq!(pid_of().await, first, "the idle connection is reused");
@@ -460,16 +440,7 @@ async fn a_connection_that_refuses_writes_is_dropped_from_the_pool() {
 async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
     let db = TestDb::new().await;
     let (_settings, pool) = support::harness::pool(&db, None).await;
-    let pid_of = || async {
-        pool.run(async |conn| {
-            let row: Port = diesel::sql_query("SELECT pg_backend_pid() AS port")
-                .get_result(conn)
-                .await?;
-            Ok(row.port)
-        })
-        .await
-    };
-    let first = pid_of().await.expect("pid");
+    let first = backend_pid(&pool).await.expect("pid");
     let mut admin = db.connect().await;
     diesel::sql_query(format!("SELECT pg_terminate_backend({first})"))
         .execute(&mut admin)
@@ -479,20 +450,11 @@ async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
     // goodbye on its own, without being asked.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let gone: i64 = {
-            #[derive(diesel::QueryableByName)]
-            struct Count {
-                #[diesel(sql_type = diesel::sql_types::BigInt)]
-                n: i64,
-            }
-            diesel::sql_query(format!(
+        let gone = db
+            .count(&format!(
                 "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = {first}"
             ))
-            .get_result::<Count>(&mut admin)
-            .await
-            .expect("activity")
-            .n
-        };
+            .await;
         if gone == 0 {
             break;
         }
@@ -500,7 +462,7 @@ async fn an_idle_connection_ended_by_the_server_is_replaced_at_checkout() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let second = pid_of()
+    let second = backend_pid(&pool)
         .await
         .expect("a call after the server ended the idle connection");
     assert_ne!(second, first);

@@ -355,11 +355,7 @@ async fn a_name_that_resolves_to_loopback_is_refused_at_send_time() {
     let receiver = Receiver::start().await;
     let url = format!("http://hooks.example.test:{}/hook", receiver.port());
 
-    let strict = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let strict = TestApp::start_without_rate_limit().await;
     strict.webhook_endpoint("contact", &url).await;
     strict.submit("contact", "a=1").await;
     assert_eq!(

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use hymical_forms::testing::clock::ManualClock;
+use hymical_forms::testing::db::models::ClaimedDelivery;
 use hymical_forms::testing::db::queue::{
     self as deliveries, AttemptRecord, OwnerTransition, Recorded,
 };
@@ -35,14 +35,39 @@ async fn queued(count: usize) -> (TestApp, Vec<String>) {
     for _ in 0..count {
         app.submit("contact", "a=1").await;
     }
-    let ids = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let ids = app.db.delivery_ids().await;
     (app, ids)
+}
+
+/// The one delivery claimed on `conn` at `now`, for `LEASE`.
+async fn claim_one(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> ClaimedDelivery {
+    let mut claimed = support::harness::claim_at(conn, now, LEASE, 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "nothing to claim");
+    claimed.remove(0)
+}
+
+/// What two workers, each on a connection of its own, claim (at most `limit` each) at
+/// `now`, set off at the same moment.
+async fn two_racing_claims(app: &TestApp, now: DateTime<Utc>, limit: u32) -> Vec<ClaimedDelivery> {
+    let barrier = Arc::new(Barrier::new(2));
+    let mut racers = Vec::new();
+    for _ in 0..2 {
+        let mut racer = app.db.connect().await;
+        let barrier = barrier.clone();
+        racers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            support::harness::claim_at(&mut racer, now, LEASE, limit)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut claimed = Vec::new();
+    for racer in racers {
+        claimed.extend(racer.await.unwrap());
+    }
+    claimed
 }
 
 /// One attempt's values, typed as a worker holds them.
@@ -217,10 +242,7 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
         }
     );
     let owned = app.db.delivery(id).await;
-    assert_eq!(
-        (owned.state.as_str(), owned.attempts, owned.cycle_attempts),
-        ("pending", 4, 1)
-    );
+    assert_eq!(owned.progress(), ("pending", 4, 1));
     assert_eq!(owned.next_attempt_at, retry_at);
     assert!(owned.claim_token.is_none() && owned.claim_expires_at.is_none());
     let history = app.db.attempts(id).await;
@@ -233,19 +255,31 @@ async fn a_superseded_worker_cannot_touch_the_new_claim() {
     );
 }
 
-async fn waiting_on_locks(conn: &mut AsyncPgConnection, database: &str) -> i64 {
-    #[derive(diesel::QueryableByName)]
-    struct Waiting {
-        #[diesel(sql_type = BigInt)]
-        n: i64,
-    }
-    let waiting: Waiting = diesel::sql_query(format!(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = '{database}' AND wait_event_type = 'Lock'"
-    ))
-    .get_result(conn)
-    .await
-    .unwrap();
-    waiting.n
+/// Records a succeeded attempt (id ending in `attempt_suffix`) of delivery `id` under
+/// `token` on `conn`, in a task of its own: it may queue on the row lock meanwhile.
+fn record_success_in_a_task(
+    mut conn: AsyncPgConnection,
+    id: &str,
+    token: ClaimToken,
+    attempt_suffix: &str,
+) -> tokio::task::JoinHandle<Recorded> {
+    let attempt = attempt(
+        id,
+        &token,
+        &format!("att_cccccccccccccccccccccccccccccc{attempt_suffix}"),
+        "succeeded",
+        Some(200),
+    );
+    tokio::spawn(async move {
+        deliveries::record_attempt(
+            &mut conn,
+            &attempt.record(),
+            OwnerTransition::Delivered,
+            Some(start()),
+        )
+        .await
+        .unwrap()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -254,19 +288,8 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
     let id = ids[0].clone();
     let mut first = app.db.connect().await;
     let mut second = app.db.connect().await;
-    let claim_a = support::harness::claim_at(&mut first, start(), LEASE, 1)
-        .await
-        .unwrap()
-        .remove(0);
-    let claim_b = support::harness::claim_at(
-        &mut second,
-        start() + chrono::Duration::seconds(61),
-        LEASE,
-        1,
-    )
-    .await
-    .unwrap()
-    .remove(0);
+    let claim_a = claim_one(&mut first, start()).await;
+    let claim_b = claim_one(&mut second, start() + chrono::Duration::seconds(61)).await;
 
     // Hold the row lock so that both recorders are queued on it at the same time.
     let mut blocker = app.db.connect().await;
@@ -276,55 +299,10 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
         ))
         .await
         .unwrap();
-    let late = {
-        let id = id.clone();
-        tokio::spawn(async move {
-            deliveries::record_attempt(
-                &mut first,
-                &attempt(
-                    &id,
-                    &claim_a.claim_token,
-                    "att_cccccccccccccccccccccccccccccc01",
-                    "succeeded",
-                    Some(200),
-                )
-                .record(),
-                OwnerTransition::Delivered,
-                Some(start()),
-            )
-            .await
-            .unwrap()
-        })
-    };
-    let owner = {
-        let id = id.clone();
-        tokio::spawn(async move {
-            deliveries::record_attempt(
-                &mut second,
-                &attempt(
-                    &id,
-                    &claim_b.claim_token,
-                    "att_cccccccccccccccccccccccccccccc02",
-                    "succeeded",
-                    Some(200),
-                )
-                .record(),
-                OwnerTransition::Delivered,
-                Some(start()),
-            )
-            .await
-            .unwrap()
-        })
-    };
-    let mut observer = app.db.connect().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while waiting_on_locks(&mut observer, &app.db.name).await < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "both recorders should be waiting on the row lock"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let late = record_success_in_a_task(first, &id, claim_a.claim_token, "01");
+    let owner = record_success_in_a_task(second, &id, claim_b.claim_token, "02");
+    // Both recorders wait on the row lock.
+    app.db.until_waiting_for_locks(2).await;
     blocker.batch_execute("COMMIT").await.unwrap();
     let late = late.await.unwrap();
     let owner = owner.await.unwrap();
@@ -341,14 +319,7 @@ async fn a_late_worker_and_the_owner_recording_at_once_get_different_numbers() {
     numbers.sort();
     assert_eq!(numbers, [1, 2], "no number reused");
     let delivery = app.db.delivery(&id).await;
-    assert_eq!(
-        (
-            delivery.state.as_str(),
-            delivery.attempts,
-            delivery.cycle_attempts
-        ),
-        ("delivered", 2, 1)
-    );
+    assert_eq!(delivery.progress(), ("delivered", 2, 1));
     assert_eq!(app.db.attempts(&id).await.len(), 2);
 }
 
@@ -371,22 +342,7 @@ async fn two_workers_racing_for_one_due_row_claim_it_once() {
         .execute(&mut conn)
         .await
         .unwrap();
-        let barrier = Arc::new(Barrier::new(2));
-        let mut racers = Vec::new();
-        for _ in 0..2 {
-            let mut racer = app.db.connect().await;
-            let barrier = barrier.clone();
-            racers.push(tokio::spawn(async move {
-                barrier.wait().await;
-                support::harness::claim_at(&mut racer, start(), LEASE, 5)
-                    .await
-                    .unwrap()
-            }));
-        }
-        let mut claimed = Vec::new();
-        for racer in racers {
-            claimed.extend(racer.await.unwrap());
-        }
+        let claimed = two_racing_claims(&app, start(), 5).await;
         assert_eq!(claimed.len(), 1, "exactly one racer holds the row");
         assert_eq!(claimed[0].id, id);
     }
@@ -426,27 +382,9 @@ async fn a_row_locked_elsewhere_is_skipped_not_waited_on() {
 async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
     let (app, ids) = queued(1).await;
     let mut first = app.db.connect().await;
-    let original = support::harness::claim_at(&mut first, start(), LEASE, 1)
-        .await
-        .unwrap()
-        .remove(0);
+    let original = claim_one(&mut first, start()).await;
     let after_lease = start() + chrono::Duration::seconds(60);
-    let barrier = Arc::new(Barrier::new(2));
-    let mut racers = Vec::new();
-    for _ in 0..2 {
-        let mut racer = app.db.connect().await;
-        let barrier = barrier.clone();
-        racers.push(tokio::spawn(async move {
-            barrier.wait().await;
-            support::harness::claim_at(&mut racer, after_lease, LEASE, 1)
-                .await
-                .unwrap()
-        }));
-    }
-    let mut claimed = Vec::new();
-    for racer in racers {
-        claimed.extend(racer.await.unwrap());
-    }
+    let claimed = two_racing_claims(&app, after_lease, 1).await;
     assert_eq!(claimed.len(), 1);
     assert_eq!(claimed[0].id, ids[0]);
     assert_ne!(claimed[0].claim_token, original.claim_token);
@@ -460,10 +398,7 @@ async fn an_expired_lease_is_reclaimed_by_exactly_one_of_two_racers() {
 async fn hand_back_is_guarded_by_the_token() {
     let (app, ids) = queued(1).await;
     let mut conn = app.db.connect().await;
-    let claim = support::harness::claim_at(&mut conn, start(), LEASE, 1)
-        .await
-        .unwrap()
-        .remove(0);
+    let claim = claim_one(&mut conn, start()).await;
     let id = DeliveryId::parse(&ids[0]).unwrap();
     let stale = ClaimToken::parse("clm_00000000000000000000000000000000").unwrap();
     assert_eq!(
@@ -480,14 +415,7 @@ async fn hand_back_is_guarded_by_the_token() {
         1
     );
     let handed = app.db.delivery(&ids[0]).await;
-    assert_eq!(
-        (
-            handed.state.as_str(),
-            handed.attempts,
-            handed.cycle_attempts
-        ),
-        ("pending", 0, 0)
-    );
+    assert_eq!(handed.progress(), ("pending", 0, 0));
     assert!(handed.claim_token.is_none() && handed.claim_expires_at.is_none());
     assert!(handed.next_attempt_at <= start(), "still due");
     assert_eq!(

@@ -2,9 +2,6 @@
 //! several processes sharing one database.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-
-use hymical_forms::testing::clock::SystemClock;
 
 use support::harness::{wait_for_status, ServeProcess, TestApp};
 use support::receiver::Receiver;
@@ -20,11 +17,7 @@ const WORKER_ONLY: &[(&str, &str)] = &[
 #[tokio::test(flavor = "multi_thread")]
 async fn claims_of_a_killed_worker_are_delivered_by_another_after_the_lease() {
     let receiver = Receiver::start().await;
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.webhook_endpoint("contact", &receiver.url("/hang"))
         .await;
     for _ in 0..5 {
@@ -70,11 +63,7 @@ async fn claims_of_a_killed_worker_are_delivered_by_another_after_the_lease() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_lets_a_slow_delivery_finish_and_records_it() {
     let receiver = Receiver::start().await;
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let secret = app
         .webhook_endpoint("contact", &receiver.url("/slow/1500"))
         .await;
@@ -137,11 +126,7 @@ async fn sigterm_lets_a_slow_delivery_finish_and_records_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_burst_across_two_processes_is_delivered_exactly_once_each() {
     let receiver = Receiver::start().await;
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     for endpoint in 0..10 {
         app.webhook_endpoint(&format!("burst-{endpoint}"), &receiver.url("/hook"))
             .await;

@@ -20,11 +20,7 @@ async fn export(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn csv_and_json_exports() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("exporter").await;
     app.insert_endpoint(&endpoint("contact")).await;
     app.submit(

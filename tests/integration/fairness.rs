@@ -23,21 +23,13 @@ fn claim_request(limit: u32, cap: u32) -> ClaimRequest {
     }
 }
 
+/// Deliveries of `endpoint` in progress (an endpoint id of the test's own, plain letters).
 async fn count_for(app: &TestApp, endpoint: &str) -> usize {
-    #[derive(diesel::QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    let mut conn = app.db.connect().await;
-    let count: Count = diesel::sql_query(
-        "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'processing' AND endpoint_id = $1",
-    )
-    .bind::<diesel::sql_types::Text, _>(endpoint)
-    .get_result(&mut conn)
-    .await
-    .unwrap();
-    count.n as usize
+    app.db
+        .count(&format!(
+            "SELECT count(*) AS n FROM webhook_deliveries WHERE state = 'processing' AND endpoint_id = '{endpoint}'"
+        ))
+        .await as usize
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,11 +100,7 @@ async fn a_dead_receiver_does_not_hold_up_other_endpoints() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_endpoint_cap_is_exact_across_claimers() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.webhook_endpoint("busy", "https://receiver.example/h")
         .await;
     app.webhook_endpoint("quiet", "https://receiver.example/h")

@@ -1,10 +1,8 @@
 //! GraphiQL, served by the binary, in headless Chromium (support::browser).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use fantoccini::{Client, Locator};
-use hymical_forms::testing::clock::SystemClock;
 
 use support::browser::{browser, loaded_resources, start_driver, wait_for_text};
 use support::harness::TestApp;
@@ -26,11 +24,7 @@ async fn run_document(client: &Client) {
 /// and every resource from this server.
 #[tokio::test(flavor = "multi_thread")]
 async fn graphiql_answers_a_query_and_a_subscription_offline() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.webhook_endpoint("browser", "https://example.com/hook")
         .await;
     let (_, key) = app.create_key("graphiql").await;

@@ -479,13 +479,7 @@ async fn replay_rules_and_races() {
     for _ in 0..4 {
         app.submit("contact", "a=1").await;
     }
-    let ids: Vec<String> = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let ids = app.db.delivery_ids().await;
     set_state(&app.db, &ids[1], "state = 'processing', claim_token = 'clm_00000000000000000000000000000001', claim_expires_at = now() + interval '1 minute'").await;
     set_state(
         &app.db,
@@ -566,13 +560,7 @@ async fn bulk_replay_counts_what_matches() {
     for endpoint in ["one", "one", "one", "two", "two"] {
         app.submit(endpoint, "a=1").await;
     }
-    let ids: Vec<String> = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let ids = app.db.delivery_ids().await;
     for (id, failed_at) in ids.iter().zip([
         "2026-01-01",
         "2026-02-01",
@@ -696,13 +684,7 @@ async fn bulk_replay_dry_run_and_creation_bounds() {
     for _ in 0..3 {
         app.submit("one", "a=1").await;
     }
-    let ids: Vec<String> = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let ids = app.db.delivery_ids().await;
     for (id, created) in ids.iter().zip(["2026-01-01", "2026-02-01", "2026-03-01"]) {
         set_state(
             &app.db,
@@ -904,13 +886,7 @@ async fn a_replay_goes_to_the_snapshot_or_to_where_the_endpoint_is_now() {
     let worker = app.worker(None);
     assert_eq!(worker.run_once().await.unwrap(), 3);
     old_receiver.wait_for(3).await;
-    let failed: Vec<String> = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let failed = app.db.delivery_ids().await;
     for id in &failed {
         assert_eq!(app.db.delivery(id).await.state, "failed");
     }

@@ -50,11 +50,7 @@ fn documents() -> Vec<(&'static str, serde_json::Value)> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expensive_documents_are_refused_before_they_run() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("ops").await;
     assert!(fragment_bomb(40).len() < 2048);
     for (name, body) in documents() {
@@ -114,11 +110,7 @@ async fn expensive_documents_are_refused_before_they_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn public_intake_keeps_answering_while_bombs_arrive() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.insert_endpoint(&support::harness::endpoint("contact"))
         .await;
     let (_, key) = app.create_key("ops").await;
@@ -161,16 +153,8 @@ async fn public_intake_keeps_answering_while_bombs_arrive() {
 /// its counts are right.
 #[tokio::test(flavor = "multi_thread")]
 async fn list_fields_cost_what_their_pages_may_hold() {
-    use hymical_forms::testing::db::StatementLog;
     let db = support::harness::TestDb::new().await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(
-        db,
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-        Some(counter.clone()),
-    )
-    .await;
+    let (app, counter) = TestApp::start_logged(db, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
     let (_, key) = app.create_key("ops").await;
     for n in [0, 2] {
         app.insert_endpoint(&support::harness::endpoint(&format!("form-{n}")))

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use chrono::{TimeZone, Utc};
 use diesel_async::RunQueryDsl;
 use hymical_forms::testing::clock::{ManualClock, SystemClock};
-use hymical_forms::testing::db::StatementLog;
 use serde_json::{json, Value};
 
 use support::harness::{TestApp, TestDb};
@@ -144,8 +143,7 @@ async fn walking_every_page_returns_each_row_once_in_order() {
 async fn a_page_of_100_with_nested_objects_costs_a_constant_number_of_statements() {
     let db = TestDb::new().await;
     seed(&db, 150, 3).await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
+    let (app, counter) = TestApp::start_logged(db, &[]).await;
     let (_, key) = app.create_key("counter").await;
     let query = "{ deliveries(first: 100) { edges { node { id state endpoint { id name } submission { id fieldCount fields { name values } delivery { id } endpoint { id } } attemptHistory { number outcome httpStatus late } } } } }";
     // Warm the pool so that connection set-up is not counted.
@@ -178,14 +176,7 @@ async fn a_page_of_100_with_nested_objects_costs_a_constant_number_of_statements
 async fn later_pages_reuse_prepared_statements() {
     let db = TestDb::new().await;
     seed(&db, 300, 0).await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(
-        db,
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-        Some(counter.clone()),
-    )
-    .await;
+    let (app, counter) = TestApp::start_logged(db, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
     let (_, key) = app.create_key("pager").await;
     counter.reset();
     let mut walked = 0;
@@ -242,16 +233,26 @@ async fn later_pages_reuse_prepared_statements() {
     );
 }
 
+/// `body` is a refusal before execution: no data, `QUERY_TOO_COMPLEX`, and a message
+/// that names the `setting` to raise.
+fn assert_too_complex(body: &Value, setting: &str) {
+    assert!(body.get("data").is_none(), "{body}");
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
+        "{body}"
+    );
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains(setting),
+        "{body}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn depth_and_complexity_bombs_are_refused_before_execution() {
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(
-        TestDb::new().await,
-        &[],
-        Arc::new(SystemClock),
-        Some(counter.clone()),
-    )
-    .await;
+    let (app, counter) = TestApp::start_logged(TestDb::new().await, &[]).await;
     let (_, key) = app.create_key("bomb").await;
     let mut deep = String::from("id");
     // 17 levels: deeper than the limit of 12, well inside the parser's own limit.
@@ -262,18 +263,7 @@ async fn depth_and_complexity_bombs_are_refused_before_execution() {
     app.gql(&key, "{ version }", json!({})).await;
     counter.reset();
     let body = app.gql(&key, &deep, json!({})).await;
-    assert!(body.get("data").is_none(), "{body}");
-    assert_eq!(
-        body["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
-        "{body}"
-    );
-    assert!(
-        body["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("FORMS_GRAPHQL_MAX_DEPTH"),
-        "{body}"
-    );
+    assert_too_complex(&body, "FORMS_GRAPHQL_MAX_DEPTH");
     // Five pages of a hundred: each row's fields count once per row it may hold.
     let wide = format!(
         "{{ {} }}",
@@ -283,18 +273,7 @@ async fn depth_and_complexity_bombs_are_refused_before_execution() {
             .join(" ")
     );
     let body = app.gql(&key, &wide, json!({})).await;
-    assert!(body.get("data").is_none());
-    assert_eq!(
-        body["errors"][0]["extensions"]["code"], "QUERY_TOO_COMPLEX",
-        "{body}"
-    );
-    assert!(
-        body["errors"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("FORMS_GRAPHQL_MAX_COMPLEXITY"),
-        "{body}"
-    );
+    assert_too_complex(&body, "FORMS_GRAPHQL_MAX_COMPLEXITY");
     // Only the key checks touched the database.
     assert!(counter.statements() <= 4);
 }
@@ -351,14 +330,7 @@ async fn a_replay_continues_the_numbering_with_a_fresh_schedule() {
         .collect();
     assert_eq!(numbers, (1..=10).collect::<Vec<_>>());
     let delivery = app.db.delivery(&id).await;
-    assert_eq!(
-        (
-            delivery.state.as_str(),
-            delivery.attempts,
-            delivery.cycle_attempts
-        ),
-        ("failed", 10, 5)
-    );
+    assert_eq!(delivery.progress(), ("failed", 10, 5));
     let body = app
         .gql(
             &key,
@@ -382,24 +354,14 @@ fn clock_now(clock: &ManualClock) -> chrono::DateTime<Utc> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn delivery_counts_follow_every_transition() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("counts").await;
     app.webhook_endpoint("one", "https://a.example/h").await;
     app.webhook_endpoint("two", "https://a.example/h").await;
     for endpoint in ["one", "one", "one", "two"] {
         app.submit(endpoint, "a=1").await;
     }
-    let ids: Vec<String> = app
-        .db
-        .deliveries()
-        .await
-        .into_iter()
-        .map(|d| d.id)
-        .collect();
+    let ids = app.db.delivery_ids().await;
     let counts = |endpoint: Option<&'static str>| {
         let (app, key) = (&app, &key);
         async move {
@@ -473,14 +435,7 @@ async fn delivery_counts_follow_every_transition() {
 async fn nested_connections_of_a_list_of_endpoints_are_batched() {
     let db = TestDb::new().await;
     seed(&db, 30, 1).await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(
-        db,
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-        Some(counter.clone()),
-    )
-    .await;
+    let (app, counter) = TestApp::start_logged(db, &[("FORMS_RATE_LIMIT_ENABLED", "false")]).await;
     let (_, key) = app.create_key("nested").await;
     for n in 0..20 {
         app.webhook_endpoint(&format!("extra-{n:02}"), "https://a.example/h")

@@ -61,11 +61,7 @@ async fn post_while_locked(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn concurrent_submissions_share_transactions_and_keep_their_own_answers() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     app.webhook_endpoint("batch", "https://example.com/hook")
         .await;
     let key = |n: u32| ("idempotency-key", format!("group-commit-key-{n:04}"));

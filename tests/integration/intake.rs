@@ -24,6 +24,19 @@ async fn app_with_endpoint(vars: &[(&str, &str)]) -> (TestApp, String) {
     (app, secret)
 }
 
+/// Posts `body` to the endpoint "contact" without further headers; asserts the answer's
+/// `status` and answers its JSON.
+async fn post_contact(
+    app: &TestApp,
+    content_type: Option<&str>,
+    body: impl Into<reqwest::Body>,
+    status: u16,
+) -> Value {
+    let response = app.post_form("contact", content_type, body, &[]).await;
+    assert_eq!(response.status(), status);
+    response.json().await.unwrap()
+}
+
 #[derive(diesel::QueryableByName, Debug)]
 struct StoredSubmission {
     #[diesel(sql_type = Text)]
@@ -32,6 +45,24 @@ struct StoredSubmission {
     fields: String,
     #[diesel(sql_type = Timestamptz)]
     received_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Every stored submission, oldest first.
+async fn stored_submissions(app: &TestApp) -> Vec<StoredSubmission> {
+    let mut conn = app.db.connect().await;
+    diesel::sql_query(
+        "SELECT id, fields::text AS fields, received_at FROM submissions ORDER BY received_at",
+    )
+    .load(&mut conn)
+    .await
+    .unwrap()
+}
+
+/// The one stored submission.
+async fn only_submission(app: &TestApp) -> StoredSubmission {
+    let mut rows = stored_submissions(app).await;
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    rows.remove(0)
 }
 
 #[derive(diesel::QueryableByName, Debug)]
@@ -76,12 +107,7 @@ async fn a_form_post_is_stored_with_its_delivery_in_order() {
         "values never echoed"
     );
 
-    let mut conn = app.db.connect().await;
-    let stored: StoredSubmission =
-        diesel::sql_query("SELECT id, fields::text AS fields, received_at FROM submissions")
-            .get_result(&mut conn)
-            .await
-            .unwrap();
+    let stored = only_submission(&app).await;
     assert_eq!(stored.id, id);
     assert_eq!(
         stored.fields,
@@ -98,6 +124,7 @@ async fn a_form_post_is_stored_with_its_delivery_in_order() {
 
     // Due at once by the database's clock: the moment of the statement that wrote it, which
     // its `created` event carries too.
+    let mut conn = app.db.connect().await;
     let delivery: StoredDelivery = diesel::sql_query(
         "SELECT submission_id, destination_url, signing_secret, state, attempts, cycle_attempts,
                 (created_at = s.received_at
@@ -120,35 +147,24 @@ async fn a_form_post_is_stored_with_its_delivery_in_order() {
 #[tokio::test(flavor = "multi_thread")]
 async fn json_and_multipart_bodies() {
     let (app, _) = app_with_endpoint(&[]).await;
-    let response = app
-        .post_form(
-            "contact",
-            JSON,
-            r#"{"name": "Zoë", "topics": ["a", "b"], "skip": []}"#,
-            &[],
-        )
-        .await;
-    assert_eq!(response.status(), 202);
-    let body: Value = response.json().await.unwrap();
+    let body = post_contact(
+        &app,
+        JSON,
+        r#"{"name": "Zoë", "topics": ["a", "b"], "skip": []}"#,
+        202,
+    )
+    .await;
     assert_eq!(body["field_count"], 3);
 
     let multipart = "--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--B\r\nContent-Disposition: form-data; name=\"y\"\r\n\r\nline one\r\nline two\r\n--B\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n2\r\n--B--\r\n";
-    let response = app
-        .post_form(
-            "contact",
-            Some("multipart/form-data; boundary=B"),
-            multipart,
-            &[],
-        )
-        .await;
-    assert_eq!(response.status(), 202);
-    let mut conn = app.db.connect().await;
-    let rows: Vec<StoredSubmission> = diesel::sql_query(
-        "SELECT id, fields::text AS fields, received_at FROM submissions ORDER BY received_at",
+    post_contact(
+        &app,
+        Some("multipart/form-data; boundary=B"),
+        multipart,
+        202,
     )
-    .load(&mut conn)
-    .await
-    .unwrap();
+    .await;
+    let rows = stored_submissions(&app).await;
     assert_eq!(rows[0].fields, r#"{"name":["Zoë"],"topics":["a","b"]}"#);
     assert_eq!(
         rows[1].fields,
@@ -321,10 +337,7 @@ async fn a_body_without_declared_length_is_cut_off_at_the_limit() {
     // At the limit exactly, without a declared length, it is read and stored.
     let exact = format!("a={}", "b".repeat(998));
     let stream = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(exact.into_bytes())]);
-    let response = app
-        .post_form("contact", FORM, reqwest::Body::wrap_stream(stream), &[])
-        .await;
-    assert_eq!(response.status(), 202);
+    post_contact(&app, FORM, reqwest::Body::wrap_stream(stream), 202).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -346,9 +359,7 @@ async fn submission_and_delivery_are_one_transaction() {
     .execute(&mut conn)
     .await
     .unwrap();
-    let response = app.post_form("contact", FORM, "a=1", &[]).await;
-    assert_eq!(response.status(), 503);
-    let body: Value = response.json().await.unwrap();
+    let body = post_contact(&app, FORM, "a=1", 503).await;
     assert_eq!(body["error"]["code"], "storage_unavailable");
     assert!(
         !body.to_string().contains("injected"),
@@ -400,9 +411,7 @@ async fn accepting_a_delivery_notifies_the_workers() {
 async fn storage_failure_is_503() {
     let (app, _) = app_with_endpoint(&[]).await;
     app.db.drop_now().await;
-    let response = app.post_form("contact", FORM, "a=1", &[]).await;
-    assert_eq!(response.status(), 503);
-    let body: Value = response.json().await.unwrap();
+    let body = post_contact(&app, FORM, "a=1", 503).await;
     assert_eq!(body["error"]["code"], "storage_unavailable");
 }
 
@@ -410,10 +419,8 @@ async fn storage_failure_is_503() {
 /// insert) is prepared once per connection and reused: none is re-planned per request.
 #[tokio::test(flavor = "multi_thread")]
 async fn submissions_reuse_prepared_statements() {
-    use hymical_forms::testing::db::StatementLog;
     let db = support::harness::TestDb::new().await;
-    let counter = Arc::new(StatementLog::default());
-    let app = TestApp::start_counted(db, &[], Arc::new(SystemClock), Some(counter.clone())).await;
+    let (app, counter) = TestApp::start_logged(db, &[]).await;
     app.webhook_endpoint("contact", "https://example.com/hook")
         .await;
     app.submit("contact", "a=0").await;
@@ -473,11 +480,7 @@ async fn json_repeated_keys_keep_every_value_in_order() {
     .await;
     let (_, key) = app.create_key("reader").await;
 
-    let response = app
-        .post_form("contact", JSON, r#"{"a":"1","a":"2"}"#, &[])
-        .await;
-    assert_eq!(response.status(), 202);
-    let receipt: Value = response.json().await.unwrap();
+    let receipt = post_contact(&app, JSON, r#"{"a":"1","a":"2"}"#, 202).await;
     assert_eq!(receipt["field_count"], 2, "{receipt}");
     let stored =
         stored_through_graphql(&app, &key, receipt["submission_id"].as_str().unwrap()).await;
@@ -488,19 +491,14 @@ async fn json_repeated_keys_keep_every_value_in_order() {
 
     // Repeats among other keys, strings and arrays alike: the same as the same form
     // urlencoded.
-    let as_json = app
-        .post_form(
-            "contact",
-            JSON,
-            r#"{"a": "1", "b": "x", "a": ["2", "3"], "a": []}"#,
-            &[],
-        )
-        .await;
-    assert_eq!(as_json.status(), 202);
-    let as_json: Value = as_json.json().await.unwrap();
-    let as_form = app.post_form("contact", FORM, "a=1&b=x&a=2&a=3", &[]).await;
-    assert_eq!(as_form.status(), 202);
-    let as_form: Value = as_form.json().await.unwrap();
+    let as_json = post_contact(
+        &app,
+        JSON,
+        r#"{"a": "1", "b": "x", "a": ["2", "3"], "a": []}"#,
+        202,
+    )
+    .await;
+    let as_form = post_contact(&app, FORM, "a=1&b=x&a=2&a=3", 202).await;
     let json_stored =
         stored_through_graphql(&app, &key, as_json["submission_id"].as_str().unwrap()).await;
     assert_eq!(
@@ -517,16 +515,13 @@ async fn json_repeated_keys_keep_every_value_in_order() {
     assert_eq!(app.stored_counts().await.0, 3);
 
     // Every repeated value counts towards the limit, one by one; nothing more is stored.
-    let response = app
-        .post_form(
-            "contact",
-            JSON,
-            r#"{"a": "1", "a": "2", "a": ["3", "4"], "a": "5"}"#,
-            &[],
-        )
-        .await;
-    assert_eq!(response.status(), 422);
-    let body: Value = response.json().await.unwrap();
+    let body = post_contact(
+        &app,
+        JSON,
+        r#"{"a": "1", "a": "2", "a": ["3", "4"], "a": "5"}"#,
+        422,
+    )
+    .await;
     assert_eq!(body["error"]["code"], "too_many_fields");
     assert_eq!(body["error"]["details"], json!({"limit": 4, "received": 5}));
     assert_eq!(app.stored_counts().await.0, 3);
@@ -606,35 +601,25 @@ async fn multipart_extended_file_names_are_refused_and_nothing_is_stored() {
     }
 
     // A quote that never closes hides where the parameters end: refused, not guessed at.
-    let response = app
-        .post_form(
-            "contact",
-            Some("multipart/form-data; boundary=B"),
-            part("form-data; name=\"cv; filename*=UTF-8''cv.pdf"),
-            &[],
-        )
-        .await;
-    assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let body = post_contact(
+        &app,
+        Some("multipart/form-data; boundary=B"),
+        part("form-data; name=\"cv; filename*=UTF-8''cv.pdf"),
+        400,
+    )
+    .await;
     assert_eq!(body["error"]["code"], "malformed_form_body");
     assert_eq!(app.stored_counts().await, (0, 0));
 
     // The text inside a quoted name is the name, whatever it says.
-    let response = app
-        .post_form(
-            "contact",
-            Some("multipart/form-data; boundary=B"),
-            part("form-data; name=\"x; filename*=y\""),
-            &[],
-        )
-        .await;
-    assert_eq!(response.status(), 202);
-    let mut conn = app.db.connect().await;
-    let stored: StoredSubmission =
-        diesel::sql_query("SELECT id, fields::text AS fields, received_at FROM submissions")
-            .get_result(&mut conn)
-            .await
-            .unwrap();
+    post_contact(
+        &app,
+        Some("multipart/form-data; boundary=B"),
+        part("form-data; name=\"x; filename*=y\""),
+        202,
+    )
+    .await;
+    let stored = only_submission(&app).await;
     assert_eq!(
         stored.fields,
         r#"{"x; filename*=y":["%PDF-1.7"],"email":["a@example.com"]}"#

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 use tokio::sync::Barrier;
 
@@ -12,11 +11,7 @@ const FORM: Option<&str> = Some("application/x-www-form-urlencoded");
 const KEY: &str = "order-2026-0001-abcdef";
 
 async fn app() -> TestApp {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        Arc::new(SystemClock),
-    )
-    .await;
+    let app = TestApp::start_without_rate_limit().await;
     let contact = endpoint("contact");
     app.insert_endpoint_with(
         &contact,

@@ -30,6 +30,20 @@ async fn protect(app: &TestApp, key: &str, input: Value) {
     );
 }
 
+/// The endpoint "stamped", protected with `min_fill_seconds`; answers the key that set it.
+async fn stamped_endpoint(app: &TestApp, min_fill_seconds: u64) -> String {
+    let (_, key) = app.create_key("stamps").await;
+    app.insert_endpoint(&support::harness::endpoint("stamped"))
+        .await;
+    protect(
+        app,
+        &key,
+        json!({ "endpointId": "stamped", "minFillSeconds": min_fill_seconds }),
+    )
+    .await;
+    key
+}
+
 /// Posts a urlencoded form; answers the status and body.
 async fn post(app: &TestApp, endpoint: &str, form: &[(&str, &str)]) -> (u16, Value) {
     app.post_urlencoded(endpoint, form, &[]).await
@@ -47,6 +61,15 @@ async fn spam_reasons(app: &TestApp, key: &str, receipt: &Value) -> Value {
         .await,
     )["submission"]["spamReasons"]
         .clone()
+}
+
+/// Posts message `m` with `stamp` to the endpoint "stamped" through `poster`: accepted
+/// (a spent or expired stamp lands in the spam folder, it is not refused). Answers the
+/// stored submission's spam reasons, read through `app` with `key`.
+async fn stamped_post(app: &TestApp, poster: &TestApp, key: &str, m: &str, stamp: &str) -> Value {
+    let (status, receipt) = post(poster, "stamped", &[("m", m), ("_hymical_stamp", stamp)]).await;
+    assert_eq!(status, 202, "{receipt}");
+    spam_reasons(app, key, &receipt).await
 }
 
 /// A form stamp for `endpoint`, fetched as the snippet does when its page loads.
@@ -67,15 +90,7 @@ async fn a_form_stamp_is_spent_once_and_expires() {
     let vars = [VARS, &[("FORMS_FORM_STAMP_MAX_AGE_SECONDS", "7200")]].concat();
     let app = TestApp::start_on(db.clone(), &vars, clock.clone()).await;
     let other = TestApp::start_on(db, &vars, clock.clone()).await;
-    let (_, key) = app.create_key("stamps").await;
-    app.insert_endpoint(&support::harness::endpoint("stamped"))
-        .await;
-    protect(
-        &app,
-        &key,
-        json!({ "endpointId": "stamped", "minFillSeconds": 3 }),
-    )
-    .await;
+    let key = stamped_endpoint(&app, 3).await;
 
     let stamp = form_stamp(&app, "stamped").await;
     assert_ne!(
@@ -84,21 +99,10 @@ async fn a_form_stamp_is_spent_once_and_expires() {
         "each stamp is new"
     );
     clock.advance(chrono::Duration::seconds(5));
-    let (status, first) = post(&app, "stamped", &[("m", "1"), ("_hymical_stamp", &stamp)]).await;
-    assert_eq!(status, 202, "{first}");
-    assert_eq!(spam_reasons(&app, &key, &first).await, json!([]));
+    assert_eq!(stamped_post(&app, &app, &key, "1", &stamp).await, json!([]));
     for process in [&app, &other] {
-        let (status, again) = post(
-            process,
-            "stamped",
-            &[("m", "2"), ("_hymical_stamp", &stamp)],
-        )
-        .await;
-        assert_eq!(status, 202, "{again}");
-        assert_eq!(
-            spam_reasons(&app, &key, &again).await,
-            json!(["form stamp used before"])
-        );
+        let reasons = stamped_post(&app, process, &key, "2", &stamp).await;
+        assert_eq!(reasons, json!(["form stamp used before"]));
     }
 
     // Two hours and a second after it was served, a stamp has expired (and is not
@@ -106,19 +110,16 @@ async fn a_form_stamp_is_spent_once_and_expires() {
     let old = form_stamp(&other, "stamped").await;
     clock.advance(chrono::Duration::seconds(7201));
     for process in [&app, &other] {
-        let (status, late) =
-            post(process, "stamped", &[("m", "3"), ("_hymical_stamp", &old)]).await;
-        assert_eq!(status, 202, "{late}");
-        assert_eq!(
-            spam_reasons(&app, &key, &late).await,
-            json!(["form stamp expired"])
-        );
+        let reasons = stamped_post(&app, process, &key, "3", &old).await;
+        assert_eq!(reasons, json!(["form stamp expired"]));
     }
     // A fresh one is fine again.
     let fresh = form_stamp(&app, "stamped").await;
     clock.advance(chrono::Duration::seconds(4));
-    let (_, ok) = post(&other, "stamped", &[("m", "4"), ("_hymical_stamp", &fresh)]).await;
-    assert_eq!(spam_reasons(&app, &key, &ok).await, json!([]));
+    assert_eq!(
+        stamped_post(&app, &other, &key, "4", &fresh).await,
+        json!([])
+    );
 }
 
 /// `GET /f/{id}/stamp` with `query`: the status, the `Retry-After` header and the body.
@@ -155,15 +156,7 @@ async fn form_stamps_count_against_the_source_limit() {
         clock.clone(),
     )
     .await;
-    let (_, key) = app.create_key("stamps").await;
-    app.insert_endpoint(&support::harness::endpoint("stamped"))
-        .await;
-    protect(
-        &app,
-        &key,
-        json!({ "endpointId": "stamped", "minFillSeconds": 1 }),
-    )
-    .await;
+    let key = stamped_endpoint(&app, 1).await;
 
     let mut served = 0;
     let mut accepted = 0;
@@ -221,23 +214,14 @@ async fn a_renewed_stamp_keeps_the_time_the_page_was_served() {
     let clock = Arc::new(ManualClock::new(start));
     let vars = [VARS, &[("FORMS_FORM_STAMP_MAX_AGE_SECONDS", "7200")]].concat();
     let app = TestApp::start_with(&vars, clock.clone()).await;
-    let (_, key) = app.create_key("stamps").await;
-    for id in ["stamped", "other"] {
-        app.insert_endpoint(&support::harness::endpoint(id)).await;
-    }
-    protect(
-        &app,
-        &key,
-        json!({ "endpointId": "stamped", "minFillSeconds": 3 }),
-    )
-    .await;
+    let key = stamped_endpoint(&app, 3).await;
+    app.insert_endpoint(&support::harness::endpoint("other"))
+        .await;
     let seconds = |stamp: &str| stamp.split('.').next().unwrap().to_string();
 
     let stamp = form_stamp(&app, "stamped").await;
     clock.advance(chrono::Duration::seconds(5));
-    let (status, first) = post(&app, "stamped", &[("m", "1"), ("_hymical_stamp", &stamp)]).await;
-    assert_eq!(status, 202, "{first}");
-    assert_eq!(spam_reasons(&app, &key, &first).await, json!([]));
+    assert_eq!(stamped_post(&app, &app, &key, "1", &stamp).await, json!([]));
 
     // Renewed at once after the submission, and sent at once: as old as the page.
     let (status, _, body) = get_stamp(&app, "stamped", &format!("?renew={stamp}")).await;
@@ -245,12 +229,13 @@ async fn a_renewed_stamp_keeps_the_time_the_page_was_served() {
     let renewed = body["value"].as_str().unwrap().to_string();
     assert_ne!(renewed, stamp);
     assert_eq!(seconds(&renewed), seconds(&stamp));
-    let (_, second) = post(&app, "stamped", &[("m", "2"), ("_hymical_stamp", &renewed)]).await;
-    assert_eq!(spam_reasons(&app, &key, &second).await, json!([]));
-    // The renewed stamp is single-use too.
-    let (_, third) = post(&app, "stamped", &[("m", "3"), ("_hymical_stamp", &renewed)]).await;
     assert_eq!(
-        spam_reasons(&app, &key, &third).await,
+        stamped_post(&app, &app, &key, "2", &renewed).await,
+        json!([])
+    );
+    // The renewed stamp is single-use too.
+    assert_eq!(
+        stamped_post(&app, &app, &key, "3", &renewed).await,
         json!(["form stamp used before"])
     );
 

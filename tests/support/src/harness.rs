@@ -305,6 +305,16 @@ impl TestApp {
         TestApp::start_with(&[], Arc::new(SystemClock)).await
     }
 
+    /// An app on the system clock that never answers 429: for tests that post more than
+    /// the default limits allow.
+    pub async fn start_without_rate_limit() -> TestApp {
+        TestApp::start_with(
+            &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+            Arc::new(SystemClock),
+        )
+        .await
+    }
+
     pub async fn start_with(vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
         let db = TestDb::new().await;
         TestApp::start_on(db, vars, clock).await
@@ -323,6 +333,17 @@ impl TestApp {
     ) -> TestApp {
         let url = db.url.clone();
         TestApp::start_on_url(db, &url, vars, clock, counter).await
+    }
+
+    /// An app on `db` with `vars` whose pool logs every statement it prepares; answers the
+    /// log too.
+    pub async fn start_logged(
+        db: TestDb,
+        vars: &[(&str, &str)],
+    ) -> (TestApp, db::StatementCounter) {
+        let log = Arc::new(db::StatementLog::default());
+        let app = TestApp::start_counted(db, vars, Arc::new(SystemClock), Some(log.clone())).await;
+        (app, log)
     }
 
     /// An app on `db` that reaches the database through `url` (a proxy, say).
@@ -735,6 +756,13 @@ pub struct DeliveryRow {
     pub submission_id: Option<String>,
 }
 
+impl DeliveryRow {
+    /// Where the delivery stands: its state, attempts and attempts in this cycle.
+    pub fn progress(&self) -> (&str, i32, i32) {
+        (self.state.as_str(), self.attempts, self.cycle_attempts)
+    }
+}
+
 /// One attempt row.
 #[derive(diesel::QueryableByName, Debug, Clone)]
 pub struct AttemptRow {
@@ -786,11 +814,15 @@ impl TestDb {
             .n
     }
 
-    /// Waits (at most 30 s) until `n` backends wait for a lock.
+    /// Waits (at most 30 s) until `n` backends of this database wait for a lock (tests on
+    /// other databases of the shared server wait for theirs).
     pub async fn until_waiting_for_locks(&self, n: i64) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while self
-            .count("SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            .count(
+                "SELECT count(*) AS n FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
             .await
             < n
         {
@@ -811,6 +843,11 @@ impl TestDb {
         .load(&mut conn)
         .await
         .expect("deliveries")
+    }
+
+    /// The ids of every delivery, oldest first.
+    pub async fn delivery_ids(&self) -> Vec<String> {
+        self.deliveries().await.into_iter().map(|d| d.id).collect()
     }
 
     pub async fn delivery(&self, id: &str) -> DeliveryRow {

@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Router;
@@ -51,6 +52,10 @@ impl Receiver {
             .route("/failing", any(failing))
             .route("/gone", any(gone))
             .fallback(any(ok))
+            .layer(axum::middleware::from_fn_with_state(
+                receiver.clone(),
+                remember,
+            ))
             .with_state(receiver.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -110,46 +115,34 @@ fn switched(flag: &AtomicBool, status: StatusCode) -> StatusCode {
     }
 }
 
-async fn failing(
-    State(receiver): State<Receiver>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    remember(&receiver, &uri, headers, body);
+async fn failing(State(receiver): State<Receiver>) -> StatusCode {
     switched(&receiver.failing, StatusCode::INTERNAL_SERVER_ERROR)
 }
 
-async fn gone(
-    State(receiver): State<Receiver>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    remember(&receiver, &uri, headers, body);
+async fn gone(State(receiver): State<Receiver>) -> StatusCode {
     switched(&receiver.gone, StatusCode::GONE)
 }
 
-fn remember(receiver: &Receiver, uri: &Uri, headers: HeaderMap, body: Bytes) {
+/// Keeps every request, whatever its path, before the route answers it: the exact body
+/// bytes are read here and handed on unchanged.
+async fn remember(State(receiver): State<Receiver>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .expect("request body");
     receiver
         .requests
         .lock()
         .expect("receiver lock")
         .push(Received {
-            path: uri.path().to_string(),
-            headers,
-            body,
+            path: parts.uri.path().to_string(),
+            headers: parts.headers.clone(),
+            body: body.clone(),
         });
+    next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
-async fn status(
-    State(receiver): State<Receiver>,
-    Path(code): Path<u16>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    remember(&receiver, &uri, headers, body);
+async fn status(Path(code): Path<u16>) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT);
     if status.is_redirection() {
         return (status, [("location", "/landing")], "moved").into_response();
@@ -157,27 +150,14 @@ async fn status(
     (status, "a response body that must never be stored").into_response()
 }
 
-async fn hang(
-    State(receiver): State<Receiver>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    remember(&receiver, &uri, headers, body);
+async fn hang(State(receiver): State<Receiver>) -> StatusCode {
     while receiver.hanging.load(Ordering::SeqCst) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     StatusCode::OK
 }
 
-async fn slow(
-    State(receiver): State<Receiver>,
-    Path(ms): Path<u64>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    remember(&receiver, &uri, headers, body);
+async fn slow(State(receiver): State<Receiver>, Path(ms): Path<u64>) -> StatusCode {
     let now = receiver.slow_now.fetch_add(1, Ordering::SeqCst) + 1;
     receiver.slow_most.fetch_max(now, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(ms)).await;
@@ -185,12 +165,6 @@ async fn slow(
     StatusCode::OK
 }
 
-async fn ok(
-    State(receiver): State<Receiver>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    remember(&receiver, &uri, headers, body);
+async fn ok() -> StatusCode {
     StatusCode::OK
 }
