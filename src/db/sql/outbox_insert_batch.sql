@@ -40,36 +40,30 @@
 -- and kind, where it goes, the snapshot secret, the destination's live secrets after the
 -- lock and its run of failed deliveries.
 WITH input AS (
-    SELECT *
+    -- Each submission as it is stored: the spam verdict a flag and its reasons.
+    SELECT i.*, i.spam_verdict IS NOT NULL AS spam,
+           ARRAY(SELECT json_array_elements_text(i.spam_verdict)) AS spam_reasons
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
                 $6::varchar[], $7::varchar[], $19::json[])
          WITH ORDINALITY AS i (id, endpoint_id, received_at, fields, idempotency_key,
-                               payload_fingerprint, delivery_id, spam_reasons, position)
+                               payload_fingerprint, delivery_id, spam_verdict, position)
 ), keyed_submission AS (
-    INSERT INTO submissions
-        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
-         spam_reasons)
-    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint,
-           spam_reasons IS NOT NULL,
-           ARRAY(SELECT json_array_elements_text(spam_reasons))
-    FROM input
-    WHERE idempotency_key IS NOT NULL
-    ORDER BY position
+    INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key,
+                             payload_fingerprint, spam, spam_reasons)
+    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
+           spam_reasons
+    FROM input WHERE idempotency_key IS NOT NULL ORDER BY position
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, endpoint_id, received_at, spam
 ), unkeyed_submission AS (
     -- A submission without a key can conflict with none (NULLs are distinct in the unique
     -- constraint), so it is inserted plainly: `ON CONFLICT` would cost each row a probe of
     -- that index before its insert, a speculative-insertion lock and a second WAL record.
-    INSERT INTO submissions
-        (id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
-         spam_reasons)
-    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint,
-           spam_reasons IS NOT NULL,
-           ARRAY(SELECT json_array_elements_text(spam_reasons))
-    FROM input
-    WHERE idempotency_key IS NULL
-    ORDER BY position
+    INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key,
+                             payload_fingerprint, spam, spam_reasons)
+    SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
+           spam_reasons
+    FROM input WHERE idempotency_key IS NULL ORDER BY position
     RETURNING id, endpoint_id, received_at, spam
 ), new_submission AS (
     SELECT * FROM keyed_submission
