@@ -3,7 +3,9 @@
 # that introduce destinations (000015 onwards: docs/BENCHMARKS.md, "Migrating to
 # destinations: lock time on 10 million deliveries"); with BENCH_FROM_MIGRATION=31 those
 # that partition the history (000031 onwards: "Partitioning the history in place: lock time
-# on 10 million rows"), on a history that then also holds one event per delivery.
+# on 10 million rows"), on a history that then also holds one event per delivery; with
+# BENCH_FROM_MIGRATION=39 the backfill of every delivery's destination ("Backfilling
+# destinations (migration 39)"), on a history whose endpoints have their destinations.
 #
 #   benches/migration_lock_time.sh [DELIVERIES]        (default 10,000,000; or BENCH_DELIVERIES)
 #
