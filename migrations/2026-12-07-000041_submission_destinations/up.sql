@@ -21,11 +21,16 @@
 --
 -- p_submissions, p_endpoints, p_fields: one element per submission, in the order they
 -- were accepted; p_now: the time the autoresponders' windows count from.
+--
+-- ROWS 30: about what one call returns (a batch of submissions, a destination or two
+-- each). With the default estimate (1,000) the planner priced the outbox statement's
+-- generic plan far above its custom ones and planned every execution anew: 1 ms more a
+-- batch, a quarter of intake's throughput (docs/BENCHMARKS.md, intake, "What we tried").
 CREATE FUNCTION submission_destinations(p_submissions varchar[], p_endpoints varchar[],
                                         p_fields json[], p_now timestamptz)
 RETURNS TABLE (submission_id varchar, destination_id varchar, kind varchar, url varchar,
                secret varchar, first boolean)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql ROWS 30 AS $$
 #variable_conflict use_column
 BEGIN
     RETURN QUERY

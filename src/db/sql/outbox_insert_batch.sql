@@ -200,16 +200,19 @@ WITH input AS (
     CROSS JOIN LATERAL json_array_elements_text(a.file_ids) AS named (id)
     WHERE f.id = named.id AND f.submission_id IS NULL
     RETURNING f.id
+), spam_endpoint AS (
+    -- The endpoints of the batch's spam that have a destination: spam is answered as it
+    -- would have been accepted, queued when its endpoint has one (a bot learns nothing).
+    SELECT DISTINCT ds.endpoint_id
+    FROM destinations ds
+    JOIN endpoints e ON e.id = ds.endpoint_id
+    WHERE ds.endpoint_id = ANY (ARRAY(SELECT s.endpoint_id FROM new_submission s WHERE s.spam))
+      AND ds.removed_at IS NULL AND 'submission.received' = ANY (ds.events)
+      AND e.deleted_at IS NULL
 ), result AS (
     SELECT s.id,
-           -- Spam is answered as it would have been accepted: queued when its endpoint
-           -- has a destination (a bot learns nothing).
            CASE WHEN s.spam
-                THEN EXISTS (SELECT 1 FROM destinations ds
-                             JOIN endpoints e ON e.id = ds.endpoint_id
-                             WHERE ds.endpoint_id = s.endpoint_id AND ds.removed_at IS NULL
-                               AND 'submission.received' = ANY (ds.events)
-                               AND e.deleted_at IS NULL)
+                THEN s.endpoint_id IN (SELECT e.endpoint_id FROM spam_endpoint e)
                 ELSE EXISTS (SELECT 1 FROM new_delivery d WHERE d.submission_id = s.id)
            END AS delivery_queued,
            c.id AS delivery_id, c.claim_token, c.destination_id, q.kind,
