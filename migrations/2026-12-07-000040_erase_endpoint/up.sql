@@ -7,6 +7,9 @@
 -- Answers nothing; the caller has locked the endpoint's row.
 CREATE FUNCTION erase_endpoint(p_endpoint varchar) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_destinations varchar[] :=
+        ARRAY(SELECT ds.id FROM destinations ds WHERE ds.endpoint_id = p_endpoint);
 BEGIN
     DELETE FROM delivery_attempts a
     USING webhook_deliveries d
@@ -15,12 +18,8 @@ BEGIN
     DELETE FROM webhook_deliveries WHERE endpoint_id = p_endpoint;
     DELETE FROM delivery_state_counts WHERE endpoint_id = p_endpoint;
     DELETE FROM submissions WHERE endpoint_id = p_endpoint;
-    DELETE FROM destination_throttles t
-    USING destinations ds
-    WHERE t.destination_id = ds.id AND ds.endpoint_id = p_endpoint;
-    DELETE FROM autoresponder_recipients r
-    USING destinations ds
-    WHERE r.destination_id = ds.id AND ds.endpoint_id = p_endpoint;
+    DELETE FROM destination_throttles WHERE destination_id = ANY (v_destinations);
+    DELETE FROM autoresponder_recipients WHERE destination_id = ANY (v_destinations);
     DELETE FROM destinations WHERE endpoint_id = p_endpoint;
     DELETE FROM endpoint_events WHERE endpoint_id = p_endpoint;
     DELETE FROM endpoints WHERE id = p_endpoint;
