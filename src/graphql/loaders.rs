@@ -102,6 +102,53 @@ fn empty_for<K: Clone + Eq + std::hash::Hash, V>(keys: &[K]) -> HashMap<K, Vec<V
     keys.iter().map(|key| (key.clone(), Vec::new())).collect()
 }
 
+/// The loader `$loader` of one row per key: `$query` loads the rows of a batch of keys,
+/// `$key_field` is a row's key.
+macro_rules! row_per_key {
+    ($loader:ident: $key:ty => $row:ty, $query:path, $key_field:ident) => {
+        impl Loader<$key> for $loader {
+            type Value = $row;
+            type Error = LoadError;
+
+            async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, $row>, LoadError> {
+                let rows = self
+                    .0
+                    .run(async |conn| $query(conn, keys).await)
+                    .await
+                    .map_err(Arc::new)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|row| (row.$key_field.clone(), row))
+                    .collect())
+            }
+        }
+    };
+}
+
+/// The loader `$loader` of every row of a key, in the order `$query` answers them, and
+/// an empty list for a key without any (so that it is cached too).
+macro_rules! rows_per_key {
+    ($loader:ident: $key:ty => $row:ty, $query:path, $key_field:ident) => {
+        impl Loader<$key> for $loader {
+            type Value = Vec<$row>;
+            type Error = LoadError;
+
+            async fn load(&self, keys: &[$key]) -> Result<HashMap<$key, Vec<$row>>, LoadError> {
+                let rows = self
+                    .0
+                    .run(async |conn| $query(conn, keys).await)
+                    .await
+                    .map_err(Arc::new)?;
+                let mut found = empty_for(keys);
+                for row in rows {
+                    found.entry(row.$key_field.clone()).or_default().push(row);
+                }
+                Ok(found)
+            }
+        }
+    };
+}
+
 /// A key of the first-page loaders: (endpoint id, how many rows to fetch).
 pub type FirstPage = (EndpointId, i64);
 
@@ -181,39 +228,9 @@ impl Loader<FirstPage> for EndpointSubmissionsLoader {
     }
 }
 
-impl Loader<EndpointId> for EndpointLoader {
-    type Value = EndpointRow;
-    type Error = LoadError;
+row_per_key!(EndpointLoader: EndpointId => EndpointRow, db::endpoints::find_many, id);
 
-    async fn load(
-        &self,
-        keys: &[EndpointId],
-    ) -> Result<HashMap<EndpointId, EndpointRow>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::endpoints::find_many(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
-    }
-}
-
-impl Loader<SubmissionId> for SubmissionLoader {
-    type Value = SubmissionRow;
-    type Error = LoadError;
-
-    async fn load(
-        &self,
-        keys: &[SubmissionId],
-    ) -> Result<HashMap<SubmissionId, SubmissionRow>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::submissions::find_many(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
-    }
-}
+row_per_key!(SubmissionLoader: SubmissionId => SubmissionRow, db::submissions::find_many, id);
 
 impl Loader<SubmissionId> for DeliveriesOfSubmissionLoader {
     type Value = Vec<DeliveryRow>;
@@ -255,91 +272,21 @@ impl Loader<EndpointId> for DeliveryCountsLoader {
     }
 }
 
-impl Loader<EndpointId> for DestinationsOfEndpointLoader {
-    type Value = Vec<DestinationRow>;
-    type Error = LoadError;
+rows_per_key!(
+    DestinationsOfEndpointLoader: EndpointId => DestinationRow,
+    db::destinations::of_endpoints,
+    endpoint_id
+);
 
-    async fn load(
-        &self,
-        keys: &[EndpointId],
-    ) -> Result<HashMap<EndpointId, Vec<DestinationRow>>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::destinations::of_endpoints(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        let mut by_endpoint = empty_for(keys);
-        for row in rows {
-            by_endpoint
-                .entry(row.endpoint_id.clone())
-                .or_default()
-                .push(row);
-        }
-        Ok(by_endpoint)
-    }
-}
+row_per_key!(
+    SpamProtectionLoader: EndpointId => SpamProtectionRow,
+    db::spam::protections,
+    endpoint_id
+);
 
-impl Loader<EndpointId> for SpamProtectionLoader {
-    type Value = SpamProtectionRow;
-    type Error = LoadError;
+row_per_key!(DestinationLoader: DestinationId => DestinationRow, db::destinations::find_many, id);
 
-    async fn load(
-        &self,
-        keys: &[EndpointId],
-    ) -> Result<HashMap<EndpointId, SpamProtectionRow>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::spam::protections(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows
-            .into_iter()
-            .map(|row| (row.endpoint_id.clone(), row))
-            .collect())
-    }
-}
-
-impl Loader<DestinationId> for DestinationLoader {
-    type Value = DestinationRow;
-    type Error = LoadError;
-
-    async fn load(
-        &self,
-        keys: &[DestinationId],
-    ) -> Result<HashMap<DestinationId, DestinationRow>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::destinations::find_many(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        Ok(rows.into_iter().map(|row| (row.id.clone(), row)).collect())
-    }
-}
-
-/// A delivery's attempts, in number order (keyed by delivery id).
-impl Loader<DeliveryId> for AttemptLoader {
-    type Value = Vec<AttemptRow>;
-    type Error = LoadError;
-
-    async fn load(
-        &self,
-        keys: &[DeliveryId],
-    ) -> Result<HashMap<DeliveryId, Vec<AttemptRow>>, LoadError> {
-        let rows = self
-            .0
-            .run(async |conn| db::deliveries::attempts_for(conn, keys).await)
-            .await
-            .map_err(Arc::new)?;
-        let mut by_delivery = empty_for(keys);
-        for row in rows {
-            by_delivery
-                .entry(row.delivery_id.clone())
-                .or_default()
-                .push(row);
-        }
-        Ok(by_delivery)
-    }
-}
+rows_per_key!(AttemptLoader: DeliveryId => AttemptRow, db::deliveries::attempts_for, delivery_id);
 
 /// Loads `keys` through `loader` now and puts the results in `cache`. Unlike `load_many`,
 /// this waits for no batching delay: the keys are all known.
