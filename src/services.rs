@@ -113,7 +113,9 @@ impl Services {
                 app.clock.clone(),
             )));
             let worker = Worker::new(
-                (app.db.clone(), app.clock.clone(), app.files.clone()),
+                app.db.clone(),
+                app.clock.clone(),
+                app.files.clone(),
                 &app.config,
                 senders,
                 wake,

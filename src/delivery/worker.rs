@@ -56,7 +56,9 @@ impl Worker {
     /// A worker with the process's pool, clock and files, and the worker's and webhooks'
     /// settings of `config`.
     pub fn new(
-        (db, clock, files): (Db, Arc<dyn Clock>, Arc<crate::files::Files>),
+        db: Db,
+        clock: Arc<dyn Clock>,
+        files: Arc<crate::files::Files>,
         config: &crate::config::Config,
         senders: Senders,
         wake: Arc<Notify>,

@@ -667,7 +667,9 @@ impl TestApp {
         };
         let app = &self.app;
         hymical_forms::testing::delivery::Worker::new(
-            (app.db.clone(), app.clock.clone(), app.files.clone()),
+            app.db.clone(),
+            app.clock.clone(),
+            app.files.clone(),
             &app.config,
             self.senders(resolver),
             Arc::new(tokio::sync::Notify::new()),
