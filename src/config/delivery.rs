@@ -24,6 +24,17 @@ pub struct WebhookConfig {
     pub warn_after_failed_deliveries: u32,
 }
 
+impl WebhookConfig {
+    /// The server's retry schedule, which a destination without its own follows.
+    pub fn retry_policy(&self) -> crate::model::receiver::RetryPolicy {
+        crate::model::receiver::RetryPolicy {
+            max_attempts: self.max_attempts,
+            first_wait: self.retry_initial,
+            max_wait: self.retry_max,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     pub enabled: bool,

@@ -200,6 +200,11 @@ where
                 destinations::max_in_flight.eq(next.max_in_flight),
                 destinations::events.eq(next.events),
                 destinations::max_requests_per_second.eq(next.max_requests_per_second),
+                destinations::request_headers.eq(next.request_headers),
+                destinations::request_auth.eq(next.request_auth),
+                destinations::retry_max_attempts.eq(next.retry_max_attempts),
+                destinations::retry_first_wait_ms.eq(next.retry_first_wait_ms),
+                destinations::retry_max_wait_ms.eq(next.retry_max_wait_ms),
             ))
             .returning(DestinationRow::as_returning())
             .get_result(conn)

@@ -10,6 +10,7 @@ use super::schema::{
 };
 use crate::model::endpoint::Rotation;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, SubmissionId};
+use crate::model::receiver::{RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{
     AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
     EndpointEventKind, EventKind, KeyRole, PauseReason, WhenUnreachable,
@@ -113,9 +114,43 @@ pub struct DestinationRow {
     pub reply_subject: Option<String>,
     pub reply_body: Option<String>,
     pub reply_window_seconds: Option<i32>,
+    /// A webhook's own headers and authentication, sent with each request to its current
+    /// URL (model/receiver.rs).
+    pub request_headers: RequestHeaders,
+    pub request_auth: Option<RequestAuth>,
+    /// Its own retry schedule, all three set or none (`None`: the server's).
+    pub retry_max_attempts: Option<i32>,
+    pub retry_first_wait_ms: Option<i32>,
+    pub retry_max_wait_ms: Option<i32>,
 }
 
 impl DestinationRow {
+    /// Its own retry schedule, if it has one.
+    pub fn retry_policy(&self) -> Option<RetryPolicy> {
+        RetryPolicy::stored(
+            self.retry_max_attempts,
+            self.retry_first_wait_ms,
+            self.retry_max_wait_ms,
+        )
+    }
+
+    /// The destination with `policy` as its retry schedule (`None`: the server's).
+    pub fn with_retry_policy(self, policy: Option<RetryPolicy>) -> DestinationRow {
+        let (retry_max_attempts, retry_first_wait_ms, retry_max_wait_ms) = match policy {
+            Some(policy) => {
+                let (a, f, m) = policy.columns();
+                (Some(a), Some(f), Some(m))
+            }
+            None => (None, None, None),
+        };
+        DestinationRow {
+            retry_max_attempts,
+            retry_first_wait_ms,
+            retry_max_wait_ms,
+            ..self
+        }
+    }
+
     /// A new email destination (its position is given when it is appended).
     pub fn email(
         endpoint_id: EndpointId,
@@ -186,6 +221,11 @@ impl DestinationRow {
             reply_subject: None,
             reply_body: None,
             reply_window_seconds: None,
+            request_headers: RequestHeaders::default(),
+            request_auth: None,
+            retry_max_attempts: None,
+            retry_first_wait_ms: None,
+            retry_max_wait_ms: None,
         }
     }
 
@@ -385,6 +425,15 @@ pub struct ClaimedDelivery {
     /// Whether its submission has uploaded files (their descriptions and links go in the
     /// webhook and the email; they are read only then).
     pub has_files: bool,
+    /// The destination's own headers and authentication when the delivery goes to its
+    /// current URL (an earlier receiver is never sent a later one's credentials); empty
+    /// and `None` otherwise.
+    pub request_headers: Option<RequestHeaders>,
+    pub request_auth: Option<RequestAuth>,
+    /// The destination's own retry schedule (`None`: the server's).
+    pub retry_max_attempts: Option<i32>,
+    pub retry_first_wait_ms: Option<i32>,
+    pub retry_max_wait_ms: Option<i32>,
 }
 
 impl ClaimedDelivery {
@@ -412,7 +461,21 @@ impl ClaimedDelivery {
             reply_subject: None,
             reply_body: None,
             has_files: false,
+            request_headers: None,
+            request_auth: None,
+            retry_max_attempts: None,
+            retry_first_wait_ms: None,
+            retry_max_wait_ms: None,
         }
+    }
+
+    /// The destination's own retry schedule as claimed, if it has one.
+    pub fn retry_policy(&self) -> Option<RetryPolicy> {
+        RetryPolicy::stored(
+            self.retry_max_attempts,
+            self.retry_first_wait_ms,
+            self.retry_max_wait_ms,
+        )
     }
 
     /// What identifies the claim: the delivery and the token it holds.

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use diesel::pg::data_types::PgInterval;
 use diesel::sql_types::{
-    Array, BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz,
+    Array, BigInt, Bool, Integer, Interval, Json, Jsonb, Nullable, Text, Timestamptz,
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
@@ -52,6 +52,11 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Bool,
+    Nullable<Jsonb>,
+    Nullable<Jsonb>,
+    Nullable<Integer>,
+    Nullable<Integer>,
+    Nullable<Integer>,
 );
 
 /// The scheme an email delivery's snapshot captures its recipients under

@@ -145,6 +145,11 @@ diesel::table! {
         #[max_length = 5000]
         reply_body -> Nullable<Varchar>,
         reply_window_seconds -> Nullable<Int4>,
+        request_headers -> Jsonb,
+        request_auth -> Nullable<Jsonb>,
+        retry_max_attempts -> Nullable<Int4>,
+        retry_first_wait_ms -> Nullable<Int4>,
+        retry_max_wait_ms -> Nullable<Int4>,
     }
 }
 

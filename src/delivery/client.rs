@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reqwest::header::HeaderValue;
 use url::{Host, Url};
 
 use super::outcome::{AttemptResult, Outcome};
@@ -18,6 +19,15 @@ use super::payload::SignatureHeaders;
 use crate::config::WebhookConfig;
 use crate::model::destination::host_is_internal;
 use crate::outbound::{GuardedResolver, NameResolver, RefusedDestination, UnresolvedName};
+
+/// A header a receiver asked for (its own static headers, its `Authorization`); a
+/// sensitive one's value is kept out of any debug output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiverHeader {
+    pub name: String,
+    pub value: String,
+    pub sensitive: bool,
+}
 
 /// How much of a response body is read before the connection is dropped.
 const RESPONSE_PREFIX_BYTES: usize = 4096;
@@ -51,13 +61,14 @@ impl WebhookClient {
         })
     }
 
-    /// Sends one signed delivery and classifies what happened. Never panics, never
-    /// returns the response body.
+    /// Sends one signed delivery, with the headers its receiver asked for, and classifies
+    /// what happened. Never panics, never returns the response body.
     pub async fn send(
         &self,
         destination: &str,
         body: Vec<u8>,
         signatures: &SignatureHeaders,
+        receiver: &[ReceiverHeader],
     ) -> AttemptResult {
         let url = match Url::parse(destination) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => url,
@@ -88,6 +99,18 @@ impl WebhookClient {
         // (payload::sign, by the kind of request), not the client's.
         for (name, value) in signatures.headers() {
             request = request.header(name, value);
+        }
+        // The receiver's own headers were checked when set (model/receiver.rs); one that
+        // does not convert is refused rather than sent without.
+        for header in receiver {
+            let Ok(mut value) = HeaderValue::from_str(&header.value) else {
+                return AttemptResult::failure(
+                    Outcome::BlockedDestination,
+                    "a header of the destination is not a valid HTTP header",
+                );
+            };
+            value.set_sensitive(header.sensitive);
+            request = request.header(header.name.as_str(), value);
         }
         let request = request.body(body);
         match request.send().await {

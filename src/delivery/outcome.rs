@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::email::MailOutcome;
-use crate::config::WebhookConfig;
+use crate::model::receiver::RetryPolicy;
 pub use crate::model::state::AttemptOutcome as Outcome;
 
 /// What one request produced, as recorded in `delivery_attempts`.
@@ -121,23 +121,17 @@ pub enum NextStep {
     Failed,
 }
 
-/// `cycle_attempts` is the count after this attempt. The wait doubles from the initial
-/// delay, capped, with no jitter: `min(initial × 2^(cycle_attempts−1), max)`.
-pub fn next_step(result: &AttemptResult, cycle_attempts: u32, config: &WebhookConfig) -> NextStep {
+/// `cycle_attempts` is the count after this attempt; `policy` the destination's own
+/// schedule or the server's (`RetryPolicy::wait_after`: doubling from the first wait,
+/// capped, no jitter).
+pub fn next_step(result: &AttemptResult, cycle_attempts: u32, policy: &RetryPolicy) -> NextStep {
     if result.outcome == Outcome::Succeeded {
         return NextStep::Delivered;
     }
-    if !result.is_retryable() || cycle_attempts >= config.max_attempts {
+    if !result.is_retryable() || cycle_attempts >= policy.max_attempts {
         return NextStep::Failed;
     }
-    NextStep::RetryAfter(backoff(cycle_attempts, config))
-}
-
-pub fn backoff(cycle_attempts: u32, config: &WebhookConfig) -> Duration {
-    let exponent = cycle_attempts.saturating_sub(1).min(62);
-    let factor = 2f64.powi(exponent as i32);
-    let wait = config.retry_initial.as_secs_f64() * factor;
-    Duration::from_secs_f64(wait.min(config.retry_max.as_secs_f64()))
+    NextStep::RetryAfter(policy.wait_after(cycle_attempts))
 }
 
 #[cfg(test)]
@@ -155,17 +149,11 @@ mod tests {
         assert_eq!(AttemptResult::from_status(599).response_status, Some(599));
     }
 
-    fn config() -> WebhookConfig {
-        WebhookConfig {
-            connect_timeout: Duration::from_secs(5),
-            read_timeout: Duration::from_secs(10),
+    fn config() -> RetryPolicy {
+        RetryPolicy {
             max_attempts: 5,
-            retry_initial: Duration::from_secs(10),
-            retry_max: Duration::from_secs(3600),
-            allow_private_targets: false,
-            secret_overlap: Duration::from_secs(86_400),
-            pause_after_failed_deliveries: 20,
-            warn_after_failed_deliveries: 10,
+            first_wait: Duration::from_secs(10),
+            max_wait: Duration::from_secs(3600),
         }
     }
 
@@ -224,8 +212,8 @@ mod tests {
                 .chain([NextStep::Failed])
                 .collect::<Vec<_>>()
         );
-        config.retry_initial = Duration::from_secs(3);
-        config.retry_max = Duration::from_secs(7);
+        config.first_wait = Duration::from_secs(3);
+        config.max_wait = Duration::from_secs(7);
         config.max_attempts = 4;
         let waits: Vec<NextStep> = (1..=4).map(|n| next_step(&retry, n, &config)).collect();
         assert_eq!(
@@ -237,7 +225,11 @@ mod tests {
                 NextStep::Failed
             ]
         );
-        assert_eq!(backoff(200, &config), Duration::from_secs(7), "no overflow");
+        assert_eq!(
+            config.wait_after(200),
+            Duration::from_secs(7),
+            "no overflow"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::client::WebhookClient;
+use super::client::{ReceiverHeader, WebhookClient};
 use super::email::{self, Mailer, Notification, OutgoingEmail};
 use super::outcome::AttemptResult;
 use super::payload;
@@ -94,7 +94,12 @@ impl Senders {
             tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
         }
         self.webhook
-            .send(&delivery.destination_url, body, &signatures)
+            .send(
+                &delivery.destination_url,
+                body,
+                &signatures,
+                &receiver_headers(delivery),
+            )
             .await
     }
 
@@ -116,6 +121,26 @@ impl Senders {
             Err(unsendable) => unsendable,
         }
     }
+}
+
+/// The headers a webhook's receiver asked for, as claimed: its own, in order, then its
+/// authentication's `Authorization`. Secret values and credentials are sensitive.
+fn receiver_headers(delivery: &ClaimedDelivery) -> Vec<ReceiverHeader> {
+    let own = delivery
+        .request_headers
+        .iter()
+        .flat_map(|headers| &headers.0);
+    own.map(|header| ReceiverHeader {
+        name: header.name.clone(),
+        value: header.value.clone(),
+        sensitive: header.secret,
+    })
+    .chain(delivery.request_auth.iter().map(|auth| ReceiverHeader {
+        name: "authorization".into(),
+        value: auth.authorization(),
+        sensitive: true,
+    }))
+    .collect()
 }
 
 /// An email destination's message: the notification of its submission to the recipients

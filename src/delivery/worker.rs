@@ -21,19 +21,21 @@ use super::outcome::{self, AttemptResult, NextStep};
 use super::recorder::{self, HandOnSettings, Recorder};
 use super::senders::{Senders, Submission};
 use crate::clock::Clock;
-use crate::config::{WebhookConfig, WorkerConfig};
+use crate::config::WorkerConfig;
 use crate::db::destinations::FailureThresholds;
 use crate::db::models::ClaimedDelivery;
 use crate::db::queue::{self, ClaimRequest, OwnerTransition, Recorded};
 use crate::db::{Db, DbError};
 use crate::model::ids::AttemptId;
+use crate::model::receiver::RetryPolicy;
 use crate::model::state::{DeliveryState, DestinationKind};
 use crate::telemetry::meters;
 
 pub struct Worker {
     db: Db,
     config: WorkerConfig,
-    webhook: WebhookConfig,
+    /// The server's retry schedule, for destinations without their own.
+    retry: RetryPolicy,
     clock: Arc<dyn Clock>,
     /// A sender per destination kind.
     senders: Senders,
@@ -81,7 +83,7 @@ impl Worker {
             recorder,
             db,
             config,
-            webhook,
+            retry: webhook.retry_policy(),
             clock,
             senders,
             wake,
@@ -361,7 +363,8 @@ impl Worker {
     ) -> Option<ClaimedDelivery> {
         // The owner's transition, decided from the cycle count it claimed with.
         let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
-        let transition = match outcome::next_step(result, cycle_attempts, &self.webhook) {
+        let policy = delivery.retry_policy().unwrap_or(self.retry);
+        let transition = match outcome::next_step(result, cycle_attempts, &policy) {
             NextStep::Delivered => OwnerTransition::Delivered,
             NextStep::Failed => OwnerTransition::Failed,
             NextStep::RetryAfter(wait) => OwnerTransition::Retry { after: wait },

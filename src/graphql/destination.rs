@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use super::app;
 use super::timestamp::Timestamp;
 use crate::db::models::DestinationRow;
+use crate::model::receiver::RequestAuth;
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 pub struct Destination(pub DestinationRow);
@@ -86,6 +87,43 @@ impl Destination {
     async fn max_requests_per_second(&self) -> Option<i32> {
         self.0.max_requests_per_second
     }
+    /// A webhook's own headers, in the order they are sent (to its current URL); a
+    /// secret one's value is never answered.
+    async fn headers(&self) -> Vec<DestinationHeader> {
+        self.0
+            .request_headers
+            .0
+            .iter()
+            .map(|header| DestinationHeader {
+                name: header.name.clone(),
+                value: (!header.secret).then(|| header.value.clone()),
+                secret: header.secret,
+            })
+            .collect()
+    }
+    /// How a webhook's requests authenticate to its receiver; null: they do not. The
+    /// password or token is never answered.
+    async fn auth(&self) -> Option<DestinationAuth> {
+        self.0.request_auth.as_ref().map(|auth| match auth {
+            RequestAuth::Basic { username, .. } => DestinationAuth {
+                kind: DestinationAuthKind::Basic,
+                username: Some(username.clone()),
+            },
+            RequestAuth::Bearer { .. } => DestinationAuth {
+                kind: DestinationAuthKind::Bearer,
+                username: None,
+            },
+        })
+    }
+    /// Its own retry schedule; null: the server's (`FORMS_WEBHOOK_MAX_ATTEMPTS`,
+    /// `FORMS_WEBHOOK_RETRY_INITIAL_SECONDS`, `FORMS_WEBHOOK_RETRY_MAX_SECONDS`).
+    async fn retry_policy(&self) -> Option<DestinationRetryPolicy> {
+        self.0.retry_policy().map(|policy| DestinationRetryPolicy {
+            max_attempts: i32::try_from(policy.max_attempts).unwrap_or(i32::MAX),
+            first_wait_seconds: policy.first_wait.as_secs_f64(),
+            max_wait_seconds: policy.max_wait.as_secs_f64(),
+        })
+    }
     async fn state(&self) -> DestinationState {
         if self.0.removed_at.is_some() {
             DestinationState::Removed
@@ -114,6 +152,42 @@ impl Destination {
     async fn removed_at(&self) -> Option<Timestamp> {
         self.0.removed_at.map(Timestamp)
     }
+}
+
+/// A static header a webhook's requests carry.
+#[derive(SimpleObject)]
+pub struct DestinationHeader {
+    pub name: String,
+    /// Null for a secret header: it is set, and never shown.
+    pub value: Option<String>,
+    pub secret: bool,
+}
+
+#[derive(Enum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DestinationAuthKind {
+    /// HTTP Basic: `Authorization: Basic` with the username and password.
+    Basic,
+    /// `Authorization: Bearer` with the token.
+    Bearer,
+}
+
+/// How a webhook's requests authenticate; the password or token is never shown.
+#[derive(SimpleObject)]
+pub struct DestinationAuth {
+    pub kind: DestinationAuthKind,
+    /// Basic's username; null for a bearer token.
+    pub username: Option<String>,
+}
+
+/// A destination's own retry schedule: after the n-th failed attempt of a cycle it waits
+/// `min(firstWaitSeconds × 2^(n−1), maxWaitSeconds)`, no jitter; a delivery fails after
+/// `maxAttempts` attempts in a cycle (a replay starts a new one).
+#[derive(SimpleObject)]
+#[graphql(name = "RetryPolicy")]
+pub struct DestinationRetryPolicy {
+    pub max_attempts: i32,
+    pub first_wait_seconds: f64,
+    pub max_wait_seconds: f64,
 }
 
 #[derive(async_graphql::Enum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,10 @@ use crate::db::destinations::{AddOutcome, Switch, Switched};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
+use crate::model::endpoint::SettingError;
 use crate::model::endpoint::{self as rules, Rotation};
 use crate::model::patch::Patch;
+use crate::model::receiver::{self, HeaderSetting, RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
@@ -33,6 +35,95 @@ pub struct AddWebhookDestinationInput {
     /// Requests started per second (1–10000), across every process; left out:
     /// unthrottled.
     pub max_requests_per_second: Option<i32>,
+    /// Up to 20 static headers each request carries (to this URL only).
+    pub headers: Option<Vec<DestinationHeaderInput>>,
+    /// How its requests authenticate; left out: they do not.
+    pub auth: Option<DestinationAuthInput>,
+    /// Its own retry schedule; left out: the server's.
+    pub retry_policy: Option<RetryPolicyInput>,
+}
+
+/// A static header. Refused: hop-by-hop names, `Host`, `Content-Type`,
+/// `Content-Length`, `Content-Encoding`, the signatures' (`Hymical-Signature`,
+/// `webhook-*`) and the traces' (`traceparent`, `tracestate`); values with line breaks or
+/// control characters.
+#[derive(InputObject)]
+pub struct DestinationHeaderInput {
+    /// 1–64 token characters, once per destination (letter case aside).
+    pub name: String,
+    /// At most 2048 printable ASCII characters. Left out (in `updateDestination`): the
+    /// value a secret header of this name has now is kept.
+    pub value: Option<String>,
+    /// Write-only: the value is sent, never shown (`value: null` in answers).
+    #[graphql(default)]
+    pub secret: bool,
+}
+
+/// One way of authenticating; the password and token are write-only.
+#[derive(async_graphql::OneofObject)]
+pub enum DestinationAuthInput {
+    Basic(BasicAuthInput),
+    Bearer(BearerAuthInput),
+}
+
+#[derive(InputObject)]
+pub struct BasicAuthInput {
+    /// 1–256 characters, no `:`.
+    pub username: String,
+    /// 1–1024 characters.
+    pub password: String,
+}
+
+#[derive(InputObject)]
+pub struct BearerAuthInput {
+    /// 1–4096 visible ASCII characters.
+    pub token: String,
+}
+
+/// A retry schedule: `maxAttempts` 1–1000, `firstWaitSeconds` 0.001–86400,
+/// `maxWaitSeconds` from `firstWaitSeconds` to 604800 (whole milliseconds).
+#[derive(InputObject)]
+pub struct RetryPolicyInput {
+    pub max_attempts: i32,
+    pub first_wait_seconds: f64,
+    pub max_wait_seconds: f64,
+}
+
+impl RetryPolicyInput {
+    fn checked(self) -> Result<RetryPolicy, SettingError> {
+        RetryPolicy::checked(
+            self.max_attempts,
+            self.first_wait_seconds,
+            self.max_wait_seconds,
+        )
+    }
+}
+
+impl DestinationAuthInput {
+    fn checked(self) -> Result<RequestAuth, SettingError> {
+        match self {
+            DestinationAuthInput::Basic(basic) => {
+                RequestAuth::basic(&basic.username, &basic.password)
+            }
+            DestinationAuthInput::Bearer(bearer) => RequestAuth::bearer(&bearer.token),
+        }
+    }
+}
+
+/// The headers to store for `wanted`, given the destination's `current` ones.
+fn checked_headers(
+    wanted: Vec<DestinationHeaderInput>,
+    current: &RequestHeaders,
+) -> Result<RequestHeaders, SettingError> {
+    let settings = wanted
+        .into_iter()
+        .map(|header| HeaderSetting {
+            name: header.name,
+            value: header.value,
+            secret: header.secret,
+        })
+        .collect();
+    receiver::request_headers(settings, current)
 }
 
 #[derive(InputObject)]
@@ -50,6 +141,8 @@ pub struct AddEmailDestinationInput {
     /// Messages started per second (1–10000), across every process; left out:
     /// unthrottled.
     pub max_requests_per_second: Option<i32>,
+    /// Its own retry schedule; left out: the server's.
+    pub retry_policy: Option<RetryPolicyInput>,
 }
 
 #[derive(InputObject)]
@@ -70,6 +163,8 @@ pub struct AddAutoresponderDestinationInput {
     /// make another mailbox.
     #[graphql(default = 86400)]
     pub window_seconds: i32,
+    /// Its own retry schedule; left out: the server's.
+    pub retry_policy: Option<RetryPolicyInput>,
 }
 
 /// A field left out is unchanged; `null` returns an optional one to its default.
@@ -87,6 +182,14 @@ pub struct UpdateDestinationInput {
     pub max_in_flight: MaybeUndefined<i32>,
     pub events: Option<Vec<DestinationEvent>>,
     pub max_requests_per_second: MaybeUndefined<i32>,
+    /// A webhook's headers, replacing the list (`[]`: none); a secret header given
+    /// without a value keeps the one it has.
+    pub headers: Option<Vec<DestinationHeaderInput>>,
+    /// A webhook's authentication; `null`: none.
+    pub auth: MaybeUndefined<DestinationAuthInput>,
+    /// Its own retry schedule; `null`: the server's. Deliveries waiting for a retry keep
+    /// the time they are due; their next failure follows the new schedule.
+    pub retry_policy: MaybeUndefined<RetryPolicyInput>,
 }
 
 #[derive(SimpleObject)]
@@ -253,9 +356,22 @@ impl DestinationMutation {
             .transpose()?;
         let events = checked_events(input.events)?;
         let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
+        let headers = checked_headers(
+            input.headers.unwrap_or_default(),
+            &RequestHeaders::default(),
+        )?;
+        let auth = input.auth.map(DestinationAuthInput::checked).transpose()?;
+        receiver::headers_beside_auth(&headers, auth.as_ref())?;
+        let retry_policy = input
+            .retry_policy
+            .map(RetryPolicyInput::checked)
+            .transpose()?;
         let secret = rules::new_secret();
         let mut destination =
-            DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now());
+            DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now())
+                .with_retry_policy(retry_policy);
+        destination.request_headers = headers;
+        destination.request_auth = auth;
         destination.max_in_flight = max_in_flight;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
@@ -290,8 +406,13 @@ impl DestinationMutation {
             .transpose()?;
         let events = checked_events(input.events)?;
         let max_requests_per_second = checked_rate(input.max_requests_per_second)?;
+        let retry_policy = input
+            .retry_policy
+            .map(RetryPolicyInput::checked)
+            .transpose()?;
         let mut destination =
-            DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now());
+            DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now())
+                .with_retry_policy(retry_policy);
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
             destination.events = events;
@@ -326,6 +447,10 @@ impl DestinationMutation {
         let subject = rules::reply_subject(&input.subject)?;
         let body = rules::reply_body(&input.body)?;
         let window = rules::reply_window_seconds(input.window_seconds)?;
+        let retry_policy = input
+            .retry_policy
+            .map(RetryPolicyInput::checked)
+            .transpose()?;
         let destination = DestinationRow::autoresponder(
             endpoint_id,
             address_field,
@@ -333,7 +458,8 @@ impl DestinationMutation {
             body,
             window,
             app.clock.now(),
-        );
+        )
+        .with_retry_policy(retry_policy);
         Ok(DestinationPayload {
             destination: add(ctx, &input.endpoint_id, destination).await?,
         })
@@ -362,6 +488,9 @@ impl DestinationMutation {
         let reply_to_field =
             patch(input.reply_to_field).checked(|name| rules::reply_to_field(&name, max_field))?;
         let events = checked_events(input.events)?;
+        let headers = input.headers;
+        let auth = patch(input.auth).checked(DestinationAuthInput::checked)?;
+        let retry_policy = patch(input.retry_policy).checked(RetryPolicyInput::checked)?;
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
         let changed = change(ctx, &input.id, move |current| {
@@ -399,7 +528,20 @@ impl DestinationMutation {
             if let Some(events) = events {
                 next.events = events;
             }
-            Ok(next)
+            if (headers.is_some() || auth != Patch::Keep) && next.kind != DestinationKind::Webhook {
+                return Err(ApiError::InvalidInput {
+                    field: if headers.is_some() { "headers" } else { "auth" }.into(),
+                    reason: "only a webhook destination has headers and an authentication".into(),
+                });
+            }
+            if let Some(headers) = headers {
+                next.request_headers = checked_headers(headers, &next.request_headers)?;
+            }
+            auth.apply(&mut next.request_auth);
+            receiver::headers_beside_auth(&next.request_headers, next.request_auth.as_ref())?;
+            let mut policy = next.retry_policy();
+            retry_policy.apply(&mut policy);
+            Ok(next.with_retry_policy(policy))
         })
         .await?;
         let made = changed.secret.as_deref() == Some(candidate_secret.as_str());

@@ -45,6 +45,15 @@ pub enum Setting {
     MinFillSeconds,
     Akismet,
     OverlapSeconds,
+    Headers,
+    HeaderName,
+    HeaderValue,
+    BasicUsername,
+    BasicPassword,
+    BearerToken,
+    RetryMaxAttempts,
+    RetryFirstWait,
+    RetryMaxWait,
 }
 
 /// A setting that breaks its rule.

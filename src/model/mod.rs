@@ -29,6 +29,35 @@ macro_rules! text_column {
     };
 }
 
+/// Maps a serde type to a `jsonb` column: written as its JSON, read back through serde; a
+/// stored document of another shape is a read error naming `$what`, never a default.
+macro_rules! json_column {
+    ($name:ident, $what:literal) => {
+        impl diesel::serialize::ToSql<diesel::sql_types::Jsonb, diesel::pg::Pg> for $name {
+            fn to_sql<'b>(
+                &'b self,
+                out: &mut diesel::serialize::Output<'b, '_, diesel::pg::Pg>,
+            ) -> diesel::serialize::Result {
+                // jsonb's binary format: a version byte, then the text.
+                std::io::Write::write_all(out, &[1])?;
+                serde_json::to_writer(out, self)?;
+                Ok(diesel::serialize::IsNull::No)
+            }
+        }
+
+        impl diesel::deserialize::FromSql<diesel::sql_types::Jsonb, diesel::pg::Pg> for $name {
+            fn from_sql(value: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
+                let json = <serde_json::Value as diesel::deserialize::FromSql<
+                    diesel::sql_types::Jsonb,
+                    diesel::pg::Pg,
+                >>::from_sql(value)?;
+                serde_json::from_value(json)
+                    .map_err(|_| crate::model::UnknownStoredValue::error($what, "(its shape)"))
+            }
+        }
+    };
+}
+
 pub mod destination;
 pub mod endpoint;
 pub mod fields;
@@ -36,6 +65,7 @@ pub mod files;
 pub mod ids;
 pub mod patch;
 pub mod rate_limit;
+pub mod receiver;
 pub mod spam;
 pub mod state;
 

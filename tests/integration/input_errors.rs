@@ -29,6 +29,7 @@ use Case::{Bad, Exempt, Refused};
 
 const BOOLEAN: &str = "a Boolean: both values are valid";
 const ENUM: &str = "an enum: every value GraphQL lets through is valid";
+const ONE_OF: &str = "a member of a oneOf input beside the valid one: set here, the document names two members and GraphQL refuses it; its bad values are refused by name in receivers.rs";
 const FILTER_ID: &str =
     "narrows a filter: an id that names nothing matches nothing (count 0), as a filter should";
 
@@ -201,6 +202,11 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             json!({ "input": {
             "endpointId": "contact", "url": "http://127.0.0.1:9/other", "maxInFlight": 5,
             "events": ["SUBMISSION_RECEIVED"], "maxRequestsPerSecond": 5,
+            // One header, given as an object (GraphQL reads it as a list of one), so
+            // that each of its fields can be set wrong on its own.
+            "headers": { "name": "X-Tenant", "value": "acme", "secret": false },
+            "auth": { "basic": { "username": "forms", "password": "pw" } },
+            "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
         } }),
         ),
         (
@@ -208,6 +214,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             json!({ "input": {
             "endpointId": "contact", "recipients": ["desk@example.com"], "replyToField": "email",
             "events": ["SUBMISSION_RECEIVED"], "maxRequestsPerSecond": 5,
+            "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
         } }),
         ),
         (
@@ -215,6 +222,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             json!({ "input": {
             "endpointId": "contact", "addressField": "email", "subject": "Thank you",
             "body": "We have your message.", "windowSeconds": 3600,
+            "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
         } }),
         ),
         (
@@ -222,6 +230,9 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             json!({ "input": {
             "id": destination, "url": "http://127.0.0.1:9/hook", "maxInFlight": 5,
             "events": ["SUBMISSION_RECEIVED"], "maxRequestsPerSecond": 5,
+            "headers": { "name": "X-Tenant", "value": "acme", "secret": false },
+            "auth": { "basic": { "username": "forms", "password": "pw" } },
+            "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
         } }),
         ),
         (
@@ -334,6 +345,39 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             ("addWebhookDestination", "maxRequestsPerSecond"),
             Bad(json!(0)),
         ),
+        (
+            ("addWebhookDestination", "headers.name"),
+            Bad(json!("Content-Type")),
+        ),
+        (
+            ("addWebhookDestination", "headers.value"),
+            Bad(json!("a\r\nb")),
+        ),
+        (("addWebhookDestination", "headers.secret"), Exempt(BOOLEAN)),
+        (
+            ("addWebhookDestination", "auth.basic.username"),
+            Bad(json!("a:b")),
+        ),
+        (
+            ("addWebhookDestination", "auth.basic.password"),
+            Bad(json!("")),
+        ),
+        (
+            ("addWebhookDestination", "auth.bearer.token"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "retryPolicy.maxAttempts"),
+            Bad(json!(0)),
+        ),
+        (
+            ("addWebhookDestination", "retryPolicy.firstWaitSeconds"),
+            Bad(json!(0)),
+        ),
+        (
+            ("addWebhookDestination", "retryPolicy.maxWaitSeconds"),
+            Bad(json!(0.5)),
+        ),
         (("addEmailDestination", "endpointId"), no_endpoint()),
         (
             ("addEmailDestination", "recipients"),
@@ -348,6 +392,18 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             ("addEmailDestination", "maxRequestsPerSecond"),
             Bad(json!(0)),
         ),
+        (
+            ("addEmailDestination", "retryPolicy.maxAttempts"),
+            Bad(json!(0)),
+        ),
+        (
+            ("addEmailDestination", "retryPolicy.firstWaitSeconds"),
+            Bad(json!(0)),
+        ),
+        (
+            ("addEmailDestination", "retryPolicy.maxWaitSeconds"),
+            Bad(json!(0.5)),
+        ),
         (("addAutoresponderDestination", "endpointId"), no_endpoint()),
         (
             ("addAutoresponderDestination", "addressField"),
@@ -361,6 +417,45 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (
             ("addAutoresponderDestination", "windowSeconds"),
             Bad(json!(1)),
+        ),
+        (
+            ("addAutoresponderDestination", "retryPolicy.maxAttempts"),
+            Bad(json!(0)),
+        ),
+        (
+            (
+                "addAutoresponderDestination",
+                "retryPolicy.firstWaitSeconds",
+            ),
+            Bad(json!(0)),
+        ),
+        (
+            ("addAutoresponderDestination", "retryPolicy.maxWaitSeconds"),
+            Bad(json!(0.5)),
+        ),
+        (
+            ("updateDestination", "headers.name"),
+            Bad(json!("Content-Type")),
+        ),
+        (("updateDestination", "headers.value"), Bad(json!("a\r\nb"))),
+        (("updateDestination", "headers.secret"), Exempt(BOOLEAN)),
+        (
+            ("updateDestination", "auth.basic.username"),
+            Bad(json!("a:b")),
+        ),
+        (("updateDestination", "auth.basic.password"), Bad(json!(""))),
+        (("updateDestination", "auth.bearer.token"), Exempt(ONE_OF)),
+        (
+            ("updateDestination", "retryPolicy.maxAttempts"),
+            Bad(json!(0)),
+        ),
+        (
+            ("updateDestination", "retryPolicy.firstWaitSeconds"),
+            Bad(json!(0)),
+        ),
+        (
+            ("updateDestination", "retryPolicy.maxWaitSeconds"),
+            Bad(json!(0.5)),
         ),
         (("updateDestination", "id"), no_destination()),
         (

@@ -1,8 +1,8 @@
 //! No log level carries a secret or submitted data: a `serve` process at
 //! `RUST_LOG=trace` (the database driver, HTTP and TLS crates named at `trace` too) runs the main paths (an endpoint and its destinations made through
 //! GraphQL, a captcha and Akismet with their secrets, a form submitted, a webhook
-//! delivered, a failing one announced by an operational webhook, an email sent, the
-//! submission read back) and its whole log is searched for every secret, every submitted
+//! delivered, a failing one announced by an operational webhook, receivers with a secret
+//! header, a bearer token and a Basic password, an email sent, the submission read back) and its whole log is searched for every secret, every submitted
 //! name and value and every address, written as text and as the byte lists, hex and
 //! encodings a driver would print them in.
 
@@ -31,6 +31,9 @@ const FIELD_VALUE: &str = "quetzalcoatl-private-value-8231";
 const SUBMITTER_NAME: &str = "Ottoline Privacyperson";
 const SUBMITTER_ADDRESS: &str = "hidden.mailbox.7731@example.org";
 const RECIPIENT_ADDRESS: &str = "owner.inbox.5519@example.net";
+const HEADER_SECRET: &str = "headersecret-Lm2Qa7Xc4Rb9";
+const BEARER_TOKEN: &str = "bearertoken-Gd6Ts1Vn8Hk3";
+const BASIC_PASSWORD: &str = "basicpassword-Yp5Wj2Ce7Nf0";
 
 /// A captcha provider's `siteverify` (success on forms.example for the right secret) and
 /// Akismet (`false`: not spam) on loopback, recording what each call was sent.
@@ -213,7 +216,23 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         &serve,
         &key,
         "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { webhookSecret } }",
-        json!({ "input": { "endpointId": "private", "url": receiver.url("/status/500") } }),
+        json!({ "input": {
+            "endpointId": "private", "url": receiver.url("/status/500"),
+            "headers": [{ "name": "X-Api-Key", "value": HEADER_SECRET, "secret": true }],
+            "auth": { "bearer": { "token": BEARER_TOKEN } }
+        } }),
+    )
+    .await;
+    // A receiver with Basic authentication that answers 2xx.
+    gql(
+        &http,
+        &serve,
+        &key,
+        "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+        json!({ "input": {
+            "endpointId": "private", "url": receiver.url("/basic"),
+            "auth": { "basic": { "username": "forms", "password": BASIC_PASSWORD } }
+        } }),
     )
     .await;
     let failing_secret = failing["addWebhookDestination"]["webhookSecret"]
@@ -296,6 +315,56 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         .find(|r| r.path == "/hook")
         .unwrap();
     assert!(String::from_utf8_lossy(&hook.body).contains(FIELD_VALUE));
+    until("the authenticated webhooks", || {
+        let received = receiver.received();
+        received.iter().any(|r| r.path == "/basic")
+            && received.iter().any(|r| r.path == "/status/500")
+    })
+    .await;
+    // What the receivers were sent carries the credentials; nothing read back does.
+    let failed = receiver
+        .received()
+        .into_iter()
+        .find(|r| r.path == "/status/500")
+        .unwrap();
+    assert_eq!(failed.headers["x-api-key"], HEADER_SECRET);
+    assert_eq!(
+        failed.headers["authorization"],
+        format!("Bearer {BEARER_TOKEN}").as_str()
+    );
+    let answers = gql(
+        &http,
+        &serve,
+        &key,
+        "{ endpoint(id: \"private\") { destinations { headers { name value secret } auth { kind username } }
+           deliveries(first: 10) { edges { node { attemptHistory { error httpStatus } } } } } }",
+        json!({}),
+    )
+    .await
+    .to_string();
+    assert!(
+        answers.contains("X-Api-Key") && answers.contains("BEARER"),
+        "{answers}"
+    );
+    let metrics = http
+        .get(serve.url("/metrics"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("deliver"), "{metrics}");
+    for secret in [HEADER_SECRET, BEARER_TOKEN, BASIC_PASSWORD] {
+        for rendering in renderings(secret) {
+            assert!(
+                !answers.contains(&rendering),
+                "GraphQL answers {secret}: {answers}"
+            );
+            assert!(!metrics.contains(&rendering), "metrics hold {secret}");
+        }
+    }
     let email = &smtp.messages()[0];
     assert_eq!(email["rcpt_tos"], json!([RECIPIENT_ADDRESS]), "{email}");
     assert!(email["raw"].as_str().unwrap().contains(SUBMITTER_ADDRESS));
@@ -316,6 +385,9 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         ("the captcha token", CAPTCHA_TOKEN),
         ("the Akismet key", AKISMET_KEY),
         ("the rate-limit secret", RATE_LIMIT_SECRET),
+        ("a secret header's value", HEADER_SECRET),
+        ("a bearer token", BEARER_TOKEN),
+        ("a Basic password", BASIC_PASSWORD),
         ("the database password", password.as_str()),
         ("a submitted field name", FIELD_NAME),
         ("a submitted value", FIELD_VALUE),

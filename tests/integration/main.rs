@@ -46,6 +46,7 @@ mod operations;
 mod partitions;
 mod pgbouncer;
 mod receiver_examples;
+mod receivers;
 mod recording_batches;
 mod replicas;
 mod schema_files;

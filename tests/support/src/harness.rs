@@ -756,6 +756,8 @@ pub struct DeliveryRow {
     pub completed_at: Option<chrono::DateTime<chrono::Utc>>,
     #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
     pub submission_id: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    pub destination_id: Option<String>,
 }
 
 impl DeliveryRow {
@@ -839,7 +841,8 @@ impl TestDb {
     pub async fn deliveries(&self) -> Vec<DeliveryRow> {
         let mut conn = self.connect().await;
         diesel::sql_query(
-            "SELECT id, state, attempts, cycle_attempts, next_attempt_at, claim_expires_at, claim_token, completed_at, submission_id
+            "SELECT id, state, attempts, cycle_attempts, next_attempt_at, claim_expires_at, claim_token, completed_at, submission_id,
+                    destination_id
              FROM webhook_deliveries ORDER BY created_at, id",
         )
         .load(&mut conn)

@@ -1,0 +1,66 @@
+-- How a webhook receiver is called beyond its URL and signature (model/receiver.rs): its
+-- own static headers, its authentication, and a destination's own retry schedule. Each
+-- is NULL or empty for the destinations made before, which go on as they did. The
+-- destinations table holds a few rows per endpoint: the checks are validated at once.
+ALTER TABLE destinations
+    ADD COLUMN request_headers jsonb NOT NULL DEFAULT '[]'
+        CONSTRAINT destinations_request_headers_list
+        CHECK (jsonb_typeof(request_headers) = 'array' AND jsonb_array_length(request_headers) <= 20),
+    ADD COLUMN request_auth jsonb
+        CONSTRAINT destinations_request_auth_kind
+        CHECK (request_auth IS NULL OR request_auth->>'kind' IN ('basic', 'bearer')),
+    ADD COLUMN retry_max_attempts integer,
+    ADD COLUMN retry_first_wait_ms integer,
+    ADD COLUMN retry_max_wait_ms integer,
+    ADD CONSTRAINT destinations_retry_policy_whole CHECK (
+        (retry_max_attempts IS NULL AND retry_first_wait_ms IS NULL AND retry_max_wait_ms IS NULL)
+        OR (retry_max_attempts BETWEEN 1 AND 1000 AND retry_first_wait_ms >= 1
+            AND retry_max_wait_ms >= retry_first_wait_ms));
+
+-- Intake claims only a plain webhook's first delivery (what its statement returns is the
+-- URL and the secrets); a destination with headers, an authentication or its own retry
+-- schedule is claimed by the workers' claim, which reads them (claim_take.sql). As in
+-- migration destinations, but for that last condition.
+CREATE OR REPLACE FUNCTION intake_claim_destination_room(p_destinations varchar[], p_now timestamptz,
+                                                         p_limit integer, p_cap integer)
+RETURNS TABLE (destination_id varchar, free_slots integer, url varchar, secret varchar,
+               previous_secret varchar, consecutive_failed_deliveries integer)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    v_locked varchar[] := '{}';
+    v_destination varchar;
+BEGIN
+    IF p_limit <= 0 OR p_destinations IS NULL THEN
+        RETURN;
+    END IF;
+    FOREACH v_destination IN ARRAY p_destinations LOOP
+        IF pg_try_advisory_xact_lock(1752788324, hashtext(v_destination)) THEN
+            v_locked := v_locked || v_destination;
+            EXIT WHEN cardinality(v_locked) >= p_limit;
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    SELECT s.destination_id, room.free::integer, ds.url, ds.secret,
+           CASE WHEN ds.previous_secret_expires_at > p_now THEN ds.previous_secret END,
+           ds.consecutive_failed_deliveries
+    FROM unnest(v_locked) WITH ORDINALITY AS s(destination_id, position)
+    JOIN destinations ds ON ds.id = s.destination_id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(ds.max_in_flight, p_cap)
+               - (SELECT count(*) FROM webhook_deliveries w
+                  WHERE w.state = 'processing' AND w.destination_id = s.destination_id) AS free
+    ) room
+    WHERE room.free > 0
+      AND ds.paused_at IS NULL AND ds.removed_at IS NULL
+      -- A throttled destination's requests start only through the claim, which keeps
+      -- its rate; an email is sent from what the claim reads (claim.sql).
+      AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
+      AND ds.request_headers = '[]' AND ds.request_auth IS NULL
+      AND ds.retry_max_attempts IS NULL
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
+                      WHERE w.state = 'pending' AND w.destination_id = s.destination_id
+                        AND w.next_attempt_at <= p_now)
+    ORDER BY s.position;
+END
+$$;

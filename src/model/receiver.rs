@@ -1,0 +1,483 @@
+//! How a webhook receiver is called beyond its URL and signature: the static headers it
+//! asks for, how its requests authenticate, and a destination's own retry schedule
+//! (docs/delivery.md, "Receivers"). Checked here when an operator sets them; stored as
+//! checked; sent by the webhook sender. Secret values are write-only: never answered,
+//! logged or recorded.
+
+use std::time::Duration;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use super::endpoint::{Setting, SettingError};
+
+/// A destination sends at most this many headers of its own.
+pub const MAX_HEADERS: usize = 20;
+const MAX_HEADER_NAME_LENGTH: usize = 64;
+const MAX_HEADER_VALUE_LENGTH: usize = 2048;
+const MAX_USERNAME_LENGTH: usize = 256;
+const MAX_PASSWORD_LENGTH: usize = 1024;
+const MAX_TOKEN_LENGTH: usize = 4096;
+
+/// Header names a destination cannot set: the connection's own (hop-by-hop), what the
+/// body and the request line decide, what the signatures and traces are sent in.
+const FORBIDDEN_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "hymical-signature",
+    "traceparent",
+    "tracestate",
+];
+
+/// One static header a destination's requests carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestHeader {
+    pub name: String,
+    pub value: String,
+    /// Write-only: the value is sent, never answered (shown as set).
+    pub secret: bool,
+}
+
+/// A destination's headers, in the order they are sent (a JSON array in its row).
+#[derive(
+    Debug,
+    Clone,
+    Default,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    diesel::expression::AsExpression,
+    diesel::deserialize::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Jsonb)]
+#[serde(transparent)]
+pub struct RequestHeaders(pub Vec<RequestHeader>);
+json_column!(RequestHeaders, "a destination's headers");
+
+/// A header as an operator sets it. `value: None` keeps the value stored for a secret
+/// header of the same name (a client cannot read it back to send it again).
+#[derive(Debug, Clone)]
+pub struct HeaderSetting {
+    pub name: String,
+    pub value: Option<String>,
+    pub secret: bool,
+}
+
+fn invalid(setting: Setting, reason: &'static str) -> SettingError {
+    SettingError::Invalid { setting, reason }
+}
+
+/// RFC 9110 `tchar`: what a header name is made of.
+fn is_tchar(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
+}
+
+/// A value sent as written: printable ASCII and tabs (never CR, LF or NUL, which could end
+/// the header and start another).
+fn is_plain_value(value: &str) -> bool {
+    value.chars().all(|c| c == '\t' || (' '..='~').contains(&c))
+}
+
+/// The headers to store for `wanted`, given the destination's `current` ones: at most 20,
+/// names of 1–64 token characters, none twice (letter case aside), none the request's own
+/// (hop-by-hop, `Host`, `Content-*`, the signatures' and traces'), values of at most 2048
+/// printable ASCII characters, trimmed.
+pub fn request_headers(
+    wanted: Vec<HeaderSetting>,
+    current: &RequestHeaders,
+) -> Result<RequestHeaders, SettingError> {
+    if wanted.len() > MAX_HEADERS {
+        return Err(invalid(
+            Setting::Headers,
+            "a destination sends at most 20 headers",
+        ));
+    }
+    let mut headers: Vec<RequestHeader> = Vec::with_capacity(wanted.len());
+    for setting in wanted {
+        let name = setting.name.trim().to_string();
+        if name.is_empty() || name.len() > MAX_HEADER_NAME_LENGTH || !name.chars().all(is_tchar) {
+            return Err(invalid(
+                Setting::HeaderName,
+                "a header name must be 1 to 64 letters, digits or !#$%&'*+-.^_`|~",
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        if FORBIDDEN_HEADERS.contains(&lower.as_str()) || lower.starts_with("webhook-") {
+            return Err(invalid(
+                Setting::HeaderName,
+                "a header cannot be hop-by-hop, Host, Content-Type, Content-Length, Content-Encoding, a signature (Hymical-Signature, webhook-*) or a trace header (traceparent, tracestate)",
+            ));
+        }
+        if headers.iter().any(|h| h.name.eq_ignore_ascii_case(&name)) {
+            return Err(invalid(Setting::HeaderName, "a header name appears twice"));
+        }
+        let value = match setting.value {
+            Some(value) => value.trim().to_string(),
+            None => current
+                .0
+                .iter()
+                .find(|h| h.secret && setting.secret && h.name.eq_ignore_ascii_case(&name))
+                .map(|h| h.value.clone())
+                .ok_or(invalid(
+                    Setting::HeaderValue,
+                    "a header needs a value (only a secret header already set may leave it out, to keep it)",
+                ))?,
+        };
+        if value.len() > MAX_HEADER_VALUE_LENGTH || !is_plain_value(&value) {
+            return Err(invalid(
+                Setting::HeaderValue,
+                "a header value must be at most 2048 printable ASCII characters (no line breaks or control characters)",
+            ));
+        }
+        headers.push(RequestHeader {
+            name,
+            value,
+            secret: setting.secret,
+        });
+    }
+    Ok(RequestHeaders(headers))
+}
+
+/// How a destination's requests authenticate to the receiver (`Authorization`).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    diesel::expression::AsExpression,
+    diesel::deserialize::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Jsonb)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RequestAuth {
+    /// HTTP Basic (RFC 7617): the password is write-only.
+    Basic { username: String, password: String },
+    /// A bearer token (RFC 6750), write-only.
+    Bearer { token: String },
+}
+json_column!(RequestAuth, "a destination's authentication");
+
+impl RequestAuth {
+    /// Basic: a username of 1–256 printable characters without `:` and a password of
+    /// 1–1024 without control characters (UTF-8, as RFC 7617 suggests).
+    pub fn basic(username: &str, password: &str) -> Result<RequestAuth, SettingError> {
+        let printable = |s: &str| !s.chars().any(char::is_control);
+        if username.is_empty()
+            || username.chars().count() > MAX_USERNAME_LENGTH
+            || username.contains(':')
+            || !printable(username)
+        {
+            return Err(invalid(
+                Setting::BasicUsername,
+                "a Basic username must be 1 to 256 characters without ':' or control characters",
+            ));
+        }
+        if password.is_empty()
+            || password.chars().count() > MAX_PASSWORD_LENGTH
+            || !printable(password)
+        {
+            return Err(invalid(
+                Setting::BasicPassword,
+                "a Basic password must be 1 to 1024 characters without control characters",
+            ));
+        }
+        Ok(RequestAuth::Basic {
+            username: username.to_string(),
+            password: password.to_string(),
+        })
+    }
+
+    /// Bearer: a token of 1–4096 visible ASCII characters (no spaces).
+    pub fn bearer(token: &str) -> Result<RequestAuth, SettingError> {
+        if token.is_empty()
+            || token.len() > MAX_TOKEN_LENGTH
+            || !token.chars().all(|c| c.is_ascii_graphic())
+        {
+            return Err(invalid(
+                Setting::BearerToken,
+                "a bearer token must be 1 to 4096 visible ASCII characters without spaces",
+            ));
+        }
+        Ok(RequestAuth::Bearer {
+            token: token.to_string(),
+        })
+    }
+
+    /// The `Authorization` header's value.
+    pub fn authorization(&self) -> String {
+        match self {
+            RequestAuth::Basic { username, password } => format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+            ),
+            RequestAuth::Bearer { token } => format!("Bearer {token}"),
+        }
+    }
+}
+
+/// A destination's headers and authentication together: a header of its own named
+/// `Authorization` is allowed only without an authentication, which sends that header.
+pub fn headers_beside_auth(
+    headers: &RequestHeaders,
+    auth: Option<&RequestAuth>,
+) -> Result<(), SettingError> {
+    let named_authorization = headers
+        .0
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("authorization"));
+    if named_authorization && auth.is_some() {
+        return Err(invalid(
+            Setting::HeaderName,
+            "an Authorization header and an authentication cannot both be set",
+        ));
+    }
+    Ok(())
+}
+
+/// Retries: at most this many attempts a cycle (as `FORMS_WEBHOOK_MAX_ATTEMPTS`).
+const MAX_RETRY_ATTEMPTS: i32 = 1000;
+/// The first wait is at most a day; the longest at most a week (in milliseconds, as
+/// stored).
+const MAX_FIRST_WAIT_MS: i64 = 86_400_000;
+const MAX_WAIT_MS: i64 = 7 * 86_400_000;
+
+/// When a failed attempt is tried again: `max_attempts` a cycle, waiting
+/// `min(first_wait × 2^(n−1), max_wait)` after the n-th, no jitter. The server's
+/// (`FORMS_WEBHOOK_*`) unless a destination has its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub first_wait: Duration,
+    pub max_wait: Duration,
+}
+
+impl RetryPolicy {
+    /// A destination's own policy as an operator sets it: 1–1000 attempts, a first wait
+    /// of 1 ms to a day, a longest wait from the first wait to a week (whole
+    /// milliseconds).
+    pub fn checked(
+        max_attempts: i32,
+        first_wait_seconds: f64,
+        max_wait_seconds: f64,
+    ) -> Result<RetryPolicy, SettingError> {
+        if !(1..=MAX_RETRY_ATTEMPTS).contains(&max_attempts) {
+            return Err(invalid(
+                Setting::RetryMaxAttempts,
+                "maxAttempts must be from 1 to 1000",
+            ));
+        }
+        let ms = |seconds: f64| (seconds * 1000.0).round();
+        let (first, max) = (ms(first_wait_seconds), ms(max_wait_seconds));
+        if !first.is_finite() || !(1.0..=MAX_FIRST_WAIT_MS as f64).contains(&first) {
+            return Err(invalid(
+                Setting::RetryFirstWait,
+                "firstWaitSeconds must be from 0.001 to 86400",
+            ));
+        }
+        if !max.is_finite() || max < first || max > MAX_WAIT_MS as f64 {
+            return Err(invalid(
+                Setting::RetryMaxWait,
+                "maxWaitSeconds must be from firstWaitSeconds to 604800",
+            ));
+        }
+        Ok(RetryPolicy {
+            max_attempts: max_attempts as u32,
+            first_wait: Duration::from_millis(first as u64),
+            max_wait: Duration::from_millis(max as u64),
+        })
+    }
+
+    /// The policy a row stores in its three columns (a CHECK keeps them all set, within
+    /// bounds, or none); `None`: the server's.
+    pub fn stored(
+        max_attempts: Option<i32>,
+        first_wait_ms: Option<i32>,
+        max_wait_ms: Option<i32>,
+    ) -> Option<RetryPolicy> {
+        let (max_attempts, first_wait_ms, max_wait_ms) =
+            (max_attempts?, first_wait_ms?, max_wait_ms?);
+        Some(RetryPolicy {
+            max_attempts: max_attempts.max(1) as u32,
+            first_wait: Duration::from_millis(first_wait_ms.max(0) as u64),
+            max_wait: Duration::from_millis(max_wait_ms.max(0) as u64),
+        })
+    }
+
+    /// Its three columns: attempts, first and longest wait in milliseconds.
+    pub fn columns(&self) -> (i32, i32, i32) {
+        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
+        (
+            i32::try_from(self.max_attempts).unwrap_or(i32::MAX),
+            ms(self.first_wait),
+            ms(self.max_wait),
+        )
+    }
+
+    /// The wait after a cycle's `cycle_attempts`-th failed attempt.
+    pub fn wait_after(&self, cycle_attempts: u32) -> Duration {
+        let exponent = cycle_attempts.saturating_sub(1).min(62);
+        let wait = self.first_wait.as_secs_f64() * 2f64.powi(exponent as i32);
+        Duration::from_secs_f64(wait.min(self.max_wait.as_secs_f64()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(name: &str, value: &str) -> HeaderSetting {
+        HeaderSetting {
+            name: name.into(),
+            value: Some(value.into()),
+            secret: false,
+        }
+    }
+
+    #[test]
+    fn headers_are_tokens_with_plain_values_and_not_the_requests_own() {
+        let checked = request_headers(
+            vec![set(" X-Api-Key ", " abc\tdef "), set("X-Tenant", "42")],
+            &RequestHeaders::default(),
+        )
+        .expect("valid");
+        assert_eq!(checked.0[0].name, "X-Api-Key");
+        assert_eq!(checked.0[0].value, "abc\tdef");
+        for (name, value) in [
+            ("Host", "example.org"),
+            ("content-type", "text/plain"),
+            ("Content-Length", "1"),
+            ("Transfer-Encoding", "chunked"),
+            ("Connection", "close"),
+            ("webhook-signature", "v1,x"),
+            ("Webhook-Id", "x"),
+            ("Hymical-Signature", "x"),
+            ("traceparent", "x"),
+            ("X Space", "x"),
+            ("X:Colon", "x"),
+            ("", "x"),
+            ("X-Long", &"a".repeat(2049)),
+            ("X-Break", "a\r\nInjected: yes"),
+            ("X-Lf", "a\nb"),
+            ("X-Nul", "a\0b"),
+            ("X-Utf8", "é"),
+        ] {
+            assert!(
+                request_headers(vec![set(name, value)], &RequestHeaders::default()).is_err(),
+                "{name:?}: {value:?}"
+            );
+        }
+        let twice = vec![set("X-A", "1"), set("x-a", "2")];
+        assert!(request_headers(twice, &RequestHeaders::default()).is_err());
+        let many = (0..21).map(|i| set(&format!("X-{i}"), "v")).collect();
+        assert!(request_headers(many, &RequestHeaders::default()).is_err());
+    }
+
+    #[test]
+    fn a_secret_header_left_without_a_value_keeps_the_stored_one() {
+        let current = RequestHeaders(vec![RequestHeader {
+            name: "X-Api-Key".into(),
+            value: "stored-secret".into(),
+            secret: true,
+        }]);
+        let keep = HeaderSetting {
+            name: "x-api-key".into(),
+            value: None,
+            secret: true,
+        };
+        let kept = request_headers(vec![keep.clone()], &current).expect("kept");
+        assert_eq!(kept.0[0].value, "stored-secret");
+        // Not secret, or no stored secret of that name: a value is needed.
+        let open = HeaderSetting {
+            secret: false,
+            ..keep.clone()
+        };
+        assert!(request_headers(vec![open], &current).is_err());
+        assert!(request_headers(vec![keep], &RequestHeaders::default()).is_err());
+    }
+
+    #[test]
+    fn authentication_values() {
+        let basic = RequestAuth::basic("Aladdin", "open sesame").expect("valid");
+        assert_eq!(basic.authorization(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            RequestAuth::bearer("abc.def-ghi")
+                .expect("valid")
+                .authorization(),
+            "Bearer abc.def-ghi"
+        );
+        assert!(RequestAuth::basic("a:b", "x").is_err());
+        assert!(RequestAuth::basic("", "x").is_err());
+        assert!(RequestAuth::basic("a", "").is_err());
+        assert!(RequestAuth::basic("a", "x\r\ny").is_err());
+        assert!(RequestAuth::bearer("has space").is_err());
+        assert!(RequestAuth::bearer("line\nbreak").is_err());
+        assert!(RequestAuth::bearer(&"t".repeat(4097)).is_err());
+        let own = RequestHeaders(vec![RequestHeader {
+            name: "Authorization".into(),
+            value: "Token x".into(),
+            secret: true,
+        }]);
+        assert!(headers_beside_auth(&own, None).is_ok());
+        assert!(headers_beside_auth(&own, Some(&basic)).is_err());
+    }
+
+    #[test]
+    fn stored_shapes_round_trip() {
+        let auth = RequestAuth::bearer("t0ken").expect("valid");
+        let json = serde_json::to_value(&auth).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({ "kind": "bearer", "token": "t0ken" })
+        );
+        assert_eq!(
+            serde_json::from_value::<RequestAuth>(json).expect("back"),
+            auth
+        );
+        let unknown = serde_json::json!({ "kind": "digest", "token": "x" });
+        assert!(serde_json::from_value::<RequestAuth>(unknown).is_err());
+    }
+
+    #[test]
+    fn retry_policy_bounds_and_schedule() {
+        let policy = RetryPolicy::checked(4, 0.5, 1.5).expect("valid");
+        let waits: Vec<Duration> = (1..=3).map(|n| policy.wait_after(n)).collect();
+        assert_eq!(waits, [500, 1000, 1500].map(Duration::from_millis).to_vec());
+        assert_eq!(policy.wait_after(200), Duration::from_millis(1500));
+        assert_eq!(policy.columns(), (4, 500, 1500));
+        assert_eq!(
+            RetryPolicy::stored(Some(4), Some(500), Some(1500)),
+            Some(policy)
+        );
+        assert_eq!(RetryPolicy::stored(None, Some(500), Some(1500)), None);
+        for (attempts, first, max) in [
+            (0, 1.0, 1.0),
+            (1001, 1.0, 1.0),
+            (3, 0.0, 1.0),
+            (3, 0.0004, 1.0),
+            (3, 86_401.0, 90_000.0),
+            (3, 10.0, 5.0),
+            (3, 1.0, 604_801.0),
+            (3, f64::NAN, 1.0),
+            (3, 1.0, f64::INFINITY),
+        ] {
+            assert!(
+                RetryPolicy::checked(attempts, first, max).is_err(),
+                "{attempts} {first} {max}"
+            );
+        }
+    }
+}

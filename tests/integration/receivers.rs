@@ -1,0 +1,547 @@
+//! Receivers as they are (docs/delivery.md, "Receivers"): a destination's own headers, its
+//! Basic or bearer authentication and its own retry schedule, set through GraphQL, sent to
+//! a loopback receiver that checks each one and answers 401 otherwise; bad settings
+//! refused with nothing stored.
+
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use axum::Router;
+use chrono::{TimeZone, Utc};
+use hymical_forms::testing::clock::{ManualClock, SystemClock};
+use serde_json::{json, Value};
+
+use support::harness::{data, serve_on_loopback, TestApp};
+use support::receiver::Receiver;
+
+const DEV: &[(&str, &str)] = &[
+    ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+    ("FORMS_RATE_LIMIT_ENABLED", "false"),
+];
+
+/// A receiver that lets a request in only with the credentials its path names: `/basic`
+/// (`forms` / `pa:ss wörd`), `/bearer` and `/bare` (`tok.en-1`), `/keyed` (`X-Api-Key: k3y`, and
+/// `X-Tenant: acme`); 401 otherwise. Records the headers of each request by path.
+#[derive(Clone, Default)]
+struct CheckingReceiver {
+    seen: Arc<Mutex<Vec<(String, HeaderMap)>>>,
+}
+
+impl CheckingReceiver {
+    async fn start() -> (CheckingReceiver, String) {
+        let receiver = CheckingReceiver::default();
+        let check = |path: &'static str| {
+            let receiver = receiver.clone();
+            move |headers: HeaderMap| async move {
+                receiver
+                    .seen
+                    .lock()
+                    .unwrap()
+                    .push((path.to_string(), headers.clone()));
+                let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+                let allowed = match path {
+                    // base64("forms:pa:ss wörd")
+                    "/basic" => header("authorization") == Some("Basic Zm9ybXM6cGE6c3Mgd8O2cmQ="),
+                    "/bearer" | "/bare" => header("authorization") == Some("Bearer tok.en-1"),
+                    _ => header("x-api-key") == Some("k3y") && header("x-tenant") == Some("acme"),
+                };
+                let signed = headers.contains_key("webhook-signature")
+                    && headers.contains_key("hymical-signature");
+                if allowed && signed {
+                    StatusCode::NO_CONTENT
+                } else {
+                    StatusCode::UNAUTHORIZED
+                }
+            }
+        };
+        let router = Router::new()
+            .route("/basic", post(check("/basic")))
+            .route("/bearer", post(check("/bearer")))
+            .route("/bare", post(check("/bare")))
+            .route("/keyed", post(check("/keyed")));
+        let addr = serve_on_loopback(router).await;
+        (receiver, format!("http://{addr}"))
+    }
+
+    fn seen(&self, path: &str) -> Vec<HeaderMap> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, headers)| headers.clone())
+            .collect()
+    }
+}
+
+async fn add_webhook(app: &TestApp, key: &str, input: Value) -> String {
+    let answer = data(
+        app.gql(
+            key,
+            "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+            json!({ "input": input }),
+        )
+        .await,
+    );
+    answer["addWebhookDestination"]["destination"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn update(app: &TestApp, key: &str, input: Value) -> Value {
+    app.gql(
+        key,
+        "mutation($input: UpdateDestinationInput!) { updateDestination(input: $input) { destination { url headers { name value secret } auth { kind username } retryPolicy { maxAttempts firstWaitSeconds maxWaitSeconds } } } }",
+        json!({ "input": input }),
+    )
+    .await
+}
+
+async fn endpoint(app: &TestApp, key: &str) {
+    data(
+        app.gql(
+            key,
+            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+}
+
+/// The states of the endpoint's deliveries, by destination id.
+async fn states(app: &TestApp, key: &str) -> Vec<(String, String)> {
+    let answer = data(
+        app.gql(
+            key,
+            "{ deliveries(first: 50) { edges { node { state destination { id } } } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let mut states: Vec<(String, String)> = answer["deliveries"]["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|edge| {
+            (
+                edge["node"]["destination"]["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                edge["node"]["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    states.sort();
+    states
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_receiver_gets_its_headers_and_authentication() {
+    let (receiver, base) = CheckingReceiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let basic = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("{base}/basic"),
+                "auth": { "basic": { "username": "forms", "password": "pa:ss wörd" } } }),
+    )
+    .await;
+    let bearer = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("{base}/bearer"),
+                "auth": { "bearer": { "token": "tok.en-1" } } }),
+    )
+    .await;
+    let keyed = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("{base}/keyed"),
+                "headers": [
+                    { "name": "X-Api-Key", "value": "k3y", "secret": true },
+                    { "name": "X-Tenant", "value": "acme" }
+                ] }),
+    )
+    .await;
+    // A receiver without credentials is refused by the checking receiver: the control.
+    let bare = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("{base}/bare") }),
+    )
+    .await;
+
+    // Read back: secret values and credentials never are.
+    let listed = data(
+        app.gql(
+            &key,
+            "{ endpoint(id: \"contact\") { destinations { id headers { name value secret } auth { kind username } retryPolicy { maxAttempts } } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let listed = listed["endpoint"]["destinations"].clone();
+    assert_eq!(
+        listed[0]["auth"],
+        json!({ "kind": "BASIC", "username": "forms" })
+    );
+    assert_eq!(
+        listed[1]["auth"],
+        json!({ "kind": "BEARER", "username": null })
+    );
+    assert_eq!(
+        listed[2]["headers"],
+        json!([
+            { "name": "X-Api-Key", "value": null, "secret": true },
+            { "name": "X-Tenant", "value": "acme", "secret": false }
+        ])
+    );
+    assert_eq!(listed[3]["auth"], Value::Null);
+    assert_eq!(
+        listed[3]["retryPolicy"],
+        Value::Null,
+        "the server's schedule"
+    );
+    assert!(!listed.to_string().contains("k3y") && !listed.to_string().contains("tok.en-1"));
+
+    app.submit("contact", "message=hello").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 4);
+    let states = states(&app, &key).await;
+    let state_of = |id: &str| states.iter().find(|(d, _)| d == id).unwrap().1.clone();
+    assert_eq!(state_of(&basic), "DELIVERED");
+    assert_eq!(state_of(&bearer), "DELIVERED");
+    assert_eq!(state_of(&keyed), "DELIVERED");
+    assert_eq!(state_of(&bare), "FAILED", "401 is final: the control holds");
+    let keyed_headers = &receiver.seen("/keyed")[0];
+    assert_eq!(keyed_headers["x-tenant"], "acme");
+    assert!(
+        !keyed_headers.contains_key("authorization"),
+        "headers only, no authentication"
+    );
+
+    // Changed: the secret header given without a value keeps its value; the bearer
+    // token rotated; the Basic authentication removed.
+    let changed = update(
+        &app,
+        &key,
+        json!({ "id": keyed, "headers": [
+            { "name": "X-Tenant", "value": "acme" },
+            { "name": "X-Api-Key", "secret": true }
+        ] }),
+    )
+    .await;
+    assert_eq!(
+        data(changed)["updateDestination"]["destination"]["headers"][1],
+        json!({ "name": "X-Api-Key", "value": null, "secret": true })
+    );
+    data(
+        update(
+            &app,
+            &key,
+            json!({ "id": bearer, "auth": { "bearer": { "token": "tok.en-2" } } }),
+        )
+        .await,
+    );
+    let removed = data(update(&app, &key, json!({ "id": basic, "auth": null })).await);
+    assert_eq!(
+        removed["updateDestination"]["destination"]["auth"],
+        Value::Null
+    );
+
+    app.submit("contact", "message=again").await;
+    assert_eq!(worker.run_once().await.unwrap(), 4);
+    assert_eq!(receiver.seen("/keyed").len(), 2);
+    assert_eq!(receiver.seen("/keyed")[1]["x-api-key"], "k3y", "kept");
+    let bearers = receiver.seen("/bearer");
+    assert_eq!(bearers.len(), 2, "{bearers:?}");
+    assert_eq!(bearers[1]["authorization"], "Bearer tok.en-2");
+    assert!(!receiver.seen("/basic")[1].contains_key("authorization"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn credentials_go_to_the_current_url_only() {
+    let (receiver, base) = CheckingReceiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let id = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("{base}/bearer"),
+                "auth": { "bearer": { "token": "tok.en-1" } },
+                "headers": [{ "name": "X-Api-Key", "value": "k3y", "secret": true }] }),
+    )
+    .await;
+    // Queued for /bearer; then the destination moves to /keyed with its headers.
+    app.submit("contact", "message=queued").await;
+    data(update(&app, &key, json!({ "id": id, "url": format!("{base}/keyed"), "auth": null,
+        "headers": [{ "name": "X-Api-Key", "secret": true }, { "name": "X-Tenant", "value": "acme" }] })).await);
+    app.submit("contact", "message=new").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 2);
+    let old = receiver.seen("/bearer");
+    assert_eq!(old.len(), 1);
+    assert!(
+        !old[0].contains_key("x-api-key") && !old[0].contains_key("authorization"),
+        "the earlier URL is sent no credential of the destination's now: {old:?}"
+    );
+    let new = receiver.seen("/keyed");
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0]["x-api-key"], "k3y");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_destination_retries_on_its_own_schedule_and_a_replay_starts_it_again() {
+    let receiver = Receiver::start().await;
+    let start = Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let app = TestApp::start_with(DEV, clock.clone()).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    // Its own: 3 attempts, 2 s then 3 s (capped). The server's: 5 attempts from 10 s.
+    let own = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": receiver.url("/status/503"),
+                "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 2, "maxWaitSeconds": 3 } }),
+    )
+    .await;
+    let server = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": receiver.url("/status/503") }),
+    )
+    .await;
+    app.submit("contact", "message=hello").await;
+    let worker = app.worker(None);
+    let due_of = |deliveries: &[support::harness::DeliveryRow], destination: &str| {
+        deliveries
+            .iter()
+            .find(|d| d.destination_id.as_deref() == Some(destination))
+            .map(|d| (d.state.clone(), d.next_attempt_at - start, d.cycle_attempts))
+            .unwrap()
+    };
+    assert_eq!(worker.run_once().await.unwrap(), 2);
+    let deliveries = app.db.deliveries().await;
+    assert_eq!(
+        due_of(&deliveries, &own),
+        ("pending".into(), chrono::Duration::seconds(2), 1)
+    );
+    assert_eq!(
+        due_of(&deliveries, &server),
+        ("pending".into(), chrono::Duration::seconds(10), 1)
+    );
+    clock.set(start + chrono::Duration::seconds(2));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    assert_eq!(
+        due_of(&app.db.deliveries().await, &own),
+        ("pending".into(), chrono::Duration::seconds(5), 2),
+        "2 s doubled is 4, capped at 3"
+    );
+    clock.set(start + chrono::Duration::seconds(5));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let (state, _, cycle) = due_of(&app.db.deliveries().await, &own);
+    assert_eq!((state.as_str(), cycle), ("failed", 3), "its own allowance");
+
+    // A replay starts its own schedule again: one attempt, then 2 s.
+    let failed = app
+        .db
+        .deliveries()
+        .await
+        .into_iter()
+        .find(|d| d.destination_id.as_deref() == Some(own.as_str()))
+        .unwrap();
+    data(
+        app.gql(
+            &key,
+            "mutation($id: ID!) { replayDelivery(id: $id) { delivery { state } } }",
+            json!({ "id": failed.id }),
+        )
+        .await,
+    );
+    clock.set(start + chrono::Duration::seconds(6));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let (state, due, cycle) = due_of(&app.db.deliveries().await, &own);
+    assert_eq!(
+        (state.as_str(), due, cycle),
+        ("pending", chrono::Duration::seconds(8), 1)
+    );
+
+    // Back to the server's schedule.
+    let back = data(update(&app, &key, json!({ "id": own, "retryPolicy": null })).await);
+    assert_eq!(
+        back["updateDestination"]["destination"]["retryPolicy"],
+        Value::Null
+    );
+    clock.set(start + chrono::Duration::seconds(8));
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let (_, due, cycle) = due_of(&app.db.deliveries().await, &own);
+    assert_eq!((due, cycle), (chrono::Duration::seconds(8 + 20), 2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_receiver_settings_are_refused_and_nothing_is_stored() {
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let url = "http://127.0.0.1:9/hook";
+    let header = |name: &str, value: &str| json!([{ "name": name, "value": value }]);
+    let refused = [
+        (
+            json!({ "headers": header("Host", "example.org") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("content-type", "text/plain") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("Transfer-Encoding", "chunked") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("Connection", "close") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("webhook-signature", "v1,x") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("Hymical-Signature", "x") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("X-Bad Name", "x") }),
+            "headers.name",
+        ),
+        (
+            json!({ "headers": header("X-Split", "a\r\nInjected: yes") }),
+            "headers.value",
+        ),
+        (
+            json!({ "headers": header("X-Lf", "a\nb") }),
+            "headers.value",
+        ),
+        (
+            json!({ "headers": [{ "name": "X-Secret", "secret": true }] }),
+            "headers.value",
+        ),
+        (
+            json!({ "headers": (0..21).map(|i| json!({ "name": format!("X-{i}"), "value": "v" })).collect::<Vec<_>>() }),
+            "headers",
+        ),
+        (
+            json!({ "headers": header("Authorization", "Token x"), "auth": { "bearer": { "token": "t" } } }),
+            "headers.name",
+        ),
+        (
+            json!({ "auth": { "basic": { "username": "a:b", "password": "x" } } }),
+            "auth.basic.username",
+        ),
+        (
+            json!({ "auth": { "basic": { "username": "a", "password": "" } } }),
+            "auth.basic.password",
+        ),
+        (
+            json!({ "auth": { "bearer": { "token": "two words" } } }),
+            "auth.bearer.token",
+        ),
+        (
+            json!({ "auth": { "bearer": { "token": "line\r\nbreak" } } }),
+            "auth.bearer.token",
+        ),
+        (
+            json!({ "retryPolicy": { "maxAttempts": 0, "firstWaitSeconds": 1, "maxWaitSeconds": 1 } }),
+            "retryPolicy.maxAttempts",
+        ),
+        (
+            json!({ "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 10, "maxWaitSeconds": 5 } }),
+            "retryPolicy.maxWaitSeconds",
+        ),
+        (
+            json!({ "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 0, "maxWaitSeconds": 5 } }),
+            "retryPolicy.firstWaitSeconds",
+        ),
+    ];
+    for (extra, field) in refused {
+        let mut input = json!({ "endpointId": "contact", "url": url });
+        for (name, value) in extra.as_object().unwrap() {
+            input[name] = value.clone();
+        }
+        let answer = app
+            .gql(
+                &key,
+                "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+                json!({ "input": input }),
+            )
+            .await;
+        let error = &answer["errors"][0];
+        assert_eq!(
+            error["extensions"]["code"], "INVALID_INPUT",
+            "{extra}: {answer}"
+        );
+        assert_eq!(
+            error["extensions"]["details"]["field"], field,
+            "{extra}: {answer}"
+        );
+    }
+    // Both kinds of authentication at once is not a oneOf input.
+    let both = app
+        .gql(
+            &key,
+            "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+            json!({ "input": { "endpointId": "contact", "url": url,
+                "auth": { "basic": { "username": "a", "password": "b" }, "bearer": { "token": "t" } } } }),
+        )
+        .await;
+    assert!(both["errors"][0]["message"].is_string(), "{both}");
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM destinations").await,
+        0
+    );
+
+    // A destination that exists: refused changes leave it as it was.
+    let id = add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": url,
+                "headers": [{ "name": "X-Api-Key", "value": "k3y", "secret": true }],
+                "auth": { "bearer": { "token": "t" } } }),
+    )
+    .await;
+    for change in [
+        json!({ "id": id, "headers": [{ "name": "Authorization", "value": "Token x" }] }),
+        json!({ "id": id, "headers": [{ "name": "X-Other", "secret": true }] }),
+        json!({ "id": id, "auth": { "basic": { "username": "", "password": "x" } } }),
+        json!({ "id": id, "retryPolicy": { "maxAttempts": 1001, "firstWaitSeconds": 1, "maxWaitSeconds": 1 } }),
+    ] {
+        let answer = update(&app, &key, change.clone()).await;
+        assert_eq!(
+            answer["errors"][0]["extensions"]["code"], "INVALID_INPUT",
+            "{change}: {answer}"
+        );
+    }
+    let stored = app
+        .db
+        .count("SELECT count(*) AS n FROM destinations WHERE request_headers = '[{\"name\": \"X-Api-Key\", \"value\": \"k3y\", \"secret\": true}]' AND request_auth = '{\"kind\": \"bearer\", \"token\": \"t\"}' AND retry_max_attempts IS NULL")
+        .await;
+    assert_eq!(stored, 1, "unchanged");
+    // Headers belong to webhooks.
+    let answer = app
+        .gql(
+            &key,
+            "mutation { addAutoresponderDestination(input: { endpointId: \"contact\", subject: \"Thanks\", body: \"Got it\" }) { destination { id } } }",
+            json!({}),
+        )
+        .await;
+    // Without a mail server an autoresponder is refused first; that is its own error.
+    assert_eq!(
+        answer["errors"][0]["extensions"]["code"], "EMAIL_NOT_CONFIGURED",
+        "{answer}"
+    );
+}
