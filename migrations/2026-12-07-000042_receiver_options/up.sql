@@ -1,5 +1,6 @@
--- How a webhook receiver is called beyond its URL and signature (model/receiver.rs): its
--- own static headers, its authentication, and a destination's own retry schedule. Each
+-- How a webhook receiver is called beyond its URL and HMAC signature (model/receiver.rs):
+-- its own static headers, its authentication, an Ed25519 signing key (Standard Webhooks
+-- `v1a`, beside the HMAC `v1`), and a destination's own retry schedule. Each
 -- is NULL or empty for the destinations made before, which go on as they did. The
 -- destinations table holds a few rows per endpoint: the checks are validated at once.
 ALTER TABLE destinations
@@ -9,6 +10,9 @@ ALTER TABLE destinations
     ADD COLUMN request_auth jsonb
         CONSTRAINT destinations_request_auth_kind
         CHECK (request_auth IS NULL OR request_auth->>'kind' IN ('basic', 'bearer')),
+    ADD COLUMN ed25519_key varchar(49)
+        CONSTRAINT destinations_ed25519_key_format
+        CHECK (ed25519_key ~ '^whsk_[A-Za-z0-9+/]{43}=$'),
     ADD COLUMN retry_max_attempts integer,
     ADD COLUMN retry_first_wait_ms integer,
     ADD COLUMN retry_max_wait_ms integer,
@@ -18,8 +22,9 @@ ALTER TABLE destinations
             AND retry_max_wait_ms >= retry_first_wait_ms));
 
 -- Intake claims only a plain webhook's first delivery (what its statement returns is the
--- URL and the secrets); a destination with headers, an authentication or its own retry
--- schedule is claimed by the workers' claim, which reads them (claim_take.sql). As in
+-- URL and the secrets); a destination with headers, an authentication, an Ed25519 key or
+-- its own retry schedule is claimed by the workers' claim, which reads them
+-- (claim_take.sql). As in
 -- migration destinations, but for that last condition.
 CREATE OR REPLACE FUNCTION intake_claim_destination_room(p_destinations varchar[], p_now timestamptz,
                                                          p_limit integer, p_cap integer)
@@ -57,7 +62,7 @@ BEGIN
       -- its rate; an email is sent from what the claim reads (claim.sql).
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
       AND ds.request_headers = '[]' AND ds.request_auth IS NULL
-      AND ds.retry_max_attempts IS NULL
+      AND ds.ed25519_key IS NULL AND ds.retry_max_attempts IS NULL
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id
                         AND w.next_attempt_at <= p_now)

@@ -202,6 +202,7 @@ where
                 destinations::max_requests_per_second.eq(next.max_requests_per_second),
                 destinations::request_headers.eq(next.request_headers),
                 destinations::request_auth.eq(next.request_auth),
+                destinations::ed25519_key.eq(next.ed25519_key),
                 destinations::retry_max_attempts.eq(next.retry_max_attempts),
                 destinations::retry_first_wait_ms.eq(next.retry_first_wait_ms),
                 destinations::retry_max_wait_ms.eq(next.retry_max_wait_ms),

@@ -118,6 +118,8 @@ pub struct DestinationRow {
     /// URL (model/receiver.rs).
     pub request_headers: RequestHeaders,
     pub request_auth: Option<RequestAuth>,
+    /// A webhook's Ed25519 signing key (`whsk_`), when it signs `v1a` beside `v1`.
+    pub ed25519_key: Option<String>,
     /// Its own retry schedule, all three set or none (`None`: the server's).
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
@@ -223,6 +225,7 @@ impl DestinationRow {
             reply_window_seconds: None,
             request_headers: RequestHeaders::default(),
             request_auth: None,
+            ed25519_key: None,
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,
@@ -430,6 +433,8 @@ pub struct ClaimedDelivery {
     /// and `None` otherwise.
     pub request_headers: Option<RequestHeaders>,
     pub request_auth: Option<RequestAuth>,
+    /// The destination's Ed25519 key, for its current URL only, when it signs `v1a`.
+    pub ed25519_key: Option<String>,
     /// The destination's own retry schedule (`None`: the server's).
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
@@ -463,6 +468,7 @@ impl ClaimedDelivery {
             has_files: false,
             request_headers: None,
             request_auth: None,
+            ed25519_key: None,
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,

@@ -54,6 +54,7 @@ pub type ClaimedDeliverySql = (
     Bool,
     Nullable<Jsonb>,
     Nullable<Jsonb>,
+    Nullable<Text>,
     Nullable<Integer>,
     Nullable<Integer>,
     Nullable<Integer>,

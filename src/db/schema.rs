@@ -147,6 +147,8 @@ diesel::table! {
         reply_window_seconds -> Nullable<Int4>,
         request_headers -> Jsonb,
         request_auth -> Nullable<Jsonb>,
+        #[max_length = 49]
+        ed25519_key -> Nullable<Varchar>,
         retry_max_attempts -> Nullable<Int4>,
         retry_first_wait_ms -> Nullable<Int4>,
         retry_max_wait_ms -> Nullable<Int4>,

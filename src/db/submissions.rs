@@ -238,10 +238,12 @@ pub async fn insert_batch(
                             reply_subject: None,
                             reply_body: None,
                             has_files: !submission.files.is_empty(),
-                            // Nor a destination with headers, an authentication or a
-                            // retry schedule of its own (migration receiver_options).
+                            // Nor a destination with headers, an authentication, an
+                            // Ed25519 key or a retry schedule of its own (migration
+                            // receiver_options).
                             request_headers: None,
                             request_auth: None,
+                            ed25519_key: None,
                             retry_max_attempts: None,
                             retry_first_wait_ms: None,
                             retry_max_wait_ms: None,

@@ -75,9 +75,12 @@ pub enum Signing<'a> {
     /// rotated-out one still in its overlap window), so a receiver holding either
     /// verifies and a secret whose overlap ended signs nothing more, or, when the
     /// endpoint has none for this delivery's URL, with `snapshot`.
+    /// With `ed25519`, the destination's Ed25519 key also signs `webhook-signature`
+    /// (`v1a`, beside the `v1` HMAC ones).
     Submission {
         snapshot: &'a str,
         live: &'a [&'a str],
+        ed25519: Option<&'a ed25519_dalek::SigningKey>,
     },
     /// An operational webhook (an operator alert): Standard Webhooks alone, with the
     /// operator's `FORMS_ALERT_WEBHOOK_SECRET`. No `Hymical-Signature`: it signs no
@@ -126,7 +129,7 @@ pub fn sign(
 ) -> (SignatureHeaders, usize) {
     let webhook_timestamp = attempted_at.timestamp();
     let (hymical, standard): (Option<String>, &[&str]) = match &signing {
-        Signing::Submission { snapshot, live } => (
+        Signing::Submission { snapshot, live, .. } => (
             Some(signature(snapshot, body)),
             if live.is_empty() {
                 std::slice::from_ref(snapshot)
@@ -136,12 +139,22 @@ pub fn sign(
         ),
         Signing::Operational { secret } => (None, std::slice::from_ref(secret)),
     };
-    let (webhook_signature, refused) = standard_signatures(
+    let (mut webhook_signature, refused) = standard_signatures(
         message_id,
         webhook_timestamp,
         body,
         standard.iter().copied(),
     );
+    if let Signing::Submission {
+        ed25519: Some(key), ..
+    } = signing
+    {
+        let asymmetric = ed25519_signature(key, message_id, webhook_timestamp, body);
+        if !webhook_signature.is_empty() {
+            webhook_signature.push(' ');
+        }
+        webhook_signature.push_str(&asymmetric);
+    }
     (
         SignatureHeaders {
             hymical,
@@ -207,6 +220,27 @@ pub fn standard_signatures<'a>(
         ));
     }
     (signatures.join(" "), refused)
+}
+
+/// `v1a,<base64 Ed25519 signature of "{id}.{timestamp}.{body}">`: the Standard Webhooks
+/// asymmetric signature, which a receiver verifies with the public key alone.
+pub fn ed25519_signature(
+    key: &ed25519_dalek::SigningKey,
+    message_id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> String {
+    use ed25519_dalek::Signer;
+    let mut signed = Vec::with_capacity(message_id.len() + body.len() + 24);
+    signed.extend_from_slice(message_id.as_bytes());
+    signed.push(b'.');
+    signed.extend_from_slice(timestamp.to_string().as_bytes());
+    signed.push(b'.');
+    signed.extend_from_slice(body);
+    format!(
+        "v1a,{}",
+        base64::engine::general_purpose::STANDARD.encode(key.sign(&signed).to_bytes())
+    )
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use super::payload;
 use crate::db::models::ClaimedDelivery;
 use crate::files::FileMetadata;
 use crate::model::ids::SubmissionId;
+use crate::model::receiver;
 use crate::model::state::{AttemptOutcome, DestinationKind};
 
 /// What the workers send with: the webhook client, and the mailer when this process has
@@ -83,9 +84,18 @@ impl Senders {
         .into_iter()
         .flatten()
         .collect();
+        let ed25519 = delivery
+            .ed25519_key
+            .as_deref()
+            .and_then(receiver::ed25519_signing_key);
+        if delivery.ed25519_key.is_some() && ed25519.is_none() {
+            // The stored format (a CHECK) makes this impossible; say so if it happens.
+            tracing::error!(delivery_id = %delivery.id, "a destination's Ed25519 key is not in the whsk_ format; v1a goes without it");
+        }
         let signing = payload::Signing::Submission {
             snapshot,
             live: &live,
+            ed25519: ed25519.as_ref(),
         };
         let (signatures, unsigned) =
             payload::sign(delivery.id.as_str(), signing, attempted_at, &body);

@@ -115,6 +115,15 @@ impl Destination {
             },
         })
     }
+    /// The public key (`whpk_…`) a receiver verifies this webhook's Ed25519 signatures
+    /// with (`v1a` in `webhook-signature`, beside the HMAC `v1` ones); null: it signs with
+    /// HMAC only.
+    async fn ed25519_public_key(&self) -> Option<String> {
+        self.0
+            .ed25519_key
+            .as_deref()
+            .and_then(crate::model::receiver::ed25519_public_key)
+    }
     /// Its own retry schedule; null: the server's (`FORMS_WEBHOOK_MAX_ATTEMPTS`,
     /// `FORMS_WEBHOOK_RETRY_INITIAL_SECONDS`, `FORMS_WEBHOOK_RETRY_MAX_SECONDS`).
     async fn retry_policy(&self) -> Option<DestinationRetryPolicy> {

@@ -39,6 +39,10 @@ pub struct AddWebhookDestinationInput {
     pub headers: Option<Vec<DestinationHeaderInput>>,
     /// How its requests authenticate; left out: they do not.
     pub auth: Option<DestinationAuthInput>,
+    /// Also sign with a new Ed25519 key (Standard Webhooks `v1a`, verified with
+    /// `ed25519PublicKey`), beside HMAC.
+    #[graphql(default)]
+    pub sign_with_ed25519: bool,
     /// Its own retry schedule; left out: the server's.
     pub retry_policy: Option<RetryPolicyInput>,
 }
@@ -187,6 +191,9 @@ pub struct UpdateDestinationInput {
     pub headers: Option<Vec<DestinationHeaderInput>>,
     /// A webhook's authentication; `null`: none.
     pub auth: MaybeUndefined<DestinationAuthInput>,
+    /// `true`: a webhook also signs with Ed25519 (a new key if it had none; one it has
+    /// stays); `false`: HMAC only, its key forgotten.
+    pub sign_with_ed25519: Option<bool>,
     /// Its own retry schedule; `null`: the server's. Deliveries waiting for a retry keep
     /// the time they are due; their next failure follows the new schedule.
     pub retry_policy: MaybeUndefined<RetryPolicyInput>,
@@ -372,6 +379,7 @@ impl DestinationMutation {
                 .with_retry_policy(retry_policy);
         destination.request_headers = headers;
         destination.request_auth = auth;
+        destination.ed25519_key = input.sign_with_ed25519.then(receiver::new_ed25519_key);
         destination.max_in_flight = max_in_flight;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
@@ -489,6 +497,7 @@ impl DestinationMutation {
             patch(input.reply_to_field).checked(|name| rules::reply_to_field(&name, max_field))?;
         let events = checked_events(input.events)?;
         let headers = input.headers;
+        let sign_with_ed25519 = input.sign_with_ed25519;
         let auth = patch(input.auth).checked(DestinationAuthInput::checked)?;
         let retry_policy = patch(input.retry_policy).checked(RetryPolicyInput::checked)?;
         let candidate_secret = rules::new_secret();
@@ -528,11 +537,27 @@ impl DestinationMutation {
             if let Some(events) = events {
                 next.events = events;
             }
-            if (headers.is_some() || auth != Patch::Keep) && next.kind != DestinationKind::Webhook {
+            let webhook_setting = [
+                ("headers", headers.is_some()),
+                ("auth", auth != Patch::Keep),
+                ("signWithEd25519", sign_with_ed25519.is_some()),
+            ]
+            .into_iter()
+            .find(|(_, given)| *given);
+            if let (Some((field, _)), false) =
+                (webhook_setting, next.kind == DestinationKind::Webhook)
+            {
                 return Err(ApiError::InvalidInput {
-                    field: if headers.is_some() { "headers" } else { "auth" }.into(),
-                    reason: "only a webhook destination has headers and an authentication".into(),
+                    field: field.into(),
+                    reason: "only a webhook destination has headers, an authentication and an Ed25519 key".into(),
                 });
+            }
+            match sign_with_ed25519 {
+                Some(true) if next.ed25519_key.is_none() => {
+                    next.ed25519_key = Some(receiver::new_ed25519_key());
+                }
+                Some(false) => next.ed25519_key = None,
+                Some(true) | None => {}
             }
             if let Some(headers) = headers {
                 next.request_headers = checked_headers(headers, &next.request_headers)?;

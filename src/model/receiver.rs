@@ -248,6 +248,42 @@ pub fn headers_beside_auth(
     Ok(())
 }
 
+/// The prefixes of an Ed25519 signing key and of its public key (Standard Webhooks).
+const ED25519_SECRET_PREFIX: &str = "whsk_";
+const ED25519_PUBLIC_PREFIX: &str = "whpk_";
+
+/// A new Ed25519 signing key: `whsk_` and the base64 of a random 32-byte seed (RFC 8032's
+/// private key).
+pub fn new_ed25519_key() -> String {
+    use rand::RngCore;
+    let mut seed = [0u8; 32];
+    rand::rng().fill_bytes(&mut seed);
+    format!(
+        "{ED25519_SECRET_PREFIX}{}",
+        base64::engine::general_purpose::STANDARD.encode(seed)
+    )
+}
+
+/// The signing key a stored `whsk_` key holds; `None` for any other string (the stored
+/// format is held by a CHECK).
+pub fn ed25519_signing_key(stored: &str) -> Option<ed25519_dalek::SigningKey> {
+    let seed = base64::engine::general_purpose::STANDARD
+        .decode(stored.strip_prefix(ED25519_SECRET_PREFIX)?)
+        .ok()?;
+    let seed: [u8; 32] = seed.try_into().ok()?;
+    Some(ed25519_dalek::SigningKey::from_bytes(&seed))
+}
+
+/// The public key a receiver verifies `v1a` signatures with: `whpk_` and the base64 of its
+/// 32 bytes.
+pub fn ed25519_public_key(stored: &str) -> Option<String> {
+    let key = ed25519_signing_key(stored)?;
+    Some(format!(
+        "{ED25519_PUBLIC_PREFIX}{}",
+        base64::engine::general_purpose::STANDARD.encode(key.verifying_key().as_bytes())
+    ))
+}
+
 /// Retries: at most this many attempts a cycle (as `FORMS_WEBHOOK_MAX_ATTEMPTS`).
 const MAX_RETRY_ATTEMPTS: i32 = 1000;
 /// The first wait is at most a day; the longest at most a week (in milliseconds, as
@@ -449,6 +485,20 @@ mod tests {
         );
         let unknown = serde_json::json!({ "kind": "digest", "token": "x" });
         assert!(serde_json::from_value::<RequestAuth>(unknown).is_err());
+    }
+
+    #[test]
+    fn ed25519_keys_round_trip_and_differ() {
+        let key = new_ed25519_key();
+        assert!(key.starts_with("whsk_") && key.len() == 49, "{key}");
+        assert_ne!(key, new_ed25519_key());
+        let public = ed25519_public_key(&key).expect("public key");
+        assert!(
+            public.starts_with("whpk_") && public.len() == 49,
+            "{public}"
+        );
+        assert!(ed25519_signing_key("whsec_abc").is_none());
+        assert!(ed25519_signing_key("whsk_c2hvcnQ=").is_none());
     }
 
     #[test]

@@ -355,6 +355,10 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         ),
         (("addWebhookDestination", "headers.secret"), Exempt(BOOLEAN)),
         (
+            ("addWebhookDestination", "signWithEd25519"),
+            Exempt(BOOLEAN),
+        ),
+        (
             ("addWebhookDestination", "auth.basic.username"),
             Bad(json!("a:b")),
         ),
@@ -439,6 +443,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         ),
         (("updateDestination", "headers.value"), Bad(json!("a\r\nb"))),
         (("updateDestination", "headers.secret"), Exempt(BOOLEAN)),
+        (("updateDestination", "signWithEd25519"), Exempt(BOOLEAN)),
         (
             ("updateDestination", "auth.basic.username"),
             Bad(json!("a:b")),

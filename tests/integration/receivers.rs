@@ -545,3 +545,108 @@ async fn bad_receiver_settings_are_refused_and_nothing_is_stored() {
         "{answer}"
     );
 }
+
+/// Whether node's own Ed25519 (not this service's code) verifies a `v1a` signature of
+/// `webhook-signature` over `{id}.{timestamp}.{body}` with the public key `whpk_…`.
+fn node_verifies_v1a(public_key: &str, request: &support::receiver::Received) -> bool {
+    use std::io::Write;
+    let header = |name: &str| request.headers[name].to_str().unwrap().to_string();
+    let script = r#"
+const crypto = require('crypto');
+const [publicKey, id, timestamp, signatures] = process.argv.slice(1);
+const body = require('fs').readFileSync(0);
+const spki = Buffer.concat([Buffer.from('302a300506032b6570032100', 'hex'),
+                            Buffer.from(publicKey.slice('whpk_'.length), 'base64')]);
+const key = crypto.createPublicKey({ key: spki, format: 'der', type: 'spki' });
+const signed = Buffer.concat([Buffer.from(`${id}.${timestamp}.`), body]);
+const ok = signatures.split(' ').filter(s => s.startsWith('v1a,'))
+  .some(s => crypto.verify(null, signed, key, Buffer.from(s.slice(4), 'base64')));
+process.exit(ok ? 0 : 1);
+"#;
+    let mut child = std::process::Command::new("node")
+        .args(["-e", script, public_key])
+        .arg(header("webhook-id"))
+        .arg(header("webhook-timestamp"))
+        .arg(header("webhook-signature"))
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("node runs (installed by the test command)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&request.body)
+        .unwrap();
+    child.wait().unwrap().success()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ed25519_signatures_verify_with_the_public_key_beside_hmac() {
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let added = data(
+        app.gql(
+            &key,
+            "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { webhookSecret destination { id ed25519PublicKey } } }",
+            json!({ "input": { "endpointId": "contact", "url": receiver.url("/hook"), "signWithEd25519": true } }),
+        )
+        .await,
+    );
+    let id = added["addWebhookDestination"]["destination"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let public_key = added["addWebhookDestination"]["destination"]["ed25519PublicKey"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let secret = added["addWebhookDestination"]["webhookSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(public_key.starts_with("whpk_"), "{public_key}");
+    let stored_key = app
+        .db
+        .count("SELECT count(*) AS n FROM destinations WHERE ed25519_key LIKE 'whsk_%'")
+        .await;
+    assert_eq!(stored_key, 1);
+
+    app.submit("contact", "message=signed").await;
+    let worker = app.worker(None);
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let request = receiver.wait_for(1).await.remove(0);
+    let signatures = request.headers["webhook-signature"].to_str().unwrap();
+    assert!(
+        signatures.starts_with("v1,") && signatures.contains(" v1a,"),
+        "{signatures}"
+    );
+    assert!(node_verifies_v1a(&public_key, &request), "v1a verifies");
+    let mut tampered = request.clone();
+    tampered.body = bytes::Bytes::from(format!("{} ", String::from_utf8_lossy(&request.body)));
+    assert!(
+        !node_verifies_v1a(&public_key, &tampered),
+        "a changed body does not"
+    );
+    // Receivers that know HMAC only still verify: each library skips the `v1a` entry.
+    let case = crate::verifiers::Case::of(&request, &secret);
+    for (library, answer) in crate::verifiers::all_verify(&case).await {
+        assert_eq!(answer, Ok(()), "{library:?}");
+    }
+
+    // Turned off: HMAC only again, the key forgotten.
+    let off = data(update(&app, &key, json!({ "id": id, "signWithEd25519": false })).await);
+    assert!(off.to_string().contains("updateDestination"));
+    app.submit("contact", "message=hmac").await;
+    assert_eq!(worker.run_once().await.unwrap(), 1);
+    let request = receiver.wait_for(2).await.remove(1);
+    let signatures = request.headers["webhook-signature"].to_str().unwrap();
+    assert!(!signatures.contains("v1a,"), "{signatures}");
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM destinations WHERE ed25519_key IS NOT NULL")
+            .await,
+        0
+    );
+}

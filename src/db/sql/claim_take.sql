@@ -53,10 +53,11 @@
            -- the payload: one index probe here rather than a round trip per delivery.
            EXISTS (SELECT 1 FROM submission_files f WHERE f.submission_id = c.submission_id)
                AS has_files,
-           -- Its own headers and authentication, for its current URL only (as its live
+           -- Its own headers, authentication and Ed25519 key, for its current URL only (as its live
            -- secrets); its own retry schedule whatever the URL.
            CASE WHEN ds.url = c.destination_url THEN ds.request_headers END AS request_headers,
            CASE WHEN ds.url = c.destination_url THEN ds.request_auth END AS request_auth,
+           CASE WHEN ds.url = c.destination_url THEN ds.ed25519_key END AS ed25519_key,
            ds.retry_max_attempts, ds.retry_first_wait_ms, ds.retry_max_wait_ms
     FROM claimed c
     JOIN destinations ds ON ds.id = c.destination_id
