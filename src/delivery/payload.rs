@@ -309,6 +309,7 @@ mod tests {
         let submission = Signing::Submission {
             snapshot: &snapshot,
             live: &live,
+            ed25519: None,
         };
         let (headers, _) = sign("whd_1", submission, at, b"{}");
         let expected = standard_signatures(
@@ -323,12 +324,43 @@ mod tests {
         let alone = Signing::Submission {
             snapshot: &snapshot,
             live: &[],
+            ed25519: None,
         };
         let (alone, _) = sign("whd_1", alone, at, b"{}");
         assert_eq!(
             alone.webhook_signature,
             standard_signatures("whd_1", at.timestamp(), b"{}", [snapshot.as_str()]).0
         );
+    }
+
+    /// With a key, `v1a` follows the HMAC signatures and verifies with the public key
+    /// over the Standard Webhooks string.
+    #[test]
+    fn an_ed25519_key_adds_a_v1a_signature_after_the_hmac_ones() {
+        use ed25519_dalek::Verifier;
+        let secret = format!("whsec_{}", "89".repeat(32));
+        let key = ed25519_dalek::SigningKey::from_bytes(&[7; 32]);
+        let at = Utc::now();
+        let signing = Signing::Submission {
+            snapshot: &secret,
+            live: &[],
+            ed25519: Some(&key),
+        };
+        let (headers, _) = sign("whd_2", signing, at, b"{\"a\":1}");
+        let (hmac, v1a) = headers
+            .webhook_signature
+            .split_once(' ')
+            .expect("two signatures");
+        assert!(hmac.starts_with("v1,"), "{hmac}");
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(v1a.strip_prefix("v1a,").expect("v1a"))
+            .expect("base64");
+        let signature = ed25519_dalek::Signature::from_slice(&signature).expect("64 bytes");
+        let signed = format!("whd_2.{}.{{\"a\":1}}", at.timestamp());
+        assert!(key
+            .verifying_key()
+            .verify(signed.as_bytes(), &signature)
+            .is_ok());
     }
 
     /// A submission's webhook carries both signatures; an operational webhook the
@@ -349,6 +381,7 @@ mod tests {
             Signing::Submission {
                 snapshot: &secret,
                 live: &[],
+                ed25519: None,
             },
             at,
             b"{}",
