@@ -42,6 +42,7 @@ END
 $$;
 
 ALTER TABLE destinations
+    DROP COLUMN body_format,
     DROP COLUMN request_headers,
     DROP COLUMN request_auth,
     DROP COLUMN ed25519_key,

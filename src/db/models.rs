@@ -13,7 +13,7 @@ use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId
 use crate::model::receiver::{RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{
     AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
-    EndpointEventKind, EventKind, KeyRole, PauseReason, WhenUnreachable,
+    EndpointEventKind, EventKind, KeyRole, PauseReason, WebhookFormat, WhenUnreachable,
 };
 
 /// An endpoint: its settings for intake. Where its submissions go is its destinations
@@ -114,6 +114,8 @@ pub struct DestinationRow {
     pub reply_subject: Option<String>,
     pub reply_body: Option<String>,
     pub reply_window_seconds: Option<i32>,
+    /// A webhook's body: this service's JSON or a chat platform's message.
+    pub body_format: WebhookFormat,
     /// A webhook's own headers and authentication, sent with each request to its current
     /// URL (model/receiver.rs).
     pub request_headers: RequestHeaders,
@@ -223,6 +225,7 @@ impl DestinationRow {
             reply_subject: None,
             reply_body: None,
             reply_window_seconds: None,
+            body_format: WebhookFormat::Standard,
             request_headers: RequestHeaders::default(),
             request_auth: None,
             ed25519_key: None,
@@ -428,6 +431,8 @@ pub struct ClaimedDelivery {
     /// Whether its submission has uploaded files (their descriptions and links go in the
     /// webhook and the email; they are read only then).
     pub has_files: bool,
+    /// The destination's body format.
+    pub body_format: WebhookFormat,
     /// The destination's own headers and authentication when the delivery goes to its
     /// current URL (an earlier receiver is never sent a later one's credentials); empty
     /// and `None` otherwise.
@@ -466,6 +471,7 @@ impl ClaimedDelivery {
             reply_subject: None,
             reply_body: None,
             has_files: false,
+            body_format: WebhookFormat::Standard,
             request_headers: None,
             request_auth: None,
             ed25519_key: None,

@@ -52,6 +52,7 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Bool,
+    Text,
     Nullable<Jsonb>,
     Nullable<Jsonb>,
     Nullable<Text>,

@@ -145,6 +145,8 @@ diesel::table! {
         #[max_length = 5000]
         reply_body -> Nullable<Varchar>,
         reply_window_seconds -> Nullable<Int4>,
+        #[max_length = 16]
+        body_format -> Varchar,
         request_headers -> Jsonb,
         request_auth -> Nullable<Jsonb>,
         #[max_length = 49]

@@ -16,7 +16,7 @@ use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::spam::SubmissionFolder;
-use crate::model::state::{DeliveryState, DestinationKind};
+use crate::model::state::{DeliveryState, DestinationKind, WebhookFormat};
 
 /// One submission of a batch for [`insert_batch`].
 #[derive(Debug, Clone)]
@@ -238,6 +238,7 @@ pub async fn insert_batch(
                             reply_subject: None,
                             reply_body: None,
                             has_files: !submission.files.is_empty(),
+                            body_format: WebhookFormat::Standard,
                             // Nor a destination with headers, an authentication, an
                             // Ed25519 key or a retry schedule of its own (migration
                             // receiver_options).

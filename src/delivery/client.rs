@@ -116,12 +116,42 @@ impl WebhookClient {
         match request.send().await {
             Ok(mut response) => {
                 let status = response.status().as_u16();
+                let retry_after = matches!(status, 429 | 503)
+                    .then(|| retry_after(response.headers()))
+                    .flatten();
                 read_prefix(&mut response).await;
-                AttemptResult::from_status(status)
+                AttemptResult {
+                    retry_after,
+                    ..AttemptResult::from_status(status)
+                }
             }
             Err(error) => classify(&error),
         }
     }
+}
+
+/// The longest `Retry-After` taken as said; a longer one is this (the schedule caps it
+/// further).
+const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(7 * 86_400);
+
+/// A `Retry-After`: delay seconds (whole, or with a fraction as chat platforms send), or an
+/// HTTP date measured from this machine's clock. `None` when absent or unreadable: the
+/// schedule alone decides.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0)
+            .then(|| Duration::from_secs_f64(seconds.min(LONGEST_RETRY_AFTER.as_secs_f64())));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = (at.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .ok()?;
+    Some(wait.min(LONGEST_RETRY_AFTER))
 }
 
 /// Reads at most `RESPONSE_PREFIX_BYTES` of the body (so a small answer leaves the

@@ -325,14 +325,14 @@ pub fn notification(n: &Notification<'_>) -> OutgoingEmail {
 }
 
 /// One field: its name and its values in the order they were sent.
-struct StoredField {
-    name: String,
-    values: Vec<String>,
+pub(super) struct StoredField {
+    pub(super) name: String,
+    pub(super) values: Vec<String>,
 }
 
 /// The stored form as a list. Intake stores an object of lists of strings; anything else
 /// is shown as its JSON rather than left out, so the message never hides a value.
-fn stored_fields(fields: &Value) -> Vec<StoredField> {
+pub(super) fn stored_fields(fields: &Value) -> Vec<StoredField> {
     let Some(object) = fields.as_object() else {
         return vec![StoredField {
             name: "(fields)".to_string(),

@@ -1,5 +1,5 @@
 //! Delivery to destinations: the worker pool (`worker.rs`), a sender per destination kind
-//! (`senders.rs`), the webhook HTTP client (`client.rs`, the only outbound HTTP to
+//! (`senders.rs`), a submission as a chat platform's message (`chat.rs`), the webhook HTTP client (`client.rs`, the only outbound HTTP to
 //! receivers, through the resolver of `outbound.rs`), sending one email over SMTP with
 //! the notification it carries (`email.rs`, the only outbound mail), outcome
 //! classification and backoff (`outcome.rs`), the payload and its signatures
@@ -8,6 +8,7 @@
 //! (`handoff.rs`), and sending operator alerts (`alerts.rs`).
 
 pub mod alerts;
+pub mod chat;
 pub mod client;
 pub mod email;
 pub mod handoff;

@@ -18,6 +18,10 @@ pub struct AttemptResult {
     /// An email attempt's SMTP reply text (one printable line, at most 500 characters),
     /// whenever the server replied.
     pub reply: Option<String>,
+    /// How long a receiver that answered 429 or 503 asked to be left alone
+    /// (`Retry-After`): the next attempt waits at least this long, up to the schedule's
+    /// longest wait.
+    pub retry_after: Option<Duration>,
 }
 
 pub const MAX_ERROR_LENGTH: usize = 500;
@@ -39,6 +43,7 @@ impl AttemptResult {
                 response_status: Some(status),
                 error: None,
                 reply: None,
+                retry_after: None,
             }
         } else {
             AttemptResult {
@@ -46,6 +51,7 @@ impl AttemptResult {
                 response_status: Some(status),
                 error: Some(format!("the destination answered HTTP {status}")),
                 reply: None,
+                retry_after: None,
             }
         }
     }
@@ -60,6 +66,7 @@ impl AttemptResult {
             response_status: None,
             error: Some(error),
             reply: None,
+            retry_after: None,
         }
     }
 
@@ -73,6 +80,7 @@ impl AttemptResult {
                 response_status: Some(code),
                 error: None,
                 reply: Some(text),
+                retry_after: None,
             },
             MailOutcome::Deferred { code, text } | MailOutcome::Rejected { code, text } => {
                 AttemptResult {
@@ -80,6 +88,7 @@ impl AttemptResult {
                     response_status: Some(code),
                     error: Some(format!("the mail server answered {code}")),
                     reply: Some(text),
+                    retry_after: None,
                 }
             }
             MailOutcome::TimedOut => AttemptResult::failure(
@@ -131,7 +140,10 @@ pub fn next_step(result: &AttemptResult, cycle_attempts: u32, policy: &RetryPoli
     if !result.is_retryable() || cycle_attempts >= policy.max_attempts {
         return NextStep::Failed;
     }
-    NextStep::RetryAfter(policy.wait_after(cycle_attempts))
+    let asked = result
+        .retry_after
+        .map_or(Duration::ZERO, |asked| asked.min(policy.max_wait));
+    NextStep::RetryAfter(policy.wait_after(cycle_attempts).max(asked))
 }
 
 #[cfg(test)]
@@ -229,6 +241,29 @@ mod tests {
             config.wait_after(200),
             Duration::from_secs(7),
             "no overflow"
+        );
+    }
+
+    #[test]
+    fn a_retry_after_lengthens_the_wait_up_to_the_longest_one() {
+        let policy = config();
+        let asked = |seconds| AttemptResult {
+            retry_after: Some(Duration::from_secs(seconds)),
+            ..AttemptResult::from_status(429)
+        };
+        assert_eq!(
+            next_step(&asked(30), 1, &policy),
+            NextStep::RetryAfter(Duration::from_secs(30))
+        );
+        assert_eq!(
+            next_step(&asked(2), 1, &policy),
+            NextStep::RetryAfter(Duration::from_secs(10)),
+            "never sooner than the schedule"
+        );
+        assert_eq!(
+            next_step(&asked(86_400), 1, &policy),
+            NextStep::RetryAfter(Duration::from_secs(3600)),
+            "never longer than its longest wait"
         );
     }
 

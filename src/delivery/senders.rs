@@ -6,6 +6,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::chat;
 use super::client::{ReceiverHeader, WebhookClient};
 use super::email::{self, Mailer, Notification, OutgoingEmail};
 use super::outcome::AttemptResult;
@@ -53,7 +54,8 @@ impl Senders {
         }
     }
 
-    /// A webhook: the payload, signed with the snapshot secret (`Hymical-Signature`) and
+    /// A webhook: the payload (or the chat platform's message its format names), signed
+    /// with the snapshot secret (`Hymical-Signature`) and
     /// the destination's live secrets (`webhook-signature`), POSTed to the captured URL.
     async fn webhook(
         &self,
@@ -70,13 +72,26 @@ impl Senders {
                 "the delivery has no signing secret",
             );
         };
-        let body = payload::body(
-            submission.id,
-            &delivery.endpoint_id,
-            submission.received_at,
-            submission.fields,
-            submission.files,
-        );
+        let received_at = crate::clock::format_timestamp(submission.received_at);
+        let chat = chat::ChatMessage {
+            endpoint_name: delivery
+                .endpoint_name
+                .as_deref()
+                .unwrap_or(delivery.endpoint_id.as_str()),
+            submission_id: submission.id.as_str(),
+            received_at: &received_at,
+            fields: submission.fields,
+            files: submission.files,
+        };
+        let body = chat::body(delivery.body_format, &chat).unwrap_or_else(|| {
+            payload::body(
+                submission.id,
+                &delivery.endpoint_id,
+                submission.received_at,
+                submission.fields,
+                submission.files,
+            )
+        });
         let live: Vec<&str> = [
             delivery.destination_secret.as_deref(),
             delivery.destination_previous_secret.as_deref(),

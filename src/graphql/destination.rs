@@ -8,7 +8,7 @@ use super::app;
 use super::timestamp::Timestamp;
 use crate::db::models::DestinationRow;
 use crate::model::receiver::RequestAuth;
-use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
+use crate::model::state::{DestinationEvent, DestinationKind, PauseReason, WebhookFormat};
 
 pub struct Destination(pub DestinationRow);
 
@@ -86,6 +86,11 @@ impl Destination {
     /// unthrottled.
     async fn max_requests_per_second(&self) -> Option<i32> {
         self.0.max_requests_per_second
+    }
+    /// What a webhook is sent: this service's signed JSON, or a chat platform's message;
+    /// `STANDARD` for the other kinds.
+    async fn format(&self) -> WebhookFormat {
+        self.0.body_format
     }
     /// A webhook's own headers, in the order they are sent (to its current URL); a
     /// secret one's value is never answered.

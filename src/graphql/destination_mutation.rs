@@ -18,7 +18,7 @@ use crate::model::endpoint::SettingError;
 use crate::model::endpoint::{self as rules, Rotation};
 use crate::model::patch::Patch;
 use crate::model::receiver::{self, HeaderSetting, RequestAuth, RequestHeaders, RetryPolicy};
-use crate::model::state::{DestinationEvent, DestinationKind, PauseReason};
+use crate::model::state::{DestinationEvent, DestinationKind, PauseReason, WebhookFormat};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
 /// submission writes a delivery to every one in its intake transaction.
@@ -35,6 +35,10 @@ pub struct AddWebhookDestinationInput {
     /// Requests started per second (1–10000), across every process; left out:
     /// unthrottled.
     pub max_requests_per_second: Option<i32>,
+    /// What it is sent: this service's signed JSON (`STANDARD`), or a chat platform's
+    /// message for that platform's incoming-webhook URL.
+    #[graphql(default_with = "WebhookFormat::Standard")]
+    pub format: WebhookFormat,
     /// Up to 20 static headers each request carries (to this URL only).
     pub headers: Option<Vec<DestinationHeaderInput>>,
     /// How its requests authenticate; left out: they do not.
@@ -186,6 +190,8 @@ pub struct UpdateDestinationInput {
     pub max_in_flight: MaybeUndefined<i32>,
     pub events: Option<Vec<DestinationEvent>>,
     pub max_requests_per_second: MaybeUndefined<i32>,
+    /// A webhook's body format.
+    pub format: Option<WebhookFormat>,
     /// A webhook's headers, replacing the list (`[]`: none); a secret header given
     /// without a value keeps the one it has.
     pub headers: Option<Vec<DestinationHeaderInput>>,
@@ -377,6 +383,7 @@ impl DestinationMutation {
         let mut destination =
             DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now())
                 .with_retry_policy(retry_policy);
+        destination.body_format = input.format;
         destination.request_headers = headers;
         destination.request_auth = auth;
         destination.ed25519_key = input.sign_with_ed25519.then(receiver::new_ed25519_key);
@@ -497,6 +504,7 @@ impl DestinationMutation {
             patch(input.reply_to_field).checked(|name| rules::reply_to_field(&name, max_field))?;
         let events = checked_events(input.events)?;
         let headers = input.headers;
+        let format = input.format;
         let sign_with_ed25519 = input.sign_with_ed25519;
         let auth = patch(input.auth).checked(DestinationAuthInput::checked)?;
         let retry_policy = patch(input.retry_policy).checked(RetryPolicyInput::checked)?;
@@ -538,6 +546,7 @@ impl DestinationMutation {
                 next.events = events;
             }
             let webhook_setting = [
+                ("format", format.is_some()),
                 ("headers", headers.is_some()),
                 ("auth", auth != Patch::Keep),
                 ("signWithEd25519", sign_with_ed25519.is_some()),
@@ -549,7 +558,7 @@ impl DestinationMutation {
             {
                 return Err(ApiError::InvalidInput {
                     field: field.into(),
-                    reason: "only a webhook destination has headers, an authentication and an Ed25519 key".into(),
+                    reason: "only a webhook destination has a format, headers, an authentication and an Ed25519 key".into(),
                 });
             }
             match sign_with_ed25519 {
@@ -558,6 +567,9 @@ impl DestinationMutation {
                 }
                 Some(false) => next.ed25519_key = None,
                 Some(true) | None => {}
+            }
+            if let Some(format) = format {
+                next.body_format = format;
             }
             if let Some(headers) = headers {
                 next.request_headers = checked_headers(headers, &next.request_headers)?;

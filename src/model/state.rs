@@ -70,6 +70,25 @@ db_vocabulary! {
 }
 
 db_vocabulary! {
+    /// The body a webhook destination is sent: this service's signed JSON, or a chat
+    /// platform's incoming-webhook message (docs/delivery.md, "Chat").
+    pub enum WebhookFormat ("webhook format") {
+        /// The submission as JSON (`type: "submission.received"`).
+        Standard => "standard",
+        /// A Slack incoming webhook: Block Kit, values as plain text.
+        Slack => "slack",
+        /// A Discord webhook: an embed, no mention parsed.
+        Discord => "discord",
+        /// A Microsoft Teams Workflows webhook: an Adaptive Card.
+        Teams => "teams",
+        /// A Mattermost incoming webhook: a message attachment.
+        Mattermost => "mattermost",
+        /// A Google Chat incoming webhook: a card.
+        GoogleChat => "google_chat",
+    }
+}
+
+db_vocabulary! {
     /// An event type a destination may receive.
     pub enum DestinationEvent ("destination event") {
         /// A submission was accepted (`type: "submission.received"` in the webhook body).

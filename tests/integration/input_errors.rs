@@ -358,6 +358,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             ("addWebhookDestination", "signWithEd25519"),
             Exempt(BOOLEAN),
         ),
+        (("addWebhookDestination", "format"), Exempt(ENUM)),
         (
             ("addWebhookDestination", "auth.basic.username"),
             Bad(json!("a:b")),
@@ -444,6 +445,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("updateDestination", "headers.value"), Bad(json!("a\r\nb"))),
         (("updateDestination", "headers.secret"), Exempt(BOOLEAN)),
         (("updateDestination", "signWithEd25519"), Exempt(BOOLEAN)),
+        (("updateDestination", "format"), Exempt(ENUM)),
         (
             ("updateDestination", "auth.basic.username"),
             Bad(json!("a:b")),

@@ -650,3 +650,155 @@ async fn ed25519_signatures_verify_with_the_public_key_beside_hmac() {
         0
     );
 }
+
+/// The hostile submission every chat format is given: mentions of every platform,
+/// Markdown, a link, markup, and a value longer than any platform takes.
+const HOSTILE: &str = "message=%40everyone+%40here+%3C%21channel%3E+%3Cusers%2Fall%3E+**bold**+%5Blink%5D%28https%3A%2F%2Fevil.example%29+%3Cb%3Ex%3C%2Fb%3E+%60code%60&name=Ann";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_chat_platform_gets_its_documented_body_with_values_harmless() {
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let platforms = ["SLACK", "DISCORD", "TEAMS", "MATTERMOST", "GOOGLE_CHAT"];
+    for platform in platforms {
+        add_webhook(
+            &app,
+            &key,
+            json!({ "endpointId": "contact", "url": receiver.url(&format!("/chat/{platform}")), "format": platform }),
+        )
+        .await;
+    }
+    let long = "z".repeat(10_000);
+    app.submit("contact", &format!("{HOSTILE}&long={long}"))
+        .await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 5);
+    let received = receiver.wait_for(5).await;
+    let body_of = |platform: &str| -> Value {
+        let request = received
+            .iter()
+            .find(|r| r.path == format!("/chat/{platform}"))
+            .unwrap();
+        assert_eq!(request.headers["content-type"], "application/json");
+        serde_json::from_slice(&request.body).unwrap()
+    };
+    let longest_value = |values: Vec<&str>| values.iter().map(|v| v.chars().count()).max().unwrap();
+
+    // Slack: a header, one section of two plain_text fields per field; no mrkdwn at all,
+    // so `<!channel>` and `**` are shown as written, and the notification text holds
+    // nothing submitted.
+    let slack = body_of("SLACK");
+    assert_eq!(slack["blocks"][0]["type"], "header");
+    assert_eq!(slack["text"], "New submission to Contact");
+    let texts: Vec<&str> = slack["blocks"].as_array().unwrap()[1..]
+        .iter()
+        .flat_map(|block| block["fields"].as_array().unwrap())
+        .map(|field| {
+            assert_eq!(field["type"], "plain_text");
+            field["text"].as_str().unwrap()
+        })
+        .collect();
+    assert!(!slack.to_string().contains("mrkdwn"));
+    let message = texts.iter().find(|t| t.contains("channel")).unwrap();
+    assert!(
+        message.contains("@\u{200B}everyone") && !message.contains("@everyone"),
+        "{message}"
+    );
+    assert!(longest_value(texts.clone()) <= 1900);
+    assert!(texts.iter().any(|t| t.ends_with('…')), "cut with a marker");
+
+    // Discord: one embed, no mention parsed, Markdown escaped, within its limits.
+    let discord = body_of("DISCORD");
+    assert_eq!(discord["allowed_mentions"], json!({ "parse": [] }));
+    let fields = discord["embeds"][0]["fields"].as_array().unwrap();
+    let value = |name: &str| {
+        fields.iter().find(|f| f["name"] == name).unwrap()["value"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let message = value("message");
+    assert!(
+        message.contains("\\*\\*bold\\*\\*") && message.contains("\\[link\\]"),
+        "{message}"
+    );
+    assert!(!message.contains("@everyone"), "{message}");
+    assert!(value("long").chars().count() <= 1024 && value("long").ends_with('…'));
+    assert_eq!(value("name"), "Ann");
+
+    // Teams: a message with one Adaptive Card and a FactSet.
+    let teams = body_of("TEAMS");
+    assert_eq!(teams["type"], "message");
+    let card = &teams["attachments"][0];
+    assert_eq!(
+        card["contentType"],
+        "application/vnd.microsoft.card.adaptive"
+    );
+    assert_eq!(card["content"]["type"], "AdaptiveCard");
+    let facts = card["content"]["body"][1]["facts"].as_array().unwrap();
+    let message = facts.iter().find(|f| f["title"] == "message").unwrap()["value"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("\\*\\*bold\\*\\*") && message.contains("\\<\\!channel\\>"),
+        "{message}"
+    );
+
+    // Mattermost: an attachment whose fields are the submission; @-mentions broken.
+    let mattermost = body_of("MATTERMOST");
+    let fields = mattermost["attachments"][0]["fields"].as_array().unwrap();
+    let message = fields.iter().find(|f| f["title"] == "message").unwrap()["value"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("@\u{200B}here") && !message.contains("@here"),
+        "{message}"
+    );
+
+    // Google Chat: a card of decorated texts, markup as entities.
+    let chat = body_of("GOOGLE_CHAT");
+    let widgets = chat["cardsV2"][0]["card"]["sections"][0]["widgets"]
+        .as_array()
+        .unwrap();
+    let message = widgets
+        .iter()
+        .find(|w| w["decoratedText"]["topLabel"] == "message")
+        .unwrap()["decoratedText"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("&lt;users/all&gt;") && !message.contains("<users/all>"),
+        "{message}"
+    );
+    assert!(!chat["text"].as_str().unwrap().contains("users/all"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_429_retry_after_is_waited_for() {
+    let start = Utc.with_ymd_and_hms(2026, 12, 7, 9, 0, 0).unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let router = Router::new().route(
+        "/busy",
+        post(|| async { (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "45")]) }),
+    );
+    let addr = serve_on_loopback(router).await;
+    let app = TestApp::start_with(DEV, clock.clone()).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    add_webhook(
+        &app,
+        &key,
+        json!({ "endpointId": "contact", "url": format!("http://{addr}/busy"), "format": "SLACK" }),
+    )
+    .await;
+    app.submit("contact", "message=hello").await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let delivery = &app.db.deliveries().await[0];
+    assert_eq!(delivery.state, "pending");
+    assert_eq!(
+        delivery.next_attempt_at - start,
+        chrono::Duration::seconds(45),
+        "the receiver's 45 s, not the schedule's 10 s"
+    );
+}

@@ -47,12 +47,14 @@
                  AND ds.previous_secret_expires_at > coalesce($1, statement_timestamp())
                 THEN ds.previous_secret END AS destination_previous_secret,
            ds.consecutive_failed_deliveries,
-           CASE WHEN ds.kind = 'email' THEN e.name END AS endpoint_name,
+           CASE WHEN ds.kind = 'email' OR ds.body_format <> 'standard' THEN e.name END
+               AS endpoint_name,
            ds.reply_to_field, ds.reply_subject, ds.reply_body,
            -- Whether the submission has uploaded files, which the worker then reads for
            -- the payload: one index probe here rather than a round trip per delivery.
            EXISTS (SELECT 1 FROM submission_files f WHERE f.submission_id = c.submission_id)
                AS has_files,
+           ds.body_format,
            -- Its own headers, authentication and Ed25519 key, for its current URL only (as its live
            -- secrets); its own retry schedule whatever the URL.
            CASE WHEN ds.url = c.destination_url THEN ds.request_headers END AS request_headers,

@@ -1,0 +1,316 @@
+//! A submission as a chat message: the body a chat platform's incoming webhook takes, for a
+//! webhook destination whose format names the platform (docs/delivery.md, "Chat"). The
+//! submitter writes every value, so each is shown as text only: it cannot mention anyone,
+//! format, link or leave its field, and it fits the platform's limits (cut with a `…`
+//! marker; fields past the limit are counted, not shown).
+
+use serde_json::{json, Value};
+
+use super::email::stored_fields;
+use crate::files::FileMetadata;
+use crate::model::state::WebhookFormat;
+
+/// What a chat message says.
+pub struct ChatMessage<'a> {
+    pub endpoint_name: &'a str,
+    pub submission_id: &'a str,
+    pub received_at: &'a str,
+    pub fields: &'a Value,
+    pub files: &'a [FileMetadata],
+}
+
+/// Each platform's limits (their documentation's, with room to spare): fields shown, and
+/// characters of a field's name, of its value and of the whole message.
+struct Limits {
+    fields: usize,
+    name: usize,
+    value: usize,
+    total: usize,
+}
+
+const MARKER: char = '…';
+
+/// The body for `format`; `None` for the standard format, which is not a chat message.
+pub fn body(format: WebhookFormat, message: &ChatMessage<'_>) -> Option<Vec<u8>> {
+    let body = match format {
+        WebhookFormat::Standard => return None,
+        WebhookFormat::Slack => slack(message),
+        WebhookFormat::Discord => discord(message),
+        WebhookFormat::Teams => teams(message),
+        WebhookFormat::Mattermost => mattermost(message),
+        WebhookFormat::GoogleChat => google_chat(message),
+    };
+    // A JSON value serialises without fail.
+    Some(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+fn title(message: &ChatMessage<'_>) -> String {
+    format!("New submission to {}", message.endpoint_name)
+}
+
+/// The fields as (name, value) pairs within `limits`, values joined by `, `, files as
+/// `name: link`, each escaped by `escape` after it is cut (so an escape is never cut in
+/// half), and the pair that says how many fields did not fit, if any.
+fn pairs(
+    message: &ChatMessage<'_>,
+    limits: &Limits,
+    escape: fn(&str) -> String,
+) -> Vec<(String, String)> {
+    let mut all: Vec<(String, String)> = stored_fields(message.fields)
+        .into_iter()
+        .map(|field| (field.name, field.values.join(", ")))
+        .collect();
+    all.extend(
+        message
+            .files
+            .iter()
+            .map(|file| (file.field.clone(), format!("{}: {}", file.name, file.url))),
+    );
+    let mut shown = Vec::new();
+    let mut used = title(message).chars().count();
+    for (index, (name, value)) in all.iter().enumerate() {
+        let name = escape(&cut(name, limits.name));
+        let value = escape(&cut(value, limits.value));
+        let size = name.chars().count() + value.chars().count();
+        // One place is kept for the count of what did not fit.
+        if shown.len() + 1 >= limits.fields || used + size + 40 > limits.total {
+            let left = all.len() - index;
+            shown.push((
+                "…".to_string(),
+                format!(
+                    "{left} more field{} not shown",
+                    if left == 1 { "" } else { "s" }
+                ),
+            ));
+            return shown;
+        }
+        used += size;
+        shown.push((name, value));
+    }
+    shown
+}
+
+/// `text` within `limit` characters: cut, with the marker as its last one.
+fn cut(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(limit.saturating_sub(1)).collect();
+    cut.push(MARKER);
+    cut
+}
+
+/// Text for a format that reads Markdown: every character Markdown or a mention could use
+/// is escaped with a backslash, and `@` is followed by a zero-width space, so `@everyone`
+/// or `@channel` is text.
+fn markdown_text(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\`*_~|>#-+=[](){}.!<&:".contains(c) {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+        if c == '@' {
+            escaped.push('\u{200B}');
+        }
+    }
+    escaped
+}
+
+/// Text for a format that reads HTML-like markup (`<users/all>`, `<b>`): `&`, `<` and `>`
+/// as entities.
+fn entity_text(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Text shown as it is: Slack's `plain_text` reads no mention, link or formatting; only a
+/// plain `@` word is broken, for clients that linkify.
+fn plain(text: &str) -> String {
+    text.replace('@', "@\u{200B}")
+}
+
+/// Slack incoming webhooks, Block Kit: a header and one section of two `plain_text`
+/// fields per submitted field (at most 50 blocks, 3000 characters a text).
+fn slack(message: &ChatMessage<'_>) -> Value {
+    let limits = Limits {
+        fields: 48,
+        name: 150,
+        value: 1900,
+        total: 35_000,
+    };
+    let mut blocks = vec![json!({
+        "type": "header",
+        "text": { "type": "plain_text", "text": cut(&plain(&title(message)), 150), "emoji": false }
+    })];
+    for (name, value) in pairs(message, &limits, plain) {
+        blocks.push(json!({
+            "type": "section",
+            "fields": [
+                { "type": "plain_text", "text": name, "emoji": false },
+                { "type": "plain_text", "text": if value.is_empty() { " ".to_string() } else { value }, "emoji": false }
+            ]
+        }));
+    }
+    json!({
+        // The notification's text: mrkdwn, so nothing submitted is in it.
+        "text": entity_text(&title(message)),
+        "blocks": blocks,
+    })
+}
+
+/// Discord webhooks: one embed whose fields are the submission (25 fields, 256 characters
+/// a name, 1024 a value, 6000 in all), and no mention parsed at all.
+fn discord(message: &ChatMessage<'_>) -> Value {
+    let limits = Limits {
+        fields: 25,
+        name: 250,
+        value: 1000,
+        total: 5500,
+    };
+    let fields: Vec<Value> = pairs(message, &limits, markdown_text)
+        .into_iter()
+        .map(|(name, value)| json!({ "name": name, "value": if value.is_empty() { "\u{200B}".to_string() } else { value }, "inline": false }))
+        .collect();
+    json!({
+        "allowed_mentions": { "parse": [] },
+        "embeds": [{
+            "title": cut(&markdown_text(&title(message)), 250),
+            "fields": fields,
+            "footer": { "text": message.submission_id },
+            "timestamp": message.received_at,
+        }]
+    })
+}
+
+/// Microsoft Teams Workflows webhooks: a message with one Adaptive Card holding a title
+/// and a FactSet (Teams reads a Markdown subset in both; about 28 KB a message).
+fn teams(message: &ChatMessage<'_>) -> Value {
+    let limits = Limits {
+        fields: 50,
+        name: 200,
+        value: 1000,
+        total: 20_000,
+    };
+    let facts: Vec<Value> = pairs(message, &limits, markdown_text)
+        .into_iter()
+        .map(|(name, value)| json!({ "title": name, "value": value }))
+        .collect();
+    json!({
+        "type": "message",
+        "attachments": [{
+            "contentType": "application/vnd.microsoft.card.adaptive",
+            "contentUrl": null,
+            "content": {
+                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                "type": "AdaptiveCard",
+                "version": "1.4",
+                "body": [
+                    { "type": "TextBlock", "text": markdown_text(&title(message)), "weight": "Bolder", "size": "Medium", "wrap": true },
+                    { "type": "FactSet", "facts": facts },
+                    { "type": "TextBlock", "text": markdown_text(message.submission_id), "isSubtle": true, "size": "Small", "wrap": true }
+                ]
+            }
+        }]
+    })
+}
+
+/// Mattermost incoming webhooks: a message attachment whose fields are the submission
+/// (Markdown escaped; a post holds at most 16383 characters).
+fn mattermost(message: &ChatMessage<'_>) -> Value {
+    let limits = Limits {
+        fields: 50,
+        name: 200,
+        value: 1000,
+        total: 14_000,
+    };
+    let fields: Vec<Value> = pairs(message, &limits, markdown_text)
+        .into_iter()
+        .map(|(name, value)| json!({ "title": name, "value": value, "short": false }))
+        .collect();
+    json!({
+        "text": markdown_text(&title(message)),
+        "attachments": [{
+            "fallback": markdown_text(&title(message)),
+            "title": markdown_text(&title(message)),
+            "fields": fields,
+            "footer": message.submission_id,
+        }]
+    })
+}
+
+/// Google Chat incoming webhooks: a card (cardsV2) with one decorated text per field (its
+/// text reads a little HTML, escaped; a message holds at most 32,000 bytes).
+fn google_chat(message: &ChatMessage<'_>) -> Value {
+    let limits = Limits {
+        fields: 50,
+        name: 200,
+        value: 1000,
+        total: 12_000,
+    };
+    let widgets: Vec<Value> = pairs(message, &limits, entity_text)
+        .into_iter()
+        .map(|(name, value)| json!({ "decoratedText": { "topLabel": name, "text": value, "wrapText": true } }))
+        .collect();
+    json!({
+        "text": entity_text(&title(message)),
+        "cardsV2": [{
+            "cardId": message.submission_id,
+            "card": {
+                "header": { "title": entity_text(&title(message)), "subtitle": message.submission_id },
+                "sections": [{ "widgets": widgets }]
+            }
+        }]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(fields: &Value) -> ChatMessage<'_> {
+        ChatMessage {
+            endpoint_name: "Contact",
+            submission_id: "sub_1",
+            received_at: "2026-12-07T10:00:00Z",
+            fields,
+            files: &[],
+        }
+    }
+
+    #[test]
+    fn escapes_make_mentions_and_markup_text() {
+        assert_eq!(
+            markdown_text("@everyone **x**"),
+            "@\u{200B}everyone \\*\\*x\\*\\*"
+        );
+        assert_eq!(
+            entity_text("<users/all> & <b>"),
+            "&lt;users/all&gt; &amp; &lt;b&gt;"
+        );
+        assert_eq!(plain("<!channel> @here"), "<!channel> @\u{200B}here");
+    }
+
+    #[test]
+    fn long_values_are_cut_with_a_marker_and_extra_fields_counted() {
+        let mut fields = serde_json::Map::new();
+        for i in 0..40 {
+            fields.insert(format!("f{i:02}"), json!(["x".repeat(5000)]));
+        }
+        let fields = Value::Object(fields);
+        let discord: Value =
+            serde_json::from_slice(&body(WebhookFormat::Discord, &message(&fields)).unwrap())
+                .unwrap();
+        let shown = discord["embeds"][0]["fields"].as_array().unwrap();
+        assert!(shown.len() <= 25);
+        let first = shown[0]["value"].as_str().unwrap();
+        assert_eq!(first.chars().count(), 1000);
+        assert!(first.ends_with(MARKER));
+        let last = shown.last().unwrap()["value"].as_str().unwrap();
+        assert!(last.ends_with("more fields not shown"), "{last}");
+        assert!(discord.to_string().chars().count() < 6000 + 500);
+        assert_eq!(discord["allowed_mentions"]["parse"], json!([]));
+        assert!(body(WebhookFormat::Standard, &message(&fields)).is_none());
+    }
+}
