@@ -1,6 +1,6 @@
 -- How a webhook receiver is called beyond its URL and HMAC signature (model/receiver.rs):
--- the body's format (this service's JSON or a chat platform's message), its own static
--- headers, its authentication, an Ed25519 signing key (Standard Webhooks
+-- the body's format (this service's JSON or a chat platform's message) or its own body
+-- template (model/template.rs), its own static headers, its authentication, an Ed25519 signing key (Standard Webhooks
 -- `v1a`, beside the HMAC `v1`), and a destination's own retry schedule. Each
 -- is NULL or empty for the destinations made before, which go on as they did. The
 -- destinations table holds a few rows per endpoint: the checks are validated at once.
@@ -8,6 +8,11 @@ ALTER TABLE destinations
     ADD COLUMN body_format varchar(16) NOT NULL DEFAULT 'standard'
         CONSTRAINT destinations_body_format_valid
         CHECK (body_format IN ('standard', 'slack', 'discord', 'teams', 'mattermost', 'google_chat')),
+    ADD COLUMN body_template text
+        CONSTRAINT destinations_body_template_length
+        CHECK (char_length(body_template) BETWEEN 1 AND 20000),
+    ADD CONSTRAINT destinations_template_or_chat
+        CHECK (body_template IS NULL OR body_format = 'standard'),
     ADD COLUMN request_headers jsonb NOT NULL DEFAULT '[]'
         CONSTRAINT destinations_request_headers_list
         CHECK (jsonb_typeof(request_headers) = 'array' AND jsonb_array_length(request_headers) <= 20),
@@ -26,7 +31,7 @@ ALTER TABLE destinations
             AND retry_max_wait_ms >= retry_first_wait_ms));
 
 -- Intake claims only a plain webhook's first delivery (what its statement returns is the
--- URL and the secrets); a destination with a chat format, headers, an authentication, an Ed25519 key or
+-- URL and the secrets); a destination with a chat format or a template, headers, an authentication, an Ed25519 key or
 -- its own retry schedule is claimed by the workers' claim, which reads them
 -- (claim_take.sql). As in
 -- migration destinations, but for that last condition.
@@ -65,7 +70,8 @@ BEGIN
       -- A throttled destination's requests start only through the claim, which keeps
       -- its rate; an email is sent from what the claim reads (claim.sql).
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
-      AND ds.body_format = 'standard' AND ds.request_headers = '[]' AND ds.request_auth IS NULL
+      AND ds.body_format = 'standard' AND ds.body_template IS NULL
+      AND ds.request_headers = '[]' AND ds.request_auth IS NULL
       AND ds.ed25519_key IS NULL AND ds.retry_max_attempts IS NULL
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id

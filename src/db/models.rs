@@ -116,6 +116,8 @@ pub struct DestinationRow {
     pub reply_window_seconds: Option<i32>,
     /// A webhook's body: this service's JSON or a chat platform's message.
     pub body_format: WebhookFormat,
+    /// A webhook's own body template (model/template.rs), with the standard format only.
+    pub body_template: Option<String>,
     /// A webhook's own headers and authentication, sent with each request to its current
     /// URL (model/receiver.rs).
     pub request_headers: RequestHeaders,
@@ -226,6 +228,7 @@ impl DestinationRow {
             reply_body: None,
             reply_window_seconds: None,
             body_format: WebhookFormat::Standard,
+            body_template: None,
             request_headers: RequestHeaders::default(),
             request_auth: None,
             ed25519_key: None,
@@ -431,8 +434,9 @@ pub struct ClaimedDelivery {
     /// Whether its submission has uploaded files (their descriptions and links go in the
     /// webhook and the email; they are read only then).
     pub has_files: bool,
-    /// The destination's body format.
+    /// The destination's body format and template.
     pub body_format: WebhookFormat,
+    pub body_template: Option<String>,
     /// The destination's own headers and authentication when the delivery goes to its
     /// current URL (an earlier receiver is never sent a later one's credentials); empty
     /// and `None` otherwise.
@@ -472,6 +476,7 @@ impl ClaimedDelivery {
             reply_body: None,
             has_files: false,
             body_format: WebhookFormat::Standard,
+            body_template: None,
             request_headers: None,
             request_auth: None,
             ed25519_key: None,

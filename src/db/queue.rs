@@ -53,6 +53,7 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Bool,
     Text,
+    Nullable<Text>,
     Nullable<Jsonb>,
     Nullable<Jsonb>,
     Nullable<Text>,

@@ -147,6 +147,7 @@ diesel::table! {
         reply_window_seconds -> Nullable<Int4>,
         #[max_length = 16]
         body_format -> Varchar,
+        body_template -> Nullable<Text>,
         request_headers -> Jsonb,
         request_auth -> Nullable<Jsonb>,
         #[max_length = 49]

@@ -239,6 +239,7 @@ pub async fn insert_batch(
                             reply_body: None,
                             has_files: !submission.files.is_empty(),
                             body_format: WebhookFormat::Standard,
+                            body_template: None,
                             // Nor a destination with headers, an authentication, an
                             // Ed25519 key or a retry schedule of its own (migration
                             // receiver_options).

@@ -16,6 +16,7 @@ use crate::files::FileMetadata;
 use crate::model::ids::SubmissionId;
 use crate::model::receiver;
 use crate::model::state::{AttemptOutcome, DestinationKind};
+use crate::model::template;
 
 /// What the workers send with: the webhook client, and the mailer when this process has
 /// a mail server (`FORMS_SMTP_HOST`).
@@ -54,7 +55,8 @@ impl Senders {
         }
     }
 
-    /// A webhook: the payload (or the chat platform's message its format names), signed
+    /// A webhook: the payload (or its template's body, or the chat platform's message its
+    /// format names), signed
     /// with the snapshot secret (`Hymical-Signature`) and
     /// the destination's live secrets (`webhook-signature`), POSTed to the captured URL.
     async fn webhook(
@@ -83,7 +85,34 @@ impl Senders {
             fields: submission.fields,
             files: submission.files,
         };
-        let body = chat::body(delivery.body_format, &chat).unwrap_or_else(|| {
+        let body = if let Some(template) = &delivery.body_template {
+            let Ok(files) = serde_json::to_value(submission.files) else {
+                return AttemptResult::failure(
+                    AttemptOutcome::Unsendable,
+                    "the submission's files could not be described",
+                );
+            };
+            let context = template::context(
+                submission.id.as_str(),
+                delivery.endpoint_id.as_str(),
+                &received_at,
+                submission.fields,
+                files,
+            );
+            match template::render(template, &context) {
+                Ok(body) => body,
+                // Checked when set; what this submission makes of it is final: the same
+                // submission renders the same way on every attempt.
+                Err(problem) => {
+                    return AttemptResult::failure(
+                        AttemptOutcome::Unsendable,
+                        format!("the body template cannot render this submission: {problem}"),
+                    )
+                }
+            }
+        } else if let Some(chat) = chat::body(delivery.body_format, &chat) {
+            chat
+        } else {
             payload::body(
                 submission.id,
                 &delivery.endpoint_id,
@@ -91,7 +120,7 @@ impl Senders {
                 submission.fields,
                 submission.files,
             )
-        });
+        };
         let live: Vec<&str> = [
             delivery.destination_secret.as_deref(),
             delivery.destination_previous_secret.as_deref(),

@@ -92,6 +92,10 @@ impl Destination {
     async fn format(&self) -> WebhookFormat {
         self.0.body_format
     }
+    /// A webhook's own body template; null: its format's body.
+    async fn body_template(&self) -> Option<&str> {
+        self.0.body_template.as_deref()
+    }
     /// A webhook's own headers, in the order they are sent (to its current URL); a
     /// secret one's value is never answered.
     async fn headers(&self) -> Vec<DestinationHeader> {

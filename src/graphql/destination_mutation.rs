@@ -14,11 +14,12 @@ use crate::db::destinations::{AddOutcome, Switch, Switched};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
-use crate::model::endpoint::SettingError;
 use crate::model::endpoint::{self as rules, Rotation};
+use crate::model::endpoint::{Setting, SettingError};
 use crate::model::patch::Patch;
 use crate::model::receiver::{self, HeaderSetting, RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason, WebhookFormat};
+use crate::model::template;
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
 /// submission writes a delivery to every one in its intake transaction.
@@ -39,6 +40,9 @@ pub struct AddWebhookDestinationInput {
     /// message for that platform's incoming-webhook URL.
     #[graphql(default_with = "WebhookFormat::Standard")]
     pub format: WebhookFormat,
+    /// Its own body (with the `STANDARD` format): a template rendered over the submission
+    /// that must make one JSON document; every value it prints is written as JSON.
+    pub body_template: Option<String>,
     /// Up to 20 static headers each request carries (to this URL only).
     pub headers: Option<Vec<DestinationHeaderInput>>,
     /// How its requests authenticate; left out: they do not.
@@ -118,6 +122,17 @@ impl DestinationAuthInput {
     }
 }
 
+/// A template is a webhook's own body: a chat format has the platform's.
+fn template_beside_format(destination: &DestinationRow) -> Result<(), ApiError> {
+    if destination.body_template.is_some() && destination.body_format != WebhookFormat::Standard {
+        return Err(ApiError::InvalidInput {
+            field: "bodyTemplate".into(),
+            reason: "a chat format has its platform's body; a template goes with STANDARD".into(),
+        });
+    }
+    Ok(())
+}
+
 /// The headers to store for `wanted`, given the destination's `current` ones.
 fn checked_headers(
     wanted: Vec<DestinationHeaderInput>,
@@ -192,6 +207,8 @@ pub struct UpdateDestinationInput {
     pub max_requests_per_second: MaybeUndefined<i32>,
     /// A webhook's body format.
     pub format: Option<WebhookFormat>,
+    /// A webhook's body template; `null`: none.
+    pub body_template: MaybeUndefined<String>,
     /// A webhook's headers, replacing the list (`[]`: none); a secret header given
     /// without a value keeps the one it has.
     pub headers: Option<Vec<DestinationHeaderInput>>,
@@ -384,6 +401,11 @@ impl DestinationMutation {
             DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now())
                 .with_retry_policy(retry_policy);
         destination.body_format = input.format;
+        destination.body_template = input
+            .body_template
+            .map(|source| template::checked(Setting::BodyTemplate, &source))
+            .transpose()?;
+        template_beside_format(&destination)?;
         destination.request_headers = headers;
         destination.request_auth = auth;
         destination.ed25519_key = input.sign_with_ed25519.then(receiver::new_ed25519_key);
@@ -505,6 +527,8 @@ impl DestinationMutation {
         let events = checked_events(input.events)?;
         let headers = input.headers;
         let format = input.format;
+        let body_template = patch(input.body_template)
+            .checked(|source| template::checked(Setting::BodyTemplate, &source))?;
         let sign_with_ed25519 = input.sign_with_ed25519;
         let auth = patch(input.auth).checked(DestinationAuthInput::checked)?;
         let retry_policy = patch(input.retry_policy).checked(RetryPolicyInput::checked)?;
@@ -547,6 +571,7 @@ impl DestinationMutation {
             }
             let webhook_setting = [
                 ("format", format.is_some()),
+                ("bodyTemplate", body_template != Patch::Keep),
                 ("headers", headers.is_some()),
                 ("auth", auth != Patch::Keep),
                 ("signWithEd25519", sign_with_ed25519.is_some()),
@@ -571,6 +596,8 @@ impl DestinationMutation {
             if let Some(format) = format {
                 next.body_format = format;
             }
+            body_template.apply(&mut next.body_template);
+            template_beside_format(&next)?;
             if let Some(headers) = headers {
                 next.request_headers = checked_headers(headers, &next.request_headers)?;
             }

@@ -54,6 +54,7 @@ pub enum Setting {
     RetryMaxAttempts,
     RetryFirstWait,
     RetryMaxWait,
+    BodyTemplate,
 }
 
 /// A setting that breaks its rule.
@@ -67,6 +68,9 @@ pub enum SettingError {
         setting: Setting,
         reason: &'static str,
     },
+    /// A template that cannot be used, with where (`model::template`).
+    #[error("{problem}")]
+    Template { setting: Setting, problem: String },
 }
 
 fn invalid(setting: Setting, reason: &'static str) -> SettingError {

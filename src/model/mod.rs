@@ -68,6 +68,7 @@ pub mod rate_limit;
 pub mod receiver;
 pub mod spam;
 pub mod state;
+pub mod template;
 
 /// A stored value no variant or format of this build spells: the read fails with this
 /// (a vocabulary value or an identifier, never submitted data, so it may be logged).

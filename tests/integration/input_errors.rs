@@ -360,6 +360,10 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         ),
         (("addWebhookDestination", "format"), Exempt(ENUM)),
         (
+            ("addWebhookDestination", "bodyTemplate"),
+            Bad(json!("{{ values.x ")),
+        ),
+        (
             ("addWebhookDestination", "auth.basic.username"),
             Bad(json!("a:b")),
         ),
@@ -446,6 +450,10 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("updateDestination", "headers.secret"), Exempt(BOOLEAN)),
         (("updateDestination", "signWithEd25519"), Exempt(BOOLEAN)),
         (("updateDestination", "format"), Exempt(ENUM)),
+        (
+            ("updateDestination", "bodyTemplate"),
+            Bad(json!("{{ values.x ")),
+        ),
         (
             ("updateDestination", "auth.basic.username"),
             Bad(json!("a:b")),

@@ -802,3 +802,92 @@ async fn a_429_retry_after_is_waited_for() {
         "the receiver's 45 s, not the schedule's 10 s"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_template_shapes_the_request_and_bad_ones_are_refused_where_they_break() {
+    let receiver = Receiver::start().await;
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("receivers").await;
+    endpoint(&app, &key).await;
+    let add = "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { webhookSecret destination { bodyTemplate } } }";
+    let refused = [
+        ("{\"a\": 1}\n{{ values.x ", "line 2, column"),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{}",
+            "runs too long",
+        ),
+        ("text: {{ values.x }}", "JSON"),
+        (
+            "{% autoescape false %}{\"a\": \"{{ values.x }}\"}{% endautoescape %}",
+            "line 1, column 4",
+        ),
+    ];
+    for (template, said) in refused {
+        let answer = app
+            .gql(
+                &key,
+                add,
+                json!({ "input": { "endpointId": "contact", "url": receiver.url("/hook"), "bodyTemplate": template } }),
+            )
+            .await;
+        let error = &answer["errors"][0];
+        assert_eq!(error["extensions"]["code"], "INVALID_INPUT", "{answer}");
+        assert_eq!(error["extensions"]["details"]["field"], "bodyTemplate");
+        assert!(
+            error["message"].as_str().unwrap().contains(said),
+            "{said}: {answer}"
+        );
+    }
+    let chat = app
+        .gql(
+            &key,
+            add,
+            json!({ "input": { "endpointId": "contact", "url": receiver.url("/hook"), "format": "SLACK", "bodyTemplate": "{}" } }),
+        )
+        .await;
+    assert_eq!(
+        chat["errors"][0]["extensions"]["details"]["field"], "bodyTemplate",
+        "{chat}"
+    );
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM destinations").await,
+        0
+    );
+
+    let template = r#"{"text": {{ values.message }}, "from": {{ values.email }}, "company": {{ values.company }}, "id": {{ submission.id }}}"#;
+    let added = data(
+        app.gql(
+            &key,
+            add,
+            json!({ "input": { "endpointId": "contact", "url": receiver.url("/hook"), "bodyTemplate": template } }),
+        )
+        .await,
+    );
+    assert_eq!(
+        added["addWebhookDestination"]["destination"]["bodyTemplate"],
+        template
+    );
+    let secret = added["addWebhookDestination"]["webhookSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A value that would end its string and add a key, were it not written as JSON.
+    let submission = app
+        .submit(
+            "contact",
+            "message=hi%22%2C+%22admin%22%3A+true%2C+%22x%22%3A+%22&email=v%40example.org",
+        )
+        .await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let request = receiver.wait_for(1).await.remove(0);
+    let body: Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(
+        body,
+        json!({ "text": "hi\", \"admin\": true, \"x\": \"", "from": "v@example.org", "company": null, "id": submission })
+    );
+    // The signatures sign the body as sent.
+    let case = crate::verifiers::Case::of(&request, &secret);
+    for (library, answer) in crate::verifiers::all_verify(&case).await {
+        assert_eq!(answer, Ok(()), "{library:?}");
+    }
+}
