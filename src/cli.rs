@@ -120,13 +120,15 @@ pub fn main() -> ExitCode {
     }
     // Traces only when a collector is named: otherwise no exporter, no thread, no layer.
     let traces = match config.otlp_endpoint {
-        Some(_) => match telemetry::traces::start() {
-            Ok(exporting) => Some(exporting),
-            Err(error) => {
-                eprintln!("error: OTEL_EXPORTER_OTLP_ENDPOINT: cannot set up the trace exporter: {error}");
-                return ExitCode::from(EXIT_CONFIG);
+        Some(_) => {
+            match telemetry::traces::start() {
+                Ok(exporting) => Some(exporting),
+                Err(error) => {
+                    eprintln!("error: OTEL_EXPORTER_OTLP_ENDPOINT: cannot set up the trace exporter: {error}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
             }
-        },
+        }
         None => None,
     };
     telemetry::init(config.log_format, traces.as_ref());

@@ -352,7 +352,12 @@ impl Worker {
         let started = Instant::now();
         let result = self
             .senders
-            .send(&delivery, &submission, attempted_at, trace_parent.as_deref())
+            .send(
+                &delivery,
+                &submission,
+                attempted_at,
+                trace_parent.as_deref(),
+            )
             .instrument(span.clone())
             .await;
         span.record("outcome", result.outcome.as_str());

@@ -143,11 +143,7 @@ fn stored_context(traceparent: &str) -> Option<Context> {
     }
     let carrier = HashMap::from([(TRACEPARENT.to_string(), traceparent.to_string())]);
     let context = TraceContextPropagator::new().extract(&carrier);
-    context
-        .span()
-        .span_context()
-        .is_valid()
-        .then_some(context)
+    context.span().span_context().is_valid().then_some(context)
 }
 
 /// Makes `span` (not yet entered) a child of the span a stored `traceparent` names. A
@@ -181,7 +177,9 @@ mod tests {
     fn off_there_is_no_trace_context() {
         assert!(!on());
         assert_eq!(traceparent(&Span::current()), None);
-        assert!(stored_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").is_none());
+        assert!(
+            stored_context("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").is_none()
+        );
     }
 
     /// The propagator reads a well-formed `traceparent` and refuses a malformed one.
@@ -195,9 +193,15 @@ mod tests {
                 .span_context()
                 .is_valid()
         };
-        assert!(read("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
-        assert!(!read("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331"));
+        assert!(read(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        ));
+        assert!(!read(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331"
+        ));
         assert!(!read("not a trace context"));
-        assert!(!read("00-00000000000000000000000000000000-b7ad6b7169203331-01"));
+        assert!(!read(
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01"
+        ));
     }
 }

@@ -336,7 +336,8 @@ async fn write_batches(
 /// The span of one batch's statement (telemetry/traces.rs): a trace of its own, since it
 /// serves several submissions, linked to each submission's span it writes.
 fn batch_span(batch: &[Job]) -> tracing::Span {
-    let span = tracing::info_span!(target: traces::TARGET, "outbox batch", submissions = batch.len());
+    let span =
+        tracing::info_span!(target: traces::TARGET, "outbox batch", submissions = batch.len());
     if traces::on() {
         let trace_parents = batch
             .iter()
