@@ -175,27 +175,50 @@ async fn stop(serve: ServeProcess) -> String {
     log
 }
 
+/// Intake and the attempt in one process (the delivery claimed at intake, its context
+/// taken from the submission in memory).
 #[tokio::test(flavor = "multi_thread")]
 async fn one_trace_runs_from_intake_to_the_attempt() {
+    one_trace(false).await;
+}
+
+/// The attempt in a worker process of its own, started after the submission was stored:
+/// the context comes from the database, through the claim.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_in_another_process_continues_the_trace() {
+    one_trace(true).await;
+}
+
+/// A submission and its delivery, traced; with `split`, accepted by an API-only process
+/// and delivered by a worker-only one.
+async fn one_trace(split: bool) {
     let collector = Collector::default();
     let endpoint = collector.start().await;
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(&[], Arc::new(SystemClock)).await;
     app.webhook_endpoint("traced", &receiver.url("/ok")).await;
-    let serve = ServeProcess::start(
-        &app.db,
-        &[
+    let traced = |role: &'static str| {
+        let mut vars = vec![
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
             ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
             // Exported within 100 ms rather than the default 5 s.
             ("OTEL_BSP_SCHEDULE_DELAY", "100"),
-        ],
-    );
+        ];
+        if split {
+            vars.push((role, "false"));
+        }
+        ServeProcess::start(&app.db, &vars)
+    };
+    let serve = traced("FORMS_WORKER_ENABLED");
     wait_for_status(&serve.url("/health"), 200).await;
     let submission_id = submit(&serve).await;
+    let worker = split.then(|| traced("FORMS_API_ENABLED"));
     let received = receiver.wait_for(1).await;
     // The graceful stop exports what is still buffered.
-    let log = stop(serve).await;
+    let mut log = stop(serve).await;
+    if let Some(worker) = worker {
+        log.push_str(&stop(worker).await);
+    }
     let spans = collector
         .wait_for(&["submission", "outbox write", "outbox batch", "attempt"])
         .await;
