@@ -118,7 +118,20 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     }
-    telemetry::init(config.log_format);
+    // Traces only when a collector is named: otherwise no exporter, no thread, no layer.
+    let traces = match config.otlp_endpoint {
+        Some(_) => {
+            match telemetry::traces::start() {
+                Ok(exporting) => Some(exporting),
+                Err(error) => {
+                    eprintln!("error: OTEL_EXPORTER_OTLP_ENDPOINT: cannot set up the trace exporter: {error}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            }
+        }
+        None => None,
+    };
+    telemetry::init(config.log_format, traces.as_ref());
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
@@ -135,14 +148,21 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(command, config)) {
+    let status = match runtime.block_on(run(command, config)) {
         Ok(()) => ExitCode::SUCCESS,
         // Once, through the log (standard error), so a JSON log stays one object a line.
         Err(error) => {
             tracing::error!("{error:#}");
             ExitCode::FAILURE
         }
+    };
+    // Every service has stopped: the spans still buffered (the last attempts') are
+    // exported before the process ends, outside the runtime (the exporter blocks).
+    drop(runtime);
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
+    status
 }
 
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {

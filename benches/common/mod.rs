@@ -211,6 +211,7 @@ pub async fn queue_submissions(
                 claim_token: None,
                 spam_reasons: None,
                 files: Vec::new(),
+                trace_parent: None,
             })
             .collect();
         let refs: Vec<&db::submissions::NewSubmission> = batch.iter().collect();

@@ -132,6 +132,9 @@ pub struct Config {
     pub graphql: GraphqlConfig,
     pub log_format: LogFormat,
     pub metrics: MetricsConfig,
+    /// Where traces go (`OTEL_EXPORTER_OTLP_ENDPOINT`, checked here; the exporter reads
+    /// it and the other `OTEL_*` variables itself); `None`: no traces, nothing set up.
+    pub otlp_endpoint: Option<String>,
     /// Non-fatal findings (for example a short lease), logged once logging is up.
     pub warnings: Vec<String>,
 }
@@ -258,6 +261,7 @@ fn read(r: &mut Reader) -> Config {
     let export_max_concurrent = r.integer("FORMS_EXPORT_MAX_CONCURRENT", 2, 1, 1_000) as usize;
     let graphql = graphql::read(r, database.pool_size);
     let log_format = r.log_format("FORMS_LOG_FORMAT");
+    let otlp_endpoint = otlp_endpoint(r);
 
     let mut warnings = delivery::check(r, &webhook, &worker);
     if r.raw("FORMS_PUBLIC_URL").is_none() && http.bind.ip().is_unspecified() {
@@ -324,7 +328,30 @@ fn read(r: &mut Reader) -> Config {
         graphql,
         log_format,
         metrics,
+        otlp_endpoint,
         warnings,
+    }
+}
+
+/// The OTLP/HTTP collector traces are exported to: its base URL, to which the exporter
+/// appends `/v1/traces` (the OpenTelemetry variable's own rule). Checked here so that a
+/// typo stops the process with the variable named rather than leaving traces silently off.
+fn otlp_endpoint(r: &mut Reader) -> Option<String> {
+    const NAME: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    let raw = r.raw(NAME)?;
+    match url::Url::parse(raw.trim()) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {
+            Some(raw.trim().to_string())
+        }
+        _ => {
+            // Its value may carry credentials (user info): named, never echoed.
+            r.fail(
+                NAME,
+                "is not an absolute http(s) URL".into(),
+                "the collector's OTLP/HTTP base URL, for example http://collector:4318",
+            );
+            None
+        }
     }
 }
 
@@ -480,6 +507,7 @@ mod tests {
             ("FORMS_GRAPHQL_DATABASE_CONNECTIONS", "16", "less than FORMS_DATABASE_POOL_SIZE"),
             ("FORMS_GRAPHQL_CONCURRENT_OPERATIONS", "0", "from 1"),
             ("FORMS_LOG_FORMAT", "xml", "text or json"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318", "OTLP/HTTP base URL"),
             ("FORMS_METRICS_BIND", "metrics:9100", "literal IP"),
             ("FORMS_METRICS_BIND", "127.0.0.1:8080", "another address or port than FORMS_BIND"),
             ("FORMS_METRICS_REQUIRE_KEY", "sometimes", "true or false"),

@@ -448,6 +448,9 @@ pub struct ClaimedDelivery {
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
     pub retry_max_wait_ms: Option<i32>,
+    /// The W3C trace context its submission was accepted in (`None`: traces were off
+    /// then), which its attempt continues (telemetry/traces.rs).
+    pub trace_parent: Option<String>,
 }
 
 impl ClaimedDelivery {
@@ -483,6 +486,7 @@ impl ClaimedDelivery {
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,
+            trace_parent: None,
         }
     }
 

@@ -60,6 +60,7 @@ pub type ClaimedDeliverySql = (
     Nullable<Integer>,
     Nullable<Integer>,
     Nullable<Integer>,
+    Nullable<Text>,
 );
 
 /// The scheme an email delivery's snapshot captures its recipients under

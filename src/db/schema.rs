@@ -330,6 +330,8 @@ diesel::table! {
         spam -> Bool,
         spam_reasons -> Array<Nullable<Text>>,
         spam_reviewed_at -> Nullable<Timestamptz>,
+        #[max_length = 128]
+        trace_parent -> Nullable<Varchar>,
     }
 }
 

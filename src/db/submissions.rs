@@ -40,6 +40,9 @@ pub struct NewSubmission {
     pub spam_reasons: Option<Vec<String>>,
     /// The files uploaded with it, stored already and attached by the same statement.
     pub files: Vec<crate::model::ids::FileId>,
+    /// The W3C trace context of the span that accepted it, kept for its deliveries'
+    /// attempts; `None` with traces off (telemetry/traces.rs).
+    pub trace_parent: Option<String>,
 }
 
 /// Public for the benchmarks, which run it through pgbench.
@@ -128,6 +131,8 @@ pub async fn insert_batch(
         .iter()
         .map(|s| serde_json::Value::from(s.files.iter().map(|id| id.as_str()).collect::<Vec<_>>()))
         .collect();
+    let trace_parents: Vec<Option<&str>> =
+        batch.iter().map(|s| s.trace_parent.as_deref()).collect();
     type Row = (
         SubmissionId,
         bool,
@@ -182,6 +187,7 @@ pub async fn insert_batch(
             bind::<Array<Integer>, _>(&counters.limits),
             bind::<Array<Nullable<Json>>, _>(spam_reasons),
             bind::<Array<Json>, _>(&files),
+            bind::<Array<Nullable<Text>>, _>(trace_parents),
         ),
     )
     .load(conn)
@@ -249,6 +255,7 @@ pub async fn insert_batch(
                             retry_max_attempts: None,
                             retry_first_wait_ms: None,
                             retry_max_wait_ms: None,
+                            trace_parent: submission.trace_parent.clone(),
                         })
                     }
                     _ => None,

@@ -123,7 +123,10 @@ impl AlertSender {
                     "FORMS_ALERT_WEBHOOK_SECRET is not a whsec_ key; the alert goes unsigned"
                 );
             }
-            let result = self.webhook.send(&target.url, body, &signatures, &[]).await;
+            let result = self
+                .webhook
+                .send(&target.url, body, &signatures, &[], None)
+                .await;
             if result.outcome == Outcome::Succeeded {
                 meters::operator_alert_sent("webhook", alert.kind);
                 webhook_sent_at = Some(self.clock.now());

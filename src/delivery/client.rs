@@ -61,14 +61,16 @@ impl WebhookClient {
         })
     }
 
-    /// Sends one signed delivery, with the headers its receiver asked for, and classifies
-    /// what happened. Never panics, never returns the response body.
+    /// Sends one signed delivery, with the headers its receiver asked for and, when traces
+    /// are on, the attempt's W3C `traceparent`, and classifies what happened. Never
+    /// panics, never returns the response body.
     pub async fn send(
         &self,
         destination: &str,
         body: Vec<u8>,
         signatures: &SignatureHeaders,
         receiver: &[ReceiverHeader],
+        trace_parent: Option<&str>,
     ) -> AttemptResult {
         let url = match Url::parse(destination) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => url,
@@ -111,6 +113,12 @@ impl WebhookClient {
             };
             value.set_sensitive(header.sensitive);
             request = request.header(header.name.as_str(), value);
+        }
+        // The receiver may not set it itself (model/receiver.rs refuses the name), so it
+        // is this attempt's context or absent. Made by the propagator from ids alone, it
+        // always converts; should it not, the request goes without rather than not at all.
+        if let Some(value) = trace_parent.and_then(|value| HeaderValue::from_str(value).ok()) {
+            request = request.header(crate::telemetry::traces::TRACEPARENT, value);
         }
         let request = request.body(body);
         match request.send().await {

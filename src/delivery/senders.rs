@@ -35,15 +35,20 @@ pub struct Submission<'a> {
 }
 
 impl Senders {
-    /// Sends `delivery` of `submission` once, by its destination's kind.
+    /// Sends `delivery` of `submission` once, by its destination's kind; a webhook's
+    /// request carries `trace_parent`, the attempt's trace context (traces on).
     pub async fn send(
         &self,
         delivery: &ClaimedDelivery,
         submission: &Submission<'_>,
         attempted_at: DateTime<Utc>,
+        trace_parent: Option<&str>,
     ) -> AttemptResult {
         match delivery.kind {
-            DestinationKind::Webhook => self.webhook(delivery, submission, attempted_at).await,
+            DestinationKind::Webhook => {
+                self.webhook(delivery, submission, attempted_at, trace_parent)
+                    .await
+            }
             DestinationKind::Email => {
                 self.mail(|domain| Ok(notification(delivery, submission, domain)))
                     .await
@@ -64,6 +69,7 @@ impl Senders {
         delivery: &ClaimedDelivery,
         submission: &Submission<'_>,
         attempted_at: DateTime<Utc>,
+        trace_parent: Option<&str>,
     ) -> AttemptResult {
         let Some(snapshot) = delivery.signing_secret.as_deref() else {
             // The delivery row's CHECK makes this impossible; fail it loudly rather than
@@ -153,6 +159,7 @@ impl Senders {
                 body,
                 &signatures,
                 &receiver_headers(delivery),
+                trace_parent,
             )
             .await
     }

@@ -15,6 +15,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::handoff::{self, ClaimActivity, Handoff, Started};
 use super::outcome::{self, AttemptResult, NextStep};
@@ -29,7 +30,7 @@ use crate::db::{Db, DbError};
 use crate::model::ids::AttemptId;
 use crate::model::receiver::RetryPolicy;
 use crate::model::state::{DeliveryState, DestinationKind};
-use crate::telemetry::meters;
+use crate::telemetry::{meters, traces};
 
 pub struct Worker {
     db: Db,
@@ -332,11 +333,35 @@ impl Worker {
             fields,
             files: &files,
         };
+        // The attempt's span (telemetry/traces.rs) continues its submission's trace; its
+        // context goes to a webhook's receiver as `traceparent`.
+        let span = tracing::info_span!(
+            target: traces::TARGET,
+            "attempt",
+            delivery_id = delivery.id.as_str(),
+            submission_id = submission_id.as_str(),
+            endpoint_id = delivery.endpoint_id.as_str(),
+            destination_id = delivery.destination_id.as_str(),
+            destination_kind = delivery.kind.as_str(),
+            attempt = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+        );
+        traces::continue_trace(&span, delivery.trace_parent.as_deref());
+        let trace_parent = traces::traceparent(&span);
         let started = Instant::now();
         let result = self
             .senders
-            .send(&delivery, &submission, attempted_at)
+            .send(
+                &delivery,
+                &submission,
+                attempted_at,
+                trace_parent.as_deref(),
+            )
+            .instrument(span.clone())
             .await;
+        span.record("outcome", result.outcome.as_str());
+        span.record("http.response.status_code", result.response_status);
         self.record(
             &delivery,
             &result,
@@ -344,6 +369,7 @@ impl Worker {
             started.elapsed(),
             stopping,
         )
+        .instrument(span)
         .await
     }
 
@@ -398,6 +424,9 @@ impl Worker {
                         },
                     next,
                 }) => {
+                    // The attempt's number is the record's: this runs in the attempt's
+                    // span (process_one), which has a field for it.
+                    tracing::Span::current().record("attempt", attempt_number);
                     meters::delivery_attempt(delivery.kind, result.outcome, elapsed, Some(state));
                     // One line per attempt, with its ids; a delivery that ends failed is
                     // a warning (tracing's level is fixed per call site, hence two).

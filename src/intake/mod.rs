@@ -28,6 +28,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::json;
+use tracing::Instrument;
 
 use crate::clock::{format_timestamp, Clock};
 use crate::config::Config;
@@ -41,6 +42,7 @@ use crate::http::BodyBudget;
 use crate::model::fields::count_stored_values;
 use crate::model::files::FileUploadSettings;
 use crate::model::ids::{DeliveryId, EndpointId, SubmissionId};
+use crate::telemetry::traces;
 use endpoint_cache::IntakeEndpoint;
 use files::Uploads;
 
@@ -119,6 +121,15 @@ async fn submit(
 ) -> Response {
     let endpoint_id = endpoint_id.ok().map(|Path(id)| id);
     let mut endpoint = None;
+    // The submission's span (telemetry/traces.rs): its ids and the answer's status, each
+    // recorded once known; never the path as sent, which is the client's text.
+    let span = tracing::info_span!(
+        target: traces::TARGET,
+        "submission",
+        endpoint_id = tracing::field::Empty,
+        submission_id = tracing::field::Empty,
+        http.response.status_code = tracing::field::Empty,
+    );
     let result = accept(
         &intake,
         peer.ip(),
@@ -127,11 +138,19 @@ async fn submit(
         body,
         &mut endpoint,
     )
+    .instrument(span.clone())
     .await;
+    if let Some(endpoint) = &endpoint {
+        span.record("endpoint_id", endpoint.row.id.as_str());
+    }
     let mut response = match result {
-        Ok(accepted) => success_response(accepted, endpoint.as_deref().map(|e| &e.row), &headers),
+        Ok(accepted) => {
+            span.record("submission_id", accepted.submission_id.as_str());
+            success_response(accepted, endpoint.as_deref().map(|e| &e.row), &headers)
+        }
         Err(error) => error.into_response(),
     };
+    span.record("http.response.status_code", response.status().as_u16());
     browser::add_cors_headers(
         response.headers_mut(),
         endpoint.as_deref().map(|e| &e.row),
@@ -181,10 +200,20 @@ async fn accept(
         endpoint,
     )
     .await;
-    let answer = intake.committer.submit(request).await;
+    let answer = intake
+        .committer
+        .submit(request)
+        .instrument(outbox_write_span())
+        .await;
     // The body counts against the budget of bodies held until its submission is answered.
     drop(body);
     answer
+}
+
+/// The span of a submission's wait for its batch and that batch's commit, a child of the
+/// submission's span (telemetry/traces.rs).
+fn outbox_write_span() -> tracing::Span {
+    tracing::info_span!(target: traces::TARGET, "outbox write")
 }
 
 /// The file settings of the request's endpoint when the request is multipart and the
@@ -253,7 +282,13 @@ async fn accept_with_files(
     )
     .await;
     let answer = match prepared {
-        Ok(request) => intake.committer.submit(request).await,
+        Ok(request) => {
+            intake
+                .committer
+                .submit(request)
+                .instrument(outbox_write_span())
+                .await
+        }
         Err(_) => Err(ApiError::RequestBodyTimeout {
             limit_seconds: timeout.as_secs(),
         }),
@@ -475,6 +510,8 @@ async fn after_limits(
             claim_token: None,
             spam_reasons,
             files,
+            // The submission span's (this runs inside it), for its deliveries' attempts.
+            trace_parent: traces::traceparent(&tracing::Span::current()),
         }),
     })
 }

@@ -1,4 +1,5 @@
-//! What the process tells its operator: log lines (here) and metrics ([`meters`]).
+//! What the process tells its operator: log lines (here), metrics ([`meters`]) and, when
+//! asked for, traces ([`traces`]).
 //!
 //! Logs go to standard error. `RUST_LOG` picks the level (default `info`),
 //! `FORMS_LOG_FORMAT` the shape: text (coloured only on a terminal) or one JSON object per
@@ -14,6 +15,7 @@
 //! each statement's bind parameters (secrets, submitted values, addresses) at DEBUG.
 
 pub mod meters;
+pub mod traces;
 
 use std::io::IsTerminal;
 
@@ -36,21 +38,25 @@ pub const DEPENDENCY_CEILING: LevelFilter = LevelFilter::WARN;
 /// own at any level, everything else (events that came through the `log` crate too,
 /// whose target is their module's) at most at [`DEPENDENCY_CEILING`]. Both must let a
 /// line through, so no `RUST_LOG` (`trace`, `tokio_postgres=trace`,
-/// `tokio_postgres::query=debug`…) can lift the ceiling.
+/// `tokio_postgres::query=debug`…) can lift the ceiling. The spans exported as traces
+/// ([`traces::TARGET`]) are never log lines: with traces off they are thus disabled
+/// everywhere, at no cost.
 pub fn ceiling() -> Targets {
     Targets::new()
         .with_default(DEPENDENCY_CEILING)
         .with_target(OWN_TARGET, LevelFilter::TRACE)
+        .with_target(traces::TARGET, LevelFilter::OFF)
 }
 
-pub fn init(format: LogFormat) {
+/// Installs the log and, when `traces` is given, the layer that exports spans.
+pub fn init(format: LogFormat, traces: Option<&traces::Exporting>) {
     let rust_log = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // Both filters on the one layer that writes: a line must pass each. (`And` also
     // hints the lower of their levels, so callsites above `RUST_LOG` stay off cheaply,
     // the `log` crate's records included.)
     let filter = rust_log.and(ceiling());
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let registry = tracing_subscriber::registry();
+    let registry = tracing_subscriber::registry().with(traces.map(traces::Exporting::layer));
     // A second initialisation (tests) is harmless: the first subscriber stays.
     let _ = match format {
         LogFormat::Text => registry

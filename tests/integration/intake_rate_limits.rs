@@ -442,6 +442,7 @@ async fn the_outbox_statement_counts_its_batch_or_writes_nothing() {
         claim_token: None,
         spam_reasons: None,
         files: Vec::new(),
+        trace_parent: None,
     };
     // Per request: its source and the endpoint, the source's limit 3, the endpoint's 2.
     let counted = |sources: &[&'static str]| {

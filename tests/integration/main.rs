@@ -54,6 +54,7 @@ mod self_contained;
 mod spam;
 mod subscriptions;
 mod subscriptions_e2e;
+mod traces;
 mod verifiers;
 mod vocabulary;
 mod webhook_standards;

@@ -60,7 +60,10 @@
            CASE WHEN ds.url = c.destination_url THEN ds.request_headers END AS request_headers,
            CASE WHEN ds.url = c.destination_url THEN ds.request_auth END AS request_auth,
            CASE WHEN ds.url = c.destination_url THEN ds.ed25519_key END AS ed25519_key,
-           ds.retry_max_attempts, ds.retry_first_wait_ms, ds.retry_max_wait_ms
+           ds.retry_max_attempts, ds.retry_first_wait_ms, ds.retry_max_wait_ms,
+           -- The trace its submission was accepted in (NULL: traces were off), which the
+           -- attempt continues.
+           s.trace_parent
     FROM claimed c
     JOIN destinations ds ON ds.id = c.destination_id
     JOIN endpoints e ON e.id = c.endpoint_id

@@ -44,14 +44,15 @@ WITH input AS (
     SELECT i.*, i.spam_verdict IS NOT NULL AS spam,
            ARRAY(SELECT json_array_elements_text(i.spam_verdict)) AS spam_reasons
     FROM unnest($1::varchar[], $2::varchar[], $3::timestamptz[], $4::json[], $5::varchar[],
-                $6::varchar[], $7::varchar[], $19::json[])
+                $6::varchar[], $7::varchar[], $19::json[], $21::varchar[])
          WITH ORDINALITY AS i (id, endpoint_id, received_at, fields, idempotency_key,
-                               payload_fingerprint, delivery_id, spam_verdict, position)
+                               payload_fingerprint, delivery_id, spam_verdict, trace_parent,
+                               position)
 ), keyed_submission AS (
     INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key,
-                             payload_fingerprint, spam, spam_reasons)
+                             payload_fingerprint, spam, spam_reasons, trace_parent)
     SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
-           spam_reasons
+           spam_reasons, trace_parent
     FROM input WHERE idempotency_key IS NOT NULL ORDER BY position
     ON CONFLICT (endpoint_id, idempotency_key) DO NOTHING
     RETURNING id, endpoint_id, received_at, spam
@@ -60,9 +61,9 @@ WITH input AS (
     -- constraint), so it is inserted plainly: `ON CONFLICT` would cost each row a probe of
     -- that index before its insert, a speculative-insertion lock and a second WAL record.
     INSERT INTO submissions (id, endpoint_id, received_at, fields, idempotency_key,
-                             payload_fingerprint, spam, spam_reasons)
+                             payload_fingerprint, spam, spam_reasons, trace_parent)
     SELECT id, endpoint_id, received_at, fields, idempotency_key, payload_fingerprint, spam,
-           spam_reasons
+           spam_reasons, trace_parent
     FROM input WHERE idempotency_key IS NULL ORDER BY position
     RETURNING id, endpoint_id, received_at, spam
 ), new_submission AS (

@@ -28,6 +28,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::Accepted;
 use crate::clock::Clock;
@@ -38,6 +39,7 @@ use crate::delivery::handoff::Handoff;
 use crate::error::ApiError;
 use crate::model::ids::{ClaimToken, DeliveryId};
 use crate::telemetry::meters::{self};
+use crate::telemetry::traces;
 
 /// The most submissions one batch writes. Past this a batch's statement grows for little
 /// gain (the flush is shared already), and its answers wait longer.
@@ -323,9 +325,29 @@ async fn write_batches(
         };
         let (batch, _in_flight) = batch;
         meters::intake_batch(batch.len());
+        let span = batch_span(&batch);
         // The time new deliveries are due by, when a test pins the clock.
-        write_batch(&db, batch, clock.pinned(), handoff.as_ref(), &over_limit).await;
+        write_batch(&db, batch, clock.pinned(), handoff.as_ref(), &over_limit)
+            .instrument(span)
+            .await;
     }
+}
+
+/// The span of one batch's statement (telemetry/traces.rs): a trace of its own, since it
+/// serves several submissions, linked to each submission's span it writes.
+fn batch_span(batch: &[Job]) -> tracing::Span {
+    let span =
+        tracing::info_span!(target: traces::TARGET, "outbox batch", submissions = batch.len());
+    if traces::on() {
+        let trace_parents = batch
+            .iter()
+            .filter_map(|job| job.request.submission())
+            .filter_map(|submission| submission.trace_parent.as_deref());
+        for trace_parent in trace_parents {
+            traces::link(&span, trace_parent);
+        }
+    }
+    span
 }
 
 /// One batch in [`InFlight`] until dropped (written, or its task cancelled).
