@@ -208,6 +208,7 @@ where
                 destinations::retry_max_attempts.eq(next.retry_max_attempts),
                 destinations::retry_first_wait_ms.eq(next.retry_first_wait_ms),
                 destinations::retry_max_wait_ms.eq(next.retry_max_wait_ms),
+                destinations::ordered.eq(next.ordered),
             ))
             .returning(DestinationRow::as_returning())
             .get_result(conn)

@@ -128,6 +128,8 @@ pub struct DestinationRow {
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
     pub retry_max_wait_ms: Option<i32>,
+    /// Its deliveries go one at a time, in the order their submissions were accepted.
+    pub ordered: bool,
 }
 
 impl DestinationRow {
@@ -235,6 +237,7 @@ impl DestinationRow {
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,
+            ordered: false,
         }
     }
 

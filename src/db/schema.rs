@@ -155,6 +155,7 @@ diesel::table! {
         retry_max_attempts -> Nullable<Int4>,
         retry_first_wait_ms -> Nullable<Int4>,
         retry_max_wait_ms -> Nullable<Int4>,
+        ordered -> Bool,
     }
 }
 

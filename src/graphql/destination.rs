@@ -133,6 +133,11 @@ impl Destination {
             .as_deref()
             .and_then(crate::model::receiver::ed25519_public_key)
     }
+    /// Whether its deliveries go one at a time, in the order their submissions were
+    /// accepted (the next waits until the one before is delivered or failed).
+    async fn ordered(&self) -> bool {
+        self.0.ordered
+    }
     /// Its own retry schedule; null: the server's (`FORMS_WEBHOOK_MAX_ATTEMPTS`,
     /// `FORMS_WEBHOOK_RETRY_INITIAL_SECONDS`, `FORMS_WEBHOOK_RETRY_MAX_SECONDS`).
     async fn retry_policy(&self) -> Option<DestinationRetryPolicy> {

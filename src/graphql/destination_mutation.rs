@@ -53,6 +53,10 @@ pub struct AddWebhookDestinationInput {
     pub sign_with_ed25519: bool,
     /// Its own retry schedule; left out: the server's.
     pub retry_policy: Option<RetryPolicyInput>,
+    /// One request at a time, in the order the submissions were accepted: the next waits
+    /// until the one before is delivered or failed.
+    #[graphql(default)]
+    pub ordered: bool,
 }
 
 /// A static header. Refused: hop-by-hop names, `Host`, `Content-Type`,
@@ -166,6 +170,9 @@ pub struct AddEmailDestinationInput {
     pub max_requests_per_second: Option<i32>,
     /// Its own retry schedule; left out: the server's.
     pub retry_policy: Option<RetryPolicyInput>,
+    /// One message at a time, in the order the submissions were accepted.
+    #[graphql(default)]
+    pub ordered: bool,
 }
 
 #[derive(InputObject)]
@@ -217,6 +224,8 @@ pub struct UpdateDestinationInput {
     /// `true`: a webhook also signs with Ed25519 (a new key if it had none; one it has
     /// stays); `false`: HMAC only, its key forgotten.
     pub sign_with_ed25519: Option<bool>,
+    /// One at a time in acceptance order (`true`) or as many as its cap allows.
+    pub ordered: Option<bool>,
     /// Its own retry schedule; `null`: the server's. Deliveries waiting for a retry keep
     /// the time they are due; their next failure follows the new schedule.
     pub retry_policy: MaybeUndefined<RetryPolicyInput>,
@@ -400,6 +409,7 @@ impl DestinationMutation {
         let mut destination =
             DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now())
                 .with_retry_policy(retry_policy);
+        destination.ordered = input.ordered;
         destination.body_format = input.format;
         destination.body_template = input
             .body_template
@@ -450,6 +460,7 @@ impl DestinationMutation {
         let mut destination =
             DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now())
                 .with_retry_policy(retry_policy);
+        destination.ordered = input.ordered;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
             destination.events = events;
@@ -527,6 +538,7 @@ impl DestinationMutation {
         let events = checked_events(input.events)?;
         let headers = input.headers;
         let format = input.format;
+        let ordered = input.ordered;
         let body_template = patch(input.body_template)
             .checked(|source| template::checked(Setting::BodyTemplate, &source))?;
         let sign_with_ed25519 = input.sign_with_ed25519;
@@ -603,6 +615,9 @@ impl DestinationMutation {
             }
             auth.apply(&mut next.request_auth);
             receiver::headers_beside_auth(&next.request_headers, next.request_auth.as_ref())?;
+            if let Some(ordered) = ordered {
+                next.ordered = ordered;
+            }
             let mut policy = next.retry_policy();
             retry_policy.apply(&mut policy);
             Ok(next.with_retry_policy(policy))

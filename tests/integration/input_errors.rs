@@ -359,6 +359,8 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             Exempt(BOOLEAN),
         ),
         (("addWebhookDestination", "format"), Exempt(ENUM)),
+        (("addWebhookDestination", "ordered"), Exempt(BOOLEAN)),
+        (("addEmailDestination", "ordered"), Exempt(BOOLEAN)),
         (
             ("addWebhookDestination", "bodyTemplate"),
             Bad(json!("{{ values.x ")),
@@ -450,6 +452,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("updateDestination", "headers.secret"), Exempt(BOOLEAN)),
         (("updateDestination", "signWithEd25519"), Exempt(BOOLEAN)),
         (("updateDestination", "format"), Exempt(ENUM)),
+        (("updateDestination", "ordered"), Exempt(BOOLEAN)),
         (
             ("updateDestination", "bodyTemplate"),
             Bad(json!("{{ values.x ")),

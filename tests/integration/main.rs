@@ -43,6 +43,7 @@ mod metrics;
 mod migrations;
 mod module_graph;
 mod operations;
+mod ordering;
 mod partitions;
 mod pgbouncer;
 mod receiver_examples;

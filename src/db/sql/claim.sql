@@ -34,6 +34,7 @@ WITH expired AS MATERIALIZED (
 , candidates AS (
     SELECT c.id, c.next_attempt_at, c.turn
     FROM serving s
+    JOIN destinations ds ON ds.id = s.destination_id
     CROSS JOIN LATERAL (
         -- This destination's head of the queue, read from
         -- webhook_deliveries_pending_destination_due_idx. The destination is matched as a
@@ -48,12 +49,30 @@ WITH expired AS MATERIALIZED (
                row_number() OVER (ORDER BY w.destination_id, w.next_attempt_at
                                   ROWS UNBOUNDED PRECEDING) AS turn
         FROM webhook_deliveries w
-        WHERE w.state = 'pending'
+        WHERE NOT ds.ordered
+          AND w.state = 'pending'
           AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
           AND w.next_attempt_at <= coalesce($1, statement_timestamp())
         ORDER BY w.destination_id, w.next_attempt_at
         LIMIT s.free_slots
     ) c
+    UNION ALL
+    -- An ordered destination's head in acceptance order
+    -- (webhook_deliveries_open_destination_order_idx), when it is pending and due: one in
+    -- flight or waiting for its retry holds the rest, however due they are.
+    SELECT h.id, h.next_attempt_at, 1
+    FROM serving s
+    JOIN destinations ds ON ds.id = s.destination_id
+    CROSS JOIN LATERAL (
+        SELECT w.id, w.state, w.next_attempt_at
+        FROM webhook_deliveries w
+        WHERE ds.ordered
+          AND w.state IN ('pending', 'processing')
+          AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
+        ORDER BY w.destination_id, w.created_at, w.id
+        LIMIT 1
+    ) h
+    WHERE h.state = 'pending' AND h.next_attempt_at <= coalesce($1, statement_timestamp())
 ), due AS MATERIALIZED (
     -- Rows claimed by whoever held a destination before this claim are `processing` by
     -- now: the lock re-reads them and the state test leaves them out.

@@ -18,13 +18,40 @@ WITH expired AS MATERIALIZED (
     -- locked and take the next ones, rather than both aiming at the same few.
     SELECT h.id, h.state
     FROM serving s
+    JOIN destinations ds ON ds.id = s.destination_id
     CROSS JOIN LATERAL (
         SELECT w.id, w.state FROM webhook_deliveries w
-        WHERE w.state = 'pending'
+        WHERE NOT ds.ordered
+          AND w.state = 'pending'
           AND w.destination_id >= s.destination_id AND w.destination_id <= s.destination_id
           AND w.next_attempt_at <= coalesce($1, statement_timestamp())
         ORDER BY w.destination_id, w.next_attempt_at
         LIMIT s.free_slots
         FOR UPDATE SKIP LOCKED
     ) h
+    UNION ALL
+    -- An ordered destination's head in acceptance order, when it is pending and due; read
+    -- first and locked after, so that a head someone else holds is skipped, never the
+    -- delivery behind it taken in its place.
+    SELECT l.id, l.state FROM (
+    SELECT w.id, w.state
+    FROM webhook_deliveries w
+    WHERE w.id = ANY (ARRAY(
+            SELECT o.id
+            FROM serving s
+            JOIN destinations ds ON ds.id = s.destination_id
+            CROSS JOIN LATERAL (
+                SELECT w2.id, w2.state, w2.next_attempt_at
+                FROM webhook_deliveries w2
+                WHERE ds.ordered
+                  AND w2.state IN ('pending', 'processing')
+                  AND w2.destination_id >= s.destination_id
+                  AND w2.destination_id <= s.destination_id
+                ORDER BY w2.destination_id, w2.created_at, w2.id
+                LIMIT 1
+            ) o
+            WHERE o.state = 'pending' AND o.next_attempt_at <= coalesce($1, statement_timestamp())))
+      AND w.state = 'pending'
+    FOR UPDATE SKIP LOCKED
+    ) l
 )
