@@ -259,12 +259,34 @@ impl DestinationRow {
         }
     }
 
-    /// The webhook at a new URL with a new secret and no overlap: a new receiver has no
-    /// use for the old one's secret.
+    /// The webhook at a new URL with a new secret and no overlap, and a new Ed25519 key if
+    /// it signs with one: a new receiver has no use for the old one's. At another origin
+    /// (scheme, host or port) its authentication and secret headers are dropped too: a
+    /// new receiver is never sent the credentials meant for the old one (the caller sets
+    /// new ones after this).
     pub fn readdressed(self, url: String, secret: String) -> DestinationRow {
+        let origin = |raw: &str| url::Url::parse(raw).ok().map(|url| url.origin());
+        let same_origin = self
+            .url
+            .as_deref()
+            .and_then(origin)
+            .is_some_and(|old| origin(&url) == Some(old));
+        let (request_auth, request_headers) = if same_origin {
+            (self.request_auth.clone(), self.request_headers.clone())
+        } else {
+            let kept = self.request_headers.0.iter().filter(|h| !h.secret).cloned();
+            (None, RequestHeaders(kept.collect()))
+        };
+        let ed25519_key = self
+            .ed25519_key
+            .as_ref()
+            .map(|_| crate::model::receiver::new_ed25519_key());
         DestinationRow {
             url: Some(url),
             secret: Some(secret),
+            request_auth,
+            request_headers,
+            ed25519_key,
             ..self.overlap_ended()
         }
     }

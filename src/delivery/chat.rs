@@ -49,8 +49,8 @@ fn title(message: &ChatMessage<'_>) -> String {
 }
 
 /// The fields as (name, value) pairs within `limits`, values joined by `, `, files as
-/// `name: link`, each escaped by `escape` after it is cut (so an escape is never cut in
-/// half), and the pair that says how many fields did not fit, if any.
+/// `name: link`, each escaped by `escape` and then cut (so an escaped value still fits),
+/// and the pair that says how many fields did not fit, if any.
 fn pairs(
     message: &ChatMessage<'_>,
     limits: &Limits,
@@ -69,8 +69,8 @@ fn pairs(
     let mut shown = Vec::new();
     let mut used = title(message).chars().count();
     for (index, (name, value)) in all.iter().enumerate() {
-        let name = escape(&cut(name, limits.name));
-        let value = escape(&cut(value, limits.value));
+        let name = cut(&escape(name), limits.name);
+        let value = cut(&escape(value), limits.value);
         let size = name.chars().count() + value.chars().count();
         // One place is kept for the count of what did not fit.
         if shown.len() + 1 >= limits.fields || used + size + 40 > limits.total {
@@ -90,12 +90,18 @@ fn pairs(
     shown
 }
 
-/// `text` within `limit` characters: cut, with the marker as its last one.
+/// Escaped `text` within `limit` characters: cut, with the marker as its last one. An
+/// escaping backslash left last by the cut is dropped with what it escaped, so the marker
+/// is never escaped and nothing unescaped follows a cut.
 fn cut(text: &str, limit: usize) -> String {
     if text.chars().count() <= limit {
         return text.to_string();
     }
     let mut cut: String = text.chars().take(limit.saturating_sub(1)).collect();
+    let trailing = cut.chars().rev().take_while(|c| *c == '\\').count();
+    if trailing % 2 == 1 {
+        cut.pop();
+    }
     cut.push(MARKER);
     cut
 }
@@ -290,6 +296,17 @@ mod tests {
             "&lt;users/all&gt; &amp; &lt;b&gt;"
         );
         assert_eq!(plain("<!channel> @here"), "<!channel> @\u{200B}here");
+    }
+
+    #[test]
+    fn a_value_of_escaped_characters_still_fits_and_ends_unescaped() {
+        let fields = json!({ "stars": ["*".repeat(3000)] });
+        let discord: Value =
+            serde_json::from_slice(&body(WebhookFormat::Discord, &message(&fields)).unwrap())
+                .unwrap();
+        let value = discord["embeds"][0]["fields"][0]["value"].as_str().unwrap();
+        assert!(value.chars().count() <= 1000, "{}", value.chars().count());
+        assert!(value.ends_with("\\*…"), "{}", &value[value.len() - 8..]);
     }
 
     #[test]

@@ -400,7 +400,7 @@ impl DestinationMutation {
             &RequestHeaders::default(),
         )?;
         let auth = input.auth.map(DestinationAuthInput::checked).transpose()?;
-        receiver::headers_beside_auth(&headers, auth.as_ref())?;
+        receiver::headers_beside_auth(Some(&url), &headers, auth.as_ref())?;
         let retry_policy = input
             .retry_policy
             .map(RetryPolicyInput::checked)
@@ -614,7 +614,11 @@ impl DestinationMutation {
                 next.request_headers = checked_headers(headers, &next.request_headers)?;
             }
             auth.apply(&mut next.request_auth);
-            receiver::headers_beside_auth(&next.request_headers, next.request_auth.as_ref())?;
+            receiver::headers_beside_auth(
+                next.url.as_deref(),
+                &next.request_headers,
+                next.request_auth.as_ref(),
+            )?;
             if let Some(ordered) = ordered {
                 next.ordered = ordered;
             }

@@ -229,12 +229,18 @@ impl RequestAuth {
     }
 }
 
-/// A destination's headers and authentication together: a header of its own named
-/// `Authorization` is allowed only without an authentication, which sends that header.
+/// A destination's URL, headers and authentication together: one `Authorization` at most.
+/// A header of its own named `Authorization` is allowed only without an authentication,
+/// and neither with a URL that carries a user and password (which the client sends as
+/// Basic).
 pub fn headers_beside_auth(
+    url: Option<&str>,
     headers: &RequestHeaders,
     auth: Option<&RequestAuth>,
 ) -> Result<(), SettingError> {
+    let url_credentials = url
+        .and_then(|raw| url::Url::parse(raw).ok())
+        .is_some_and(|url| !url.username().is_empty() || url.password().is_some());
     let named_authorization = headers
         .0
         .iter()
@@ -243,6 +249,12 @@ pub fn headers_beside_auth(
         return Err(invalid(
             Setting::HeaderName,
             "an Authorization header and an authentication cannot both be set",
+        ));
+    }
+    if url_credentials && (named_authorization || auth.is_some()) {
+        return Err(invalid(
+            Setting::HeaderName,
+            "the URL carries a user and password already: its Basic authentication is sent",
         ));
     }
     Ok(())
@@ -467,8 +479,12 @@ mod tests {
             value: "Token x".into(),
             secret: true,
         }]);
-        assert!(headers_beside_auth(&own, None).is_ok());
-        assert!(headers_beside_auth(&own, Some(&basic)).is_err());
+        assert!(headers_beside_auth(None, &own, None).is_ok());
+        assert!(headers_beside_auth(None, &own, Some(&basic)).is_err());
+        let userinfo = Some("https://user:pw@receiver.example/hook");
+        assert!(headers_beside_auth(userinfo, &RequestHeaders::default(), Some(&basic)).is_err());
+        assert!(headers_beside_auth(userinfo, &own, None).is_err());
+        assert!(headers_beside_auth(userinfo, &RequestHeaders::default(), None).is_ok());
     }
 
     #[test]

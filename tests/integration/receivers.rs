@@ -292,6 +292,31 @@ async fn credentials_go_to_the_current_url_only() {
     let new = receiver.seen("/keyed");
     assert_eq!(new.len(), 1);
     assert_eq!(new[0]["x-api-key"], "k3y");
+
+    // Moved to another origin: the secret header and the authentication stay behind.
+    data(
+        update(
+            &app,
+            &key,
+            json!({ "id": id, "auth": { "bearer": { "token": "tok.en-1" } } }),
+        )
+        .await,
+    );
+    let (_, elsewhere) = CheckingReceiver::start().await;
+    let moved = data(
+        update(
+            &app,
+            &key,
+            json!({ "id": id, "url": format!("{elsewhere}/keyed") }),
+        )
+        .await,
+    );
+    let moved = &moved["updateDestination"]["destination"];
+    assert_eq!(moved["auth"], Value::Null, "{moved}");
+    assert_eq!(
+        moved["headers"],
+        json!([{ "name": "X-Tenant", "value": "acme", "secret": false }])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
