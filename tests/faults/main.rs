@@ -12,6 +12,7 @@ mod probe;
 mod chaos;
 mod clients;
 mod failover;
+mod ordering;
 mod outage;
 mod receivers;
 mod resume;
