@@ -208,6 +208,9 @@ where
                 destinations::retry_max_attempts.eq(next.retry_max_attempts),
                 destinations::retry_first_wait_ms.eq(next.retry_first_wait_ms),
                 destinations::retry_max_wait_ms.eq(next.retry_max_wait_ms),
+                destinations::client_certificate.eq(next.client_certificate),
+                destinations::client_key.eq(next.client_key),
+                destinations::client_ca.eq(next.client_ca),
             ))
             .returning(DestinationRow::as_returning())
             .get_result(conn)

@@ -128,6 +128,11 @@ pub struct DestinationRow {
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
     pub retry_max_wait_ms: Option<i32>,
+    /// A webhook's TLS client certificate and its key (PEM, both or neither; write-only),
+    /// and an extra CA its receiver's certificate may chain to (model/receiver.rs).
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
+    pub client_ca: Option<String>,
 }
 
 impl DestinationRow {
@@ -235,6 +240,9 @@ impl DestinationRow {
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,
+            client_certificate: None,
+            client_key: None,
+            client_ca: None,
         }
     }
 
@@ -444,6 +452,11 @@ pub struct ClaimedDelivery {
     pub request_auth: Option<RequestAuth>,
     /// The destination's Ed25519 key, for its current URL only, when it signs `v1a`.
     pub ed25519_key: Option<String>,
+    /// The destination's TLS client certificate, its key and extra CA, for its current
+    /// URL only (as its credentials).
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
+    pub client_ca: Option<String>,
     /// The destination's own retry schedule (`None`: the server's).
     pub retry_max_attempts: Option<i32>,
     pub retry_first_wait_ms: Option<i32>,
@@ -483,6 +496,9 @@ impl ClaimedDelivery {
             request_headers: None,
             request_auth: None,
             ed25519_key: None,
+            client_certificate: None,
+            client_key: None,
+            client_ca: None,
             retry_max_attempts: None,
             retry_first_wait_ms: None,
             retry_max_wait_ms: None,

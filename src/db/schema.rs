@@ -155,6 +155,9 @@ diesel::table! {
         retry_max_attempts -> Nullable<Int4>,
         retry_first_wait_ms -> Nullable<Int4>,
         retry_max_wait_ms -> Nullable<Int4>,
+        client_certificate -> Nullable<Text>,
+        client_key -> Nullable<Text>,
+        client_ca -> Nullable<Text>,
     }
 }
 

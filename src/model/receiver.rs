@@ -168,6 +168,17 @@ pub enum RequestAuth {
     Basic { username: String, password: String },
     /// A bearer token (RFC 6750), write-only.
     Bearer { token: String },
+    /// OAuth2 client credentials (RFC 6749 4.4): a bearer token fetched from `token_url`
+    /// by the sending process, cached in its memory until shortly before it expires, and
+    /// never stored. The client secret is write-only.
+    #[serde(rename = "oauth2")]
+    OAuth2 {
+        token_url: String,
+        client_id: String,
+        client_secret: String,
+        scope: Option<String>,
+        audience: Option<String>,
+    },
 }
 json_column!(RequestAuth, "a destination's authentication");
 
@@ -217,14 +228,88 @@ impl RequestAuth {
         })
     }
 
-    /// The `Authorization` header's value.
-    pub fn authorization(&self) -> String {
+    /// OAuth2 client credentials: a token URL under the webhook URL's rules (`allow_private`
+    /// as for webhooks), a client id of 1–256 and a secret of 1–1024 characters without
+    /// control characters, a scope of 1–1024 RFC 6749 scope characters (space-separated
+    /// tokens) and an audience of 1–2048 printable characters, each optional.
+    pub fn oauth2(
+        token_url: &str,
+        client_id: &str,
+        client_secret: &str,
+        scope: Option<&str>,
+        audience: Option<&str>,
+        allow_private: bool,
+    ) -> Result<RequestAuth, SettingError> {
+        use super::destination::{validate_webhook_url, DestinationError};
+        let token_url = validate_webhook_url(token_url, allow_private)
+            .map(|_| token_url.trim().to_string())
+            .map_err(|error| {
+                invalid(
+                    Setting::OAuth2TokenUrl,
+                    match error {
+                        DestinationError::TooLong => "the token URL is longer than 2048 characters",
+                        DestinationError::Unparsable => "the token URL cannot be parsed",
+                        DestinationError::Scheme => "the token URL must use http or https",
+                        DestinationError::NoHost => "the token URL has no host",
+                        DestinationError::InternalAddress => "the token URL names a loopback, private, link-local or otherwise internal address",
+                    },
+                )
+            })?;
+        let printable = |s: &str, max: usize| {
+            !s.is_empty() && s.chars().count() <= max && !s.chars().any(char::is_control)
+        };
+        if !printable(client_id, MAX_USERNAME_LENGTH) {
+            return Err(invalid(
+                Setting::OAuth2ClientId,
+                "a client id must be 1 to 256 characters without control characters",
+            ));
+        }
+        if !printable(client_secret, MAX_PASSWORD_LENGTH) {
+            return Err(invalid(
+                Setting::OAuth2ClientSecret,
+                "a client secret must be 1 to 1024 characters without control characters",
+            ));
+        }
+        // RFC 6749 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ), joined by spaces.
+        let scope_char = |c: char| c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\');
+        if let Some(scope) = scope {
+            if scope.trim().is_empty()
+                || scope.len() > MAX_PASSWORD_LENGTH
+                || !scope.chars().all(scope_char)
+            {
+                return Err(invalid(
+                    Setting::OAuth2Scope,
+                    "a scope must be 1 to 1024 visible ASCII characters (no \" or \\), tokens separated by spaces",
+                ));
+            }
+        }
+        if let Some(audience) = audience {
+            if !printable(audience, MAX_HEADER_VALUE_LENGTH) {
+                return Err(invalid(
+                    Setting::OAuth2Audience,
+                    "an audience must be 1 to 2048 characters without control characters",
+                ));
+            }
+        }
+        Ok(RequestAuth::OAuth2 {
+            token_url,
+            client_id: client_id.to_string(),
+            client_secret: client_secret.to_string(),
+            scope: scope.map(|s| s.trim().to_string()),
+            audience: audience.map(str::to_string),
+        })
+    }
+
+    /// The `Authorization` header's value, for an authentication that has a fixed one;
+    /// `None` for OAuth2, whose token the sender fetches (delivery/oauth.rs).
+    pub fn authorization(&self) -> Option<String> {
         match self {
-            RequestAuth::Basic { username, password } => format!(
+            RequestAuth::Basic { username, password } => Some(format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
-            ),
-            RequestAuth::Bearer { token } => format!("Bearer {token}"),
+            )),
+            RequestAuth::Bearer { token } => Some(format!("Bearer {token}")),
+            RequestAuth::OAuth2 { .. } => None,
         }
     }
 }
@@ -448,12 +533,16 @@ mod tests {
     #[test]
     fn authentication_values() {
         let basic = RequestAuth::basic("Aladdin", "open sesame").expect("valid");
-        assert_eq!(basic.authorization(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            basic.authorization().as_deref(),
+            Some("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
+        );
         assert_eq!(
             RequestAuth::bearer("abc.def-ghi")
                 .expect("valid")
-                .authorization(),
-            "Bearer abc.def-ghi"
+                .authorization()
+                .as_deref(),
+            Some("Bearer abc.def-ghi")
         );
         assert!(RequestAuth::basic("a:b", "x").is_err());
         assert!(RequestAuth::basic("", "x").is_err());
@@ -469,6 +558,83 @@ mod tests {
         }]);
         assert!(headers_beside_auth(&own, None).is_ok());
         assert!(headers_beside_auth(&own, Some(&basic)).is_err());
+    }
+
+    #[test]
+    fn oauth2_settings() {
+        let ok =
+            |url: &str, id: &str, secret: &str, scope: Option<&str>, audience: Option<&str>| {
+                RequestAuth::oauth2(url, id, secret, scope, audience, false)
+            };
+        let auth = ok(
+            " https://auth.example.com/token ",
+            "client:1",
+            "s3cret",
+            Some("read write"),
+            Some("https://api.example.com"),
+        )
+        .expect("valid");
+        assert!(auth.authorization().is_none());
+        let json = serde_json::to_value(&auth).expect("json");
+        assert_eq!(json["kind"], "oauth2");
+        assert_eq!(json["token_url"], "https://auth.example.com/token");
+        assert_eq!(
+            serde_json::from_value::<RequestAuth>(json).expect("back"),
+            auth
+        );
+        let setting = |result: Result<RequestAuth, SettingError>| match result {
+            Err(SettingError::Invalid { setting, .. }) => Some(setting),
+            _ => None,
+        };
+        assert_eq!(
+            setting(ok("http://127.0.0.1/token", "a", "b", None, None)),
+            Some(Setting::OAuth2TokenUrl)
+        );
+        assert_eq!(
+            setting(ok("ftp://auth.example.com/", "a", "b", None, None)),
+            Some(Setting::OAuth2TokenUrl)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a\r\nb", "b", None, None)),
+            Some(Setting::OAuth2ClientId)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "", "b", None, None)),
+            Some(Setting::OAuth2ClientId)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "", None, None)),
+            Some(Setting::OAuth2ClientSecret)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "b\n", None, None)),
+            Some(Setting::OAuth2ClientSecret)
+        );
+        assert_eq!(
+            setting(ok(
+                "https://auth.example.com/",
+                "a",
+                "b",
+                Some("a\"b"),
+                None
+            )),
+            Some(Setting::OAuth2Scope)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "b", Some(" "), None)),
+            Some(Setting::OAuth2Scope)
+        );
+        assert_eq!(
+            setting(ok(
+                "https://auth.example.com/",
+                "a",
+                "b",
+                None,
+                Some("x\ny")
+            )),
+            Some(Setting::OAuth2Audience)
+        );
+        assert!(RequestAuth::oauth2("http://127.0.0.1/token", "a", "b", None, None, true).is_ok());
     }
 
     #[test]
