@@ -45,6 +45,7 @@ mod module_graph;
 mod operations;
 mod partitions;
 mod pgbouncer;
+mod receiver_credentials;
 mod receiver_examples;
 mod receivers;
 mod recording_batches;
