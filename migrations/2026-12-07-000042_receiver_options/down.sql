@@ -47,6 +47,4 @@ ALTER TABLE destinations
     DROP COLUMN request_headers,
     DROP COLUMN request_auth,
     DROP COLUMN ed25519_key,
-    DROP COLUMN retry_max_attempts,
-    DROP COLUMN retry_first_wait_ms,
-    DROP COLUMN retry_max_wait_ms;
+    DROP COLUMN retry_policy;

@@ -22,13 +22,15 @@ ALTER TABLE destinations
     ADD COLUMN ed25519_key varchar(49)
         CONSTRAINT destinations_ed25519_key_format
         CHECK (ed25519_key ~ '^whsk_[A-Za-z0-9+/]{43}=$'),
-    ADD COLUMN retry_max_attempts integer,
-    ADD COLUMN retry_first_wait_ms integer,
-    ADD COLUMN retry_max_wait_ms integer,
-    ADD CONSTRAINT destinations_retry_policy_whole CHECK (
-        (retry_max_attempts IS NULL AND retry_first_wait_ms IS NULL AND retry_max_wait_ms IS NULL)
-        OR (retry_max_attempts BETWEEN 1 AND 1000 AND retry_first_wait_ms >= 1
-            AND retry_max_wait_ms >= retry_first_wait_ms));
+    -- {"max_attempts", "first_wait_ms", "max_wait_ms"}: one document, so the table stays
+    -- within the 32 columns its Rust mapping takes.
+    ADD COLUMN retry_policy jsonb
+        CONSTRAINT destinations_retry_policy_valid CHECK (
+            retry_policy IS NULL
+            OR ((retry_policy->>'max_attempts')::integer BETWEEN 1 AND 1000
+                AND (retry_policy->>'first_wait_ms')::bigint >= 1
+                AND (retry_policy->>'max_wait_ms')::bigint
+                    >= (retry_policy->>'first_wait_ms')::bigint));
 
 -- Intake claims only a plain webhook's first delivery (what its statement returns is the
 -- URL and the secrets); a destination with a chat format or a template, headers, an authentication, an Ed25519 key or
@@ -72,7 +74,7 @@ BEGIN
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
       AND ds.body_format = 'standard' AND ds.body_template IS NULL
       AND ds.request_headers = '[]' AND ds.request_auth IS NULL
-      AND ds.ed25519_key IS NULL AND ds.retry_max_attempts IS NULL
+      AND ds.ed25519_key IS NULL AND ds.retry_policy IS NULL
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id
                         AND w.next_attempt_at <= p_now)

@@ -142,7 +142,8 @@ BEGIN
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
       AND ds.body_format = 'standard' AND ds.body_template IS NULL
       AND ds.request_headers = '[]' AND ds.request_auth IS NULL
-      AND ds.ed25519_key IS NULL AND ds.retry_max_attempts IS NULL
+      AND ds.ed25519_key IS NULL AND ds.retry_policy IS NULL
+      AND ds.client_certificate IS NULL AND ds.client_ca IS NULL
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id
                         AND w.next_attempt_at <= p_now)

@@ -139,7 +139,7 @@ BEGIN
 END
 $$;
 
--- As migration receiver_options made it, leaving ordered destinations to the claim.
+-- As migration receiver_credentials made it, leaving ordered destinations to the claim.
 CREATE OR REPLACE FUNCTION intake_claim_destination_room(p_destinations varchar[], p_now timestamptz,
                                                          p_limit integer, p_cap integer)
 RETURNS TABLE (destination_id varchar, free_slots integer, url varchar, secret varchar,
@@ -177,7 +177,8 @@ BEGIN
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
       AND ds.body_format = 'standard' AND ds.body_template IS NULL
       AND ds.request_headers = '[]' AND ds.request_auth IS NULL
-      AND ds.ed25519_key IS NULL AND ds.retry_max_attempts IS NULL
+      AND ds.ed25519_key IS NULL AND ds.retry_policy IS NULL
+      AND ds.client_certificate IS NULL AND ds.client_ca IS NULL
       AND NOT ds.ordered
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id

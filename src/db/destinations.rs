@@ -205,9 +205,10 @@ where
                 destinations::request_headers.eq(next.request_headers),
                 destinations::request_auth.eq(next.request_auth),
                 destinations::ed25519_key.eq(next.ed25519_key),
-                destinations::retry_max_attempts.eq(next.retry_max_attempts),
-                destinations::retry_first_wait_ms.eq(next.retry_first_wait_ms),
-                destinations::retry_max_wait_ms.eq(next.retry_max_wait_ms),
+                destinations::retry_policy.eq(next.retry_policy),
+                destinations::client_certificate.eq(next.client_certificate),
+                destinations::client_key.eq(next.client_key),
+                destinations::client_ca.eq(next.client_ca),
                 destinations::ordered.eq(next.ordered),
             ))
             .returning(DestinationRow::as_returning())

@@ -125,40 +125,17 @@ pub struct DestinationRow {
     /// A webhook's Ed25519 signing key (`whsk_`), when it signs `v1a` beside `v1`.
     pub ed25519_key: Option<String>,
     /// Its own retry schedule, all three set or none (`None`: the server's).
-    pub retry_max_attempts: Option<i32>,
-    pub retry_first_wait_ms: Option<i32>,
-    pub retry_max_wait_ms: Option<i32>,
+    pub retry_policy: Option<RetryPolicy>,
+    /// A webhook's TLS client certificate and its key (PEM, both or neither; write-only),
+    /// and an extra CA its receiver's certificate may chain to (model/receiver.rs).
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
+    pub client_ca: Option<String>,
     /// Its deliveries go one at a time, in the order their submissions were accepted.
     pub ordered: bool,
 }
 
 impl DestinationRow {
-    /// Its own retry schedule, if it has one.
-    pub fn retry_policy(&self) -> Option<RetryPolicy> {
-        RetryPolicy::stored(
-            self.retry_max_attempts,
-            self.retry_first_wait_ms,
-            self.retry_max_wait_ms,
-        )
-    }
-
-    /// The destination with `policy` as its retry schedule (`None`: the server's).
-    pub fn with_retry_policy(self, policy: Option<RetryPolicy>) -> DestinationRow {
-        let (retry_max_attempts, retry_first_wait_ms, retry_max_wait_ms) = match policy {
-            Some(policy) => {
-                let (a, f, m) = policy.columns();
-                (Some(a), Some(f), Some(m))
-            }
-            None => (None, None, None),
-        };
-        DestinationRow {
-            retry_max_attempts,
-            retry_first_wait_ms,
-            retry_max_wait_ms,
-            ..self
-        }
-    }
-
     /// A new email destination (its position is given when it is appended).
     pub fn email(
         endpoint_id: EndpointId,
@@ -234,9 +211,10 @@ impl DestinationRow {
             request_headers: RequestHeaders::default(),
             request_auth: None,
             ed25519_key: None,
-            retry_max_attempts: None,
-            retry_first_wait_ms: None,
-            retry_max_wait_ms: None,
+            retry_policy: None,
+            client_certificate: None,
+            client_key: None,
+            client_ca: None,
             ordered: false,
         }
     }
@@ -469,10 +447,13 @@ pub struct ClaimedDelivery {
     pub request_auth: Option<RequestAuth>,
     /// The destination's Ed25519 key, for its current URL only, when it signs `v1a`.
     pub ed25519_key: Option<String>,
+    /// The destination's TLS client certificate, its key and extra CA, for its current
+    /// URL only (as its credentials).
+    pub client_certificate: Option<String>,
+    pub client_key: Option<String>,
+    pub client_ca: Option<String>,
     /// The destination's own retry schedule (`None`: the server's).
-    pub retry_max_attempts: Option<i32>,
-    pub retry_first_wait_ms: Option<i32>,
-    pub retry_max_wait_ms: Option<i32>,
+    pub retry_policy: Option<RetryPolicy>,
     /// The W3C trace context its submission was accepted in (`None`: traces were off
     /// then), which its attempt continues (telemetry/traces.rs).
     pub trace_parent: Option<String>,
@@ -508,20 +489,12 @@ impl ClaimedDelivery {
             request_headers: None,
             request_auth: None,
             ed25519_key: None,
-            retry_max_attempts: None,
-            retry_first_wait_ms: None,
-            retry_max_wait_ms: None,
+            client_certificate: None,
+            client_key: None,
+            client_ca: None,
+            retry_policy: None,
             trace_parent: None,
         }
-    }
-
-    /// The destination's own retry schedule as claimed, if it has one.
-    pub fn retry_policy(&self) -> Option<RetryPolicy> {
-        RetryPolicy::stored(
-            self.retry_max_attempts,
-            self.retry_first_wait_ms,
-            self.retry_max_wait_ms,
-        )
     }
 
     /// What identifies the claim: the delivery and the token it holds.

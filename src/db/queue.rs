@@ -57,9 +57,10 @@ pub type ClaimedDeliverySql = (
     Nullable<Jsonb>,
     Nullable<Jsonb>,
     Nullable<Text>,
-    Nullable<Integer>,
-    Nullable<Integer>,
-    Nullable<Integer>,
+    Nullable<Text>,
+    Nullable<Text>,
+    Nullable<Text>,
+    Nullable<Jsonb>,
     Nullable<Text>,
 );
 

@@ -152,9 +152,10 @@ diesel::table! {
         request_auth -> Nullable<Jsonb>,
         #[max_length = 49]
         ed25519_key -> Nullable<Varchar>,
-        retry_max_attempts -> Nullable<Int4>,
-        retry_first_wait_ms -> Nullable<Int4>,
-        retry_max_wait_ms -> Nullable<Int4>,
+        retry_policy -> Nullable<Jsonb>,
+        client_certificate -> Nullable<Text>,
+        client_key -> Nullable<Text>,
+        client_ca -> Nullable<Text>,
         ordered -> Bool,
     }
 }

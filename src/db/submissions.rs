@@ -248,13 +248,15 @@ pub async fn insert_batch(
                             body_template: None,
                             // Nor a destination with headers, an authentication, an
                             // Ed25519 key or a retry schedule of its own (migration
-                            // receiver_options).
+                            // receiver_options), nor one with a client certificate or
+                            // its own CA (migration receiver_credentials).
                             request_headers: None,
                             request_auth: None,
                             ed25519_key: None,
-                            retry_max_attempts: None,
-                            retry_first_wait_ms: None,
-                            retry_max_wait_ms: None,
+                            client_certificate: None,
+                            client_key: None,
+                            client_ca: None,
+                            retry_policy: None,
                             trace_parent: submission.trace_parent.clone(),
                         })
                     }

@@ -12,6 +12,7 @@ pub mod chat;
 pub mod client;
 pub mod email;
 pub mod handoff;
+pub mod oauth;
 pub mod outcome;
 pub mod pausing;
 pub mod payload;

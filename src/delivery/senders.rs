@@ -7,14 +7,15 @@
 use chrono::{DateTime, Utc};
 
 use super::chat;
-use super::client::{ReceiverHeader, WebhookClient};
+use super::client::{ReceiverCredentials, ReceiverHeader, ReceiverTls, WebhookClient};
 use super::email::{self, Mailer, Notification, OutgoingEmail};
+use super::oauth::ClientCredentials;
 use super::outcome::AttemptResult;
 use super::payload;
 use crate::db::models::ClaimedDelivery;
 use crate::files::FileMetadata;
 use crate::model::ids::SubmissionId;
-use crate::model::receiver;
+use crate::model::receiver::{self, RequestAuth};
 use crate::model::state::{AttemptOutcome, DestinationKind};
 use crate::model::template;
 
@@ -154,12 +155,13 @@ impl Senders {
             tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
         }
         self.webhook
-            .send(
+            .send_with(
                 &delivery.destination_url,
                 body,
                 &signatures,
                 &receiver_headers(delivery),
                 trace_parent,
+                &receiver_credentials(delivery),
             )
             .await
     }
@@ -196,12 +198,49 @@ fn receiver_headers(delivery: &ClaimedDelivery) -> Vec<ReceiverHeader> {
         value: header.value.clone(),
         sensitive: header.secret,
     })
-    .chain(delivery.request_auth.iter().map(|auth| ReceiverHeader {
-        name: "authorization".into(),
-        value: auth.authorization(),
-        sensitive: true,
-    }))
+    .chain(
+        delivery
+            .request_auth
+            .iter()
+            .filter_map(RequestAuth::authorization)
+            .map(|value| ReceiverHeader {
+                name: "authorization".into(),
+                value,
+                sensitive: true,
+            }),
+    )
     .collect()
+}
+
+/// A webhook's OAuth2 client credentials and TLS settings, as claimed (for its current
+/// URL only, as its other credentials).
+fn receiver_credentials(delivery: &ClaimedDelivery) -> ReceiverCredentials<'_> {
+    let oauth2 = match &delivery.request_auth {
+        Some(RequestAuth::OAuth2 {
+            token_url,
+            client_id,
+            client_secret,
+            scope,
+            audience,
+        }) => Some(ClientCredentials {
+            token_url,
+            client_id,
+            client_secret,
+            scope: scope.as_deref(),
+            audience: audience.as_deref(),
+        }),
+        Some(RequestAuth::Basic { .. } | RequestAuth::Bearer { .. }) | None => None,
+    };
+    ReceiverCredentials {
+        oauth2,
+        tls: ReceiverTls {
+            identity: delivery
+                .client_certificate
+                .as_deref()
+                .zip(delivery.client_key.as_deref()),
+            ca: delivery.client_ca.as_deref(),
+        },
+    }
 }
 
 /// An email destination's message: the notification of its submission to the recipients

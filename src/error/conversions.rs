@@ -113,6 +113,14 @@ fn input_field(setting: Setting) -> &'static str {
             Setting::RetryFirstWait => "retryPolicy.firstWaitSeconds",
             Setting::RetryMaxWait => "retryPolicy.maxWaitSeconds",
             Setting::BodyTemplate => "bodyTemplate",
+            Setting::OAuth2TokenUrl => "auth.oauth2.tokenUrl",
+            Setting::OAuth2ClientId => "auth.oauth2.clientId",
+            Setting::OAuth2ClientSecret => "auth.oauth2.clientSecret",
+            Setting::OAuth2Scope => "auth.oauth2.scope",
+            Setting::OAuth2Audience => "auth.oauth2.audience",
+            Setting::ClientCertificate => "clientCertificate.certificate",
+            Setting::ClientKey => "clientCertificate.key",
+            Setting::ClientCa => "clientCa",
         }
     }
 }

@@ -115,14 +115,37 @@ impl Destination {
     async fn auth(&self) -> Option<DestinationAuth> {
         self.0.request_auth.as_ref().map(|auth| match auth {
             RequestAuth::Basic { username, .. } => DestinationAuth {
-                kind: DestinationAuthKind::Basic,
                 username: Some(username.clone()),
+                ..DestinationAuth::of(DestinationAuthKind::Basic)
             },
-            RequestAuth::Bearer { .. } => DestinationAuth {
-                kind: DestinationAuthKind::Bearer,
-                username: None,
+            RequestAuth::Bearer { .. } => DestinationAuth::of(DestinationAuthKind::Bearer),
+            RequestAuth::OAuth2 {
+                token_url,
+                client_id,
+                scope,
+                audience,
+                ..
+            } => DestinationAuth {
+                token_url: Some(token_url.clone()),
+                client_id: Some(client_id.clone()),
+                scope: scope.clone(),
+                audience: audience.clone(),
+                ..DestinationAuth::of(DestinationAuthKind::Oauth2)
             },
         })
+    }
+    /// The TLS client certificate a webhook presents to its receiver; null: none. Its
+    /// private key is never answered.
+    async fn client_certificate(&self) -> Option<ClientCertificate> {
+        let certificate = self.0.client_certificate.as_deref()?;
+        Some(ClientCertificate {
+            fingerprint_sha256: crate::model::client_tls::fingerprint(certificate),
+        })
+    }
+    /// Whether a webhook trusts an extra CA of its own (`clientCa`) for its receiver's
+    /// certificate, beside the public roots.
+    async fn has_client_ca(&self) -> bool {
+        self.0.client_ca.is_some()
     }
     /// The public key (`whpk_…`) a receiver verifies this webhook's Ed25519 signatures
     /// with (`v1a` in `webhook-signature`, beside the HMAC `v1` ones); null: it signs with
@@ -141,7 +164,7 @@ impl Destination {
     /// Its own retry schedule; null: the server's (`FORMS_WEBHOOK_MAX_ATTEMPTS`,
     /// `FORMS_WEBHOOK_RETRY_INITIAL_SECONDS`, `FORMS_WEBHOOK_RETRY_MAX_SECONDS`).
     async fn retry_policy(&self) -> Option<DestinationRetryPolicy> {
-        self.0.retry_policy().map(|policy| DestinationRetryPolicy {
+        self.0.retry_policy.map(|policy| DestinationRetryPolicy {
             max_attempts: i32::try_from(policy.max_attempts).unwrap_or(i32::MAX),
             first_wait_seconds: policy.first_wait.as_secs_f64(),
             max_wait_seconds: policy.max_wait.as_secs_f64(),
@@ -192,14 +215,45 @@ pub enum DestinationAuthKind {
     Basic,
     /// `Authorization: Bearer` with the token.
     Bearer,
+    /// OAuth2 client credentials: `Authorization: Bearer` with a token fetched from the
+    /// token URL.
+    #[graphql(name = "OAUTH2")]
+    Oauth2,
 }
 
-/// How a webhook's requests authenticate; the password or token is never shown.
+/// A webhook's TLS client certificate (the key is never shown).
+#[derive(SimpleObject)]
+pub struct ClientCertificate {
+    /// The SHA-256 fingerprint of the leaf certificate (DER), as `AB:CD:…`.
+    pub fingerprint_sha256: Option<String>,
+}
+
+/// How a webhook's requests authenticate; the password, token or client secret is never
+/// shown.
 #[derive(SimpleObject)]
 pub struct DestinationAuth {
     pub kind: DestinationAuthKind,
-    /// Basic's username; null for a bearer token.
+    /// Basic's username; null for another kind.
     pub username: Option<String>,
+    /// OAuth2's token URL, client id, scope and audience; null for another kind.
+    pub token_url: Option<String>,
+    pub client_id: Option<String>,
+    pub scope: Option<String>,
+    pub audience: Option<String>,
+}
+
+impl DestinationAuth {
+    /// One of `kind` with nothing else said yet.
+    fn of(kind: DestinationAuthKind) -> Self {
+        DestinationAuth {
+            kind,
+            username: None,
+            token_url: None,
+            client_id: None,
+            scope: None,
+            audience: None,
+        }
+    }
 }
 
 /// A destination's own retry schedule: after the n-th failed attempt of a cycle it waits

@@ -14,6 +14,7 @@ use crate::db::destinations::{AddOutcome, Switch, Switched};
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
+use crate::model::client_tls;
 use crate::model::endpoint::{self as rules, Rotation};
 use crate::model::endpoint::{Setting, SettingError};
 use crate::model::patch::Patch;
@@ -57,6 +58,27 @@ pub struct AddWebhookDestinationInput {
     /// until the one before is delivered or failed.
     #[graphql(default)]
     pub ordered: bool,
+    /// A TLS client certificate and key its requests present (mTLS); left out: none.
+    pub client_certificate: Option<ClientCertificateInput>,
+    /// Extra CA certificates (PEM) its receiver's certificate may chain to, beside the
+    /// public roots; left out: the public roots alone.
+    pub client_ca: Option<String>,
+}
+
+/// A TLS client certificate with its private key, both PEM; write-only. Checked when set:
+/// both must parse and the key must be the certificate's own.
+#[derive(InputObject)]
+pub struct ClientCertificateInput {
+    /// The certificate, then any intermediates (1–10 `CERTIFICATE` blocks).
+    pub certificate: String,
+    /// Its private key: PKCS#8, PKCS#1 or SEC1 (RSA, ECDSA P-256/P-384, Ed25519).
+    pub key: String,
+}
+
+impl ClientCertificateInput {
+    fn checked(self) -> Result<(String, String), SettingError> {
+        client_tls::client_identity(&self.certificate, &self.key)
+    }
 }
 
 /// A static header. Refused: hop-by-hop names, `Host`, `Content-Type`,
@@ -80,6 +102,26 @@ pub struct DestinationHeaderInput {
 pub enum DestinationAuthInput {
     Basic(BasicAuthInput),
     Bearer(BearerAuthInput),
+    #[graphql(name = "oauth2")]
+    Oauth2(OAuth2AuthInput),
+}
+
+/// OAuth2 client credentials (RFC 6749 4.4): each attempt sends `Authorization: Bearer`
+/// with a token from `tokenUrl`, cached in the sending process until shortly before it
+/// expires, fetched again once when the receiver answers 401.
+#[derive(InputObject)]
+#[graphql(name = "OAuth2AuthInput")]
+pub struct OAuth2AuthInput {
+    /// Where tokens are asked for: the rules of a webhook URL.
+    pub token_url: String,
+    /// 1–256 characters.
+    pub client_id: String,
+    /// 1–1024 characters; write-only.
+    pub client_secret: String,
+    /// Space-separated scope tokens; left out: none asked for.
+    pub scope: Option<String>,
+    /// An `audience` parameter, for token endpoints that want one; left out: none.
+    pub audience: Option<String>,
 }
 
 #[derive(InputObject)]
@@ -116,12 +158,21 @@ impl RetryPolicyInput {
 }
 
 impl DestinationAuthInput {
-    fn checked(self) -> Result<RequestAuth, SettingError> {
+    /// `allow_private`: the token URL may name an internal address (as a webhook's).
+    fn checked(self, allow_private: bool) -> Result<RequestAuth, SettingError> {
         match self {
             DestinationAuthInput::Basic(basic) => {
                 RequestAuth::basic(&basic.username, &basic.password)
             }
             DestinationAuthInput::Bearer(bearer) => RequestAuth::bearer(&bearer.token),
+            DestinationAuthInput::Oauth2(oauth) => RequestAuth::oauth2(
+                &oauth.token_url,
+                &oauth.client_id,
+                &oauth.client_secret,
+                oauth.scope.as_deref(),
+                oauth.audience.as_deref(),
+                allow_private,
+            ),
         }
     }
 }
@@ -229,6 +280,10 @@ pub struct UpdateDestinationInput {
     /// Its own retry schedule; `null`: the server's. Deliveries waiting for a retry keep
     /// the time they are due; their next failure follows the new schedule.
     pub retry_policy: MaybeUndefined<RetryPolicyInput>,
+    /// A webhook's TLS client certificate and key; `null`: none.
+    pub client_certificate: MaybeUndefined<ClientCertificateInput>,
+    /// A webhook's extra CA certificates (PEM); `null`: the public roots alone.
+    pub client_ca: MaybeUndefined<String>,
 }
 
 #[derive(SimpleObject)]
@@ -399,16 +454,29 @@ impl DestinationMutation {
             input.headers.unwrap_or_default(),
             &RequestHeaders::default(),
         )?;
-        let auth = input.auth.map(DestinationAuthInput::checked).transpose()?;
+        let allow_private = app.config.webhook.allow_private_targets;
+        let auth = input
+            .auth
+            .map(|auth| auth.checked(allow_private))
+            .transpose()?;
         receiver::headers_beside_auth(Some(&url), &headers, auth.as_ref())?;
+        let identity = input
+            .client_certificate
+            .map(ClientCertificateInput::checked)
+            .transpose()?;
+        let client_ca = input
+            .client_ca
+            .as_deref()
+            .map(client_tls::client_ca)
+            .transpose()?;
         let retry_policy = input
             .retry_policy
             .map(RetryPolicyInput::checked)
             .transpose()?;
         let secret = rules::new_secret();
         let mut destination =
-            DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now())
-                .with_retry_policy(retry_policy);
+            DestinationRow::webhook(endpoint_id, 0, url, secret.clone(), app.clock.now());
+        destination.retry_policy = retry_policy;
         destination.ordered = input.ordered;
         destination.body_format = input.format;
         destination.body_template = input
@@ -419,6 +487,8 @@ impl DestinationMutation {
         destination.request_headers = headers;
         destination.request_auth = auth;
         destination.ed25519_key = input.sign_with_ed25519.then(receiver::new_ed25519_key);
+        (destination.client_certificate, destination.client_key) = identity.unzip();
+        destination.client_ca = client_ca;
         destination.max_in_flight = max_in_flight;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
@@ -458,8 +528,8 @@ impl DestinationMutation {
             .map(RetryPolicyInput::checked)
             .transpose()?;
         let mut destination =
-            DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now())
-                .with_retry_policy(retry_policy);
+            DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now());
+        destination.retry_policy = retry_policy;
         destination.ordered = input.ordered;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
@@ -499,15 +569,15 @@ impl DestinationMutation {
             .retry_policy
             .map(RetryPolicyInput::checked)
             .transpose()?;
-        let destination = DestinationRow::autoresponder(
+        let mut destination = DestinationRow::autoresponder(
             endpoint_id,
             address_field,
             subject,
             body,
             window,
             app.clock.now(),
-        )
-        .with_retry_policy(retry_policy);
+        );
+        destination.retry_policy = retry_policy;
         Ok(DestinationPayload {
             destination: add(ctx, &input.endpoint_id, destination).await?,
         })
@@ -542,7 +612,9 @@ impl DestinationMutation {
         let body_template = patch(input.body_template)
             .checked(|source| template::checked(Setting::BodyTemplate, &source))?;
         let sign_with_ed25519 = input.sign_with_ed25519;
-        let auth = patch(input.auth).checked(DestinationAuthInput::checked)?;
+        let auth = patch(input.auth).checked(|auth| auth.checked(allow_private))?;
+        let identity = patch(input.client_certificate).checked(ClientCertificateInput::checked)?;
+        let client_ca = patch(input.client_ca).checked(|pem| client_tls::client_ca(&pem))?;
         let retry_policy = patch(input.retry_policy).checked(RetryPolicyInput::checked)?;
         let candidate_secret = rules::new_secret();
         let secret_for_change = candidate_secret.clone();
@@ -587,6 +659,8 @@ impl DestinationMutation {
                 ("headers", headers.is_some()),
                 ("auth", auth != Patch::Keep),
                 ("signWithEd25519", sign_with_ed25519.is_some()),
+                ("clientCertificate", identity != Patch::Keep),
+                ("clientCa", client_ca != Patch::Keep),
             ]
             .into_iter()
             .find(|(_, given)| *given);
@@ -595,7 +669,7 @@ impl DestinationMutation {
             {
                 return Err(ApiError::InvalidInput {
                     field: field.into(),
-                    reason: "only a webhook destination has a format, headers, an authentication and an Ed25519 key".into(),
+                    reason: "only a webhook destination has a format, headers, an authentication, an Ed25519 key and TLS settings".into(),
                 });
             }
             match sign_with_ed25519 {
@@ -614,6 +688,10 @@ impl DestinationMutation {
                 next.request_headers = checked_headers(headers, &next.request_headers)?;
             }
             auth.apply(&mut next.request_auth);
+            let mut pair = next.client_certificate.take().zip(next.client_key.take());
+            identity.apply(&mut pair);
+            (next.client_certificate, next.client_key) = pair.unzip();
+            client_ca.apply(&mut next.client_ca);
             receiver::headers_beside_auth(
                 next.url.as_deref(),
                 &next.request_headers,
@@ -622,9 +700,8 @@ impl DestinationMutation {
             if let Some(ordered) = ordered {
                 next.ordered = ordered;
             }
-            let mut policy = next.retry_policy();
-            retry_policy.apply(&mut policy);
-            Ok(next.with_retry_policy(policy))
+            retry_policy.apply(&mut next.retry_policy);
+            Ok(next)
         })
         .await?;
         let made = changed.secret.as_deref() == Some(candidate_secret.as_str());

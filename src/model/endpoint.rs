@@ -55,6 +55,14 @@ pub enum Setting {
     RetryFirstWait,
     RetryMaxWait,
     BodyTemplate,
+    OAuth2TokenUrl,
+    OAuth2ClientId,
+    OAuth2ClientSecret,
+    OAuth2Scope,
+    OAuth2Audience,
+    ClientCertificate,
+    ClientKey,
+    ClientCa,
 }
 
 /// A setting that breaks its rule.

@@ -58,6 +58,7 @@ macro_rules! json_column {
     };
 }
 
+pub mod client_tls;
 pub mod destination;
 pub mod endpoint;
 pub mod fields;

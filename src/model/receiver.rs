@@ -168,6 +168,17 @@ pub enum RequestAuth {
     Basic { username: String, password: String },
     /// A bearer token (RFC 6750), write-only.
     Bearer { token: String },
+    /// OAuth2 client credentials (RFC 6749 4.4): a bearer token fetched from `token_url`
+    /// by the sending process, cached in its memory until shortly before it expires, and
+    /// never stored. The client secret is write-only.
+    #[serde(rename = "oauth2")]
+    OAuth2 {
+        token_url: String,
+        client_id: String,
+        client_secret: String,
+        scope: Option<String>,
+        audience: Option<String>,
+    },
 }
 json_column!(RequestAuth, "a destination's authentication");
 
@@ -217,14 +228,88 @@ impl RequestAuth {
         })
     }
 
-    /// The `Authorization` header's value.
-    pub fn authorization(&self) -> String {
+    /// OAuth2 client credentials: a token URL under the webhook URL's rules (`allow_private`
+    /// as for webhooks), a client id of 1–256 and a secret of 1–1024 characters without
+    /// control characters, a scope of 1–1024 RFC 6749 scope characters (space-separated
+    /// tokens) and an audience of 1–2048 printable characters, each optional.
+    pub fn oauth2(
+        token_url: &str,
+        client_id: &str,
+        client_secret: &str,
+        scope: Option<&str>,
+        audience: Option<&str>,
+        allow_private: bool,
+    ) -> Result<RequestAuth, SettingError> {
+        use super::destination::{validate_webhook_url, DestinationError};
+        let token_url = validate_webhook_url(token_url, allow_private)
+            .map(|_| token_url.trim().to_string())
+            .map_err(|error| {
+                invalid(
+                    Setting::OAuth2TokenUrl,
+                    match error {
+                        DestinationError::TooLong => "the token URL is longer than 2048 characters",
+                        DestinationError::Unparsable => "the token URL cannot be parsed",
+                        DestinationError::Scheme => "the token URL must use http or https",
+                        DestinationError::NoHost => "the token URL has no host",
+                        DestinationError::InternalAddress => "the token URL names a loopback, private, link-local or otherwise internal address",
+                    },
+                )
+            })?;
+        let printable = |s: &str, max: usize| {
+            !s.is_empty() && s.chars().count() <= max && !s.chars().any(char::is_control)
+        };
+        if !printable(client_id, MAX_USERNAME_LENGTH) {
+            return Err(invalid(
+                Setting::OAuth2ClientId,
+                "a client id must be 1 to 256 characters without control characters",
+            ));
+        }
+        if !printable(client_secret, MAX_PASSWORD_LENGTH) {
+            return Err(invalid(
+                Setting::OAuth2ClientSecret,
+                "a client secret must be 1 to 1024 characters without control characters",
+            ));
+        }
+        // RFC 6749 3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E ), joined by spaces.
+        let scope_char = |c: char| c == ' ' || (c.is_ascii_graphic() && c != '"' && c != '\\');
+        if let Some(scope) = scope {
+            if scope.trim().is_empty()
+                || scope.len() > MAX_PASSWORD_LENGTH
+                || !scope.chars().all(scope_char)
+            {
+                return Err(invalid(
+                    Setting::OAuth2Scope,
+                    "a scope must be 1 to 1024 visible ASCII characters (no \" or \\), tokens separated by spaces",
+                ));
+            }
+        }
+        if let Some(audience) = audience {
+            if !printable(audience, MAX_HEADER_VALUE_LENGTH) {
+                return Err(invalid(
+                    Setting::OAuth2Audience,
+                    "an audience must be 1 to 2048 characters without control characters",
+                ));
+            }
+        }
+        Ok(RequestAuth::OAuth2 {
+            token_url,
+            client_id: client_id.to_string(),
+            client_secret: client_secret.to_string(),
+            scope: scope.map(|s| s.trim().to_string()),
+            audience: audience.map(str::to_string),
+        })
+    }
+
+    /// The `Authorization` header's value, for an authentication that has a fixed one;
+    /// `None` for OAuth2, whose token the sender fetches (delivery/oauth.rs).
+    pub fn authorization(&self) -> Option<String> {
         match self {
-            RequestAuth::Basic { username, password } => format!(
+            RequestAuth::Basic { username, password } => Some(format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
-            ),
-            RequestAuth::Bearer { token } => format!("Bearer {token}"),
+            )),
+            RequestAuth::Bearer { token } => Some(format!("Bearer {token}")),
+            RequestAuth::OAuth2 { .. } => None,
         }
     }
 }
@@ -305,12 +390,40 @@ const MAX_WAIT_MS: i64 = 7 * 86_400_000;
 
 /// When a failed attempt is tried again: `max_attempts` a cycle, waiting
 /// `min(first_wait × 2^(n−1), max_wait)` after the n-th, no jitter. The server's
-/// (`FORMS_WEBHOOK_*`) unless a destination has its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// (`FORMS_WEBHOOK_*`) unless a destination has its own (a JSON document in its row,
+/// waits in milliseconds).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    diesel::expression::AsExpression,
+    diesel::deserialize::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Jsonb)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
+    #[serde(rename = "first_wait_ms", with = "milliseconds")]
     pub first_wait: Duration,
+    #[serde(rename = "max_wait_ms", with = "milliseconds")]
     pub max_wait: Duration,
+}
+json_column!(RetryPolicy, "a destination's retry policy");
+
+/// A duration stored as whole milliseconds.
+mod milliseconds {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(wait: &Duration, to: S) -> Result<S::Ok, S::Error> {
+        to.serialize_u64(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(from: D) -> Result<Duration, D::Error> {
+        <u64 as serde::Deserialize>::deserialize(from).map(Duration::from_millis)
+    }
 }
 
 impl RetryPolicy {
@@ -347,32 +460,6 @@ impl RetryPolicy {
             first_wait: Duration::from_millis(first as u64),
             max_wait: Duration::from_millis(max as u64),
         })
-    }
-
-    /// The policy a row stores in its three columns (a CHECK keeps them all set, within
-    /// bounds, or none); `None`: the server's.
-    pub fn stored(
-        max_attempts: Option<i32>,
-        first_wait_ms: Option<i32>,
-        max_wait_ms: Option<i32>,
-    ) -> Option<RetryPolicy> {
-        let (max_attempts, first_wait_ms, max_wait_ms) =
-            (max_attempts?, first_wait_ms?, max_wait_ms?);
-        Some(RetryPolicy {
-            max_attempts: max_attempts.max(1) as u32,
-            first_wait: Duration::from_millis(first_wait_ms.max(0) as u64),
-            max_wait: Duration::from_millis(max_wait_ms.max(0) as u64),
-        })
-    }
-
-    /// Its three columns: attempts, first and longest wait in milliseconds.
-    pub fn columns(&self) -> (i32, i32, i32) {
-        let ms = |d: Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX);
-        (
-            i32::try_from(self.max_attempts).unwrap_or(i32::MAX),
-            ms(self.first_wait),
-            ms(self.max_wait),
-        )
     }
 
     /// The wait after a cycle's `cycle_attempts`-th failed attempt.
@@ -460,12 +547,16 @@ mod tests {
     #[test]
     fn authentication_values() {
         let basic = RequestAuth::basic("Aladdin", "open sesame").expect("valid");
-        assert_eq!(basic.authorization(), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            basic.authorization().as_deref(),
+            Some("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
+        );
         assert_eq!(
             RequestAuth::bearer("abc.def-ghi")
                 .expect("valid")
-                .authorization(),
-            "Bearer abc.def-ghi"
+                .authorization()
+                .as_deref(),
+            Some("Bearer abc.def-ghi")
         );
         assert!(RequestAuth::basic("a:b", "x").is_err());
         assert!(RequestAuth::basic("", "x").is_err());
@@ -485,6 +576,83 @@ mod tests {
         assert!(headers_beside_auth(userinfo, &RequestHeaders::default(), Some(&basic)).is_err());
         assert!(headers_beside_auth(userinfo, &own, None).is_err());
         assert!(headers_beside_auth(userinfo, &RequestHeaders::default(), None).is_ok());
+    }
+
+    #[test]
+    fn oauth2_settings() {
+        let ok =
+            |url: &str, id: &str, secret: &str, scope: Option<&str>, audience: Option<&str>| {
+                RequestAuth::oauth2(url, id, secret, scope, audience, false)
+            };
+        let auth = ok(
+            " https://auth.example.com/token ",
+            "client:1",
+            "s3cret",
+            Some("read write"),
+            Some("https://api.example.com"),
+        )
+        .expect("valid");
+        assert!(auth.authorization().is_none());
+        let json = serde_json::to_value(&auth).expect("json");
+        assert_eq!(json["kind"], "oauth2");
+        assert_eq!(json["token_url"], "https://auth.example.com/token");
+        assert_eq!(
+            serde_json::from_value::<RequestAuth>(json).expect("back"),
+            auth
+        );
+        let setting = |result: Result<RequestAuth, SettingError>| match result {
+            Err(SettingError::Invalid { setting, .. }) => Some(setting),
+            _ => None,
+        };
+        assert_eq!(
+            setting(ok("http://127.0.0.1/token", "a", "b", None, None)),
+            Some(Setting::OAuth2TokenUrl)
+        );
+        assert_eq!(
+            setting(ok("ftp://auth.example.com/", "a", "b", None, None)),
+            Some(Setting::OAuth2TokenUrl)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a\r\nb", "b", None, None)),
+            Some(Setting::OAuth2ClientId)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "", "b", None, None)),
+            Some(Setting::OAuth2ClientId)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "", None, None)),
+            Some(Setting::OAuth2ClientSecret)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "b\n", None, None)),
+            Some(Setting::OAuth2ClientSecret)
+        );
+        assert_eq!(
+            setting(ok(
+                "https://auth.example.com/",
+                "a",
+                "b",
+                Some("a\"b"),
+                None
+            )),
+            Some(Setting::OAuth2Scope)
+        );
+        assert_eq!(
+            setting(ok("https://auth.example.com/", "a", "b", Some(" "), None)),
+            Some(Setting::OAuth2Scope)
+        );
+        assert_eq!(
+            setting(ok(
+                "https://auth.example.com/",
+                "a",
+                "b",
+                None,
+                Some("x\ny")
+            )),
+            Some(Setting::OAuth2Audience)
+        );
+        assert!(RequestAuth::oauth2("http://127.0.0.1/token", "a", "b", None, None, true).is_ok());
     }
 
     #[test]
@@ -523,12 +691,15 @@ mod tests {
         let waits: Vec<Duration> = (1..=3).map(|n| policy.wait_after(n)).collect();
         assert_eq!(waits, [500, 1000, 1500].map(Duration::from_millis).to_vec());
         assert_eq!(policy.wait_after(200), Duration::from_millis(1500));
-        assert_eq!(policy.columns(), (4, 500, 1500));
+        let stored = serde_json::to_value(policy).expect("json");
         assert_eq!(
-            RetryPolicy::stored(Some(4), Some(500), Some(1500)),
-            Some(policy)
+            stored,
+            serde_json::json!({ "max_attempts": 4, "first_wait_ms": 500, "max_wait_ms": 1500 })
         );
-        assert_eq!(RetryPolicy::stored(None, Some(500), Some(1500)), None);
+        assert_eq!(
+            serde_json::from_value::<RetryPolicy>(stored).expect("back"),
+            policy
+        );
         for (attempts, first, max) in [
             (0, 1.0, 1.0),
             (1001, 1.0, 1.0),

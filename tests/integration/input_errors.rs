@@ -160,6 +160,12 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         }
         settings
     };
+    // A client certificate with its key and a CA, each valid, so that each of their
+    // fields can be set wrong on its own.
+    let identity = rcgen::generate_simple_self_signed(vec!["forms.example".to_string()]).unwrap();
+    let (client_certificate, client_key) =
+        (identity.cert.pem(), identity.signing_key.serialize_pem());
+    let other_key = rcgen::KeyPair::generate().unwrap().serialize_pem();
     let valid: BTreeMap<&str, Value> = BTreeMap::from([
         (
             "createEndpoint",
@@ -207,6 +213,8 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             "headers": { "name": "X-Tenant", "value": "acme", "secret": false },
             "auth": { "basic": { "username": "forms", "password": "pw" } },
             "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
+            "clientCertificate": { "certificate": client_certificate, "key": client_key },
+            "clientCa": client_certificate,
         } }),
         ),
         (
@@ -233,6 +241,8 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             "headers": { "name": "X-Tenant", "value": "acme", "secret": false },
             "auth": { "basic": { "username": "forms", "password": "pw" } },
             "retryPolicy": { "maxAttempts": 3, "firstWaitSeconds": 1, "maxWaitSeconds": 8 },
+            "clientCertificate": { "certificate": client_certificate, "key": client_key },
+            "clientCa": client_certificate,
         } }),
         ),
         (
@@ -378,6 +388,35 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             Exempt(ONE_OF),
         ),
         (
+            ("addWebhookDestination", "auth.oauth2.tokenUrl"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "auth.oauth2.clientId"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "auth.oauth2.clientSecret"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "auth.oauth2.scope"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "auth.oauth2.audience"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("addWebhookDestination", "clientCertificate.certificate"),
+            Bad(json!("not pem")),
+        ),
+        (
+            ("addWebhookDestination", "clientCertificate.key"),
+            Bad(json!(other_key)),
+        ),
+        (("addWebhookDestination", "clientCa"), Bad(json!("not pem"))),
+        (
             ("addWebhookDestination", "retryPolicy.maxAttempts"),
             Bad(json!(0)),
         ),
@@ -463,6 +502,32 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         ),
         (("updateDestination", "auth.basic.password"), Bad(json!(""))),
         (("updateDestination", "auth.bearer.token"), Exempt(ONE_OF)),
+        (
+            ("updateDestination", "auth.oauth2.tokenUrl"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("updateDestination", "auth.oauth2.clientId"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("updateDestination", "auth.oauth2.clientSecret"),
+            Exempt(ONE_OF),
+        ),
+        (("updateDestination", "auth.oauth2.scope"), Exempt(ONE_OF)),
+        (
+            ("updateDestination", "auth.oauth2.audience"),
+            Exempt(ONE_OF),
+        ),
+        (
+            ("updateDestination", "clientCertificate.certificate"),
+            Bad(json!("not pem")),
+        ),
+        (
+            ("updateDestination", "clientCertificate.key"),
+            Bad(json!(other_key)),
+        ),
+        (("updateDestination", "clientCa"), Bad(json!("not pem"))),
         (
             ("updateDestination", "retryPolicy.maxAttempts"),
             Bad(json!(0)),

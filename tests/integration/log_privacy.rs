@@ -34,6 +34,8 @@ const RECIPIENT_ADDRESS: &str = "owner.inbox.5519@example.net";
 const HEADER_SECRET: &str = "headersecret-Lm2Qa7Xc4Rb9";
 const BEARER_TOKEN: &str = "bearertoken-Gd6Ts1Vn8Hk3";
 const BASIC_PASSWORD: &str = "basicpassword-Yp5Wj2Ce7Nf0";
+const OAUTH_CLIENT_SECRET: &str = "oauthsecret-Hq3Zt8Lw5Pc1";
+const ACCESS_TOKEN: &str = "accesstoken-Rf9Kd2Bx6Mv4";
 
 /// A captcha provider's `siteverify` (success on forms.example for the right secret) and
 /// Akismet (`false`: not spam) on loopback, recording what each call was sent.
@@ -52,6 +54,13 @@ impl Verifiers {
         let router = Router::new()
             .route("/siteverify", routing::post(siteverify))
             .route("/akismet/1.1/{call}", routing::post(akismet))
+            // An OAuth2 token endpoint: the access token for any client.
+            .route(
+                "/token",
+                routing::post(|| async {
+                    axum::Json(json!({ "access_token": ACCESS_TOKEN, "token_type": "Bearer", "expires_in": 3600 }))
+                }),
+            )
             .with_state(verifiers.clone());
         verifiers.addr = Some(serve_on_loopback(router).await);
         verifiers
@@ -235,6 +244,26 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         } }),
     )
     .await;
+    // A receiver with OAuth2 client credentials and a TLS client certificate (sent over
+    // plain HTTP here: the key still travels through the claim and the client).
+    let client_identity =
+        rcgen::generate_simple_self_signed(vec!["forms.example".to_string()]).unwrap();
+    let client_key = client_identity.signing_key.serialize_pem();
+    gql(
+        &http,
+        &serve,
+        &key,
+        "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { destination { id } } }",
+        json!({ "input": {
+            "endpointId": "private", "url": receiver.url("/oauth"),
+            "auth": { "oauth2": { "tokenUrl": verifiers.url("/token"), "clientId": "forms",
+                                  "clientSecret": OAUTH_CLIENT_SECRET } },
+            "clientCertificate": { "certificate": client_identity.cert.pem(), "key": client_key }
+        } }),
+    )
+    .await;
+    // A line of the key's base64 (a whole PEM spans lines; a log line holds one).
+    let client_key_line = client_key.lines().nth(1).unwrap().to_string();
     let failing_secret = failing["addWebhookDestination"]["webhookSecret"]
         .as_str()
         .unwrap()
@@ -319,6 +348,7 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         let received = receiver.received();
         received.iter().any(|r| r.path == "/basic")
             && received.iter().any(|r| r.path == "/status/500")
+            && received.iter().any(|r| r.path == "/oauth")
     })
     .await;
     // What the receivers were sent carries the credentials; nothing read back does.
@@ -328,6 +358,15 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         .find(|r| r.path == "/status/500")
         .unwrap();
     assert_eq!(failed.headers["x-api-key"], HEADER_SECRET);
+    let oauth = receiver
+        .received()
+        .into_iter()
+        .find(|r| r.path == "/oauth")
+        .unwrap();
+    assert_eq!(
+        oauth.headers["authorization"],
+        format!("Bearer {ACCESS_TOKEN}").as_str()
+    );
     assert_eq!(
         failed.headers["authorization"],
         format!("Bearer {BEARER_TOKEN}").as_str()
@@ -356,7 +395,14 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         .await
         .unwrap();
     assert!(metrics.contains("deliver"), "{metrics}");
-    for secret in [HEADER_SECRET, BEARER_TOKEN, BASIC_PASSWORD] {
+    for secret in [
+        HEADER_SECRET,
+        BEARER_TOKEN,
+        BASIC_PASSWORD,
+        OAUTH_CLIENT_SECRET,
+        ACCESS_TOKEN,
+        client_key_line.as_str(),
+    ] {
         for rendering in renderings(secret) {
             assert!(
                 !answers.contains(&rendering),
@@ -388,6 +434,9 @@ async fn no_log_level_carries_a_secret_or_submitted_data() {
         ("a secret header's value", HEADER_SECRET),
         ("a bearer token", BEARER_TOKEN),
         ("a Basic password", BASIC_PASSWORD),
+        ("an OAuth2 client secret", OAUTH_CLIENT_SECRET),
+        ("an OAuth2 access token", ACCESS_TOKEN),
+        ("a TLS client key", client_key_line.as_str()),
         ("the database password", password.as_str()),
         ("a submitted field name", FIELD_NAME),
         ("a submitted value", FIELD_VALUE),

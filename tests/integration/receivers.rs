@@ -553,7 +553,7 @@ async fn bad_receiver_settings_are_refused_and_nothing_is_stored() {
     }
     let stored = app
         .db
-        .count("SELECT count(*) AS n FROM destinations WHERE request_headers = '[{\"name\": \"X-Api-Key\", \"value\": \"k3y\", \"secret\": true}]' AND request_auth = '{\"kind\": \"bearer\", \"token\": \"t\"}' AND retry_max_attempts IS NULL")
+        .count("SELECT count(*) AS n FROM destinations WHERE request_headers = '[{\"name\": \"X-Api-Key\", \"value\": \"k3y\", \"secret\": true}]' AND request_auth = '{\"kind\": \"bearer\", \"token\": \"t\"}' AND retry_policy IS NULL")
         .await;
     assert_eq!(stored, 1, "unchanged");
     // Headers belong to webhooks.

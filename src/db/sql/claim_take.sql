@@ -60,7 +60,12 @@
            CASE WHEN ds.url = c.destination_url THEN ds.request_headers END AS request_headers,
            CASE WHEN ds.url = c.destination_url THEN ds.request_auth END AS request_auth,
            CASE WHEN ds.url = c.destination_url THEN ds.ed25519_key END AS ed25519_key,
-           ds.retry_max_attempts, ds.retry_first_wait_ms, ds.retry_max_wait_ms,
+           -- Its TLS client certificate, key and extra CA, for its current URL only too.
+           CASE WHEN ds.url = c.destination_url THEN ds.client_certificate END
+               AS client_certificate,
+           CASE WHEN ds.url = c.destination_url THEN ds.client_key END AS client_key,
+           CASE WHEN ds.url = c.destination_url THEN ds.client_ca END AS client_ca,
+           ds.retry_policy,
            -- The trace its submission was accepted in (NULL: traces were off), which the
            -- attempt continues.
            s.trace_parent
