@@ -106,7 +106,7 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION intake_claim_destination_room(p_destinations varchar[], p_now timestamptz,
-                                                         p_limit integer, p_cap integer)
+                                              p_limit integer, p_cap integer)
 RETURNS TABLE (destination_id varchar, free_slots integer, url varchar, secret varchar,
                previous_secret varchar, consecutive_failed_deliveries integer)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -140,10 +140,6 @@ BEGIN
       -- A throttled destination's requests start only through the claim, which keeps
       -- its rate; an email is sent from what the claim reads (claim.sql).
       AND ds.max_requests_per_second IS NULL AND ds.kind = 'webhook'
-      AND ds.body_format = 'standard' AND ds.body_template IS NULL
-      AND ds.request_headers = '[]' AND ds.request_auth IS NULL
-      AND ds.ed25519_key IS NULL AND ds.retry_policy IS NULL
-      AND ds.client_certificate IS NULL AND ds.client_ca IS NULL
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries w
                       WHERE w.state = 'pending' AND w.destination_id = s.destination_id
                         AND w.next_attempt_at <= p_now)

@@ -139,7 +139,12 @@ BEGIN
 END
 $$;
 
--- As migration receiver_credentials made it, leaving ordered destinations to the claim.
+-- Intake claims only a plain webhook's first delivery (what its statement returns is the
+-- URL and the secrets); a destination with a chat format or a template, headers, an
+-- authentication, an Ed25519 key, a retry schedule of its own, a client certificate or
+-- CA (migrations receiver_options and receiver_credentials), or ordered, is claimed by the
+-- workers' claim, which reads them (claim_take.sql). As in migration destinations, but
+-- for those conditions.
 CREATE OR REPLACE FUNCTION intake_claim_destination_room(p_destinations varchar[], p_now timestamptz,
                                                          p_limit integer, p_cap integer)
 RETURNS TABLE (destination_id varchar, free_slots integer, url varchar, secret varchar,
