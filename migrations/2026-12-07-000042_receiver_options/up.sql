@@ -13,6 +13,10 @@ ALTER TABLE destinations
         CHECK (char_length(body_template) BETWEEN 1 AND 20000),
     ADD CONSTRAINT destinations_template_or_chat
         CHECK (body_template IS NULL OR body_format = 'standard'),
+    -- An email destination's own subject and text templates: {"subject", "text"}.
+    ADD COLUMN email_template jsonb
+        CONSTRAINT destinations_email_template_for_email
+        CHECK (email_template IS NULL OR kind = 'email'),
     ADD COLUMN request_headers jsonb NOT NULL DEFAULT '[]'
         CONSTRAINT destinations_request_headers_list
         CHECK (jsonb_typeof(request_headers) = 'array' AND jsonb_array_length(request_headers) <= 20),

@@ -202,6 +202,7 @@ where
                 destinations::max_requests_per_second.eq(next.max_requests_per_second),
                 destinations::body_format.eq(next.body_format),
                 destinations::body_template.eq(next.body_template),
+                destinations::email_template.eq(next.email_template),
                 destinations::request_headers.eq(next.request_headers),
                 destinations::request_auth.eq(next.request_auth),
                 destinations::ed25519_key.eq(next.ed25519_key),

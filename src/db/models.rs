@@ -15,6 +15,7 @@ use crate::model::state::{
     AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
     EndpointEventKind, EventKind, KeyRole, PauseReason, WebhookFormat, WhenUnreachable,
 };
+use crate::model::template::EmailTemplate;
 
 /// An endpoint: its settings for intake. Where its submissions go is its destinations
 /// ([`DestinationRow`]). (The table still has the webhook and pause columns of the release
@@ -118,6 +119,8 @@ pub struct DestinationRow {
     pub body_format: WebhookFormat,
     /// A webhook's own body template (model/template.rs), with the standard format only.
     pub body_template: Option<String>,
+    /// An email destination's own subject and text templates.
+    pub email_template: Option<EmailTemplate>,
     /// A webhook's own headers and authentication, sent with each request to its current
     /// URL (model/receiver.rs).
     pub request_headers: RequestHeaders,
@@ -208,6 +211,7 @@ impl DestinationRow {
             reply_window_seconds: None,
             body_format: WebhookFormat::Standard,
             body_template: None,
+            email_template: None,
             request_headers: RequestHeaders::default(),
             request_auth: None,
             ed25519_key: None,
@@ -440,6 +444,8 @@ pub struct ClaimedDelivery {
     /// The destination's body format and template.
     pub body_format: WebhookFormat,
     pub body_template: Option<String>,
+    /// An email destination's own subject and text templates.
+    pub email_template: Option<EmailTemplate>,
     /// The destination's own headers and authentication when the delivery goes to its
     /// current URL (an earlier receiver is never sent a later one's credentials); empty
     /// and `None` otherwise.
@@ -486,6 +492,7 @@ impl ClaimedDelivery {
             has_files: false,
             body_format: WebhookFormat::Standard,
             body_template: None,
+            email_template: None,
             request_headers: None,
             request_auth: None,
             ed25519_key: None,

@@ -56,6 +56,7 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Jsonb>,
     Nullable<Jsonb>,
+    Nullable<Jsonb>,
     Nullable<Text>,
     Nullable<Text>,
     Nullable<Text>,

@@ -148,6 +148,7 @@ diesel::table! {
         #[max_length = 16]
         body_format -> Varchar,
         body_template -> Nullable<Text>,
+        email_template -> Nullable<Jsonb>,
         request_headers -> Jsonb,
         request_auth -> Nullable<Jsonb>,
         #[max_length = 49]

@@ -246,6 +246,7 @@ pub async fn insert_batch(
                             has_files: !submission.files.is_empty(),
                             body_format: WebhookFormat::Standard,
                             body_template: None,
+                            email_template: None,
                             // Nor a destination with headers, an authentication, an
                             // Ed25519 key or a retry schedule of its own (migration
                             // receiver_options), nor one with a client certificate or

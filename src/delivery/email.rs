@@ -500,6 +500,16 @@ fn html(n: &Notification<'_>, subject: &str, received_at: &str, fields: &[Stored
 }
 
 /// The one escaping of text placed in HTML, in element content and attribute values alike.
+/// The HTML part of a message whose text an operator's template wrote: that text as it
+/// is, escaped, in a `<pre>`.
+pub fn preformatted_html(subject: &str, text: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>{subject}</title>\n</head>\n<body>\n<pre>{text}</pre>\n</body>\n</html>\n",
+        subject = escape_html(subject),
+        text = escape_html(text)
+    )
+}
+
 pub fn escape_html(raw: &str) -> String {
     let mut escaped = String::with_capacity(raw.len());
     for c in raw.chars() {

@@ -51,7 +51,7 @@ impl Senders {
                     .await
             }
             DestinationKind::Email => {
-                self.mail(|domain| Ok(notification(delivery, submission, domain)))
+                self.mail(|domain| notification(delivery, submission, domain))
                     .await
             }
             DestinationKind::Autoresponder => {
@@ -245,13 +245,15 @@ fn receiver_credentials(delivery: &ClaimedDelivery) -> ReceiverCredentials<'_> {
 
 /// An email destination's message: the notification of its submission to the recipients
 /// captured with it, Message-ID from the delivery id so that a retry or replay is
-/// recognisable.
+/// recognisable; its own subject and text when it has templates for them (a submission
+/// its template cannot render is final, as the same submission renders the same way on
+/// every attempt).
 fn notification(
     delivery: &ClaimedDelivery,
     submission: &Submission<'_>,
     message_domain: &str,
-) -> OutgoingEmail {
-    email::notification(&Notification {
+) -> Result<OutgoingEmail, AttemptResult> {
+    let mut message = email::notification(&Notification {
         endpoint_name: delivery
             .endpoint_name
             .as_deref()
@@ -265,7 +267,37 @@ fn notification(
         delivery_id: delivery.id.as_str(),
         message_domain,
         files: submission.files,
-    })
+    });
+    let Some(own) = &delivery.email_template else {
+        return Ok(message);
+    };
+    let unrenderable = |problem: template::TemplateProblem| {
+        AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            format!("the email template cannot render this submission: {problem}"),
+        )
+    };
+    let Ok(files) = serde_json::to_value(submission.files) else {
+        return Err(AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            "the submission's files could not be described",
+        ));
+    };
+    let context = template::context(
+        submission.id.as_str(),
+        delivery.endpoint_id.as_str(),
+        &crate::clock::format_timestamp(submission.received_at),
+        submission.fields,
+        files,
+    );
+    if let Some(subject) = &own.subject {
+        message.subject = template::render_subject(subject, &context).map_err(unrenderable)?;
+    }
+    if let Some(text) = &own.text {
+        message.text = template::render_text(text, &context).map_err(unrenderable)?;
+        message.html = email::preformatted_html(&message.subject, &message.text);
+    }
+    Ok(message)
 }
 
 /// An autoresponder's confirmation, to the address the submission names in the

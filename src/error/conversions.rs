@@ -113,6 +113,8 @@ fn input_field(setting: Setting) -> &'static str {
             Setting::RetryFirstWait => "retryPolicy.firstWaitSeconds",
             Setting::RetryMaxWait => "retryPolicy.maxWaitSeconds",
             Setting::BodyTemplate => "bodyTemplate",
+            Setting::SubjectTemplate => "emailTemplate.subject",
+            Setting::TextTemplate => "emailTemplate.text",
             Setting::OAuth2TokenUrl => "auth.oauth2.tokenUrl",
             Setting::OAuth2ClientId => "auth.oauth2.clientId",
             Setting::OAuth2ClientSecret => "auth.oauth2.clientSecret",

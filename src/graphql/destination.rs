@@ -96,6 +96,17 @@ impl Destination {
     async fn body_template(&self) -> Option<&str> {
         self.0.body_template.as_deref()
     }
+    /// An email destination's own subject and text templates; null: the standard
+    /// notification (a part left null is the standard one's).
+    async fn email_template(&self) -> Option<DestinationEmailTemplate> {
+        self.0
+            .email_template
+            .as_ref()
+            .map(|template| DestinationEmailTemplate {
+                subject: template.subject.clone(),
+                text: template.text.clone(),
+            })
+    }
     /// A webhook's own headers, in the order they are sent (to its current URL); a
     /// secret one's value is never answered.
     async fn headers(&self) -> Vec<DestinationHeader> {
@@ -198,6 +209,14 @@ impl Destination {
     async fn removed_at(&self) -> Option<Timestamp> {
         self.0.removed_at.map(Timestamp)
     }
+}
+
+/// An email destination's own templates.
+#[derive(SimpleObject)]
+#[graphql(name = "EmailTemplate")]
+pub struct DestinationEmailTemplate {
+    pub subject: Option<String>,
+    pub text: Option<String>,
 }
 
 /// A static header a webhook's requests carry.

@@ -20,7 +20,7 @@ use crate::model::endpoint::{Setting, SettingError};
 use crate::model::patch::Patch;
 use crate::model::receiver::{self, HeaderSetting, RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{DestinationEvent, DestinationKind, PauseReason, WebhookFormat};
-use crate::model::template;
+use crate::model::template::{self, EmailTemplate};
 
 /// An endpoint has at most this many destinations (removed ones not counted): each
 /// submission writes a delivery to every one in its intake transaction.
@@ -224,6 +224,24 @@ pub struct AddEmailDestinationInput {
     /// One message at a time, in the order the submissions were accepted.
     #[graphql(default)]
     pub ordered: bool,
+    /// Its own subject and text; left out: the standard notification.
+    pub email_template: Option<EmailTemplateInput>,
+}
+
+/// An email's own subject and text: plain-text templates over the submission (the same
+/// names as a body template: `submission`, `fields`, `values`, `files`); values are
+/// printed as written, and the subject is made one line of at most 200 characters. A part
+/// left out is the standard notification's.
+#[derive(InputObject)]
+pub struct EmailTemplateInput {
+    pub subject: Option<String>,
+    pub text: Option<String>,
+}
+
+impl EmailTemplateInput {
+    fn checked(self) -> Result<EmailTemplate, SettingError> {
+        template::checked_email(self.subject.as_deref(), self.text.as_deref())
+    }
 }
 
 #[derive(InputObject)]
@@ -267,6 +285,8 @@ pub struct UpdateDestinationInput {
     pub format: Option<WebhookFormat>,
     /// A webhook's body template; `null`: none.
     pub body_template: MaybeUndefined<String>,
+    /// An email destination's own subject and text; `null`: the standard notification.
+    pub email_template: MaybeUndefined<EmailTemplateInput>,
     /// A webhook's headers, replacing the list (`[]`: none); a secret header given
     /// without a value keeps the one it has.
     pub headers: Option<Vec<DestinationHeaderInput>>,
@@ -531,6 +551,10 @@ impl DestinationMutation {
             DestinationRow::email(endpoint_id, recipients, reply_to_field, app.clock.now());
         destination.retry_policy = retry_policy;
         destination.ordered = input.ordered;
+        destination.email_template = input
+            .email_template
+            .map(EmailTemplateInput::checked)
+            .transpose()?;
         destination.max_requests_per_second = max_requests_per_second;
         if let Some(events) = events {
             destination.events = events;
@@ -608,6 +632,7 @@ impl DestinationMutation {
         let events = checked_events(input.events)?;
         let headers = input.headers;
         let format = input.format;
+        let email_template = patch(input.email_template).checked(EmailTemplateInput::checked)?;
         let ordered = input.ordered;
         let body_template = patch(input.body_template)
             .checked(|source| template::checked(Setting::BodyTemplate, &source))?;
@@ -700,6 +725,13 @@ impl DestinationMutation {
             if let Some(ordered) = ordered {
                 next.ordered = ordered;
             }
+            if email_template != Patch::Keep && next.kind != DestinationKind::Email {
+                return Err(ApiError::InvalidInput {
+                    field: "emailTemplate".into(),
+                    reason: "only an email destination has an email template".into(),
+                });
+            }
+            email_template.apply(&mut next.email_template);
             retry_policy.apply(&mut next.retry_policy);
             Ok(next)
         })

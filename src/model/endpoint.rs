@@ -55,6 +55,8 @@ pub enum Setting {
     RetryFirstWait,
     RetryMaxWait,
     BodyTemplate,
+    SubjectTemplate,
+    TextTemplate,
     OAuth2TokenUrl,
     OAuth2ClientId,
     OAuth2ClientSecret,

@@ -34,12 +34,13 @@ impl std::fmt::Display for TemplateProblem {
     }
 }
 
-/// The engine every template runs in: values printed as JSON, a field the submission does
-/// not have printed as `null` (forms leave fields out), the `safe` filter (which would
-/// print a value unescaped) removed, the step budget set.
-fn environment() -> Environment<'static> {
+/// The engine every template runs in: a webhook body's values printed as JSON (`Json`),
+/// an email's as plain text (`None`); a field the submission does not have printed as
+/// `null` in JSON and as nothing in text (forms leave fields out), the `safe` filter
+/// (which would print a value unescaped) removed, the step budget set.
+fn environment(escape: AutoEscape) -> Environment<'static> {
     let mut env = Environment::new();
-    env.set_auto_escape_callback(|_| AutoEscape::Json);
+    env.set_auto_escape_callback(move |_| escape);
     env.set_undefined_behavior(UndefinedBehavior::Chainable);
     env.set_fuel(Some(FUEL));
     env.remove_filter("safe");
@@ -75,7 +76,7 @@ fn kind_of(error: &minijinja::Error) -> String {
 
 /// The body `source` renders over `context`: one JSON document of at most 256 KiB.
 pub fn render(source: &str, context: &Value) -> Result<Vec<u8>, TemplateProblem> {
-    let env = environment();
+    let env = environment(AutoEscape::Json);
     let template = env
         .template_from_str(source)
         .map_err(|error| located(source, &error, kind_of(&error)))?;
@@ -158,7 +159,7 @@ pub fn checked(setting: Setting, source: &str) -> Result<String, SettingError> {
             reason: "autoescape cannot be turned off: every value is printed as JSON".into(),
         }));
     }
-    let env = environment();
+    let env = environment(AutoEscape::Json);
     let template = env.template_from_str(source).map_err(|error| {
         let reason = error
             .detail()
@@ -185,6 +186,103 @@ pub fn checked(setting: Setting, source: &str) -> Result<String, SettingError> {
     Ok(source.to_string())
 }
 
+/// An email destination's own subject and text, each a plain-text template over the same
+/// context as a body template (an email is text: values are printed as written; the
+/// subject is made one line).
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    diesel::expression::AsExpression,
+    diesel::deserialize::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Jsonb)]
+pub struct EmailTemplate {
+    pub subject: Option<String>,
+    pub text: Option<String>,
+}
+json_column!(EmailTemplate, "an email destination's template");
+
+/// The longest subject a template makes, and the longest text.
+const MAX_SUBJECT_CHARS: usize = 200;
+const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// `source` rendered as plain text over `context`: at most `limit` bytes.
+fn render_plain(source: &str, context: &Value, limit: usize) -> Result<String, TemplateProblem> {
+    let env = environment(AutoEscape::None);
+    let template = env
+        .template_from_str(source)
+        .map_err(|error| located(source, &error, kind_of(&error)))?;
+    let rendered = template
+        .render(context)
+        .map_err(|error| located(source, &error, kind_of(&error)))?;
+    if rendered.len() > limit {
+        return Err(TemplateProblem {
+            line: source.lines().count().max(1),
+            column: 1,
+            reason: format!("it renders more than {limit} bytes"),
+        });
+    }
+    Ok(rendered)
+}
+
+/// An email's subject from its template: one line (control characters become spaces),
+/// trimmed, at most 200 characters.
+pub fn render_subject(source: &str, context: &Value) -> Result<String, TemplateProblem> {
+    let rendered = render_plain(source, context, MAX_TEXT_BYTES)?;
+    let line: String = rendered
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    Ok(line.trim().chars().take(MAX_SUBJECT_CHARS).collect())
+}
+
+/// An email's text from its template, at most 256 KiB.
+pub fn render_text(source: &str, context: &Value) -> Result<String, TemplateProblem> {
+    render_plain(source, context, MAX_TEXT_BYTES)
+}
+
+/// An email template as an operator sets it: each part at most 20,000 characters,
+/// compiling and rendering over a sample submission. Refused with the part's field and
+/// where.
+pub fn checked_email(
+    subject: Option<&str>,
+    text: Option<&str>,
+) -> Result<EmailTemplate, SettingError> {
+    let sample = context(
+        "sub_00000000000000000000000000000000",
+        "sample",
+        "2026-01-01T00:00:00Z",
+        &json!({}),
+        json!([]),
+    );
+    let check = |setting: Setting, source: &str| {
+        let refuse = |problem: TemplateProblem| SettingError::Template {
+            setting,
+            problem: problem.to_string(),
+        };
+        if source.chars().count() > MAX_TEMPLATE_LENGTH {
+            return Err(refuse(TemplateProblem {
+                line: 1,
+                column: 1,
+                reason: "a template is at most 20000 characters".into(),
+            }));
+        }
+        render_plain(source, &sample, MAX_TEXT_BYTES)
+            .map(|_| source.to_string())
+            .map_err(refuse)
+    };
+    Ok(EmailTemplate {
+        subject: subject
+            .map(|s| check(Setting::SubjectTemplate, s))
+            .transpose()?,
+        text: text.map(|t| check(Setting::TextTemplate, t)).transpose()?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +305,28 @@ mod tests {
         let parsed: Value = serde_json::from_slice(&body).expect("json");
         assert_eq!(parsed.as_object().unwrap().len(), 2, "{parsed}");
         assert_eq!(parsed["text"], "\", \"admin\": true, \"x\": \"</script>");
+    }
+
+    #[test]
+    fn an_email_template_prints_text_as_written_and_a_subject_on_one_line() {
+        let hostile = sample(json!({ "name": ["Ann <b>\r\nBcc: x@example.org"] }));
+        let subject = render_subject("New: {{ values.name }}", &hostile).expect("subject");
+        assert_eq!(subject, "New: Ann <b>  Bcc: x@example.org");
+        let text = render_text("Hello {{ values.name }}\nBye", &hostile).expect("text");
+        assert!(text.contains("<b>\r\nBcc"));
+        let refused = checked_email(Some("{{ values.x "), None).unwrap_err();
+        assert!(
+            refused.to_string().starts_with("line 1, column"),
+            "{refused}"
+        );
+        let looping = checked_email(
+            None,
+            Some(
+                "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            ),
+        )
+        .unwrap_err();
+        assert!(looping.to_string().contains("runs too long"), "{looping}");
     }
 
     #[test]

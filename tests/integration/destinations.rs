@@ -1134,3 +1134,85 @@ async fn a_subscription_by_destination_sees_that_destination_only() {
         "the other destination was delivered to"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_email_destination_sends_its_own_subject_and_text() {
+    let smtp = SmtpServer::start(&[]);
+    let app = app_with(&smtp, Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("destinations").await;
+    data(
+        app.gql(
+            &key,
+            "mutation { createEndpoint(input: { id: \"mail\", name: \"Mail\" }) { endpoint { id } } }",
+            json!({}),
+        )
+        .await,
+    );
+    let add = "mutation($input: AddEmailDestinationInput!) { addEmailDestination(input: $input) { destination { id emailTemplate { subject text } } } }";
+    // Refused where it breaks, and nothing stored.
+    let refused = app
+        .gql(
+            &key,
+            add,
+            json!({ "input": { "endpointId": "mail", "recipients": ["owner@example.com"],
+                "emailTemplate": { "text": "Hello\n{% if %}" } } }),
+        )
+        .await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["details"]["field"], "emailTemplate.text",
+        "{refused}"
+    );
+    assert!(
+        refused["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("line 2"),
+        "{refused}"
+    );
+    let added = data(
+        app.gql(
+            &key,
+            add,
+            json!({ "input": { "endpointId": "mail", "recipients": ["owner@example.com"],
+                "emailTemplate": { "subject": "Lead: {{ values.name }}",
+                                   "text": "From {{ values.email }}:\n{{ values.message }}\n{{ values.company }}" } } }),
+        )
+        .await,
+    );
+    assert_eq!(
+        added["addEmailDestination"]["destination"]["emailTemplate"]["subject"],
+        "Lead: {{ values.name }}"
+    );
+    // A name that tries to start a header of its own.
+    app.submit(
+        "mail",
+        "name=Ann%0D%0ABcc%3A+x%40example.org&email=ann%40example.org&message=%3Cb%3Ehi%3C%2Fb%3E",
+    )
+    .await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1);
+    let message = &messages[0];
+    assert_eq!(message["rcpt_tos"], json!(["owner@example.com"]), "no Bcc");
+    assert_eq!(
+        header(message, "Subject"),
+        Some("Lead: Ann  Bcc: x@example.org")
+    );
+    let part = |kind: &str| {
+        message["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|part| part["content_type"] == kind)
+            .unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let text = part("text/plain");
+    assert!(
+        text.contains("From ann@example.org:") && text.contains("<b>hi</b>"),
+        "{text}"
+    );
+    assert!(part("text/html").contains("&lt;b&gt;hi&lt;/b&gt;"));
+}

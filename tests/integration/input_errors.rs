@@ -372,6 +372,14 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("addWebhookDestination", "ordered"), Exempt(BOOLEAN)),
         (("addEmailDestination", "ordered"), Exempt(BOOLEAN)),
         (
+            ("addEmailDestination", "emailTemplate.subject"),
+            Bad(json!("{{ values.x ")),
+        ),
+        (
+            ("addEmailDestination", "emailTemplate.text"),
+            Bad(json!("{% if %}")),
+        ),
+        (
             ("addWebhookDestination", "bodyTemplate"),
             Bad(json!("{{ values.x ")),
         ),
@@ -492,6 +500,14 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("updateDestination", "signWithEd25519"), Exempt(BOOLEAN)),
         (("updateDestination", "format"), Exempt(ENUM)),
         (("updateDestination", "ordered"), Exempt(BOOLEAN)),
+        (
+            ("updateDestination", "emailTemplate.subject"),
+            Refused(json!("{{ values.x "), "INVALID_INPUT"),
+        ),
+        (
+            ("updateDestination", "emailTemplate.text"),
+            Refused(json!("{% if %}"), "INVALID_INPUT"),
+        ),
         (
             ("updateDestination", "bodyTemplate"),
             Bad(json!("{{ values.x ")),

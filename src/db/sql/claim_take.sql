@@ -54,7 +54,7 @@
            -- the payload: one index probe here rather than a round trip per delivery.
            EXISTS (SELECT 1 FROM submission_files f WHERE f.submission_id = c.submission_id)
                AS has_files,
-           ds.body_format, ds.body_template,
+           ds.body_format, ds.body_template, ds.email_template,
            -- Its own headers, authentication and Ed25519 key, for its current URL only (as its live
            -- secrets); its own retry schedule whatever the URL.
            CASE WHEN ds.url = c.destination_url THEN ds.request_headers END AS request_headers,
