@@ -8,7 +8,8 @@ import { explain } from "./words.js";
 
 // What the endpoint page asks of each destination.
 export const DESTINATION_FIELDS = `id kind position url recipients replyToField replySubject replyWindowSeconds state pauseReason pausedAt
-  consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond`;
+  consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond format ordered headers { name value secret } auth { kind username }
+  ed25519PublicKey retryPolicy { maxAttempts firstWaitSeconds maxWaitSeconds }`;
 
 const PAUSE = `mutation PauseDestination($id: ID!) { pauseDestination(id: $id) { destination { id state } } }`;
 const RESUME = `mutation ResumeDestination($id: ID!) { resumeDestination(id: $id) { heldDeliveries destination { id state } } }`;
@@ -30,6 +31,10 @@ export const PAUSE_REASONS = {
 };
 
 const KINDS = { WEBHOOK: "webhook", EMAIL: "email", AUTORESPONDER: "autoresponder" };
+
+// What a webhook is sent, in words, in the add form's order.
+const FORMATS = { STANDARD: "Standard", SLACK: "Slack", DISCORD: "Discord", TEAMS: "Teams", MATTERMOST: "Mattermost", GOOGLE_CHAT: "Google Chat" };
+const AUTH_KINDS = { BASIC: "Basic", BEARER: "Bearer token", OAUTH2: "OAuth2" };
 
 // Where a delivery went: the address it captured when it was accepted (a webhook's URL,
 // or `mailto:` and the recipients), which stays true when its destination changes later.
@@ -85,7 +90,28 @@ function where(destination) {
       h("span", { class: "hint block" }, destination.replyToField ? `Reply-To from the field ${destination.replyToField}` : "no Reply-To"),
     ];
   }
-  return h("span", { class: "mono wrap target" }, destination.url || "—");
+  return [h("span", { class: "mono wrap target" }, destination.url || "—"), webhookOptions(destination)];
+}
+
+// A webhook's options that are not the defaults, one hint line each, all text nodes. A
+// secret header is named and marked, its value never shown (the API answers none).
+function webhookOptions(destination) {
+  const line = (name, ...text) => h("span", { class: "hint block", "data-option": name }, ...text);
+  const lines = [];
+  if (destination.format && destination.format !== "STANDARD") lines.push(line("format", `format: ${FORMATS[destination.format] || destination.format}`));
+  if (destination.ordered) lines.push(line("ordered", "ordered: one delivery at a time, in the order accepted"));
+  const auth = destination.auth;
+  if (auth) lines.push(line("auth", `auth: ${AUTH_KINDS[auth.kind] || auth.kind}`, auth.kind === "BASIC" && auth.username ? ` as ${auth.username}` : ""));
+  const headers = destination.headers || [];
+  if (headers.length) {
+    lines.push(line("headers", "headers: ", headers.map((header, i) => [i ? ", " : "", h("span", { class: "mono" }, header.name), header.secret ? " (secret)" : ""])));
+  }
+  if (destination.ed25519PublicKey) lines.push(line("ed25519", "Ed25519: ", h("span", { class: "mono wrap" }, destination.ed25519PublicKey)));
+  const retry = destination.retryPolicy;
+  if (retry) {
+    lines.push(line("retry", `retries: at most ${retry.maxAttempts} attempts, waiting ${retry.firstWaitSeconds} s at first and at most ${retry.maxWaitSeconds} s`));
+  }
+  return lines;
 }
 
 const errorLine = (id) => h("p", { class: "error", role: "alert", id });
@@ -239,6 +265,19 @@ function addForms(endpoint, { shell, refresh }) {
       h("input", { id: "field-destinationUrl", name: "url", type: "url", required: true, placeholder: "https://example.com/hooks/forms" }),
       h("p", { class: "hint" }, "Each submission is also delivered here, signed with a secret of its own, shown once."),
     ),
+    h(
+      "div",
+      { class: "field" },
+      h("label", { for: "field-destinationFormat" }, "Format"),
+      h("select", { id: "field-destinationFormat", name: "format" }, Object.entries(FORMATS).map(([value, text]) => h("option", { value }, text))),
+      h("p", { class: "hint" }, "Standard: this service's signed JSON. A chat platform: a message its incoming webhook takes."),
+    ),
+    h(
+      "div",
+      { class: "field checkbox" },
+      h("input", { id: "field-destinationOrdered", name: "ordered", type: "checkbox" }),
+      h("label", { for: "field-destinationOrdered" }, "Ordered: one delivery at a time, in the order submissions were accepted"),
+    ),
     h("div", { class: "actions" }, h("button", { type: "submit" }, "Add webhook destination")),
     webhookError,
   );
@@ -246,7 +285,9 @@ function addForms(endpoint, { shell, refresh }) {
     event.preventDefault();
     webhookError.textContent = "";
     try {
-      const { addWebhookDestination } = await graphql(ADD_WEBHOOK, { input: { endpointId: endpoint.id, url: webhook.elements.url.value.trim() } });
+      const { addWebhookDestination } = await graphql(ADD_WEBHOOK, {
+        input: { endpointId: endpoint.id, url: webhook.elements.url.value.trim(), format: webhook.elements.format.value, ordered: webhook.elements.ordered.checked },
+      });
       shell.flash("Webhook destination added.", "ok");
       await refresh(addWebhookDestination.webhookSecret, `The webhook destination ${addWebhookDestination.destination.url} signs its requests with this secret.`);
     } catch (failure) {

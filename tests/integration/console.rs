@@ -7,7 +7,9 @@
 //! endpoint paused by its receiver's 410, resumed, rotated, paused by hand and deleted,
 //! all from its page; the form snippet of an endpoint whose honeypot name, stored by an
 //! older release, is markup; an endpoint's destinations (two webhooks and an email)
-//! listed, paused, resumed, added and removed from its page; and an email delivery the
+//! listed, paused, resumed, added and removed from its page; a webhook destination added
+//! from its page as an ordered Slack one, and another's options (its auth, headers, Ed25519
+//! key, retries) listed with no secret in the page; and an email delivery the
 //! mail server refused, its SMTP reply in the timeline.
 //!
 //! Screenshots of the main views are written to a temporary directory, or to
@@ -1238,5 +1240,119 @@ async fn an_email_delivery_shows_the_mail_servers_reply_in_its_timeline() {
         "owner@example.com, desk@example.com",
     )
     .await;
+    client.close().await.unwrap();
+}
+
+const OPTIONS: &str = "query($id: ID!) { endpoint(id: $id) { destinations { id url format ordered ed25519PublicKey } } }";
+
+/// A webhook destination added from the endpoint's page with the Slack format and
+/// ordered: the API stores both and the list says so. Another, given a bearer token, a
+/// secret and a plain header, an Ed25519 key and its own retries through the API: its
+/// row names the auth kind, the headers (the secret one marked), the key and the
+/// retries, and neither the token nor the secret header's value is anywhere in the page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_adds_an_ordered_slack_destination_and_shows_its_options() {
+    let app = TestApp::start_without_rate_limit().await;
+    let (_, key) = app.create_key("console").await;
+    api(
+        &app,
+        &key,
+        CREATE_ENDPOINT,
+        json!({"input": {"id": "contact", "name": "Contact"}}),
+    )
+    .await;
+    let token = "tok-never-shown-5e1f";
+    let secret_value = "hdr-never-shown-9a2c";
+    api(
+        &app,
+        &key,
+        ADD_WEBHOOK,
+        json!({"input": {
+            "endpointId": "contact",
+            "url": "https://crm.example.net/intake",
+            "auth": {"bearer": {"token": token}},
+            "headers": [
+                {"name": "X-Api-Key", "value": secret_value, "secret": true},
+                {"name": "X-Source", "value": "forms"},
+            ],
+            "signWithEd25519": true,
+            "retryPolicy": {"maxAttempts": 4, "firstWaitSeconds": 2, "maxWaitSeconds": 60},
+        }}),
+    )
+    .await;
+    let listed = api(&app, &key, OPTIONS, json!({ "id": "contact" })).await["endpoint"]
+        ["destinations"]
+        .clone();
+    let first = listed[0]["id"].as_str().unwrap().to_string();
+    let public_key = listed[0]["ed25519PublicKey"].as_str().unwrap().to_string();
+    assert!(public_key.starts_with("whpk_"), "{public_key}");
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+    client
+        .goto(&format!("{console}#/endpoints/contact"))
+        .await
+        .unwrap();
+    wait_for_count(&client, "#destinations tbody tr", 1).await;
+    let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
+
+    // The one added through the API: its options, in words; no secret anywhere.
+    wait_for_text(&client, &row(&first), "auth: Bearer token").await;
+    let shown = wait_for_text(
+        &client,
+        &row(&first),
+        "headers: X-Api-Key (secret), X-Source",
+    )
+    .await;
+    assert!(shown.contains(&format!("Ed25519: {public_key}")), "{shown}");
+    assert!(
+        shown.contains("retries: at most 4 attempts, waiting 2 s at first and at most 60 s"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("format:") && !shown.contains("ordered"),
+        "{shown}"
+    );
+    let source = client.source().await.unwrap();
+    assert!(!source.contains(token), "the token is in the page");
+    assert!(
+        !source.contains(secret_value),
+        "the secret header's value is in the page"
+    );
+
+    // An ordered Slack webhook through the form: stored so, and listed so.
+    type_into(
+        &client,
+        "#field-destinationUrl",
+        "https://hooks.example.com/services/T0/B0/x",
+    )
+    .await;
+    client
+        .find(Locator::Css("#field-destinationFormat"))
+        .await
+        .unwrap()
+        .select_by_value("SLACK")
+        .await
+        .unwrap();
+    click(&client, "#field-destinationOrdered").await;
+    click(&client, "#webhook-destination-form button[type='submit']").await;
+    wait_for_text(&client, "#secret-value", "whsec_").await;
+    wait_for_count(&client, "#destinations tbody tr", 2).await;
+    let listed = api(&app, &key, OPTIONS, json!({ "id": "contact" })).await["endpoint"]
+        ["destinations"]
+        .clone();
+    assert_eq!(
+        listed[1]["url"],
+        "https://hooks.example.com/services/T0/B0/x"
+    );
+    assert_eq!(listed[1]["format"], "SLACK");
+    assert_eq!(listed[1]["ordered"], true);
+    let added = listed[1]["id"].as_str().unwrap().to_string();
+    let shown = wait_for_text(&client, &row(&added), "format: Slack").await;
+    assert!(shown.contains("ordered"), "{shown}");
+    let source = client.source().await.unwrap();
+    assert!(!source.contains(token) && !source.contains(secret_value));
     client.close().await.unwrap();
 }
