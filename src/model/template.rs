@@ -76,13 +76,7 @@ fn kind_of(error: &minijinja::Error) -> String {
 
 /// The body `source` renders over `context`: one JSON document of at most 256 KiB.
 pub fn render(source: &str, context: &Value) -> Result<Vec<u8>, TemplateProblem> {
-    let env = environment(AutoEscape::Json);
-    let template = env
-        .template_from_str(source)
-        .map_err(|error| located(source, &error, kind_of(&error)))?;
-    let rendered = template
-        .render(context)
-        .map_err(|error| located(source, &error, kind_of(&error)))?;
+    let rendered = rendered(AutoEscape::Json, source, context)?;
     let at_end = |reason: &str| TemplateProblem {
         line: source.lines().count().max(1),
         column: 1,
@@ -95,6 +89,37 @@ pub fn render(source: &str, context: &Value) -> Result<Vec<u8>, TemplateProblem>
         return Err(at_end("it does not render one JSON document"));
     }
     Ok(rendered.into_bytes())
+}
+
+/// `source` compiled and rendered over `context`, values escaped by `escape`.
+fn rendered(escape: AutoEscape, source: &str, context: &Value) -> Result<String, TemplateProblem> {
+    let env = environment(escape);
+    let template = env
+        .template_from_str(source)
+        .map_err(|error| located(source, &error, kind_of(&error)))?;
+    template
+        .render(context)
+        .map_err(|error| located(source, &error, kind_of(&error)))
+}
+
+/// The error a template refused for `setting` is answered with.
+fn refusal(setting: Setting) -> impl Fn(TemplateProblem) -> SettingError {
+    move |problem| SettingError::Template {
+        setting,
+        problem: problem.to_string(),
+    }
+}
+
+/// A template's length, checked before anything else: at most 20,000 characters.
+fn within_length(setting: Setting, source: &str) -> Result<(), SettingError> {
+    if source.chars().count() > MAX_TEMPLATE_LENGTH {
+        return Err(refusal(setting)(TemplateProblem {
+            line: 1,
+            column: 1,
+            reason: "a template is at most 20000 characters".into(),
+        }));
+    }
+    Ok(())
 }
 
 /// What a template is rendered over: `submission` (`id`, `endpoint_id`, `received_at`),
@@ -139,17 +164,8 @@ pub fn context(
 /// JSON document over a sample submission whose fields are the names it reads (each
 /// `["sample"]`). Refused with its line and column.
 pub fn checked(setting: Setting, source: &str) -> Result<String, SettingError> {
-    let refuse = |problem: TemplateProblem| SettingError::Template {
-        setting,
-        problem: problem.to_string(),
-    };
-    if source.chars().count() > MAX_TEMPLATE_LENGTH {
-        return Err(refuse(TemplateProblem {
-            line: 1,
-            column: 1,
-            reason: "a template is at most 20000 characters".into(),
-        }));
-    }
+    let refuse = refusal(setting);
+    within_length(setting, source)?;
     if let Some(at) = source.to_ascii_lowercase().find("autoescape") {
         let line = source[..at].matches('\n').count() + 1;
         let column = source[..at].rfind('\n').map_or(at, |n| at - n - 1) + 1;
@@ -212,13 +228,7 @@ const MAX_TEXT_BYTES: usize = 256 * 1024;
 
 /// `source` rendered as plain text over `context`: at most `limit` bytes.
 fn render_plain(source: &str, context: &Value, limit: usize) -> Result<String, TemplateProblem> {
-    let env = environment(AutoEscape::None);
-    let template = env
-        .template_from_str(source)
-        .map_err(|error| located(source, &error, kind_of(&error)))?;
-    let rendered = template
-        .render(context)
-        .map_err(|error| located(source, &error, kind_of(&error)))?;
+    let rendered = rendered(AutoEscape::None, source, context)?;
     if rendered.len() > limit {
         return Err(TemplateProblem {
             line: source.lines().count().max(1),
@@ -260,20 +270,10 @@ pub fn checked_email(
         json!([]),
     );
     let check = |setting: Setting, source: &str| {
-        let refuse = |problem: TemplateProblem| SettingError::Template {
-            setting,
-            problem: problem.to_string(),
-        };
-        if source.chars().count() > MAX_TEMPLATE_LENGTH {
-            return Err(refuse(TemplateProblem {
-                line: 1,
-                column: 1,
-                reason: "a template is at most 20000 characters".into(),
-            }));
-        }
+        within_length(setting, source)?;
         render_plain(source, &sample, MAX_TEXT_BYTES)
             .map(|_| source.to_string())
-            .map_err(refuse)
+            .map_err(refusal(setting))
     };
     Ok(EmailTemplate {
         subject: subject
