@@ -40,8 +40,8 @@ pub fn body(format: WebhookFormat, message: &ChatMessage<'_>) -> Option<Vec<u8>>
         WebhookFormat::Mattermost => mattermost(message),
         WebhookFormat::GoogleChat => google_chat(message),
     };
-    // A JSON value serialises without fail.
-    Some(serde_json::to_vec(&body).unwrap_or_default())
+    // A JSON value's text (its `Display`), which cannot fail.
+    Some(body.to_string().into_bytes())
 }
 
 fn title(message: &ChatMessage<'_>) -> String {
