@@ -125,7 +125,14 @@ impl AlertSender {
             }
             let result = self
                 .webhook
-                .send(&target.url, body, &signatures, &[], None)
+                .send(
+                    &target.url,
+                    body,
+                    &signatures,
+                    &[],
+                    None,
+                    &super::client::ReceiverCredentials::default(),
+                )
                 .await;
             if result.outcome == Outcome::Succeeded {
                 meters::operator_alert_sent("webhook", alert.kind);

@@ -28,6 +28,26 @@ struct Limits {
     total: usize,
 }
 
+impl Limits {
+    const fn new(fields: usize, name: usize, value: usize, total: usize) -> Limits {
+        Limits {
+            fields,
+            name,
+            value,
+            total,
+        }
+    }
+}
+
+/// Fields, name, value, total. Slack: 50 blocks, 3000 characters a text; Discord: 25 fields, 256 a name, 1024 a
+/// value, 6000 an embed; Teams: about 28 KB; Mattermost: 16383 characters a post; Google
+/// Chat: 32,000 bytes.
+const SLACK: Limits = Limits::new(48, 150, 1900, 35_000);
+const DISCORD: Limits = Limits::new(25, 250, 1000, 5500);
+const TEAMS: Limits = Limits::new(50, 200, 1000, 20_000);
+const MATTERMOST: Limits = Limits::new(50, 200, 1000, 14_000);
+const GOOGLE_CHAT: Limits = Limits::new(50, 200, 1000, 12_000);
+
 const MARKER: char = '…';
 
 /// The body for `format`; `None` for the standard format, which is not a chat message.
@@ -90,6 +110,20 @@ fn pairs(
     shown
 }
 
+/// The fields within `limits`, escaped by `escape`, each as the platform's JSON `shape`
+/// makes it of its name and value.
+fn entries(
+    message: &ChatMessage<'_>,
+    limits: &Limits,
+    escape: fn(&str) -> String,
+    shape: impl Fn(String, String) -> Value,
+) -> Vec<Value> {
+    pairs(message, limits, escape)
+        .into_iter()
+        .map(|(name, value)| shape(name, value))
+        .collect()
+}
+
 /// Escaped `text` within `limit` characters: cut, with the marker as its last one. An
 /// escaping backslash left last by the cut is dropped with what it escaped, so the marker
 /// is never escaped and nothing unescaped follows a cut.
@@ -140,17 +174,11 @@ fn plain(text: &str) -> String {
 /// Slack incoming webhooks, Block Kit: a header and one section of two `plain_text`
 /// fields per submitted field (at most 50 blocks, 3000 characters a text).
 fn slack(message: &ChatMessage<'_>) -> Value {
-    let limits = Limits {
-        fields: 48,
-        name: 150,
-        value: 1900,
-        total: 35_000,
-    };
     let mut blocks = vec![json!({
         "type": "header",
         "text": { "type": "plain_text", "text": cut(&plain(&title(message)), 150), "emoji": false }
     })];
-    for (name, value) in pairs(message, &limits, plain) {
+    for (name, value) in pairs(message, &SLACK, plain) {
         blocks.push(json!({
             "type": "section",
             "fields": [
@@ -169,16 +197,14 @@ fn slack(message: &ChatMessage<'_>) -> Value {
 /// Discord webhooks: one embed whose fields are the submission (25 fields, 256 characters
 /// a name, 1024 a value, 6000 in all), and no mention parsed at all.
 fn discord(message: &ChatMessage<'_>) -> Value {
-    let limits = Limits {
-        fields: 25,
-        name: 250,
-        value: 1000,
-        total: 5500,
-    };
-    let fields: Vec<Value> = pairs(message, &limits, markdown_text)
-        .into_iter()
-        .map(|(name, value)| json!({ "name": name, "value": if value.is_empty() { "\u{200B}".to_string() } else { value }, "inline": false }))
-        .collect();
+    let fields = entries(message, &DISCORD, markdown_text, |name, value| {
+        let value = if value.is_empty() {
+            "\u{200B}".to_string()
+        } else {
+            value
+        };
+        json!({ "name": name, "value": value, "inline": false })
+    });
     json!({
         "allowed_mentions": { "parse": [] },
         "embeds": [{
@@ -193,16 +219,12 @@ fn discord(message: &ChatMessage<'_>) -> Value {
 /// Microsoft Teams Workflows webhooks: a message with one Adaptive Card holding a title
 /// and a FactSet (Teams reads a Markdown subset in both; about 28 KB a message).
 fn teams(message: &ChatMessage<'_>) -> Value {
-    let limits = Limits {
-        fields: 50,
-        name: 200,
-        value: 1000,
-        total: 20_000,
-    };
-    let facts: Vec<Value> = pairs(message, &limits, markdown_text)
-        .into_iter()
-        .map(|(name, value)| json!({ "title": name, "value": value }))
-        .collect();
+    let facts = entries(
+        message,
+        &TEAMS,
+        markdown_text,
+        |name, value| json!({ "title": name, "value": value }),
+    );
     json!({
         "type": "message",
         "attachments": [{
@@ -225,16 +247,12 @@ fn teams(message: &ChatMessage<'_>) -> Value {
 /// Mattermost incoming webhooks: a message attachment whose fields are the submission
 /// (Markdown escaped; a post holds at most 16383 characters).
 fn mattermost(message: &ChatMessage<'_>) -> Value {
-    let limits = Limits {
-        fields: 50,
-        name: 200,
-        value: 1000,
-        total: 14_000,
-    };
-    let fields: Vec<Value> = pairs(message, &limits, markdown_text)
-        .into_iter()
-        .map(|(name, value)| json!({ "title": name, "value": value, "short": false }))
-        .collect();
+    let fields = entries(
+        message,
+        &MATTERMOST,
+        markdown_text,
+        |name, value| json!({ "title": name, "value": value, "short": false }),
+    );
     json!({
         "text": markdown_text(&title(message)),
         "attachments": [{
@@ -249,16 +267,12 @@ fn mattermost(message: &ChatMessage<'_>) -> Value {
 /// Google Chat incoming webhooks: a card (cardsV2) with one decorated text per field (its
 /// text reads a little HTML, escaped; a message holds at most 32,000 bytes).
 fn google_chat(message: &ChatMessage<'_>) -> Value {
-    let limits = Limits {
-        fields: 50,
-        name: 200,
-        value: 1000,
-        total: 12_000,
-    };
-    let widgets: Vec<Value> = pairs(message, &limits, entity_text)
-        .into_iter()
-        .map(|(name, value)| json!({ "decoratedText": { "topLabel": name, "text": value, "wrapText": true } }))
-        .collect();
+    let widgets = entries(
+        message,
+        &GOOGLE_CHAT,
+        entity_text,
+        |name, value| json!({ "decoratedText": { "topLabel": name, "text": value, "wrapText": true } }),
+    );
     json!({
         "text": entity_text(&title(message)),
         "cardsV2": [{

@@ -198,32 +198,13 @@ impl WebhookClient {
         }
     }
 
-    /// Sends one signed delivery, with the headers its receiver asked for and, when traces
-    /// are on, the attempt's W3C `traceparent`, and classifies what happened. Never
-    /// panics, never returns the response body.
+    /// Sends one signed delivery, with the headers its receiver asked for, its OAuth2
+    /// client credentials and TLS settings (none: `ReceiverCredentials::default()`) and,
+    /// when traces are on, the attempt's W3C `traceparent`, and classifies what happened.
+    /// A receiver answering 401 to a cached token is sent the request once more, with a
+    /// token fetched again, in the same attempt. Never panics, never returns the response
+    /// body.
     pub async fn send(
-        &self,
-        destination: &str,
-        body: Vec<u8>,
-        signatures: &SignatureHeaders,
-        receiver: &[ReceiverHeader],
-        trace_parent: Option<&str>,
-    ) -> AttemptResult {
-        self.send_with(
-            destination,
-            body,
-            signatures,
-            receiver,
-            trace_parent,
-            &ReceiverCredentials::default(),
-        )
-        .await
-    }
-
-    /// As `send`, with the receiver's OAuth2 client credentials and TLS settings: a
-    /// receiver answering 401 to a cached token is sent the request once more, with a
-    /// token fetched again, in the same attempt.
-    pub async fn send_with(
         &self,
         destination: &str,
         body: Vec<u8>,

@@ -155,7 +155,7 @@ impl Senders {
             tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
         }
         self.webhook
-            .send_with(
+            .send(
                 &delivery.destination_url,
                 body,
                 &signatures,

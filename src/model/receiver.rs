@@ -604,54 +604,50 @@ mod tests {
             Err(SettingError::Invalid { setting, .. }) => Some(setting),
             _ => None,
         };
-        assert_eq!(
-            setting(ok("http://127.0.0.1/token", "a", "b", None, None)),
-            Some(Setting::OAuth2TokenUrl)
-        );
-        assert_eq!(
-            setting(ok("ftp://auth.example.com/", "a", "b", None, None)),
-            Some(Setting::OAuth2TokenUrl)
-        );
-        assert_eq!(
-            setting(ok("https://auth.example.com/", "a\r\nb", "b", None, None)),
-            Some(Setting::OAuth2ClientId)
-        );
-        assert_eq!(
-            setting(ok("https://auth.example.com/", "", "b", None, None)),
-            Some(Setting::OAuth2ClientId)
-        );
-        assert_eq!(
-            setting(ok("https://auth.example.com/", "a", "", None, None)),
-            Some(Setting::OAuth2ClientSecret)
-        );
-        assert_eq!(
-            setting(ok("https://auth.example.com/", "a", "b\n", None, None)),
-            Some(Setting::OAuth2ClientSecret)
-        );
-        assert_eq!(
-            setting(ok(
-                "https://auth.example.com/",
-                "a",
-                "b",
-                Some("a\"b"),
-                None
-            )),
-            Some(Setting::OAuth2Scope)
-        );
-        assert_eq!(
-            setting(ok("https://auth.example.com/", "a", "b", Some(" "), None)),
-            Some(Setting::OAuth2Scope)
-        );
-        assert_eq!(
-            setting(ok(
-                "https://auth.example.com/",
-                "a",
-                "b",
-                None,
-                Some("x\ny")
-            )),
-            Some(Setting::OAuth2Audience)
-        );
+        for ((url, id, secret, scope, audience), refused) in [
+            (
+                ("http://127.0.0.1/token", "a", "b", None, None),
+                Setting::OAuth2TokenUrl,
+            ),
+            (
+                ("ftp://auth.example.com/", "a", "b", None, None),
+                Setting::OAuth2TokenUrl,
+            ),
+            (
+                ("https://auth.example.com/", "a\r\nb", "b", None, None),
+                Setting::OAuth2ClientId,
+            ),
+            (
+                ("https://auth.example.com/", "", "b", None, None),
+                Setting::OAuth2ClientId,
+            ),
+            (
+                ("https://auth.example.com/", "a", "", None, None),
+                Setting::OAuth2ClientSecret,
+            ),
+            (
+                ("https://auth.example.com/", "a", "b\n", None, None),
+                Setting::OAuth2ClientSecret,
+            ),
+            (
+                ("https://auth.example.com/", "a", "b", Some("a\"b"), None),
+                Setting::OAuth2Scope,
+            ),
+            (
+                ("https://auth.example.com/", "a", "b", Some(" "), None),
+                Setting::OAuth2Scope,
+            ),
+            (
+                ("https://auth.example.com/", "a", "b", None, Some("x\ny")),
+                Setting::OAuth2Audience,
+            ),
+        ] {
+            assert_eq!(
+                setting(ok(url, id, secret, scope, audience)),
+                Some(refused),
+                "{url} {id:?} {secret:?} {scope:?} {audience:?}"
+            );
+        }
         assert!(RequestAuth::oauth2("http://127.0.0.1/token", "a", "b", None, None, true).is_ok());
     }
 
