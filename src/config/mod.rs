@@ -54,7 +54,7 @@ pub fn variables_help() -> String {
     );
     for line in REFERENCE
         .lines()
-        .filter(|line| line.starts_with("| `FORMS_"))
+        .filter(|line| line.starts_with("| `FORMS_") || line.starts_with("| `OTEL_"))
     {
         let cells: Vec<&str> = line.split('|').collect();
         let [_, name, default, _, meaning, ..] = cells.as_slice() else {

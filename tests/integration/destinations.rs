@@ -385,14 +385,7 @@ async fn destination_mutations_refuse_bad_input_and_store_nothing() {
     let smtp = SmtpServer::start(&[]);
     let app = app_with(&smtp, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("destinations").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
+    app.create_contact_endpoint(&key).await;
     let code = |answer: &Value| {
         answer["errors"][0]["extensions"]["code"]
             .as_str()

@@ -96,14 +96,7 @@ async fn a_retry_holds_the_deliveries_behind_it_and_only_those() {
     let clock = Arc::new(ManualClock::new(start));
     let app = TestApp::start_with(DEV, clock.clone()).await;
     let (_, key) = app.create_key("ordering").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
+    app.create_contact_endpoint(&key).await;
     let ordered = add(app.gql(
         &key,
         ADD,

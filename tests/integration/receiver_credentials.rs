@@ -90,14 +90,7 @@ impl Issuer {
 
 async fn setup(app: &TestApp) -> String {
     let (_, key) = app.create_key("credentials").await;
-    data(
-        app.gql(
-            &key,
-            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
+    app.create_contact_endpoint(&key).await;
     key
 }
 

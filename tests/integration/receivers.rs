@@ -97,17 +97,6 @@ async fn update(app: &TestApp, key: &str, input: Value) -> Value {
     .await
 }
 
-async fn endpoint(app: &TestApp, key: &str) {
-    data(
-        app.gql(
-            key,
-            "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
-            json!({}),
-        )
-        .await,
-    );
-}
-
 /// The states of the endpoint's deliveries, by destination id.
 async fn states(app: &TestApp, key: &str) -> Vec<(String, String)> {
     let answer = data(
@@ -141,7 +130,7 @@ async fn each_receiver_gets_its_headers_and_authentication() {
     let (receiver, base) = CheckingReceiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let basic = add_webhook(
         &app,
         &key,
@@ -267,7 +256,7 @@ async fn credentials_go_to_the_current_url_only() {
     let (receiver, base) = CheckingReceiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let id = add_webhook(
         &app,
         &key,
@@ -326,7 +315,7 @@ async fn a_destination_retries_on_its_own_schedule_and_a_replay_starts_it_again(
     let clock = Arc::new(ManualClock::new(start));
     let app = TestApp::start_with(DEV, clock.clone()).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     // Its own: 3 attempts, 2 s then 3 s (capped). The server's: 5 attempts from 10 s.
     let own = add_webhook(
         &app,
@@ -412,7 +401,7 @@ async fn a_destination_retries_on_its_own_schedule_and_a_replay_starts_it_again(
 async fn bad_receiver_settings_are_refused_and_nothing_is_stored() {
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let url = "http://127.0.0.1:9/hook";
     let header = |name: &str, value: &str| json!([{ "name": name, "value": value }]);
     let refused = [
@@ -610,7 +599,7 @@ async fn ed25519_signatures_verify_with_the_public_key_beside_hmac() {
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let added = data(
         app.gql(
             &key,
@@ -685,7 +674,7 @@ async fn each_chat_platform_gets_its_documented_body_with_values_harmless() {
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let platforms = ["SLACK", "DISCORD", "TEAMS", "MATTERMOST", "GOOGLE_CHAT"];
     for platform in platforms {
         add_webhook(
@@ -810,7 +799,7 @@ async fn a_429_retry_after_is_waited_for() {
     let addr = serve_on_loopback(router).await;
     let app = TestApp::start_with(DEV, clock.clone()).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     add_webhook(
         &app,
         &key,
@@ -833,7 +822,7 @@ async fn a_body_template_shapes_the_request_and_bad_ones_are_refused_where_they_
     let receiver = Receiver::start().await;
     let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
     let (_, key) = app.create_key("receivers").await;
-    endpoint(&app, &key).await;
+    app.create_contact_endpoint(&key).await;
     let add = "mutation($input: AddWebhookDestinationInput!) { addWebhookDestination(input: $input) { webhookSecret destination { bodyTemplate } } }";
     let refused = [
         ("{\"a\": 1}\n{{ values.x ", "line 2, column"),

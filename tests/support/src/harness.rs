@@ -400,6 +400,18 @@ impl TestApp {
         self.create_key_with_role(name, KeyRole::Admin).await
     }
 
+    /// Creates the endpoint `contact` ("Contact"), without destinations, through GraphQL.
+    pub async fn create_contact_endpoint(&self, key: &str) {
+        data(
+            self.gql(
+                key,
+                "mutation { createEndpoint(input: { id: \"contact\", name: \"Contact\" }) { endpoint { id } } }",
+                serde_json::json!({}),
+            )
+            .await,
+        );
+    }
+
     /// [`TestApp::create_key`] with a role.
     pub async fn create_key_with_role(&self, name: &str, role: KeyRole) -> (String, String) {
         let new = hymical_forms::testing::auth::generate(name, role, self.app.clock.now());
