@@ -16,7 +16,7 @@ use crate::db::models::ClaimedDelivery;
 use crate::files::FileMetadata;
 use crate::model::ids::SubmissionId;
 use crate::model::receiver::{self, RequestAuth};
-use crate::model::state::{AttemptOutcome, DestinationKind};
+use crate::model::state::{AttemptOutcome, DestinationKind, WebhookFormat};
 use crate::model::template;
 
 /// What the workers send with: the webhook client, and the mailer when this process has
@@ -81,52 +81,9 @@ impl Senders {
                 "the delivery has no signing secret",
             );
         };
-        let received_at = crate::clock::format_timestamp(submission.received_at);
-        let chat = chat::ChatMessage {
-            endpoint_name: delivery
-                .endpoint_name
-                .as_deref()
-                .unwrap_or(delivery.endpoint_id.as_str()),
-            submission_id: submission.id.as_str(),
-            received_at: &received_at,
-            fields: submission.fields,
-            files: submission.files,
-        };
-        let body = if let Some(template) = &delivery.body_template {
-            let Ok(files) = serde_json::to_value(submission.files) else {
-                return AttemptResult::failure(
-                    AttemptOutcome::Unsendable,
-                    "the submission's files could not be described",
-                );
-            };
-            let context = template::context(
-                submission.id.as_str(),
-                delivery.endpoint_id.as_str(),
-                &received_at,
-                submission.fields,
-                files,
-            );
-            match template::render(template, &context) {
-                Ok(body) => body,
-                // Checked when set; what this submission makes of it is final: the same
-                // submission renders the same way on every attempt.
-                Err(problem) => {
-                    return AttemptResult::failure(
-                        AttemptOutcome::Unsendable,
-                        format!("the body template cannot render this submission: {problem}"),
-                    )
-                }
-            }
-        } else if let Some(chat) = chat::body(delivery.body_format, &chat) {
-            chat
-        } else {
-            payload::body(
-                submission.id,
-                &delivery.endpoint_id,
-                submission.received_at,
-                submission.fields,
-                submission.files,
-            )
+        let body = match webhook_body(delivery, submission) {
+            Ok(body) => body,
+            Err(unsendable) => return unsendable,
         };
         let live: Vec<&str> = [
             delivery.destination_secret.as_deref(),
@@ -243,6 +200,71 @@ fn receiver_credentials(delivery: &ClaimedDelivery) -> ReceiverCredentials<'_> {
     }
 }
 
+/// A webhook's body: its template's, the chat platform's its format names, or the
+/// standard payload; each made only when it is the one sent (the standard webhook, the
+/// common case, formats and copies nothing else). A submission the template cannot
+/// render is final: it renders the same way on every attempt.
+fn webhook_body(
+    delivery: &ClaimedDelivery,
+    submission: &Submission<'_>,
+) -> Result<Vec<u8>, AttemptResult> {
+    if let Some(template) = &delivery.body_template {
+        let context = template_context(delivery, submission)?;
+        return template::render(template, &context).map_err(|problem| {
+            AttemptResult::failure(
+                AttemptOutcome::Unsendable,
+                format!("the body template cannot render this submission: {problem}"),
+            )
+        });
+    }
+    if delivery.body_format == WebhookFormat::Standard {
+        return Ok(payload::body(
+            submission.id,
+            &delivery.endpoint_id,
+            submission.received_at,
+            submission.fields,
+            submission.files,
+        ));
+    }
+    let received_at = crate::clock::format_timestamp(submission.received_at);
+    let message = chat::ChatMessage {
+        endpoint_name: delivery
+            .endpoint_name
+            .as_deref()
+            .unwrap_or(delivery.endpoint_id.as_str()),
+        submission_id: submission.id.as_str(),
+        received_at: &received_at,
+        fields: submission.fields,
+        files: submission.files,
+    };
+    chat::body(delivery.body_format, &message).ok_or_else(|| {
+        AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            "the destination's format has no chat body",
+        )
+    })
+}
+
+/// What a body or email template of `delivery` renders over (`template::context`).
+fn template_context(
+    delivery: &ClaimedDelivery,
+    submission: &Submission<'_>,
+) -> Result<serde_json::Value, AttemptResult> {
+    let Ok(files) = serde_json::to_value(submission.files) else {
+        return Err(AttemptResult::failure(
+            AttemptOutcome::Unsendable,
+            "the submission's files could not be described",
+        ));
+    };
+    Ok(template::context(
+        submission.id.as_str(),
+        delivery.endpoint_id.as_str(),
+        &crate::clock::format_timestamp(submission.received_at),
+        submission.fields,
+        files,
+    ))
+}
+
 /// An email destination's message: the notification of its submission to the recipients
 /// captured with it, Message-ID from the delivery id so that a retry or replay is
 /// recognisable; its own subject and text when it has templates for them (a submission
@@ -277,19 +299,7 @@ fn notification(
             format!("the email template cannot render this submission: {problem}"),
         )
     };
-    let Ok(files) = serde_json::to_value(submission.files) else {
-        return Err(AttemptResult::failure(
-            AttemptOutcome::Unsendable,
-            "the submission's files could not be described",
-        ));
-    };
-    let context = template::context(
-        submission.id.as_str(),
-        delivery.endpoint_id.as_str(),
-        &crate::clock::format_timestamp(submission.received_at),
-        submission.fields,
-        files,
-    );
+    let context = template_context(delivery, submission)?;
     if let Some(subject) = &own.subject {
         message.subject = template::render_subject(subject, &context).map_err(unrenderable)?;
     }
