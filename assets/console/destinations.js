@@ -4,12 +4,14 @@
 
 import { graphql, session } from "./api.js";
 import { confirmation, h, time } from "./dom.js";
+import { editable, settingsForm } from "./receivers.js";
 import { explain } from "./words.js";
 
 // What the endpoint page asks of each destination.
 export const DESTINATION_FIELDS = `id kind position url recipients replyToField replySubject replyWindowSeconds state pauseReason pausedAt
-  consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond format ordered headers { name value secret } auth { kind username }
-  ed25519PublicKey retryPolicy { maxAttempts firstWaitSeconds maxWaitSeconds }`;
+  consecutiveFailedDeliveries maxInFlight maxRequestsPerSecond format ordered headers { name value secret } auth { kind username tokenUrl clientId scope audience }
+  ed25519PublicKey retryPolicy { maxAttempts firstWaitSeconds maxWaitSeconds } bodyTemplate emailTemplate { subject text }
+  clientCertificate { fingerprintSha256 } hasClientCa`;
 
 const PAUSE = `mutation PauseDestination($id: ID!) { pauseDestination(id: $id) { destination { id state } } }`;
 const RESUME = `mutation ResumeDestination($id: ID!) { resumeDestination(id: $id) { heldDeliveries destination { id state } } }`;
@@ -88,6 +90,7 @@ function where(destination) {
     return [
       h("span", { class: "mono wrap target" }, destination.recipients.join(", ")),
       h("span", { class: "hint block" }, destination.replyToField ? `Reply-To from the field ${destination.replyToField}` : "no Reply-To"),
+      destination.emailTemplate ? h("span", { class: "hint block", "data-option": "email-template" }, "its own subject or text template") : null,
     ];
   }
   return [h("span", { class: "mono wrap target" }, destination.url || "—"), webhookOptions(destination)];
@@ -106,6 +109,11 @@ function webhookOptions(destination) {
   if (headers.length) {
     lines.push(line("headers", "headers: ", headers.map((header, i) => [i ? ", " : "", h("span", { class: "mono" }, header.name), header.secret ? " (secret)" : ""])));
   }
+  if (destination.bodyTemplate) lines.push(line("template", "body: its own template"));
+  if (destination.clientCertificate) {
+    lines.push(line("certificate", "TLS client certificate: SHA-256 ", h("span", { class: "mono wrap" }, destination.clientCertificate.fingerprintSha256)));
+  }
+  if (destination.hasClientCa) lines.push(line("ca", "trusts an extra CA"));
   if (destination.ed25519PublicKey) lines.push(line("ed25519", "Ed25519: ", h("span", { class: "mono wrap" }, destination.ed25519PublicKey)));
   const retry = destination.retryPolicy;
   if (retry) {
@@ -133,6 +141,8 @@ export function destinationsSection(endpoint, { shell, refresh }) {
     actionError.textContent = explain(failure);
   };
   const table = h("table", { id: "destinations" });
+  // Where the settings form of the destination being edited opens, one at a time.
+  const editor = h("div", { id: "destination-editor" });
 
   const rows = endpoint.destinations.map((destination) => {
     const actions = h("td", { class: "row-actions" });
@@ -188,6 +198,25 @@ export function destinationsSection(endpoint, { shell, refresh }) {
         });
       });
       actions.append(toggle, " ", remove);
+      if (editable(destination) && destination.state !== "REMOVED") {
+        const edit = h("button", { type: "button", class: "secondary edit-destination" }, "Edit…");
+        edit.addEventListener("click", () => {
+          const closed = () => {
+            editor.replaceChildren();
+            edit.focus();
+          };
+          const form = settingsForm(destination, {
+            closed,
+            saved: async (secret, url) => {
+              shell.flash("Destination saved.", "ok");
+              await refresh(secret, secret ? `The webhook destination ${url} signs its requests with this new secret.` : "");
+            },
+          });
+          editor.replaceChildren(form);
+          form.querySelector("input, select, textarea").focus();
+        });
+        actions.append(" ", edit);
+      }
     }
     return row;
   });
@@ -206,6 +235,7 @@ export function destinationsSection(endpoint, { shell, refresh }) {
       ? h("div", { class: "table-wrap" }, table)
       : h("p", { class: "empty", id: "no-destinations" }, "None: submissions are only stored."),
     actionError,
+    editor,
     changes ? addForms(endpoint, { shell, refresh }) : endpoint.deliveryState === "DELETED" ? null : readOnly("add, pause or remove destinations"),
   );
 }

@@ -29,6 +29,7 @@ const ASSETS: &[Asset] = assets!["console/";
     "overview.js" => JAVASCRIPT,
     "endpoints.js" => JAVASCRIPT,
     "destinations.js" => JAVASCRIPT,
+    "receivers.js" => JAVASCRIPT,
     "deliveries.js" => JAVASCRIPT,
     "submissions.js" => JAVASCRIPT,
 ];

@@ -1356,3 +1356,251 @@ async fn the_console_adds_an_ordered_slack_destination_and_shows_its_options() {
     assert!(!source.contains(token) && !source.contains(secret_value));
     client.close().await.unwrap();
 }
+
+const SETTINGS: &str = "query($id: ID!) { endpoint(id: $id) { destinations { id kind headers { name value secret } auth { kind username } retryPolicy { maxAttempts firstWaitSeconds maxWaitSeconds } bodyTemplate ed25519PublicKey clientCertificate { fingerprintSha256 } emailTemplate { subject text } } } }";
+
+/// The endpoint `contact`'s destinations' receiver settings, as the API answers them.
+async fn settings(app: &TestApp, key: &str) -> serde_json::Value {
+    api(app, key, SETTINGS, json!({ "id": "contact" })).await["endpoint"]["destinations"].clone()
+}
+
+/// A webhook destination's and an email destination's settings edited from the
+/// endpoint's page: a template that does not compile is refused where it breaks and
+/// nothing is stored; then a new header beside the secret one (left empty, so kept),
+/// Basic authentication, its own retries, Ed25519, a body template and a client
+/// certificate are saved in one go, and the next delivery carries every one of them; a
+/// second save touching nothing keeps the password unseen. The email destination's own
+/// subject is the next email's. No password, secret value or private key is ever in the
+/// page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_secret() {
+    let smtp = SmtpServer::start(&[]);
+    let mut vars = smtp_vars(&smtp);
+    vars.push(("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true".into()));
+    let pairs: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let app = TestApp::start_with(&pairs, Arc::new(SystemClock)).await;
+    let receiver = Receiver::start().await;
+    let (_, key) = app.create_key("console").await;
+    api(
+        &app,
+        &key,
+        CREATE_ENDPOINT,
+        json!({"input": {"id": "contact", "name": "Contact"}}),
+    )
+    .await;
+    let secret_value = "hdr-kept-unseen-31f0";
+    api(
+        &app,
+        &key,
+        ADD_WEBHOOK,
+        json!({"input": {
+            "endpointId": "contact",
+            "url": receiver.url("/hook"),
+            "headers": [{"name": "X-Api-Key", "value": secret_value, "secret": true}],
+        }}),
+    )
+    .await;
+    api(
+        &app,
+        &key,
+        ADD_EMAIL,
+        json!({"input": {"endpointId": "contact", "recipients": ["owner@example.com"]}}),
+    )
+    .await;
+    let before = settings(&app, &key).await;
+    let webhook = before[0]["id"].as_str().unwrap().to_string();
+    let email = before[1]["id"].as_str().unwrap().to_string();
+
+    let authority = {
+        let mut params = rcgen::CertificateParams::new(vec!["forms-client".to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "forms-client");
+        let key = rcgen::KeyPair::generate().unwrap();
+        (params.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    };
+    let (certificate, private_key) = authority;
+    let password = "pw-never-shown-77c1";
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+    client
+        .goto(&format!("{console}#/endpoints/contact"))
+        .await
+        .unwrap();
+    wait_for_count(&client, "#destinations tbody tr", 2).await;
+    let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
+    click(&client, &format!("{} .edit-destination", row(&webhook))).await;
+    wait_for_text(&client, "#destination-settings-form", "Webhook settings").await;
+
+    // A new plain header; the secret one's value is left empty.
+    click(&client, "#add-header").await;
+    let rows = client
+        .find_all(Locator::Css("#settings-headers [data-header-row]"))
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    let secret_input = rows[0]
+        .find(Locator::Css("[data-header='value']"))
+        .await
+        .unwrap();
+    assert_eq!(secret_input.prop("value").await.unwrap().as_deref(), Some(""));
+    rows[1]
+        .find(Locator::Css("[data-header='name']"))
+        .await
+        .unwrap()
+        .send_keys("X-Tenant")
+        .await
+        .unwrap();
+    rows[1]
+        .find(Locator::Css("[data-header='value']"))
+        .await
+        .unwrap()
+        .send_keys("acme")
+        .await
+        .unwrap();
+    client
+        .find(Locator::Css("#settings-auth"))
+        .await
+        .unwrap()
+        .select_by_value("BASIC")
+        .await
+        .unwrap();
+    type_into(&client, "#settings-basic-username", "forms").await;
+    type_into(&client, "#settings-basic-password", password).await;
+    click(&client, "#settings-retry-own").await;
+    type_into(&client, "#settings-retry-attempts", "5").await;
+    type_into(&client, "#settings-retry-first", "1.5").await;
+    type_into(&client, "#settings-retry-max", "120").await;
+    click(&client, "#settings-ed25519").await;
+    client
+        .find(Locator::Css("#settings-client-certificate"))
+        .await
+        .unwrap()
+        .select_by_value("NEW")
+        .await
+        .unwrap();
+    type_into(&client, "#settings-certificate-pem", &certificate).await;
+    type_into(&client, "#settings-certificate-key", &private_key).await;
+
+    // A template that does not compile: refused where it breaks, nothing stored.
+    type_into(
+        &client,
+        "#settings-body-template",
+        "{\"message\": {{ values.message }",
+    )
+    .await;
+    click(&client, "#destination-settings-form button[type='submit']").await;
+    let refused = wait_for_text(&client, "#destination-settings-error", "line 1").await;
+    assert!(refused.contains("column"), "{refused}");
+    assert_eq!(settings(&app, &key).await, before, "a refused save stores nothing");
+
+    type_into(
+        &client,
+        "#settings-body-template",
+        "{\"message\": {{ values.message }}, \"from\": \"forms\"}",
+    )
+    .await;
+    client
+        .execute(
+            "document.getElementById('destination-settings-form').scrollIntoView()",
+            vec![],
+        )
+        .await
+        .unwrap();
+    Screenshots::new()
+        .take(&client, "destination-settings")
+        .await;
+    click(&client, "#destination-settings-form button[type='submit']").await;
+    wait_for_text(&client, "#flash", "Destination saved.").await;
+    let shown = wait_for_text(&client, &row(&webhook), "auth: Basic as forms").await;
+    for expected in [
+        "headers: X-Api-Key (secret), X-Tenant",
+        "retries: at most 5 attempts, waiting 1.5 s at first and at most 120 s",
+        "body: its own template",
+        "TLS client certificate: SHA-256 ",
+        "Ed25519: whpk_",
+    ] {
+        assert!(shown.contains(expected), "{expected} not in {shown}");
+    }
+    let after = settings(&app, &key).await;
+    assert_eq!(
+        after[0]["headers"],
+        json!([
+            {"name": "X-Api-Key", "value": null, "secret": true},
+            {"name": "X-Tenant", "value": "acme", "secret": false},
+        ])
+    );
+    assert_eq!(after[0]["auth"], json!({"kind": "BASIC", "username": "forms"}));
+    assert_eq!(
+        after[0]["retryPolicy"],
+        json!({"maxAttempts": 5, "firstWaitSeconds": 1.5, "maxWaitSeconds": 120.0})
+    );
+    assert!(after[0]["clientCertificate"]["fingerprintSha256"].is_string());
+
+    // Saved again with nothing touched: the password, the secret header and the
+    // certificate are kept without being typed again.
+    click(&client, &format!("{} .edit-destination", row(&webhook))).await;
+    click(&client, "#destination-settings-form button[type='submit']").await;
+    // Saved, the page is drawn again without the form.
+    wait_for_count(&client, "#destination-settings-form", 0).await;
+    assert_eq!(settings(&app, &key).await, after);
+
+    // The email destination's own subject.
+    click(&client, &format!("{} .edit-destination", row(&email))).await;
+    wait_for_text(&client, "#destination-settings-form", "Email settings").await;
+    type_into(
+        &client,
+        "#settings-email-subject",
+        "Lead from {{ values.name }}",
+    )
+    .await;
+    click(&client, "#destination-settings-form button[type='submit']").await;
+    wait_for_count(&client, "#destination-settings-form", 0).await;
+    wait_for_text(&client, &row(&email), "its own subject or text template").await;
+    assert_eq!(
+        settings(&app, &key).await[1]["emailTemplate"],
+        json!({"subject": "Lead from {{ values.name }}", "text": null})
+    );
+
+    let source = client.source().await.unwrap();
+    for secret in [password, secret_value, private_key.as_str()] {
+        assert!(!source.contains(secret), "a secret is in the page");
+    }
+    let key_body = private_key.lines().nth(1).unwrap();
+    assert!(!source.contains(key_body), "the private key is in the page");
+    client.close().await.unwrap();
+
+    // The next submission: the webhook gets every setting, the email its subject.
+    app.submit("contact", "name=Ada&message=hello").await;
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 2);
+    let request = receiver.wait_for(1).await.remove(0);
+    assert_eq!(request.headers["x-api-key"], secret_value);
+    assert_eq!(request.headers["x-tenant"], "acme");
+    let basic = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("forms:{password}")
+        )
+    );
+    assert_eq!(request.headers["authorization"], basic.as_str());
+    assert!(request.headers["webhook-signature"]
+        .to_str()
+        .unwrap()
+        .contains("v1a,"));
+    let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+    assert_eq!(body, json!({"message": "hello", "from": "forms"}));
+    let messages = smtp.messages();
+    assert_eq!(messages.len(), 1);
+    assert!(
+        messages[0]["raw"]
+            .as_str()
+            .unwrap()
+            .contains("Subject: Lead from Ada"),
+        "{}",
+        messages[0]["raw"]
+    );
+}
