@@ -441,6 +441,16 @@ pub struct ClaimedDelivery {
     /// Whether its submission has uploaded files (their descriptions and links go in the
     /// webhook and the email; they are read only then).
     pub has_files: bool,
+    /// How its receiver is called: the destination's options (ReceiverOptions).
+    pub receiver: ReceiverOptions,
+    /// The W3C trace context its submission was accepted in (`None`: traces were off
+    /// then), which its attempt continues (telemetry/traces.rs).
+    pub trace_parent: Option<String>,
+}
+
+/// A destination's options for calling its receiver, as a claimed delivery carries them.
+#[derive(Debug, Clone, Queryable)]
+pub struct ReceiverOptions {
     /// The destination's body format and template.
     pub body_format: WebhookFormat,
     pub body_template: Option<String>,
@@ -460,9 +470,25 @@ pub struct ClaimedDelivery {
     pub client_ca: Option<String>,
     /// The destination's own retry schedule (`None`: the server's).
     pub retry_policy: Option<RetryPolicy>,
-    /// The W3C trace context its submission was accepted in (`None`: traces were off
-    /// then), which its attempt continues (telemetry/traces.rs).
-    pub trace_parent: Option<String>,
+}
+
+impl ReceiverOptions {
+    /// None of its own: the standard body, headers and schedule, no credentials. What a
+    /// delivery claimed at intake has (intake claims only such destinations).
+    pub fn standard() -> ReceiverOptions {
+        ReceiverOptions {
+            body_format: WebhookFormat::Standard,
+            body_template: None,
+            email_template: None,
+            request_headers: None,
+            request_auth: None,
+            ed25519_key: None,
+            client_certificate: None,
+            client_key: None,
+            client_ca: None,
+            retry_policy: None,
+        }
+    }
 }
 
 impl ClaimedDelivery {
@@ -490,16 +516,7 @@ impl ClaimedDelivery {
             reply_subject: None,
             reply_body: None,
             has_files: false,
-            body_format: WebhookFormat::Standard,
-            body_template: None,
-            email_template: None,
-            request_headers: None,
-            request_auth: None,
-            ed25519_key: None,
-            client_certificate: None,
-            client_key: None,
-            client_ca: None,
-            retry_policy: None,
+            receiver: ReceiverOptions::standard(),
             trace_parent: None,
         }
     }

@@ -52,6 +52,12 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Bool,
+    ReceiverOptionsSql,
+    Nullable<Text>,
+);
+
+/// The SQL types of [`ReceiverOptions`](super::models::ReceiverOptions), in its order.
+type ReceiverOptionsSql = (
     Text,
     Nullable<Text>,
     Nullable<Jsonb>,
@@ -62,7 +68,6 @@ pub type ClaimedDeliverySql = (
     Nullable<Text>,
     Nullable<Text>,
     Nullable<Jsonb>,
-    Nullable<Text>,
 );
 
 /// The scheme an email delivery's snapshot captures its recipients under

@@ -10,13 +10,13 @@ use diesel::sql_types::{
 };
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
-use super::models::{ClaimedDelivery, KeyedSubmission, SubmissionRow};
+use super::models::{ClaimedDelivery, KeyedSubmission, ReceiverOptions, SubmissionRow};
 use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::spam::SubmissionFolder;
-use crate::model::state::{DeliveryState, DestinationKind, WebhookFormat};
+use crate::model::state::{DeliveryState, DestinationKind};
 
 /// One submission of a batch for [`insert_batch`].
 #[derive(Debug, Clone)]
@@ -244,20 +244,9 @@ pub async fn insert_batch(
                             reply_subject: None,
                             reply_body: None,
                             has_files: !submission.files.is_empty(),
-                            body_format: WebhookFormat::Standard,
-                            body_template: None,
-                            email_template: None,
-                            // Nor a destination with headers, an authentication, an
-                            // Ed25519 key or a retry schedule of its own (migration
-                            // receiver_options), nor one with a client certificate or
-                            // its own CA (migration receiver_credentials).
-                            request_headers: None,
-                            request_auth: None,
-                            ed25519_key: None,
-                            client_certificate: None,
-                            client_key: None,
-                            client_ca: None,
-                            retry_policy: None,
+                            // Nor a destination with receiver options of its own
+                            // (intake_claim_destination_room).
+                            receiver: ReceiverOptions::standard(),
                             trace_parent: submission.trace_parent.clone(),
                         })
                     }

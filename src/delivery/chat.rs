@@ -29,6 +29,7 @@ struct Limits {
 }
 
 impl Limits {
+    /// Fields, name, value, total.
     const fn new(fields: usize, name: usize, value: usize, total: usize) -> Limits {
         Limits {
             fields,
@@ -39,29 +40,33 @@ impl Limits {
     }
 }
 
-/// Fields, name, value, total. Slack: 50 blocks, 3000 characters a text; Discord: 25 fields, 256 a name, 1024 a
-/// value, 6000 an embed; Teams: about 28 KB; Mattermost: 16383 characters a post; Google
-/// Chat: 32,000 bytes.
-const SLACK: Limits = Limits::new(48, 150, 1900, 35_000);
-const DISCORD: Limits = Limits::new(25, 250, 1000, 5500);
-const TEAMS: Limits = Limits::new(50, 200, 1000, 20_000);
-const MATTERMOST: Limits = Limits::new(50, 200, 1000, 14_000);
-const GOOGLE_CHAT: Limits = Limits::new(50, 200, 1000, 12_000);
+/// A platform's message: its limits, how a submitted text is made harmless in it, one
+/// field's JSON (of its escaped name and value), and the message around the fields.
+struct Platform {
+    limits: Limits,
+    escape: fn(&str) -> String,
+    field: fn(String, String) -> Value,
+    message: fn(&ChatMessage<'_>, Vec<Value>) -> Value,
+}
 
 const MARKER: char = '…';
 
 /// The body for `format`; `None` for the standard format, which is not a chat message.
 pub fn body(format: WebhookFormat, message: &ChatMessage<'_>) -> Option<Vec<u8>> {
-    let body = match format {
+    let platform = match format {
         WebhookFormat::Standard => return None,
-        WebhookFormat::Slack => slack(message),
-        WebhookFormat::Discord => discord(message),
-        WebhookFormat::Teams => teams(message),
-        WebhookFormat::Mattermost => mattermost(message),
-        WebhookFormat::GoogleChat => google_chat(message),
+        WebhookFormat::Slack => &SLACK,
+        WebhookFormat::Discord => &DISCORD,
+        WebhookFormat::Teams => &TEAMS,
+        WebhookFormat::Mattermost => &MATTERMOST,
+        WebhookFormat::GoogleChat => &GOOGLE_CHAT,
     };
+    let fields = pairs(message, &platform.limits, platform.escape)
+        .into_iter()
+        .map(|(name, value)| (platform.field)(name, value))
+        .collect();
     // A JSON value's text (its `Display`), which cannot fail.
-    Some(body.to_string().into_bytes())
+    Some((platform.message)(message, fields).to_string().into_bytes())
 }
 
 fn title(message: &ChatMessage<'_>) -> String {
@@ -108,20 +113,6 @@ fn pairs(
         shown.push((name, value));
     }
     shown
-}
-
-/// The fields within `limits`, escaped by `escape`, each as the platform's JSON `shape`
-/// makes it of its name and value.
-fn entries(
-    message: &ChatMessage<'_>,
-    limits: &Limits,
-    escape: fn(&str) -> String,
-    shape: impl Fn(String, String) -> Value,
-) -> Vec<Value> {
-    pairs(message, limits, escape)
-        .into_iter()
-        .map(|(name, value)| shape(name, value))
-        .collect()
 }
 
 /// Escaped `text` within `limit` characters: cut, with the marker as its last one. An
@@ -171,119 +162,132 @@ fn plain(text: &str) -> String {
     text.replace('@', "@\u{200B}")
 }
 
+/// `value`, or `blank` for an empty one (where a platform refuses an empty text).
+fn shown_empty(value: String, blank: &str) -> String {
+    if value.is_empty() {
+        blank.to_string()
+    } else {
+        value
+    }
+}
+
 /// Slack incoming webhooks, Block Kit: a header and one section of two `plain_text`
 /// fields per submitted field (at most 50 blocks, 3000 characters a text).
-fn slack(message: &ChatMessage<'_>) -> Value {
-    let mut blocks = vec![json!({
-        "type": "header",
-        "text": { "type": "plain_text", "text": cut(&plain(&title(message)), 150), "emoji": false }
-    })];
-    for (name, value) in pairs(message, &SLACK, plain) {
-        blocks.push(json!({
+const SLACK: Platform = Platform {
+    limits: Limits::new(48, 150, 1900, 35_000),
+    escape: plain,
+    field: |name, value| {
+        let value = shown_empty(value, " ");
+        json!({
             "type": "section",
             "fields": [
                 { "type": "plain_text", "text": name, "emoji": false },
-                { "type": "plain_text", "text": if value.is_empty() { " ".to_string() } else { value }, "emoji": false }
+                { "type": "plain_text", "text": value, "emoji": false }
             ]
-        }));
-    }
-    json!({
-        // The notification's text: mrkdwn, so nothing submitted is in it.
-        "text": entity_text(&title(message)),
-        "blocks": blocks,
-    })
-}
+        })
+    },
+    message: |message, sections| {
+        let header = json!({
+            "type": "header",
+            "text": { "type": "plain_text", "text": cut(&plain(&title(message)), 150), "emoji": false }
+        });
+        json!({
+            // The notification's text: mrkdwn, so nothing submitted is in it.
+            "text": entity_text(&title(message)),
+            "blocks": std::iter::once(header).chain(sections).collect::<Vec<_>>(),
+        })
+    },
+};
 
 /// Discord webhooks: one embed whose fields are the submission (25 fields, 256 characters
 /// a name, 1024 a value, 6000 in all), and no mention parsed at all.
-fn discord(message: &ChatMessage<'_>) -> Value {
-    let fields = entries(message, &DISCORD, markdown_text, |name, value| {
-        let value = if value.is_empty() {
-            "\u{200B}".to_string()
-        } else {
-            value
-        };
+const DISCORD: Platform = Platform {
+    limits: Limits::new(25, 250, 1000, 5500),
+    escape: markdown_text,
+    field: |name, value| {
+        let value = shown_empty(value, "\u{200B}");
         json!({ "name": name, "value": value, "inline": false })
-    });
-    json!({
-        "allowed_mentions": { "parse": [] },
-        "embeds": [{
-            "title": cut(&markdown_text(&title(message)), 250),
-            "fields": fields,
-            "footer": { "text": message.submission_id },
-            "timestamp": message.received_at,
-        }]
-    })
-}
+    },
+    message: |message, fields| {
+        json!({
+            "allowed_mentions": { "parse": [] },
+            "embeds": [{
+                "title": cut(&markdown_text(&title(message)), 250),
+                "fields": fields,
+                "footer": { "text": message.submission_id },
+                "timestamp": message.received_at,
+            }]
+        })
+    },
+};
 
 /// Microsoft Teams Workflows webhooks: a message with one Adaptive Card holding a title
 /// and a FactSet (Teams reads a Markdown subset in both; about 28 KB a message).
-fn teams(message: &ChatMessage<'_>) -> Value {
-    let facts = entries(
-        message,
-        &TEAMS,
-        markdown_text,
-        |name, value| json!({ "title": name, "value": value }),
-    );
-    json!({
-        "type": "message",
-        "attachments": [{
-            "contentType": "application/vnd.microsoft.card.adaptive",
-            "contentUrl": null,
-            "content": {
-                "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-                "type": "AdaptiveCard",
-                "version": "1.4",
-                "body": [
-                    { "type": "TextBlock", "text": markdown_text(&title(message)), "weight": "Bolder", "size": "Medium", "wrap": true },
-                    { "type": "FactSet", "facts": facts },
-                    { "type": "TextBlock", "text": markdown_text(message.submission_id), "isSubtle": true, "size": "Small", "wrap": true }
-                ]
-            }
-        }]
-    })
-}
+const TEAMS: Platform = Platform {
+    limits: Limits::new(50, 200, 1000, 20_000),
+    escape: markdown_text,
+    field: |name, value| json!({ "title": name, "value": value }),
+    message: |message, facts| {
+        json!({
+            "type": "message",
+            "attachments": [{
+                "contentType": "application/vnd.microsoft.card.adaptive",
+                "contentUrl": null,
+                "content": {
+                    "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                    "type": "AdaptiveCard",
+                    "version": "1.4",
+                    "body": [
+                        { "type": "TextBlock", "text": markdown_text(&title(message)), "weight": "Bolder", "size": "Medium", "wrap": true },
+                        { "type": "FactSet", "facts": facts },
+                        { "type": "TextBlock", "text": markdown_text(message.submission_id), "isSubtle": true, "size": "Small", "wrap": true }
+                    ]
+                }
+            }]
+        })
+    },
+};
 
 /// Mattermost incoming webhooks: a message attachment whose fields are the submission
 /// (Markdown escaped; a post holds at most 16383 characters).
-fn mattermost(message: &ChatMessage<'_>) -> Value {
-    let fields = entries(
-        message,
-        &MATTERMOST,
-        markdown_text,
-        |name, value| json!({ "title": name, "value": value, "short": false }),
-    );
-    json!({
-        "text": markdown_text(&title(message)),
-        "attachments": [{
-            "fallback": markdown_text(&title(message)),
-            "title": markdown_text(&title(message)),
-            "fields": fields,
-            "footer": message.submission_id,
-        }]
-    })
-}
+const MATTERMOST: Platform = Platform {
+    limits: Limits::new(50, 200, 1000, 14_000),
+    escape: markdown_text,
+    field: |name, value| json!({ "title": name, "value": value, "short": false }),
+    message: |message, fields| {
+        let title = markdown_text(&title(message));
+        json!({
+            "text": title,
+            "attachments": [{
+                "fallback": title,
+                "title": title,
+                "fields": fields,
+                "footer": message.submission_id,
+            }]
+        })
+    },
+};
 
 /// Google Chat incoming webhooks: a card (cardsV2) with one decorated text per field (its
 /// text reads a little HTML, escaped; a message holds at most 32,000 bytes).
-fn google_chat(message: &ChatMessage<'_>) -> Value {
-    let widgets = entries(
-        message,
-        &GOOGLE_CHAT,
-        entity_text,
-        |name, value| json!({ "decoratedText": { "topLabel": name, "text": value, "wrapText": true } }),
-    );
-    json!({
-        "text": entity_text(&title(message)),
-        "cardsV2": [{
-            "cardId": message.submission_id,
-            "card": {
-                "header": { "title": entity_text(&title(message)), "subtitle": message.submission_id },
-                "sections": [{ "widgets": widgets }]
-            }
-        }]
-    })
-}
+const GOOGLE_CHAT: Platform = Platform {
+    limits: Limits::new(50, 200, 1000, 12_000),
+    escape: entity_text,
+    field: |name, value| json!({ "decoratedText": { "topLabel": name, "text": value, "wrapText": true } }),
+    message: |message, widgets| {
+        let title = entity_text(&title(message));
+        json!({
+            "text": title,
+            "cardsV2": [{
+                "cardId": message.submission_id,
+                "card": {
+                    "header": { "title": title, "subtitle": message.submission_id },
+                    "sections": [{ "widgets": widgets }]
+                }
+            }]
+        })
+    },
+};
 
 #[cfg(test)]
 mod tests {

@@ -46,10 +46,21 @@ impl Senders {
         trace_parent: Option<&str>,
     ) -> AttemptResult {
         match delivery.kind {
-            DestinationKind::Webhook => {
-                self.webhook(delivery, submission, attempted_at, trace_parent)
-                    .await
-            }
+            DestinationKind::Webhook => match signed_body(delivery, submission, attempted_at) {
+                Ok((body, signatures)) => {
+                    self.webhook
+                        .send(
+                            &delivery.destination_url,
+                            body,
+                            &signatures,
+                            &receiver_headers(delivery),
+                            trace_parent,
+                            &receiver_credentials(delivery),
+                        )
+                        .await
+                }
+                Err(unsendable) => unsendable,
+            },
             DestinationKind::Email => {
                 self.mail(|domain| notification(delivery, submission, domain))
                     .await
@@ -59,68 +70,6 @@ impl Senders {
                     .await
             }
         }
-    }
-
-    /// A webhook: the payload (or its template's body, or the chat platform's message its
-    /// format names), signed
-    /// with the snapshot secret (`Hymical-Signature`) and
-    /// the destination's live secrets (`webhook-signature`), POSTed to the captured URL.
-    async fn webhook(
-        &self,
-        delivery: &ClaimedDelivery,
-        submission: &Submission<'_>,
-        attempted_at: DateTime<Utc>,
-        trace_parent: Option<&str>,
-    ) -> AttemptResult {
-        let Some(snapshot) = delivery.signing_secret.as_deref() else {
-            // The delivery row's CHECK makes this impossible; fail it loudly rather than
-            // send an unsigned request.
-            tracing::error!(delivery_id = %delivery.id, "a webhook delivery has no signing secret");
-            return AttemptResult::failure(
-                AttemptOutcome::BlockedDestination,
-                "the delivery has no signing secret",
-            );
-        };
-        let body = match webhook_body(delivery, submission) {
-            Ok(body) => body,
-            Err(unsendable) => return unsendable,
-        };
-        let live: Vec<&str> = [
-            delivery.destination_secret.as_deref(),
-            delivery.destination_previous_secret.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        let ed25519 = delivery
-            .ed25519_key
-            .as_deref()
-            .and_then(receiver::ed25519_signing_key);
-        if delivery.ed25519_key.is_some() && ed25519.is_none() {
-            // The stored format (a CHECK) makes this impossible; say so if it happens.
-            tracing::error!(delivery_id = %delivery.id, "a destination's Ed25519 key is not in the whsk_ format; v1a goes without it");
-        }
-        let signing = payload::Signing::Submission {
-            snapshot,
-            live: &live,
-            ed25519: ed25519.as_ref(),
-        };
-        let (signatures, unsigned) =
-            payload::sign(delivery.id.as_str(), signing, attempted_at, &body);
-        if unsigned > 0 {
-            // The stored format (a CHECK) makes this impossible; say so if it happens.
-            tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
-        }
-        self.webhook
-            .send(
-                &delivery.destination_url,
-                body,
-                &signatures,
-                &receiver_headers(delivery),
-                trace_parent,
-                &receiver_credentials(delivery),
-            )
-            .await
     }
 
     /// Sends the email `build` makes (given the sender's domain, for its Message-ID), or
@@ -143,10 +92,59 @@ impl Senders {
     }
 }
 
+/// A webhook's body (the payload, its template's body, or the chat platform's message its
+/// format names) and its signatures: the snapshot secret's (`Hymical-Signature`), the
+/// destination's live secrets' and Ed25519 key's (`webhook-signature`). It is POSTed to
+/// the captured URL.
+fn signed_body(
+    delivery: &ClaimedDelivery,
+    submission: &Submission<'_>,
+    attempted_at: DateTime<Utc>,
+) -> Result<(Vec<u8>, payload::SignatureHeaders), AttemptResult> {
+    let Some(snapshot) = delivery.signing_secret.as_deref() else {
+        // The delivery row's CHECK makes this impossible; fail it loudly rather than
+        // send an unsigned request.
+        tracing::error!(delivery_id = %delivery.id, "a webhook delivery has no signing secret");
+        return Err(AttemptResult::failure(
+            AttemptOutcome::BlockedDestination,
+            "the delivery has no signing secret",
+        ));
+    };
+    let body = webhook_body(delivery, submission)?;
+    let live: Vec<&str> = [
+        delivery.destination_secret.as_deref(),
+        delivery.destination_previous_secret.as_deref(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let ed25519 = delivery
+        .receiver
+        .ed25519_key
+        .as_deref()
+        .and_then(receiver::ed25519_signing_key);
+    if delivery.receiver.ed25519_key.is_some() && ed25519.is_none() {
+        // The stored format (a CHECK) makes this impossible; say so if it happens.
+        tracing::error!(delivery_id = %delivery.id, "a destination's Ed25519 key is not in the whsk_ format; v1a goes without it");
+    }
+    let signing = payload::Signing::Submission {
+        snapshot,
+        live: &live,
+        ed25519: ed25519.as_ref(),
+    };
+    let (signatures, unsigned) = payload::sign(delivery.id.as_str(), signing, attempted_at, &body);
+    if unsigned > 0 {
+        // The stored format (a CHECK) makes this impossible; say so if it happens.
+        tracing::error!(delivery_id = %delivery.id, secrets = unsigned, "a secret is not in the whsec_ format; webhook-signature goes without it");
+    }
+    Ok((body, signatures))
+}
+
 /// The headers a webhook's receiver asked for, as claimed: its own, in order, then its
 /// authentication's `Authorization`. Secret values and credentials are sensitive.
 fn receiver_headers(delivery: &ClaimedDelivery) -> Vec<ReceiverHeader> {
     let own = delivery
+        .receiver
         .request_headers
         .iter()
         .flat_map(|headers| &headers.0);
@@ -157,6 +155,7 @@ fn receiver_headers(delivery: &ClaimedDelivery) -> Vec<ReceiverHeader> {
     })
     .chain(
         delivery
+            .receiver
             .request_auth
             .iter()
             .filter_map(RequestAuth::authorization)
@@ -172,7 +171,7 @@ fn receiver_headers(delivery: &ClaimedDelivery) -> Vec<ReceiverHeader> {
 /// A webhook's OAuth2 client credentials and TLS settings, as claimed (for its current
 /// URL only, as its other credentials).
 fn receiver_credentials(delivery: &ClaimedDelivery) -> ReceiverCredentials<'_> {
-    let oauth2 = match &delivery.request_auth {
+    let oauth2 = match &delivery.receiver.request_auth {
         Some(RequestAuth::OAuth2 {
             token_url,
             client_id,
@@ -192,10 +191,11 @@ fn receiver_credentials(delivery: &ClaimedDelivery) -> ReceiverCredentials<'_> {
         oauth2,
         tls: ReceiverTls {
             identity: delivery
+                .receiver
                 .client_certificate
                 .as_deref()
-                .zip(delivery.client_key.as_deref()),
-            ca: delivery.client_ca.as_deref(),
+                .zip(delivery.receiver.client_key.as_deref()),
+            ca: delivery.receiver.client_ca.as_deref(),
         },
     }
 }
@@ -208,7 +208,7 @@ fn webhook_body(
     delivery: &ClaimedDelivery,
     submission: &Submission<'_>,
 ) -> Result<Vec<u8>, AttemptResult> {
-    if let Some(template) = &delivery.body_template {
+    if let Some(template) = &delivery.receiver.body_template {
         let context = template_context(delivery, submission)?;
         return template::render(template, &context).map_err(|problem| {
             AttemptResult::failure(
@@ -217,7 +217,7 @@ fn webhook_body(
             )
         });
     }
-    if delivery.body_format == WebhookFormat::Standard {
+    if delivery.receiver.body_format == WebhookFormat::Standard {
         return Ok(payload::body(
             submission.id,
             &delivery.endpoint_id,
@@ -237,7 +237,7 @@ fn webhook_body(
         fields: submission.fields,
         files: submission.files,
     };
-    chat::body(delivery.body_format, &message).ok_or_else(|| {
+    chat::body(delivery.receiver.body_format, &message).ok_or_else(|| {
         AttemptResult::failure(
             AttemptOutcome::Unsendable,
             "the destination's format has no chat body",
@@ -290,7 +290,7 @@ fn notification(
         message_domain,
         files: submission.files,
     });
-    let Some(own) = &delivery.email_template else {
+    let Some(own) = &delivery.receiver.email_template else {
         return Ok(message);
     };
     let unrenderable = |problem: template::TemplateProblem| {

@@ -389,7 +389,7 @@ impl Worker {
     ) -> Option<ClaimedDelivery> {
         // The owner's transition, decided from the cycle count it claimed with.
         let cycle_attempts = delivery.cycle_attempts.max(0) as u32 + 1;
-        let policy = delivery.retry_policy.unwrap_or(self.retry);
+        let policy = delivery.receiver.retry_policy.unwrap_or(self.retry);
         let transition = match outcome::next_step(result, cycle_attempts, &policy) {
             NextStep::Delivered => OwnerTransition::Delivered,
             NextStep::Failed => OwnerTransition::Failed,

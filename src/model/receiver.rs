@@ -4,6 +4,8 @@
 //! checked; sent by the webhook sender. Secret values are write-only: never answered,
 //! logged or recorded.
 
+use diesel::deserialize::FromSqlRow;
+use diesel::expression::AsExpression;
 use std::time::Duration;
 
 use base64::Engine;
@@ -51,15 +53,7 @@ pub struct RequestHeader {
 
 /// A destination's headers, in the order they are sent (a JSON array in its row).
 #[derive(
-    Debug,
-    Clone,
-    Default,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    diesel::expression::AsExpression,
-    diesel::deserialize::FromSqlRow,
+    Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, AsExpression, FromSqlRow,
 )]
 #[diesel(sql_type = diesel::sql_types::Jsonb)]
 #[serde(transparent)]
@@ -151,16 +145,7 @@ pub fn request_headers(
 }
 
 /// How a destination's requests authenticate to the receiver (`Authorization`).
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    diesel::expression::AsExpression,
-    diesel::deserialize::FromSqlRow,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, AsExpression, FromSqlRow)]
 #[diesel(sql_type = diesel::sql_types::Jsonb)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RequestAuth {
@@ -392,17 +377,7 @@ const MAX_WAIT_MS: i64 = 7 * 86_400_000;
 /// `min(first_wait × 2^(n−1), max_wait)` after the n-th, no jitter. The server's
 /// (`FORMS_WEBHOOK_*`) unless a destination has its own (a JSON document in its row,
 /// waits in milliseconds).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    diesel::expression::AsExpression,
-    diesel::deserialize::FromSqlRow,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, AsExpression, FromSqlRow)]
 #[diesel(sql_type = diesel::sql_types::Jsonb)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
@@ -604,49 +579,25 @@ mod tests {
             Err(SettingError::Invalid { setting, .. }) => Some(setting),
             _ => None,
         };
-        for ((url, id, secret, scope, audience), refused) in [
+        const U: &str = "https://auth.example.com/";
+        for (refused, result) in [
             (
-                ("http://127.0.0.1/token", "a", "b", None, None),
                 Setting::OAuth2TokenUrl,
+                ok("http://127.0.0.1/token", "a", "b", None, None),
             ),
             (
-                ("ftp://auth.example.com/", "a", "b", None, None),
                 Setting::OAuth2TokenUrl,
+                ok("ftp://auth.example.com/", "a", "b", None, None),
             ),
-            (
-                ("https://auth.example.com/", "a\r\nb", "b", None, None),
-                Setting::OAuth2ClientId,
-            ),
-            (
-                ("https://auth.example.com/", "", "b", None, None),
-                Setting::OAuth2ClientId,
-            ),
-            (
-                ("https://auth.example.com/", "a", "", None, None),
-                Setting::OAuth2ClientSecret,
-            ),
-            (
-                ("https://auth.example.com/", "a", "b\n", None, None),
-                Setting::OAuth2ClientSecret,
-            ),
-            (
-                ("https://auth.example.com/", "a", "b", Some("a\"b"), None),
-                Setting::OAuth2Scope,
-            ),
-            (
-                ("https://auth.example.com/", "a", "b", Some(" "), None),
-                Setting::OAuth2Scope,
-            ),
-            (
-                ("https://auth.example.com/", "a", "b", None, Some("x\ny")),
-                Setting::OAuth2Audience,
-            ),
+            (Setting::OAuth2ClientId, ok(U, "a\r\nb", "b", None, None)),
+            (Setting::OAuth2ClientId, ok(U, "", "b", None, None)),
+            (Setting::OAuth2ClientSecret, ok(U, "a", "", None, None)),
+            (Setting::OAuth2ClientSecret, ok(U, "a", "b\n", None, None)),
+            (Setting::OAuth2Scope, ok(U, "a", "b", Some("a\"b"), None)),
+            (Setting::OAuth2Scope, ok(U, "a", "b", Some(" "), None)),
+            (Setting::OAuth2Audience, ok(U, "a", "b", None, Some("x\ny"))),
         ] {
-            assert_eq!(
-                setting(ok(url, id, secret, scope, audience)),
-                Some(refused),
-                "{url} {id:?} {secret:?} {scope:?} {audience:?}"
-            );
+            assert_eq!(setting(result), Some(refused));
         }
         assert!(RequestAuth::oauth2("http://127.0.0.1/token", "a", "b", None, None, true).is_ok());
     }

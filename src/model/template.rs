@@ -5,6 +5,8 @@
 //! string; the output must be one JSON document. Bounded: at most 20,000 characters of
 //! template, 100,000 steps of the engine, 256 KiB of output.
 
+use diesel::deserialize::FromSqlRow;
+use diesel::expression::AsExpression;
 use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 use serde_json::{json, Value};
 
@@ -206,14 +208,7 @@ pub fn checked(setting: Setting, source: &str) -> Result<String, SettingError> {
 /// context as a body template (an email is text: values are printed as written; the
 /// subject is made one line).
 #[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    serde::Serialize,
-    serde::Deserialize,
-    diesel::expression::AsExpression,
-    diesel::deserialize::FromSqlRow,
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, AsExpression, FromSqlRow,
 )]
 #[diesel(sql_type = diesel::sql_types::Jsonb)]
 pub struct EmailTemplate {

@@ -1446,7 +1446,10 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
         .find(Locator::Css("[data-header='value']"))
         .await
         .unwrap();
-    assert_eq!(secret_input.prop("value").await.unwrap().as_deref(), Some(""));
+    assert_eq!(
+        secret_input.prop("value").await.unwrap().as_deref(),
+        Some("")
+    );
     rows[1]
         .find(Locator::Css("[data-header='name']"))
         .await
@@ -1495,7 +1498,11 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
     click(&client, "#destination-settings-form button[type='submit']").await;
     let refused = wait_for_text(&client, "#destination-settings-error", "line 1").await;
     assert!(refused.contains("column"), "{refused}");
-    assert_eq!(settings(&app, &key).await, before, "a refused save stores nothing");
+    assert_eq!(
+        settings(&app, &key).await,
+        before,
+        "a refused save stores nothing"
+    );
 
     type_into(
         &client,
@@ -1533,7 +1540,10 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
             {"name": "X-Tenant", "value": "acme", "secret": false},
         ])
     );
-    assert_eq!(after[0]["auth"], json!({"kind": "BASIC", "username": "forms"}));
+    assert_eq!(
+        after[0]["auth"],
+        json!({"kind": "BASIC", "username": "forms"})
+    );
     assert_eq!(
         after[0]["retryPolicy"],
         json!({"maxAttempts": 5, "firstWaitSeconds": 1.5, "maxWaitSeconds": 120.0})

@@ -22,8 +22,6 @@ struct TestServer {
     /// URL of a maintenance database on the server, for CREATE/DROP DATABASE.
     admin_url: Secret,
     template: String,
-    /// Whether the databases live on the operator-provided server and must be dropped.
-    shared_server: bool,
     /// Held until the process exits: closing it stops (and deletes) the throwaway cluster.
     _running: Option<embedded::RunningServer>,
 }
@@ -45,8 +43,8 @@ fn start_server() -> TestServer {
         .enable_all()
         .build()
         .expect("runtime");
-    let (admin_url, shared_server, running) = match std::env::var("FORMS_TEST_DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => (Secret::new(url), true, None),
+    let (admin_url, running) = match std::env::var("FORMS_TEST_DATABASE_URL") {
+        Ok(url) if !url.trim().is_empty() => (Secret::new(url), None),
         _ => {
             let root = std::env::temp_dir()
                 .join(format!("hymical-test-{}", uuid::Uuid::new_v4().simple()));
@@ -62,7 +60,7 @@ fn start_server() -> TestServer {
                 embedded::Started::ByUs(running) => Some(running),
                 embedded::Started::AlreadyRunning => None,
             };
-            (connection.url("postgres"), false, running)
+            (connection.url("postgres"), running)
         }
     };
     let template = format!("hymical_template_{}", uuid::Uuid::new_v4().simple());
@@ -76,7 +74,6 @@ fn start_server() -> TestServer {
     TestServer {
         admin_url,
         template,
-        shared_server,
         _running: running,
     }
 }
@@ -114,7 +111,7 @@ pub struct TestDb(Arc<TestDbInner>);
 pub struct TestDbInner {
     pub name: String,
     pub url: Secret,
-    /// Made by the harness (and dropped by it on a shared server).
+    /// Made by the harness (and dropped by it when the last clone goes).
     owned: bool,
 }
 
@@ -207,8 +204,9 @@ impl TestDb {
 
 impl Drop for TestDbInner {
     fn drop(&mut self) {
-        // A throwaway cluster is deleted whole at exit; only a shared server needs tidying.
-        if !self.owned || !server().shared_server {
+        // Dropped on a throwaway cluster too: it is deleted whole at exit, but a run's few
+        // hundred databases left standing until then take gigabytes of a CI machine's disk.
+        if !self.owned {
             return;
         }
         let admin_url = server().admin_url.clone();
