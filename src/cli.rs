@@ -380,7 +380,8 @@ async fn serve(config: Config, database: &Database) -> anyhow::Result<()> {
         metrics,
         workers,
         sweeper: config.api_enabled && config.rate_limit.enabled,
-        retention: config.submission_retention_days > 0 || config.spam.spam_retention_days > 0,
+        // Always: an endpoint may keep its submissions for days of its own.
+        retention: true,
         pruning: config.worker.enabled,
     };
     let services = Services::start(&app, plan);
@@ -439,20 +440,21 @@ async fn retention_command(
     dry_run: bool,
     database: &Database,
 ) -> anyhow::Result<()> {
-    let Some(cutoffs) = crate::upkeep::retention::cutoffs(SystemClock.now(), days, spam_days)
+    let Some(retention) = crate::upkeep::retention::retention(SystemClock.now(), days, spam_days)
     else {
-        bail!("--older-than-days {days} (or --spam-older-than-days {spam_days}) reaches back before any date this service can store: give a smaller number of days");
+        bail!("--older-than-days {days} (or --spam-older-than-days {spam_days}) is over 1000000: give a smaller number of days");
     };
     let db = database.admin_db().await?;
-    let count = crate::upkeep::retention::apply(&db, cutoffs, batch_size, dry_run).await?;
+    let count = crate::upkeep::retention::apply(&db, retention, batch_size, dry_run).await?;
     let verb = if dry_run { "would delete" } else { "deleted" };
-    let before = |cutoff: Option<chrono::DateTime<chrono::Utc>>| {
-        cutoff.map_or_else(|| "never".to_string(), format_timestamp)
+    let days_of = |days: u32| match days {
+        0 => "kept".to_string(),
+        days => format!("{days} days"),
     };
     println!(
-        "{verb} {count} submission(s) received before {} (in the spam folder: before {}) with no delivery or a delivered one",
-        before(cutoffs.inbox),
-        before(cutoffs.spam)
+        "{verb} {count} submission(s) past their endpoint's retention or else {} (in the spam folder: {}) with no delivery or a delivered one",
+        days_of(days),
+        days_of(spam_days)
     );
     if !dry_run {
         // The deleted submissions' files, bytes and objects: detached by the delete.

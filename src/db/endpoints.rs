@@ -158,6 +158,8 @@ where
                 endpoints::allowed_origins.eq(next.allowed_origins),
                 endpoints::honeypot_field.eq(next.honeypot_field),
                 endpoints::file_uploads.eq(next.file_uploads),
+                endpoints::retention_days.eq(next.retention_days),
+                endpoints::spam_retention_days.eq(next.spam_retention_days),
             ))
             .returning(EndpointRow::as_returning())
             .get_result(conn)

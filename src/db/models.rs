@@ -39,6 +39,10 @@ pub struct EndpointRow {
     /// Its file settings (`model::files::FileUploadSettings` as JSON); `None`: file parts
     /// are refused.
     pub file_uploads: Option<serde_json::Value>,
+    /// Days its submissions are kept in the inbox and in the spam folder (0: for ever);
+    /// `None`: the server's.
+    pub retention_days: Option<i32>,
+    pub spam_retention_days: Option<i32>,
 }
 
 impl EndpointRow {
@@ -54,6 +58,8 @@ impl EndpointRow {
             honeypot_field: None,
             deleted_at: None,
             file_uploads: None,
+            retention_days: None,
+            spam_retention_days: None,
         }
     }
 

@@ -202,6 +202,8 @@ diesel::table! {
         consecutive_failed_deliveries -> Int4,
         deleted_at -> Nullable<Timestamptz>,
         file_uploads -> Nullable<Jsonb>,
+        retention_days -> Nullable<Int4>,
+        spam_retention_days -> Nullable<Int4>,
     }
 }
 

@@ -12,7 +12,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::{ClaimedDelivery, KeyedSubmission, ReceiverOptions, SubmissionRow};
 use super::rate_limits::BatchCounters;
-use super::statement::{bind, sql, SqlText, Statement};
+use super::statement::{bind, sql, Bind, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::spam::SubmissionFolder;
@@ -469,48 +469,59 @@ fn filtered<'a>(
     query
 }
 
-static RETENTION_COUNT: SqlText = sql!("retention_count.sql");
+static RETENTION_COUNT: SqlText = sql!("retention_expired.sql", "retention_count.sql");
 struct RetentionCount;
 
-/// Retention's cutoffs: submissions received before them go (`None`: kept).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RetentionCutoffs {
-    pub inbox: Option<DateTime<Utc>>,
-    pub spam: Option<DateTime<Utc>>,
+/// What retention keeps, as of `now`: the server's days for the inbox and for the spam
+/// folder (0: kept for ever), which an endpoint's own days replace.
+#[derive(Debug, Clone, Copy)]
+pub struct Retention {
+    pub now: DateTime<Utc>,
+    pub days: i32,
+    pub spam_days: i32,
+}
+
+impl Retention {
+    fn binds(
+        self,
+    ) -> (
+        Bind<Timestamptz, DateTime<Utc>>,
+        Bind<Integer, i32>,
+        Bind<Integer, i32>,
+    ) {
+        (
+            bind::<Timestamptz, _>(self.now),
+            bind::<Integer, _>(self.days),
+            bind::<Integer, _>(self.spam_days),
+        )
+    }
 }
 
 /// How many submissions retention would delete now (retention_count.sql).
 pub async fn count_expired(
     conn: &mut AsyncPgConnection,
-    cutoffs: RetentionCutoffs,
+    retention: Retention,
 ) -> Result<i64, DbError> {
-    Ok(Statement::<RetentionCount, BigInt, _>::new(
-        &RETENTION_COUNT,
-        (
-            bind::<Nullable<Timestamptz>, _>(cutoffs.inbox),
-            bind::<Nullable<Timestamptz>, _>(cutoffs.spam),
-        ),
+    Ok(
+        Statement::<RetentionCount, BigInt, _>::new(&RETENTION_COUNT, retention.binds())
+            .get_result(conn)
+            .await?,
     )
-    .get_result(conn)
-    .await?)
 }
 
-static RETENTION_DELETE: SqlText = sql!("retention_delete.sql");
+static RETENTION_DELETE: SqlText = sql!("retention_expired.sql", "retention_delete.sql");
 struct RetentionDelete;
 
 /// Deletes up to `batch` expired submissions (retention_delete.sql); returns how many.
 pub async fn delete_expired_batch(
     conn: &mut AsyncPgConnection,
-    cutoffs: RetentionCutoffs,
+    retention: Retention,
     batch: i64,
 ) -> Result<usize, DbError> {
+    let (now, days, spam_days) = retention.binds();
     let deleted: i64 = Statement::<RetentionDelete, BigInt, _>::new(
         &RETENTION_DELETE,
-        (
-            bind::<Nullable<Timestamptz>, _>(cutoffs.inbox),
-            bind::<BigInt, _>(batch),
-            bind::<Nullable<Timestamptz>, _>(cutoffs.spam),
-        ),
+        (now, days, spam_days, bind::<BigInt, _>(batch)),
     )
     .get_result(conn)
     .await?;

@@ -123,6 +123,8 @@ fn input_field(setting: Setting) -> &'static str {
             Setting::ClientCertificate => "clientCertificate.certificate",
             Setting::ClientKey => "clientCertificate.key",
             Setting::ClientCa => "clientCa",
+            Setting::RetentionDays => "retentionDays",
+            Setting::SpamRetentionDays => "spamRetentionDays",
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::db::models::{DestinationRow, EndpointRow};
 use crate::db::submissions::EraseOutcome;
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
-use crate::model::endpoint as rules;
+use crate::model::endpoint::{self as rules, Setting};
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
 use crate::model::state::{DeliveryState, PauseReason};
 
@@ -37,6 +37,12 @@ pub struct CreateEndpointInput {
     pub honeypot_field: Option<String>,
     /// File uploads on, with these settings (left out or `null`: off).
     pub file_uploads: Option<super::files::FileUploadsInput>,
+    /// Days its submissions are kept, 0 (for ever) to 1000000; left out or `null`: the
+    /// server's (`FORMS_SUBMISSION_RETENTION_DAYS`).
+    pub retention_days: Option<i32>,
+    /// Days its spam is kept, 0 (for ever) to 1000000; left out or `null`: the server's
+    /// (`FORMS_SPAM_RETENTION_DAYS`).
+    pub spam_retention_days: Option<i32>,
 }
 
 /// A field left out is unchanged; `null` removes it (`webhookUrl: null` removes the webhook
@@ -53,6 +59,10 @@ pub struct UpdateEndpointInput {
     /// File uploads on with these settings (replacing the previous ones whole); `null`:
     /// off.
     pub file_uploads: MaybeUndefined<super::files::FileUploadsInput>,
+    /// Its own retention days (0: for ever); `null`: the server's.
+    pub retention_days: MaybeUndefined<i32>,
+    /// Its own spam retention days (0: for ever); `null`: the server's.
+    pub spam_retention_days: MaybeUndefined<i32>,
 }
 
 /// Which failed deliveries to replay: exclusive bounds on when they failed and on when
@@ -232,6 +242,14 @@ impl MutationRoot {
                 .file_uploads
                 .map(super::files::FileUploadsInput::settings)
                 .transpose()?,
+            retention_days: input
+                .retention_days
+                .map(|days| rules::retention_days(Setting::RetentionDays, days))
+                .transpose()?,
+            spam_retention_days: input
+                .spam_retention_days
+                .map(|days| rules::retention_days(Setting::SpamRetentionDays, days))
+                .transpose()?,
             ..EndpointRow::new(id, name, now)
         };
         let inserted = database(ctx)
@@ -299,6 +317,10 @@ impl MutationRoot {
         let honeypot_field = patch(input.honeypot_field)
             .checked(|field| rules::honeypot_field(&field, max_field))?;
         let file_uploads = patch(input.file_uploads).checked(|files| files.settings())?;
+        let retention_days = patch(input.retention_days)
+            .checked(|days| rules::retention_days(Setting::RetentionDays, days))?;
+        let spam_retention_days = patch(input.spam_retention_days)
+            .checked(|days| rules::retention_days(Setting::SpamRetentionDays, days))?;
         let webhook_url = input.webhook_url.clone();
         let allow_private = config.webhook.allow_private_targets;
         let candidate_secret = rules::new_secret();
@@ -339,6 +361,8 @@ impl MutationRoot {
             }
             honeypot_field.apply(&mut next.honeypot_field);
             file_uploads.apply(&mut next.file_uploads);
+            retention_days.apply(&mut next.retention_days);
+            spam_retention_days.apply(&mut next.spam_retention_days);
             Ok((next, webhook))
         })
         .await?;

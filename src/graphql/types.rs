@@ -122,6 +122,16 @@ impl Endpoint {
     async fn honeypot_field(&self) -> Option<&str> {
         self.row.honeypot_field.as_deref()
     }
+    /// Days its submissions are kept (0: for ever); null: the server's
+    /// (`FORMS_SUBMISSION_RETENTION_DAYS`).
+    async fn retention_days(&self) -> Option<i32> {
+        self.row.retention_days
+    }
+    /// Days its spam is kept (0: for ever); null: the server's
+    /// (`FORMS_SPAM_RETENTION_DAYS`).
+    async fn spam_retention_days(&self) -> Option<i32> {
+        self.row.spam_retention_days
+    }
     /// Its file uploads; null: file parts are refused (`file_upload_not_supported`).
     async fn file_uploads(&self) -> Result<Option<super::files::FileUploads>> {
         Ok(self

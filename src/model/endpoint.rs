@@ -16,6 +16,8 @@ const MAX_NAME_LENGTH: usize = 200;
 pub const MAX_RECIPIENTS: usize = 10;
 /// The longest address an email destination takes (RFC 5321's path limit, less `<>`).
 const MAX_ADDRESS_LENGTH: usize = 254;
+/// An endpoint's own retention: 0 (kept for ever) to this many days, the server's cap.
+const MAX_RETENTION_DAYS: i32 = 1_000_000;
 /// A destination's cap on requests in flight: 1 to this.
 const MAX_IN_FLIGHT: i32 = 1000;
 /// A destination's throttle: 1 to this many requests a second.
@@ -65,6 +67,8 @@ pub enum Setting {
     ClientCertificate,
     ClientKey,
     ClientCa,
+    RetentionDays,
+    SpamRetentionDays,
 }
 
 /// A setting that breaks its rule.
@@ -298,6 +302,19 @@ pub fn max_in_flight(raw: i32) -> Result<i32, SettingError> {
     }
 }
 
+/// An endpoint's own number of days its submissions are kept (`setting` says whether in
+/// the inbox or in the spam folder): 0 (for ever) to 1,000,000, as the server's own.
+pub fn retention_days(setting: Setting, raw: i32) -> Result<i32, SettingError> {
+    if (0..=MAX_RETENTION_DAYS).contains(&raw) {
+        Ok(raw)
+    } else {
+        Err(invalid(
+            setting,
+            "must be from 0 (kept for ever) to 1000000 days",
+        ))
+    }
+}
+
 /// A destination's throttle: 1 to 10,000 requests a second.
 pub fn max_requests_per_second(raw: i32) -> Result<i32, SettingError> {
     if (1..=MAX_REQUESTS_PER_SECOND).contains(&raw) {
@@ -415,6 +432,22 @@ mod tests {
         // A raised field-name limit does not let a name past the column's 128 characters.
         assert!(honeypot_field(&"h".repeat(128), 1024).is_ok());
         assert!(honeypot_field(&"h".repeat(129), 1024).is_err());
+    }
+
+    #[test]
+    fn retention_days_from_zero_to_the_servers_cap() {
+        for days in [0, 1, 30, 1_000_000] {
+            assert_eq!(retention_days(Setting::RetentionDays, days), Ok(days));
+        }
+        for days in [-1, 1_000_001, i32::MAX] {
+            assert!(matches!(
+                retention_days(Setting::SpamRetentionDays, days),
+                Err(SettingError::Invalid {
+                    setting: Setting::SpamRetentionDays,
+                    ..
+                })
+            ));
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `retention` job: deletes submissions older than a number of days that no
 //! delivery still needs (no delivery, or delivered), in batches; those in the spam folder
-//! after their own, usually shorter, number of days. Deliveries and attempt histories
+//! after their own, usually shorter, number of days. An endpoint's own days (its
+//! `retentionDays`, `spamRetentionDays`) replace the server's for its submissions. Deliveries and attempt histories
 //! stay, without the submission (attempts go by their own retention, whole partitions at a
 //! time: history.rs). Their uploaded files are removed right after, bytes and
 //! all (the delete detaches them; `Files::sweep` removes what is detached).
@@ -11,25 +12,19 @@ use chrono::{DateTime, Utc};
 
 use crate::db::{self, Db, DbError};
 
-pub use crate::db::submissions::RetentionCutoffs;
-
-/// The cutoff `days` before `now`, or `None` when that lies before any representable time
-/// (an absurd number of days).
-pub fn cutoff(now: DateTime<Utc>, days: u32) -> Option<DateTime<Utc>> {
-    chrono::Duration::try_days(i64::from(days)).and_then(|age| now.checked_sub_signed(age))
-}
+pub use crate::db::submissions::Retention;
 
 /// Deletes (or with `dry_run` only counts) the expired submissions, a batch per call;
 /// returns how many.
 pub async fn apply(
     db: &Db,
-    cutoffs: RetentionCutoffs,
+    retention: Retention,
     batch_size: u32,
     dry_run: bool,
 ) -> Result<u64, DbError> {
     if dry_run {
         let count = db
-            .run(async |conn| db::submissions::count_expired(conn, cutoffs).await)
+            .run(async |conn| db::submissions::count_expired(conn, retention).await)
             .await?;
         return Ok(u64::try_from(count).unwrap_or(0));
     }
@@ -37,7 +32,7 @@ pub async fn apply(
     let mut deleted = 0u64;
     loop {
         let removed = db
-            .run(async |conn| db::submissions::delete_expired_batch(conn, cutoffs, batch).await)
+            .run(async |conn| db::submissions::delete_expired_batch(conn, retention, batch).await)
             .await?;
         deleted += removed as u64;
         if removed == 0 {
@@ -46,17 +41,23 @@ pub async fn apply(
     }
 }
 
-/// The cutoffs of `days` (inbox) and `spam_days` (spam folder) before `now`, each `None`
-/// for 0 (kept); `None` when one lies before any representable time (an absurd number of
-/// days, which the configuration's caps rule out).
-pub fn cutoffs(now: DateTime<Utc>, days: u32, spam_days: u32) -> Option<RetentionCutoffs> {
-    let of = |days: u32| match days {
-        0 => Some(None),
-        days => cutoff(now, days).map(Some),
+/// The most days retention keeps anything for (the server's settings' cap and an
+/// endpoint's): further back than this, dates leave what PostgreSQL stores.
+const MAX_DAYS: u32 = 1_000_000;
+
+/// Retention at `now` with the server's `days` (inbox) and `spam_days` (spam folder), each
+/// 0 for kept; `None` when one is over 1,000,000 days (the configuration's cap rules that
+/// out; the command line's arguments do not).
+pub fn retention(now: DateTime<Utc>, days: u32, spam_days: u32) -> Option<Retention> {
+    let days_of = |days: u32| {
+        (days <= MAX_DAYS)
+            .then(|| i32::try_from(days).ok())
+            .flatten()
     };
-    Some(RetentionCutoffs {
-        inbox: of(days)?,
-        spam: of(spam_days)?,
+    Some(Retention {
+        now,
+        days: days_of(days)?,
+        spam_days: days_of(spam_days)?,
     })
 }
 
@@ -69,7 +70,7 @@ pub async fn run(
     days: u32,
     spam_days: u32,
 ) {
-    let Some(cutoffs) = cutoffs(now, days, spam_days) else {
+    let Some(retention) = retention(now, days, spam_days) else {
         tracing::error!(
             days,
             spam_days,
@@ -77,7 +78,7 @@ pub async fn run(
         );
         return;
     };
-    match apply(&db, cutoffs, 1000, false).await {
+    match apply(&db, retention, 1000, false).await {
         Ok(deleted) => {
             tracing::info!(deleted, days, spam_days, "retention applied");
             // The erased submissions' files: their rows were detached by the delete.

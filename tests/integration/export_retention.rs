@@ -306,3 +306,162 @@ async fn remaining(conn: &mut diesel_async::AsyncPgConnection) -> Vec<String> {
         .map(|r| r.id)
         .collect()
 }
+
+const CREATE: &str = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id retentionDays spamRetentionDays } } }";
+const UPDATE: &str = "mutation($input: UpdateEndpointInput!) { updateEndpoint(input: $input) { endpoint { id retentionDays spamRetentionDays } } }";
+
+/// Each endpoint keeps its submissions for days of its own, set through the API, the
+/// server's days standing for those that set none: `short` keeps its inbox 1 day and its
+/// spam for ever, `forever` keeps its inbox for ever, `plain` follows the server (30 days,
+/// spam 7). One pass deletes exactly what each endpoint's days say, and an
+/// autoresponder's record of an address goes with its submission. Days outside 0 to
+/// 1,000,000 are refused by name and change nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_endpoint_keeps_submissions_for_its_own_days() {
+    let db = TestDb::new().await;
+    let app = TestApp::start_on(db.clone(), &[], Arc::new(SystemClock)).await;
+    let (_, key) = app.create_key("retention").await;
+    let gql = |query: &'static str, input: Value| {
+        let (app, key) = (&app, &key);
+        async move {
+            app.gql(key, query, serde_json::json!({ "input": input }))
+                .await
+        }
+    };
+    let created = gql(
+        CREATE,
+        serde_json::json!({"id": "short", "name": "Short", "retentionDays": 1, "spamRetentionDays": 0}),
+    )
+    .await;
+    assert_eq!(
+        created["data"]["createEndpoint"]["endpoint"],
+        serde_json::json!({"id": "short", "retentionDays": 1, "spamRetentionDays": 0})
+    );
+    gql(
+        CREATE,
+        serde_json::json!({"id": "forever", "name": "Forever"}),
+    )
+    .await;
+    gql(
+        CREATE,
+        serde_json::json!({"id": "plain", "name": "Plain", "retentionDays": 5}),
+    )
+    .await;
+    let updated = gql(
+        UPDATE,
+        serde_json::json!({"id": "forever", "retentionDays": 0}),
+    )
+    .await;
+    assert_eq!(
+        updated["data"]["updateEndpoint"]["endpoint"]["retentionDays"],
+        0
+    );
+    // `null` gives the server's back.
+    let updated = gql(
+        UPDATE,
+        serde_json::json!({"id": "plain", "retentionDays": null}),
+    )
+    .await;
+    assert_eq!(
+        updated["data"]["updateEndpoint"]["endpoint"]["retentionDays"],
+        Value::Null
+    );
+    for (query, input, field) in [
+        (
+            CREATE,
+            serde_json::json!({"id": "bad", "name": "Bad", "retentionDays": -1}),
+            "retentionDays",
+        ),
+        (
+            UPDATE,
+            serde_json::json!({"id": "short", "spamRetentionDays": 1_000_001}),
+            "spamRetentionDays",
+        ),
+        (
+            UPDATE,
+            serde_json::json!({"id": "short", "retentionDays": 7, "spamRetentionDays": -5}),
+            "spamRetentionDays",
+        ),
+    ] {
+        let refused = gql(query, input).await;
+        assert_eq!(
+            refused["errors"][0]["extensions"]["code"], "INVALID_INPUT",
+            "{refused}"
+        );
+        assert_eq!(
+            refused["errors"][0]["extensions"]["details"]["field"], field,
+            "{refused}"
+        );
+    }
+    let short = gql(UPDATE, serde_json::json!({"id": "short"})).await;
+    assert_eq!(
+        short["data"]["updateEndpoint"]["endpoint"],
+        serde_json::json!({"id": "short", "retentionDays": 1, "spamRetentionDays": 0}),
+        "a refused change stores nothing"
+    );
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM endpoints WHERE id = 'bad'")
+            .await,
+        0
+    );
+
+    // Each endpoint: an inbox submission 3 days old and one 40 days old, spam 10 days old.
+    let mut conn = db.connect().await;
+    // Ids in the stored format, named `{endpoint}_{age}` here.
+    let mut ids = std::collections::HashMap::new();
+    let mut rows = Vec::new();
+    for endpoint in ["short", "forever", "plain"] {
+        for (age, spam) in [(3, false), (40, false), (10, true)] {
+            let id = format!("sub_{:032x}", ids.len() + 1);
+            rows.push(format!(
+                "('{id}', '{endpoint}', now() - interval '{age} days', '{{}}', {spam})"
+            ));
+            ids.insert(id, format!("{endpoint}_{age}"));
+        }
+    }
+    let id_of = |name: &str| ids.iter().find(|(_, n)| *n == name).unwrap().0.clone();
+    conn.batch_execute(&format!(
+        "INSERT INTO submissions (id, endpoint_id, received_at, fields, spam) VALUES {};
+         INSERT INTO autoresponder_recipients (destination_id, address_digest, quiet_until, submission_id)
+             VALUES ('dst_x', 'digest-short-40', now() + interval '1 day', '{}'),
+                    ('dst_x', 'digest-plain-3', now() + interval '1 day', '{}');",
+        rows.join(", "),
+        id_of("short_40"),
+        id_of("plain_3"),
+    ))
+    .await
+    .unwrap();
+    let run = |args: &[&str]| {
+        let output = db.run_cli(args);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let days = ["--older-than-days", "30", "--spam-older-than-days", "7"];
+    let dry = run(&[&["retention", "--dry-run"][..], &days[..]].concat());
+    assert!(dry.starts_with("would delete 5 "), "{dry}");
+    let done = run(&[&["retention", "--batch-size", "1"][..], &days[..]].concat());
+    assert!(done.starts_with("deleted 5 "), "{done}");
+    let mut left: Vec<String> = remaining(&mut conn)
+        .await
+        .iter()
+        .map(|id| ids[id].clone())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["forever_3", "forever_40", "plain_3", "short_10"]);
+    let kept = format!(
+        "SELECT count(*) AS n FROM autoresponder_recipients WHERE submission_id = '{}'",
+        id_of("plain_3")
+    );
+    assert_eq!(
+        app.db.count(&kept).await,
+        1,
+        "the kept submission's record stays"
+    );
+    let all = "SELECT count(*) AS n FROM autoresponder_recipients";
+    assert_eq!(app.db.count(all).await, 1, "the deleted one's goes");
+}

@@ -1,0 +1,1 @@
+ALTER TABLE endpoints DROP COLUMN retention_days, DROP COLUMN spam_retention_days;
