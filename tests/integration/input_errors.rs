@@ -150,7 +150,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
     let endpoint_settings = json!({
         "name": "Contact", "isActive": true, "webhookUrl": "http://127.0.0.1:9/hook",
         "redirectUrl": "https://site.example/thanks", "allowedOrigins": ["https://site.example"],
-        "honeypotField": "website",
+        "honeypotField": "website", "retentionDays": 90, "spamRetentionDays": 7,
         "fileUploads": { "maxFiles": 2, "maxFileBytes": 1000, "maxTotalBytes": 2000,
                          "allowedTypes": ["image/png"] },
     });
@@ -286,6 +286,8 @@ async fn every_mutation_input_field_is_named_in_its_error() {
                 Bad(json!(["https://site.example/path"])),
             ),
             ((mutation, "honeypotField"), Bad(json!("web site"))),
+            ((mutation, "retentionDays"), Bad(json!(-1))),
+            ((mutation, "spamRetentionDays"), Bad(json!(1_000_001))),
             ((mutation, "fileUploads.maxFiles"), Bad(json!(0))),
             ((mutation, "fileUploads.maxFileBytes"), Bad(json!(0))),
             ((mutation, "fileUploads.maxTotalBytes"), Bad(json!(1))),
