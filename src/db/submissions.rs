@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use diesel::dsl::sql;
 use diesel::prelude::*;
 use diesel::sql_types::{
     Array, BigInt, Bool, Integer, Interval, Json, Nullable, Text, Timestamptz,
@@ -15,6 +16,7 @@ use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, Bind, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::search::{FieldValue, SearchWords};
 use crate::model::spam::SubmissionFolder;
 use crate::model::state::{DeliveryState, DestinationKind};
 
@@ -297,6 +299,10 @@ pub struct SubmissionFilter {
     pub folder: SubmissionFolder,
     pub received_after: Option<DateTime<Utc>>,
     pub received_before: Option<DateTime<Utc>>,
+    /// Words its values hold (full-text, submissions_search_idx).
+    pub search: Option<SearchWords>,
+    /// A value one of its fields holds, letter case aside.
+    pub value: Option<FieldValue>,
 }
 
 impl SubmissionFilter {
@@ -307,6 +313,8 @@ impl SubmissionFilter {
             folder: SubmissionFolder::All,
             received_after: Some(DateTime::<Utc>::UNIX_EPOCH),
             received_before: Some(DateTime::<Utc>::UNIX_EPOCH),
+            search: None,
+            value: None,
         }
     }
 }
@@ -466,8 +474,33 @@ fn filtered<'a>(
     if let Some(before) = filter.received_before {
         query = query.filter(submissions::received_at.lt(before));
     }
+    if let Some(words) = &filter.search {
+        query = query.filter(
+            sql::<Bool>(SEARCH_VECTOR)
+                .sql(" @@ websearch_to_tsquery('simple'::regconfig, ")
+                .bind::<Text, _>(words.as_str().to_string())
+                .sql(")"),
+        );
+    }
+    if let Some(value) = &filter.value {
+        // The index finds the submissions holding the value's words in that order; the
+        // values themselves are then compared whole.
+        query = query.filter(
+            sql::<Bool>(SEARCH_VECTOR)
+                .sql(" @@ phraseto_tsquery('simple'::regconfig, ")
+                .bind::<Text, _>(value.as_str().to_string())
+                .sql(") AND EXISTS (SELECT 1 FROM json_each(submissions.fields) AS f, json_array_elements_text(CASE WHEN json_typeof(f.value) = 'array' THEN f.value ELSE json_build_array(f.value) END) AS v(text) WHERE lower(btrim(v.text)) = lower(")
+                .bind::<Text, _>(value.as_str().to_string())
+                .sql("))"),
+        );
+    }
     query
 }
+
+/// A submission's words as submissions_search_idx (migration submission_search) holds
+/// them: the same expression, so that the planner reads the index.
+const SEARCH_VECTOR: &str =
+    "json_to_tsvector('simple'::regconfig, submissions.fields, '[\"string\"]'::jsonb)";
 
 static RETENTION_COUNT: SqlText = sql!("retention_expired.sql", "retention_count.sql");
 struct RetentionCount;

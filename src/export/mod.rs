@@ -33,6 +33,7 @@ use crate::db::submissions::SubmissionFilter;
 use crate::db::{self, DbError};
 use crate::error::ApiError;
 use crate::model::ids::EndpointId;
+use crate::model::search::{FieldValue, SearchError, SearchWords};
 use crate::model::spam::SubmissionFolder;
 
 const PAGE: i64 = 500;
@@ -89,12 +90,22 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
             })
         }
     };
+    let search = params
+        .get("search")
+        .map(|raw| SearchWords::parse(raw).map_err(|e| search_refused("search", e)))
+        .transpose()?;
+    let value = params
+        .get("value")
+        .map(|raw| FieldValue::parse(raw).map_err(|e| search_refused("value", e)))
+        .transpose()?;
     let filter = match params.get("endpoint_id").filter(|v| !v.is_empty()) {
         None => SubmissionFilter {
             endpoint_id: None,
             folder,
             received_after,
             received_before,
+            search,
+            value,
         },
         Some(raw) => match EndpointId::parse(raw) {
             Some(endpoint_id) => SubmissionFilter {
@@ -102,12 +113,21 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
                 folder,
                 received_after,
                 received_before,
+                search,
+                value,
             },
             // No endpoint can have such an id: an empty export, as for an unknown one.
             None => SubmissionFilter::nothing(),
         },
     };
     Ok((format, filter))
+}
+
+fn search_refused(field: &str, error: SearchError) -> ApiError {
+    ApiError::InvalidInput {
+        field: field.into(),
+        reason: error.to_string(),
+    }
 }
 
 async fn export(

@@ -18,6 +18,7 @@ use crate::db::deliveries::DeliveryFilter as DeliveryQuery;
 use crate::db::submissions::SubmissionFilter as SubmissionQuery;
 use crate::error::ApiError;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::search::{FieldValue, SearchError, SearchWords};
 use crate::model::spam::SubmissionFolder;
 use chrono::{DurationRound, TimeDelta};
 
@@ -30,6 +31,13 @@ pub struct SubmissionFilterInput {
     pub folder: Option<SubmissionFolder>,
     pub received_after: Option<Timestamp>,
     pub received_before: Option<Timestamp>,
+    /// Words its values hold, every one (1–200 characters, web search syntax:
+    /// `"a phrase"`, `-excluded`, `or`; words as written, letter case aside; at least one
+    /// word not excluded).
+    pub search: Option<String>,
+    /// A value one of its fields holds whole, letter case and surrounding spaces aside
+    /// (1–200 characters): one person's submissions by their email address, say.
+    pub value: Option<String>,
 }
 
 /// Exclusive bounds on `createdAt`.
@@ -119,6 +127,20 @@ impl QueryRoot {
         let (received_after, received_before) =
             time_range(filter.received_after, filter.received_before)?;
         let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
+        let refused = |field: &str, error: SearchError| ApiError::InvalidInput {
+            field: format!("filter.{field}"),
+            reason: error.to_string(),
+        };
+        let search = filter
+            .search
+            .as_deref()
+            .map(|raw| SearchWords::parse(raw).map_err(|e| refused("search", e)))
+            .transpose()?;
+        let value = filter
+            .value
+            .as_deref()
+            .map(|raw| FieldValue::parse(raw).map_err(|e| refused("value", e)))
+            .transpose()?;
         let Some(endpoint_id) = scope(filter.endpoint_id.as_ref(), EndpointId::parse) else {
             return Ok(page.empty());
         };
@@ -127,6 +149,8 @@ impl QueryRoot {
             folder: filter.folder.unwrap_or_default(),
             received_after,
             received_before,
+            search,
+            value,
         };
         listing::page::<super::types::Submissions>(ctx, &query, page).await
     }

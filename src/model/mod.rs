@@ -67,6 +67,7 @@ pub mod ids;
 pub mod patch;
 pub mod rate_limit;
 pub mod receiver;
+pub mod search;
 pub mod spam;
 pub mod state;
 pub mod template;

@@ -52,6 +52,7 @@ mod receivers;
 mod recording_batches;
 mod replicas;
 mod schema_files;
+mod search;
 mod self_contained;
 mod spam;
 mod subscriptions;
