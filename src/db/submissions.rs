@@ -448,6 +448,93 @@ pub async fn erase(
         .await?)
 }
 
+/// What erasing the submissions holding a value did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PersonErasure {
+    /// These were erased (their ids, in order).
+    Erased(Vec<SubmissionId>),
+    NothingHolds,
+    /// A delivery of one of them is still owed: nothing was erased.
+    DeliveryInProgress {
+        submission_id: SubmissionId,
+        state: DeliveryState,
+    },
+}
+
+/// Erases every submission holding `value` (in any folder, of any endpoint), in one
+/// transaction, unless a delivery of one is still owed; as [`erase`] does one. What their
+/// attempts recorded of the receiver's or mail server's answer (`reply`, `error`: a mail
+/// server may name the address it refused) goes too; deliveries, attempts and events
+/// stay, without the submission. Their files are detached for the sweep.
+pub async fn erase_holding(
+    conn: &mut AsyncPgConnection,
+    value: &FieldValue,
+) -> Result<PersonErasure, DbError> {
+    use super::schema::{
+        autoresponder_recipients, delivery_attempts, submissions, webhook_deliveries,
+    };
+    use diesel_async::AsyncConnection;
+    let filter = SubmissionFilter {
+        folder: SubmissionFolder::All,
+        value: Some(value.clone()),
+        ..SubmissionFilter::default()
+    };
+    Ok(conn
+        .transaction::<_, diesel::result::Error, _>(async move |conn| {
+            let found: Vec<SubmissionId> =
+                filtered(&filter).select(submissions::id).load(conn).await?;
+            // Locked in id order (what another eraser deleted meanwhile drops out).
+            let ids: Vec<SubmissionId> = submissions::table
+                .filter(submissions::id.eq_any(&found))
+                .select(submissions::id)
+                .order(submissions::id)
+                .for_update()
+                .load(conn)
+                .await?;
+            if ids.is_empty() {
+                return Ok(PersonErasure::NothingHolds);
+            }
+            // Their deliveries locked in id order, as `erase` locks one's.
+            let owed: Vec<(Option<SubmissionId>, DeliveryState)> = webhook_deliveries::table
+                .filter(webhook_deliveries::submission_id.eq_any(&ids))
+                .select((webhook_deliveries::submission_id, webhook_deliveries::state))
+                .order(webhook_deliveries::id)
+                .for_update()
+                .load(conn)
+                .await?;
+            if let Some((Some(submission_id), state)) =
+                owed.into_iter().find(|(_, state)| !state.is_terminal())
+            {
+                return Ok(PersonErasure::DeliveryInProgress {
+                    submission_id,
+                    state,
+                });
+            }
+            diesel::update(
+                delivery_attempts::table.filter(delivery_attempts::submission_id.eq_any(&ids)),
+            )
+            .set((
+                delivery_attempts::reply.eq(None::<String>),
+                delivery_attempts::error.eq(None::<String>),
+            ))
+            .execute(conn)
+            .await?;
+            diesel::delete(
+                autoresponder_recipients::table.filter(
+                    autoresponder_recipients::submission_id
+                        .eq_any(ids.iter().map(SubmissionId::as_str)),
+                ),
+            )
+            .execute(conn)
+            .await?;
+            diesel::delete(submissions::table.filter(submissions::id.eq_any(&ids)))
+                .execute(conn)
+                .await?;
+            Ok(PersonErasure::Erased(ids))
+        })
+        .await?)
+}
+
 /// How many submissions a listing with this filter holds.
 pub async fn count(
     conn: &mut AsyncPgConnection,

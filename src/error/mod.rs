@@ -168,6 +168,9 @@ pub enum ApiError {
     DeliveryNotFound { delivery_id: String },
     #[error("No submission has this id.")]
     SubmissionNotFound { submission_id: String },
+    /// Nothing to erase: the value is not echoed, as a person's data is never logged.
+    #[error("No submission holds this value.")]
+    NoSubmissionHoldsValue,
     #[error("Only a failed delivery whose submission and endpoint still exist can be replayed.")]
     DeliveryNotReplayable {
         delivery_id: String,
@@ -326,6 +329,7 @@ impl ApiError {
             ApiError::SubmissionNotFound { .. } => "submission_not_found",
             ApiError::DeliveryNotReplayable { .. } => "delivery_not_replayable",
             ApiError::SubmissionDeliveryInProgress { .. } => "submission_delivery_in_progress",
+            ApiError::NoSubmissionHoldsValue => "no_submission_holds_value",
             ApiError::InvalidTimeRange => "invalid_time_range",
             ApiError::InvalidCursor => "invalid_cursor",
             ApiError::EventHistoryExpired { .. } => "event_history_expired",
@@ -359,7 +363,8 @@ impl ApiError {
             | ApiError::EndpointNotFound { .. }
             | ApiError::DeliveryNotFound { .. }
             | ApiError::DestinationNotFound { .. }
-            | ApiError::SubmissionNotFound { .. } => StatusCode::NOT_FOUND,
+            | ApiError::SubmissionNotFound { .. }
+            | ApiError::NoSubmissionHoldsValue => StatusCode::NOT_FOUND,
             ApiError::EndpointInactive { .. }
             | ApiError::IdempotencyConflict { .. }
             | ApiError::EndpointAlreadyExists { .. }

@@ -76,6 +76,7 @@ fn variant(error: &ApiError) -> usize {
         ApiError::CaptchaFailed { .. } => 55,
         ApiError::VerifierUnavailable { .. } => 56,
         ApiError::FileNameNotAllowed { .. } => 57,
+        ApiError::NoSubmissionHoldsValue => 58,
     }
 }
 
@@ -443,6 +444,12 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::NOT_FOUND,
             "submission_not_found",
             json!({ "submission_id": "u" }),
+        ),
+        (
+            ApiError::NoSubmissionHoldsValue,
+            S::NOT_FOUND,
+            "no_submission_holds_value",
+            json!({}),
         ),
         (
             ApiError::DeliveryNotReplayable {

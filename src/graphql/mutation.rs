@@ -8,8 +8,8 @@ use super::error::{ResolverError, Result};
 use super::ids::endpoint_or_not_found;
 use super::types::{
     DeleteEndpointPayload, DeleteSubmissionPayload, Delivery, Endpoint, EndpointHistory,
-    EndpointPayload, EndpointSecretPayload, ReplayDeliveriesPayload, ReplayDeliveryPayload,
-    ResumeEndpointPayload, Timestamp,
+    EndpointPayload, EndpointSecretPayload, ErasePersonDataPayload, ReplayDeliveriesPayload,
+    ReplayDeliveryPayload, ResumeEndpointPayload, Timestamp,
 };
 use super::{app, database, patch, scope, time_range};
 use crate::db;
@@ -17,11 +17,12 @@ use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTa
 use crate::db::destinations::Switch;
 use crate::db::endpoints::DeleteOutcome;
 use crate::db::models::{DestinationRow, EndpointRow};
-use crate::db::submissions::EraseOutcome;
+use crate::db::submissions::{EraseOutcome, PersonErasure};
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
 use crate::model::endpoint::{self as rules, Setting};
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::search::FieldValue;
 use crate::model::state::{DeliveryState, PauseReason};
 
 #[derive(InputObject)]
@@ -638,6 +639,45 @@ impl MutationRoot {
                 }
                 .into())
             }
+        }
+    }
+
+    /// Erases one person's data: every submission, in any folder of any endpoint, with a
+    /// field holding `value` whole (letter case and surrounding spaces aside, as the
+    /// `value` filter finds them), in one transaction, with their files and what their
+    /// attempts recorded of the answers. Refused, erasing nothing, while a delivery of one
+    /// is still owed (`SUBMISSION_DELIVERY_IN_PROGRESS`), and when none holds it
+    /// (`NO_SUBMISSION_HOLDS_VALUE`).
+    async fn erase_person_data(
+        &self,
+        ctx: &Context<'_>,
+        value: String,
+    ) -> Result<ErasePersonDataPayload> {
+        let value = FieldValue::parse(&value).map_err(|error| ApiError::InvalidInput {
+            field: "value".into(),
+            reason: error.to_string(),
+        })?;
+        match database(ctx)
+            .run(async |conn| db::submissions::erase_holding(conn, &value).await)
+            .await?
+        {
+            PersonErasure::Erased(ids) => {
+                // Their files were detached by the delete: their bytes go now; should
+                // that fail, the workers' hourly sweep removes them.
+                app(ctx).files.sweep_logged().await;
+                Ok(ErasePersonDataPayload {
+                    erased_submission_ids: ids.iter().map(|id| ID(id.to_string())).collect(),
+                })
+            }
+            PersonErasure::NothingHolds => Err(ApiError::NoSubmissionHoldsValue.into()),
+            PersonErasure::DeliveryInProgress {
+                submission_id,
+                state,
+            } => Err(ApiError::SubmissionDeliveryInProgress {
+                submission_id: submission_id.to_string(),
+                state,
+            }
+            .into()),
         }
     }
 }

@@ -633,6 +633,12 @@ pub struct DeleteSubmissionPayload {
     pub deleted_submission_id: ID,
 }
 
+#[derive(SimpleObject)]
+pub struct ErasePersonDataPayload {
+    /// The submissions erased, oldest id first.
+    pub erased_submission_ids: Vec<ID>,
+}
+
 /// The listing of submissions (`Query.submissions`, `Endpoint.submissions`).
 pub struct Submissions;
 

@@ -202,3 +202,162 @@ async fn words_and_values_find_their_submissions_through_the_index() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+const ERASE: &str =
+    "mutation($value: String!) { erasePersonData(value: $value) { erasedSubmissionIds } }";
+
+/// One person's data erased by their address: refused while one of their deliveries is
+/// owed (nothing erased), then every submission holding it, in any letter case, in the
+/// spam folder too and on another endpoint, goes in one operation, with what a mail
+/// server's answer recorded of them; afterwards no row of any table holds the address,
+/// another person's submission stays, and a second erase finds nothing. Bad values are
+/// refused by name.
+#[tokio::test(flavor = "multi_thread")]
+async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
+    let receiver = support::receiver::Receiver::start().await;
+    let app = TestApp::start_with(
+        &[
+            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_RATE_LIMIT_ENABLED", "false"),
+        ],
+        std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
+    )
+    .await;
+    let (_, key) = app.create_key("erase").await;
+    let create = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id } } }";
+    for (id, hook) in [("contact", Some(receiver.url("/hook"))), ("other", None)] {
+        let answer = app
+            .gql(
+                &key,
+                create,
+                json!({"input": {"id": id, "name": id, "webhookUrl": hook}}),
+            )
+            .await;
+        assert!(answer.get("errors").is_none(), "{answer}");
+    }
+    let address = "ada@example.com";
+    let first = app
+        .submit("contact", "name=Ada&email=ada%40example.com&message=hello")
+        .await;
+    let second = app
+        .submit("other", "name=Ada&email=+ADA%40Example.COM&message=again")
+        .await;
+    let grace = app
+        .submit(
+            "contact",
+            "name=Grace&email=grace%40example.org&message=ada%40example.com+is+my+friend",
+        )
+        .await;
+    let mut conn = app.db.connect().await;
+    // The second as spam; an attempt whose answer names the address, as a mail server's
+    // refusal would.
+    conn.batch_execute(&format!(
+        "UPDATE submissions SET spam = true WHERE id = '{second}'"
+    ))
+    .await
+    .unwrap();
+
+    let refused = app.gql(&key, ERASE, json!({ "value": address })).await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "SUBMISSION_DELIVERY_IN_PROGRESS",
+        "{refused}"
+    );
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM submissions").await,
+        3
+    );
+
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 2);
+    conn.batch_execute(&format!(
+        "UPDATE delivery_attempts SET reply = '550 <{address}> no such user', error = 'refused {address}' WHERE submission_id = '{first}'"
+    ))
+    .await
+    .unwrap();
+    let erased = app
+        .gql(&key, ERASE, json!({ "value": " Ada@Example.com " }))
+        .await;
+    assert!(erased.get("errors").is_none(), "{erased}");
+    let mut ids: Vec<String> = erased["data"]["erasePersonData"]["erasedSubmissionIds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let mut expected = vec![first.clone(), second.clone()];
+    expected.sort();
+    assert_eq!(ids, expected);
+
+    // No row of any table holds the address but Grace's submission, which names it in
+    // a message and is hers.
+    let tables: Vec<String> = {
+        #[derive(diesel::QueryableByName)]
+        struct Table {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            name: String,
+        }
+        use diesel_async::RunQueryDsl;
+        diesel::sql_query(
+            "SELECT c.relname::text AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition",
+        )
+        .load::<Table>(&mut conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|table| table.name)
+        .collect()
+    };
+    assert!(tables.len() > 10, "{tables:?}");
+    for table in &tables {
+        let holding = app
+            .db
+            .count(&format!(
+                "SELECT count(*) AS n FROM {table} t WHERE t::text ILIKE '%{address}%'"
+            ))
+            .await;
+        let expected = if table == "submissions" { 1 } else { 0 };
+        assert_eq!(holding, expected, "{table} still holds the address");
+    }
+    for erased in [&first, &second] {
+        for table in ["submissions", "autoresponder_recipients"] {
+            let column = if table == "submissions" {
+                "id"
+            } else {
+                "submission_id"
+            };
+            let left = format!("SELECT count(*) AS n FROM {table} WHERE {column} = '{erased}'");
+            assert_eq!(app.db.count(&left).await, 0, "{table}");
+        }
+    }
+    let kept = format!("SELECT count(*) AS n FROM submissions WHERE id = '{grace}'");
+    assert_eq!(app.db.count(&kept).await, 1);
+    // The history stays, without them.
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM webhook_deliveries WHERE submission_id IS NULL")
+            .await,
+        1
+    );
+
+    let again = app.gql(&key, ERASE, json!({ "value": address })).await;
+    assert_eq!(
+        again["errors"][0]["extensions"]["code"], "NO_SUBMISSION_HOLDS_VALUE",
+        "{again}"
+    );
+    assert!(
+        !again.to_string().contains(address),
+        "the value is not echoed: {again}"
+    );
+    for bad in ["@@", "", "a\u{0}b"] {
+        let refused = app.gql(&key, ERASE, json!({ "value": bad })).await;
+        assert_eq!(
+            refused["errors"][0]["extensions"]["code"], "INVALID_INPUT",
+            "{refused}"
+        );
+        assert_eq!(
+            refused["errors"][0]["extensions"]["details"]["field"],
+            "value"
+        );
+    }
+}
