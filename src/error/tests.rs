@@ -80,7 +80,7 @@ fn variant(error: &ApiError) -> usize {
     }
 }
 
-const VARIANTS: usize = 58;
+const VARIANTS: usize = 59;
 
 fn s(text: &str) -> String {
     text.to_string()
