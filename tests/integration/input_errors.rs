@@ -203,6 +203,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
             }),
         ),
         ("deleteSubmission", json!({ "id": submission })),
+        ("erasePersonData", json!({ "value": "visitor@example.org" })),
         (
             "addWebhookDestination",
             json!({ "input": {
@@ -346,6 +347,7 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("replayDeliveries", "dryRun"), Exempt(BOOLEAN)),
         (("replayDeliveries", "destination"), Exempt(ENUM)),
         (("deleteSubmission", "id"), no_submission()),
+        (("erasePersonData", "value"), Bad(json!("@@"))),
         (("addWebhookDestination", "endpointId"), no_endpoint()),
         (
             ("addWebhookDestination", "url"),
