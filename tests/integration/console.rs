@@ -28,20 +28,23 @@ use hymical_forms::testing::clock::SystemClock;
 use serde_json::json;
 
 use support::browser::{
-    browser, click, loaded_resources, sign_in, start_driver, type_into, wait_for_text,
+    browser, click, loaded_resources, sign_in, start_driver, type_into, wait_for_text, Driver,
 };
 use support::harness::{graphql_data, wait_for_status, ServeProcess, TestApp, TestDb};
 use support::receiver::Receiver;
 use support::smtp_server::SmtpServer;
 
-fn cli(db: &TestDb, args: &[&str]) -> String {
-    let output = db.run_cli(args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+/// A browser signed in with `key`, on `endpoint`'s page (the driver runs while held).
+async fn endpoint_page(app: &TestApp, key: &str, endpoint: &str) -> (Driver, Client) {
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, key).await;
+    client
+        .goto(&format!("{console}#/endpoints/{endpoint}"))
+        .await
+        .unwrap();
+    (driver, client)
 }
 
 fn printed(stdout: &str, label: &str) -> String {
@@ -161,7 +164,7 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
         ],
     );
     wait_for_status(&serve.url("/health"), 200).await;
-    let created = cli(&db, &["keys", "create", "--name", "console"]);
+    let created = db.cli_stdout(&["keys", "create", "--name", "console"]);
     let key_id = printed(&created, "id:");
     let key = printed(&created, "key:");
     let shots = Screenshots::new();
@@ -419,7 +422,7 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
 
     // Revoking the key signs the open console out.
     wait_until_live(&client).await;
-    cli(&db, &["keys", "revoke", &key_id]);
+    db.cli_stdout(&["keys", "revoke", &key_id]);
     wait_for_text(&client, "#sign-in-error", "no longer accepted").await;
     let left = client
         .execute("return sessionStorage.length;", vec![])
@@ -455,7 +458,10 @@ async fn the_console_shows_a_pause_and_resumes_rotates_and_deletes_the_endpoint(
         ],
     );
     wait_for_status(&serve.url("/health"), 200).await;
-    let key = printed(&cli(&db, &["keys", "create", "--name", "console"]), "key:");
+    let key = printed(
+        &db.cli_stdout(&["keys", "create", "--name", "console"]),
+        "key:",
+    );
     let shots = Screenshots::new();
     gql(
         &serve,
@@ -973,14 +979,7 @@ async fn the_endpoint_page_lists_pauses_resumes_and_adds_destinations() {
         .collect();
     assert_eq!(ids.len(), 3);
 
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-    let console = app.url("/console");
-    sign_in(&client, &console, &key).await;
-    client
-        .goto(&format!("{console}#/endpoints/contact"))
-        .await
-        .unwrap();
+    let (driver, client) = endpoint_page(&app, &key, "contact").await;
 
     // The three, in order, each with its kind, its address and its state.
     wait_for_count(&client, "#destinations tbody tr", 3).await;
@@ -1254,13 +1253,7 @@ const OPTIONS: &str = "query($id: ID!) { endpoint(id: $id) { destinations { id u
 async fn the_console_adds_an_ordered_slack_destination_and_shows_its_options() {
     let app = TestApp::start_without_rate_limit().await;
     let (_, key) = app.create_key("console").await;
-    api(
-        &app,
-        &key,
-        CREATE_ENDPOINT,
-        json!({"input": {"id": "contact", "name": "Contact"}}),
-    )
-    .await;
+    app.create_contact_endpoint(&key).await;
     let token = "tok-never-shown-5e1f";
     let secret_value = "hdr-never-shown-9a2c";
     api(
@@ -1287,14 +1280,7 @@ async fn the_console_adds_an_ordered_slack_destination_and_shows_its_options() {
     let public_key = listed[0]["ed25519PublicKey"].as_str().unwrap().to_string();
     assert!(public_key.starts_with("whpk_"), "{public_key}");
 
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-    let console = app.url("/console");
-    sign_in(&client, &console, &key).await;
-    client
-        .goto(&format!("{console}#/endpoints/contact"))
-        .await
-        .unwrap();
+    let (_driver, client) = endpoint_page(&app, &key, "contact").await;
     wait_for_count(&client, "#destinations tbody tr", 1).await;
     let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
 
@@ -1381,13 +1367,7 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
     let app = TestApp::start_with(&pairs, Arc::new(SystemClock)).await;
     let receiver = Receiver::start().await;
     let (_, key) = app.create_key("console").await;
-    api(
-        &app,
-        &key,
-        CREATE_ENDPOINT,
-        json!({"input": {"id": "contact", "name": "Contact"}}),
-    )
-    .await;
+    app.create_contact_endpoint(&key).await;
     let secret_value = "hdr-kept-unseen-31f0";
     api(
         &app,
@@ -1422,14 +1402,7 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
     let (certificate, private_key) = authority;
     let password = "pw-never-shown-77c1";
 
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-    let console = app.url("/console");
-    sign_in(&client, &console, &key).await;
-    client
-        .goto(&format!("{console}#/endpoints/contact"))
-        .await
-        .unwrap();
+    let (_driver, client) = endpoint_page(&app, &key, "contact").await;
     wait_for_count(&client, "#destinations tbody tr", 2).await;
     let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
     click(&client, &format!("{} .edit-destination", row(&webhook))).await;

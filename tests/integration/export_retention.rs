@@ -432,19 +432,10 @@ async fn each_endpoint_keeps_submissions_for_its_own_days() {
     ))
     .await
     .unwrap();
-    let run = |args: &[&str]| {
-        let output = db.run_cli(args);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
     let days = ["--older-than-days", "30", "--spam-older-than-days", "7"];
-    let dry = run(&[&["retention", "--dry-run"][..], &days[..]].concat());
+    let dry = db.cli_stdout(&[&["retention", "--dry-run"][..], &days[..]].concat());
     assert!(dry.starts_with("would delete 5 "), "{dry}");
-    let done = run(&[&["retention", "--batch-size", "1"][..], &days[..]].concat());
+    let done = db.cli_stdout(&[&["retention", "--batch-size", "1"][..], &days[..]].concat());
     assert!(done.starts_with("deleted 5 "), "{done}");
     let mut left: Vec<String> = remaining(&mut conn)
         .await

@@ -578,6 +578,17 @@ impl TestDb {
             .expect("run hymical-forms")
     }
 
+    /// [`TestDb::run_cli`] that must succeed: its standard output.
+    pub fn cli_stdout(&self, args: &[&str]) -> String {
+        let output = self.run_cli(args);
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     /// Inserts endpoint `id` delivering to one webhook at `url`, with a fresh secret.
     pub async fn insert_webhook_endpoint(&self, id: &str, url: impl Into<String>) {
         let mut conn = self.connect().await;
