@@ -96,10 +96,7 @@ fn main() {
     let processes = setting("BENCH_WORKER_PROCESSES", 2, 1) as usize;
     let rounds = setting("BENCH_ROUNDS", 2, 1);
     let samples = setting("BENCH_LATENCY_SAMPLES", 300, 10) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     // PostgreSQL's durable defaults, unless BENCH_RELAXED=1 (synchronous_commit off).
     let relaxed = env_number("BENCH_RELAXED", 0) == 1;
     let cluster = BenchCluster::start_with(&runtime, !relaxed);

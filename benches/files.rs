@@ -282,10 +282,7 @@ fn main() {
     let concurrency = setting("BENCH_CONCURRENCY", 8, 2) as usize;
     let seconds = setting("BENCH_SECONDS", 5, 1);
     let rounds = setting("BENCH_ROUNDS", 3, 1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();
     runtime.block_on(async {

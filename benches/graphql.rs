@@ -35,10 +35,7 @@ fn main() {
     let total = setting("BENCH_DELIVERIES", 1_000_000, 2_000);
     let failed = setting("BENCH_FAILED", 50_000, 100).clamp(1, total.max(1));
     let samples = setting("BENCH_SAMPLES", 200, 5) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     // PostgreSQL's durable defaults for the measurement (reads do not wait for flushes).
     let cluster = BenchCluster::start_with(&runtime, true);
     let seeded = Instant::now();

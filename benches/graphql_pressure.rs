@@ -50,10 +50,7 @@ fn main() {
     let slice = Duration::from_secs(setting("BENCH_SLICE_SECONDS", 2, 1));
     let rounds = setting("BENCH_ROUNDS", 5, 1);
     let clients = setting("BENCH_GRAPHQL_CLIENTS", 4, 2) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let cluster = BenchCluster::start_with(&runtime, true);
     let vars = [
         ("FORMS_RATE_LIMIT_ENABLED", "false"),

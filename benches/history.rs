@@ -61,10 +61,7 @@ fn main() {
     let seconds = setting("BENCH_SECONDS", 8, 2);
     let queued = setting("BENCH_QUEUED", 3000, 160).max(16);
     let samples = setting("BENCH_SAMPLES", 200, 10) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();
     let endpoints: Vec<(String, Option<String>)> = (0..ENDPOINTS)

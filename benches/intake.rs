@@ -80,10 +80,7 @@ fn main() {
     let rounds = setting("BENCH_ROUNDS", 3, 1);
     // Warm-ups before measuring: caches, prepared statements, counters.
     let warm_up = setting("BENCH_WARM_UP_SECONDS", 2, 1);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
 
     let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();

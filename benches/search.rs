@@ -47,10 +47,7 @@ fn main() {
     common::announce("search");
     let submissions = setting("BENCH_SUBMISSIONS", 10_000_000, 20_000);
     let samples = setting("BENCH_SAMPLES", 200, 10) as usize;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     let cluster = BenchCluster::start_with(&runtime, true);
     let url = cluster.url.clone();
     let started = Instant::now();

@@ -110,10 +110,7 @@ fn main() {
     let intake_seconds = setting("BENCH_INTAKE_SECONDS", 8, 2);
     let rounds = setting("BENCH_ROUNDS", 4, 1);
     raise_open_files_limit((4 * subscribers + 1024) as nix::libc::rlim_t);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = common::runtime();
     // The subscribers run on threads of their own, so that their CPU time can be told
     // apart from the server's.
     let clients = tokio::runtime::Builder::new_multi_thread()

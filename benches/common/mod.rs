@@ -16,6 +16,14 @@ use hymical_forms::testing::config::Secret;
 use hymical_forms::testing::db;
 use hymical_forms::testing::embedded;
 
+/// The multi-threaded runtime a benchmark runs its clients and in-process server on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// The service's state on `url` with `config`, its pool as `serve` opens it.
 pub async fn app_state(
     url: &Secret,
