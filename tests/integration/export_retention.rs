@@ -7,7 +7,9 @@ use futures_util::StreamExt;
 use hymical_forms::testing::clock::SystemClock;
 use serde_json::Value;
 
-use support::harness::{endpoint, wait_for_status, ServeProcess, TestApp, TestDb};
+use support::harness::{
+    assert_invalid_input, endpoint, wait_for_status, ServeProcess, TestApp, TestDb,
+};
 
 async fn export(app: &TestApp, key: &str, query: &str) -> reqwest::Response {
     app.http
@@ -384,14 +386,7 @@ async fn each_endpoint_keeps_submissions_for_its_own_days() {
         ),
     ] {
         let refused = gql(query, input).await;
-        assert_eq!(
-            refused["errors"][0]["extensions"]["code"], "INVALID_INPUT",
-            "{refused}"
-        );
-        assert_eq!(
-            refused["errors"][0]["extensions"]["details"]["field"], field,
-            "{refused}"
-        );
+        assert_invalid_input(&refused, field);
     }
     let short = gql(UPDATE, serde_json::json!({"id": "short"})).await;
     assert_eq!(

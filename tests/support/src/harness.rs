@@ -1056,6 +1056,13 @@ pub fn data(answer: serde_json::Value) -> serde_json::Value {
     answer["data"].clone()
 }
 
+/// Asserts that a GraphQL answer is refused as `INVALID_INPUT` naming `field`.
+pub fn assert_invalid_input(answer: &serde_json::Value, field: &str) {
+    let error = &answer["errors"][0]["extensions"];
+    assert_eq!(error["code"], "INVALID_INPUT", "{answer}");
+    assert_eq!(error["details"]["field"], field, "{answer}");
+}
+
 /// POSTs a GraphQL operation with `variables` to `url` (a server's `/graphql`),
 /// authenticated with `key`; answers its [`data`], failing the test on any error.
 pub async fn graphql_data(
