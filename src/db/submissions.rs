@@ -463,12 +463,18 @@ pub enum PersonErasure {
     /// These were erased (their ids, in order).
     Erased(Vec<SubmissionId>),
     NothingHolds,
+    /// More than [`MAX_PERSON_SUBMISSIONS`] hold it: a common value, not one person's.
+    TooMany,
     /// A delivery of one of them is still owed: nothing was erased.
     DeliveryInProgress {
         submission_id: SubmissionId,
         state: DeliveryState,
     },
 }
+
+/// The most submissions one erasure takes: one person's, in one transaction of bounded
+/// size (a value more hold, such as `yes`, is refused rather than erased everywhere).
+pub const MAX_PERSON_SUBMISSIONS: i64 = 10_000;
 
 /// Erases every submission holding `value` (in any folder, of any endpoint), in one
 /// transaction, unless a delivery of one is still owed; as [`erase`] does one. What their
@@ -490,8 +496,14 @@ pub async fn erase_holding(
     };
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            let found: Vec<SubmissionId> =
-                filtered(&filter).select(submissions::id).load(conn).await?;
+            let found: Vec<SubmissionId> = filtered(&filter)
+                .select(submissions::id)
+                .limit(MAX_PERSON_SUBMISSIONS + 1)
+                .load(conn)
+                .await?;
+            if found.len() as i64 > MAX_PERSON_SUBMISSIONS {
+                return Ok(PersonErasure::TooMany);
+            }
             // Locked in id order (what another eraser deleted meanwhile drops out).
             let ids: Vec<SubmissionId> = submissions::table
                 .filter(submissions::id.eq_any(&found))

@@ -646,8 +646,9 @@ impl MutationRoot {
     /// field holding `value` whole (letter case and surrounding spaces aside, as the
     /// `value` filter finds them), in one transaction, with their files and what their
     /// attempts recorded of the answers. Refused, erasing nothing, while a delivery of one
-    /// is still owed (`SUBMISSION_DELIVERY_IN_PROGRESS`), and when none holds it
-    /// (`NO_SUBMISSION_HOLDS_VALUE`).
+    /// is still owed (`SUBMISSION_DELIVERY_IN_PROGRESS`), when none holds it
+    /// (`NO_SUBMISSION_HOLDS_VALUE`), and when more than 10,000 do (`INVALID_INPUT`: a
+    /// common value, not one person's).
     async fn erase_person_data(
         &self,
         ctx: &Context<'_>,
@@ -670,6 +671,14 @@ impl MutationRoot {
                 })
             }
             PersonErasure::NothingHolds => Err(ApiError::NoSubmissionHoldsValue.into()),
+            PersonErasure::TooMany => Err(ApiError::InvalidInput {
+                field: "value".into(),
+                reason: format!(
+                    "more than {} submissions hold it: a common value, not one person's",
+                    db::submissions::MAX_PERSON_SUBMISSIONS
+                ),
+            }
+            .into()),
             PersonErasure::DeliveryInProgress {
                 submission_id,
                 state,

@@ -342,6 +342,20 @@ async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
         !again.to_string().contains(address),
         "the value is not echoed: {again}"
     );
+    // A value 10,001 submissions hold is not one person's: refused, nothing erased.
+    conn.batch_execute(
+        "INSERT INTO submissions (id, endpoint_id, received_at, fields)
+         SELECT 'sub_' || lpad(to_hex(n), 32, '0'), 'other', now(), '{\"answer\": [\"yes\"]}'
+         FROM generate_series(1, 10001) AS n",
+    )
+    .await
+    .unwrap();
+    let common = app.gql(&key, ERASE, json!({ "value": "YES" })).await;
+    assert_invalid_input(&common, "value");
+    assert_eq!(
+        app.db.count("SELECT count(*) AS n FROM submissions").await,
+        10_002
+    );
     for bad in ["@@", "", "a\u{0}b"] {
         let refused = app.gql(&key, ERASE, json!({ "value": bad })).await;
         assert_invalid_input(&refused, "value");
