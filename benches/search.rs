@@ -41,6 +41,9 @@ use common::{require, setting, BenchCluster};
 const ENDPOINTS: u64 = 1000;
 const VOCABULARY: u64 = 50_000;
 
+/// A measurement's filter, for its `n`th request.
+type Filter = Box<dyn Fn(u64) -> serde_json::Value>;
+
 const PAGE: &str = "query($filter: SubmissionFilter) { submissions(filter: $filter, first: 50) { nodes { id receivedAt } } }";
 
 fn main() {
@@ -58,7 +61,7 @@ fn main() {
     );
     let (addr, key) = runtime.block_on(start_server(&url));
     let people = (submissions / 3).max(1);
-    let measures: [(&str, Box<dyn Fn(u64) -> serde_json::Value>); 5] = [
+    let measures: [(&str, Filter); 5] = [
         (
             "baseline: one endpoint's newest 50",
             Box::new(|n| serde_json::json!({ "endpointId": format!("e{:04}", n % ENDPOINTS) })),

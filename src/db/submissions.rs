@@ -622,14 +622,15 @@ pub struct Retention {
     pub spam_days: i32,
 }
 
+/// A [`Retention`]'s binds: `now`, days, spam days.
+type RetentionBinds = (
+    Bind<Timestamptz, DateTime<Utc>>,
+    Bind<Integer, i32>,
+    Bind<Integer, i32>,
+);
+
 impl Retention {
-    fn binds(
-        self,
-    ) -> (
-        Bind<Timestamptz, DateTime<Utc>>,
-        Bind<Integer, i32>,
-        Bind<Integer, i32>,
-    ) {
+    fn binds(self) -> RetentionBinds {
         (
             bind::<Timestamptz, _>(self.now),
             bind::<Integer, _>(self.days),

@@ -71,7 +71,7 @@ async fn words_and_values_find_their_submissions_through_the_index() {
 
     assert_eq!(
         found(&app, &key, json!({"search": "lovelace"})).await,
-        [lovelace.clone()]
+        vec![lovelace.clone()]
     );
     assert_eq!(
         sorted(found(&app, &key, json!({"search": "ADA"})).await),
@@ -79,11 +79,11 @@ async fn words_and_values_find_their_submissions_through_the_index() {
     );
     assert_eq!(
         found(&app, &key, json!({"search": "ada", "endpointId": "other"})).await,
-        [elsewhere.clone()]
+        vec![elsewhere.clone()]
     );
     assert_eq!(
         found(&app, &key, json!({"search": "\"analytical engine\""})).await,
-        [lovelace.clone()]
+        vec![lovelace.clone()]
     );
     assert!(
         found(&app, &key, json!({"search": "\"engine analytical\""}))
@@ -144,7 +144,7 @@ async fn words_and_values_find_their_submissions_through_the_index() {
         .is_empty());
     assert_eq!(
         found(&app, &key, json!({"value": "ada lovelace"})).await,
-        [lovelace.clone()]
+        vec![lovelace.clone()]
     );
 
     // The export takes the same filters.
