@@ -1,4 +1,4 @@
-// Submissions: the list per endpoint and folder (the inbox, the spam folder; no values:
+// Submissions: the list per endpoint, folder and search words (the inbox, the spam folder; no values:
 // when and how many fields), one submission's fields (the only view with submitted values,
 // each a text node, so markup in a value shows as text), its uploaded files with download
 // links, its deliveries, one per destination, its spam verdict with "Not spam" / "Mark as
@@ -87,6 +87,8 @@ export function list(view, route, shell) {
   const endpointId = route.params.get("endpoint") || null;
   const folder = (route.params.get("folder") || "inbox").toUpperCase();
   const cursor = route.params.get("cursor");
+  // Words the values hold (the API's `search`: "a phrase", -excluded, or).
+  const search = route.params.get("search") || null;
   const body = h("div", { class: "loading" }, "Loading…");
   const controls = h("div", { class: "filters-row" });
   replace(view, h("h1", {}, folder === "SPAM" ? "Spam folder" : "Submissions"), controls, body);
@@ -98,6 +100,7 @@ export function list(view, route, shell) {
       status.textContent = "Exporting…";
       const params = { format, folder: folder.toLowerCase() };
       if (endpointId) params.endpoint_id = endpointId;
+      if (search) params.search = search;
       try {
         const bytes = await downloadExport(params, `submissions-${endpointId || "all"}.${format}`);
         status.textContent = `Exported ${format.toUpperCase()} (${bytes} bytes).`;
@@ -108,7 +111,7 @@ export function list(view, route, shell) {
     return button;
   }
 
-  graphql(LIST, { filter: { endpointId, folder }, first: PAGE_SIZE, after: cursor })
+  graphql(LIST, { filter: { endpointId, folder, search }, first: PAGE_SIZE, after: cursor })
     .then((data) => {
       const folderSelect = h(
         "select",
@@ -128,6 +131,12 @@ export function list(view, route, shell) {
         { id: "submission-filter", class: "filters-row", role: "search" },
         h("div", { class: "field" }, h("label", { for: "filter-endpoint" }, "Endpoint"), select),
         h("div", { class: "field" }, h("label", { for: "filter-folder" }, "Folder"), folderSelect),
+        h(
+          "div",
+          { class: "field" },
+          h("label", { for: "filter-search" }, "Search"),
+          h("input", { id: "filter-search", type: "search", value: search || "", maxlength: 200, placeholder: "ada \"a phrase\" -excluded", autocomplete: "off", spellcheck: "false" }),
+        ),
         h("div", { class: "field actions" }, h("button", { type: "submit" }, "Show")),
       );
       form.addEventListener("submit", (event) => {
@@ -135,6 +144,8 @@ export function list(view, route, shell) {
         const query = new URLSearchParams();
         if (select.value) query.set("endpoint", select.value);
         if (folderSelect.value !== "INBOX") query.set("folder", folderSelect.value.toLowerCase());
+        const words = form.querySelector("#filter-search").value.trim();
+        if (words) query.set("search", words);
         const text = query.toString();
         shell.go(text ? `#/submissions?${text}` : "#/submissions");
       });
@@ -149,6 +160,7 @@ export function list(view, route, shell) {
       const kept = new URLSearchParams();
       if (endpointId) kept.set("endpoint", endpointId);
       if (folder !== "INBOX") kept.set("folder", folder.toLowerCase());
+      if (search) kept.set("search", search);
       const base = kept.toString() ? `#/submissions?${kept}&` : "#/submissions?";
       replace(
         body,
@@ -185,7 +197,7 @@ export function list(view, route, shell) {
                 ),
               ),
             )
-          : h("p", { class: "empty" }, folder === "SPAM" ? "The spam folder is empty." : "No submissions yet."),
+          : h("p", { class: "empty" }, search ? "No submission holds these words." : folder === "SPAM" ? "The spam folder is empty." : "No submissions yet."),
         h(
           "nav",
           { class: "pager", "aria-label": "Pages" },
@@ -195,7 +207,18 @@ export function list(view, route, shell) {
       );
       body.className = "";
     })
-    .catch((error) => replace(body, h("p", { class: "error", role: "alert" }, explain(error))));
+    .catch((error) => {
+      // A search the API refused: said in its words, with the way back to the list.
+      const without = new URLSearchParams(route.params);
+      without.delete("search");
+      without.delete("cursor");
+      const back = without.toString() ? `#/submissions?${without}` : "#/submissions";
+      replace(
+        body,
+        h("p", { class: "error", role: "alert" }, explain(error)),
+        search ? h("p", {}, h("a", { href: back, id: "clear-search" }, "Show the list without the search")) : null,
+      );
+    });
 }
 
 // The spam verdict, and for an admin key the button that changes it.

@@ -1587,3 +1587,54 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
         messages[0]["raw"]
     );
 }
+
+/// The submissions list's search box: the words given find the submissions holding them
+/// (the page's address keeps them, so the list can be shared and paged), a search the API
+/// refuses is said in its words, and emptied the box shows every submission again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_searches_submissions_by_their_words() {
+    let app = TestApp::start_without_rate_limit().await;
+    let (_, key) = app.create_key("console").await;
+    app.create_contact_endpoint(&key).await;
+    let lovelace = app
+        .submit("contact", "name=Ada+Lovelace&message=Analytical+engine")
+        .await;
+    let hopper = app
+        .submit("contact", "name=Grace+Hopper&message=Compilers")
+        .await;
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+    client
+        .goto(&format!("{console}#/submissions"))
+        .await
+        .unwrap();
+    wait_for_count(&client, "#submissions tbody tr", 2).await;
+    type_into(&client, "#filter-search", "\"analytical engine\"").await;
+    click(&client, "#submission-filter button[type='submit']").await;
+    wait_for_count(&client, "#submissions tbody tr", 1).await;
+    wait_for_text(&client, "#submissions", &lovelace).await;
+    let shown = client
+        .find(Locator::Css("#submissions"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!shown.contains(&hopper), "{shown}");
+    assert!(client
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .contains("search="));
+
+    type_into(&client, "#filter-search", "-ada").await;
+    click(&client, "#submission-filter button[type='submit']").await;
+    wait_for_text(&client, "main", "needs a word to find").await;
+    click(&client, "#clear-search").await;
+    wait_for_count(&client, "#submissions tbody tr", 2).await;
+    client.close().await.unwrap();
+}
