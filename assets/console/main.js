@@ -10,6 +10,7 @@ import * as overview from "./overview.js";
 import * as endpoints from "./endpoints.js";
 import * as deliveries from "./deliveries.js";
 import * as submissions from "./submissions.js";
+import * as people from "./people.js";
 
 const root = document.getElementById("app");
 // The key being signed in with: its role decides which actions the console offers.
@@ -25,6 +26,7 @@ const ROUTES = [
   [/^deliveries\/([^/]+)$/, deliveries.detail],
   [/^submissions$/, submissions.list],
   [/^submissions\/([^/]+)$/, submissions.detail],
+  [/^people$/, people.render],
 ];
 
 const NAV = [
@@ -32,6 +34,7 @@ const NAV = [
   ["endpoints", "Endpoints"],
   ["deliveries", "Deliveries"],
   ["submissions", "Submissions"],
+  ["people", "A person's data"],
 ];
 
 // The path stays encoded: an id is decoded once, where it is matched.

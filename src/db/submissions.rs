@@ -457,6 +457,21 @@ pub async fn erase(
         .await?)
 }
 
+/// The submissions holding `value` whole (in any folder, of any endpoint), newest first;
+/// `None` when more than [`MAX_PERSON_SUBMISSIONS`] do (a common value, not one person's).
+pub async fn holding(
+    conn: &mut AsyncPgConnection,
+    value: &FieldValue,
+) -> Result<Option<Vec<SubmissionRow>>, DbError> {
+    let filter = SubmissionFilter {
+        folder: SubmissionFolder::All,
+        value: Some(value.clone()),
+        ..SubmissionFilter::default()
+    };
+    let rows = page(conn, &filter, None, MAX_PERSON_SUBMISSIONS + 1).await?;
+    Ok((rows.len() as i64 <= MAX_PERSON_SUBMISSIONS).then_some(rows))
+}
+
 /// What erasing the submissions holding a value did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PersonErasure {

@@ -114,6 +114,30 @@ impl QueryRoot {
         Ok(loaders.submissions.load_one(id).await?.map(Submission))
     }
 
+    /// One person's data: every submission, in any folder of any endpoint, with a field
+    /// holding `value` whole (as the `value` filter finds them), newest first, with what
+    /// each carries (`fields`, `files` and their links, `deliveries` and their attempts),
+    /// in one answer: what a request for a person's data (GDPR article 15) is answered
+    /// with. At most 10,000: a value more hold is `INVALID_INPUT`, a common value, not one
+    /// person's. `erasePersonData` erases the same submissions.
+    async fn person_data(&self, ctx: &Context<'_>, value: String) -> Result<Vec<Submission>> {
+        let refused = |reason: String| ApiError::InvalidInput {
+            field: "value".into(),
+            reason,
+        };
+        let value = FieldValue::parse(&value).map_err(|error| refused(error.to_string()))?;
+        let rows = database(ctx)
+            .run(async |conn| db::submissions::holding(conn, &value).await)
+            .await?
+            .ok_or_else(|| {
+                refused(format!(
+                    "more than {} submissions hold it: a common value, not one person's",
+                    db::submissions::MAX_PERSON_SUBMISSIONS
+                ))
+            })?;
+        Ok(rows.into_iter().map(Submission).collect())
+    }
+
     /// Submissions, newest first.
     #[graphql(complexity = "super::pagination::page_complexity(first, child_complexity)")]
     async fn submissions(

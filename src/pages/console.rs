@@ -32,6 +32,7 @@ const ASSETS: &[Asset] = assets!["console/";
     "receivers.js" => JAVASCRIPT,
     "deliveries.js" => JAVASCRIPT,
     "submissions.js" => JAVASCRIPT,
+    "people.js" => JAVASCRIPT,
 ];
 
 pub fn routes() -> Router<AppState> {

@@ -1638,3 +1638,90 @@ async fn the_console_searches_submissions_by_their_words() {
     wait_for_count(&client, "#submissions tbody tr", 2).await;
     client.close().await.unwrap();
 }
+
+/// A person's data page: the value finds every submission holding it (in any letter
+/// case, on any endpoint, the spam folder too), downloaded as one JSON file with their
+/// fields, files and delivery history; "Erase all…" erases them after a confirmation,
+/// and another person's submission stays. The value never enters the page's address.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_finds_downloads_and_erases_a_persons_data() {
+    let app = TestApp::start_without_rate_limit().await;
+    let (_, key) = app.create_key("console").await;
+    app.create_contact_endpoint(&key).await;
+    let ada = app
+        .submit("contact", "name=Ada&email=ada%40example.com&message=first")
+        .await;
+    let again = app
+        .submit("contact", "name=Ada&email=ADA%40Example.com&message=second")
+        .await;
+    let grace = app
+        .submit("contact", "name=Grace&email=grace%40example.org")
+        .await;
+
+    let driver = start_driver().await;
+    let client = browser(&driver).await;
+    let console = app.url("/console");
+    sign_in(&client, &console, &key).await;
+    client.goto(&format!("{console}#/people")).await.unwrap();
+    type_into(&client, "#person-value", "ada@EXAMPLE.com").await;
+    click(&client, "#person-form button[type='submit']").await;
+    wait_for_text(&client, "#person-count", "2 submissions hold this value").await;
+    wait_for_count(&client, "#person-submissions tbody tr", 2).await;
+    assert!(!client
+        .current_url()
+        .await
+        .unwrap()
+        .as_str()
+        .to_lowercase()
+        .contains("ada"));
+
+    // The download: the file the page hands the browser, caught as it is made.
+    client
+        .execute(
+            "window.downloads = []; const make = URL.createObjectURL; URL.createObjectURL = (blob) => { blob.text().then((t) => window.downloads.push(t)); return make(blob); };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "#person-download").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let file = loop {
+        let got = client
+            .execute("return window.downloads[0] || null;", vec![])
+            .await
+            .unwrap();
+        if let Some(text) = got.as_str() {
+            break serde_json::from_str::<serde_json::Value>(text).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no download");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut ids: Vec<String> = file["submissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    let mut expected = vec![ada.clone(), again.clone()];
+    expected.sort();
+    assert_eq!(ids, expected);
+    assert!(file["submissions"][0]["fields"].is_array(), "{file}");
+    assert!(file["submissions"][0]["deliveries"].is_array(), "{file}");
+    assert!(file["submissions"][0]["files"].is_array(), "{file}");
+
+    click(&client, "#person-erase").await;
+    click(&client, "#confirm-person-erase").await;
+    wait_for_text(&client, "#flash", "Erased 2 submissions.").await;
+    client.close().await.unwrap();
+    let left = api(
+        &app,
+        &key,
+        "query { personData(value: \"ada@example.com\") { id } }",
+        json!({}),
+    )
+    .await;
+    assert_eq!(left["personData"], json!([]));
+    let kept = format!("SELECT count(*) AS n FROM submissions WHERE id = '{grace}'");
+    assert_eq!(app.db.count(&kept).await, 1);
+}

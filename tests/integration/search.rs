@@ -250,6 +250,20 @@ async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
     .await
     .unwrap();
 
+    // What is held about them, before: both submissions, with their delivery history.
+    let held = app
+        .gql(
+            &key,
+            "query($value: String!) { personData(value: $value) { id fields { name values } files { id } deliveries { state attemptHistory { number } } } }",
+            json!({ "value": address }),
+        )
+        .await;
+    assert!(held.get("errors").is_none(), "{held}");
+    assert_eq!(
+        held["data"]["personData"].as_array().unwrap().len(),
+        2,
+        "{held}"
+    );
     let refused = app.gql(&key, ERASE, json!({ "value": address })).await;
     assert_eq!(
         refused["errors"][0]["extensions"]["code"], "SUBMISSION_DELIVERY_IN_PROGRESS",
@@ -351,6 +365,9 @@ async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
     .await
     .unwrap();
     let common = app.gql(&key, ERASE, json!({ "value": "YES" })).await;
+    assert_invalid_input(&common, "value");
+    let person = "query($value: String!) { personData(value: $value) { id } }";
+    let common = app.gql(&key, person, json!({ "value": "yes" })).await;
     assert_invalid_input(&common, "value");
     assert_eq!(
         app.db.count("SELECT count(*) AS n FROM submissions").await,
