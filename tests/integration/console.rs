@@ -34,16 +34,14 @@ use support::harness::{graphql_data, wait_for_status, ServeProcess, TestApp, Tes
 use support::receiver::Receiver;
 use support::smtp_server::SmtpServer;
 
-/// A browser signed in with `key`, on `endpoint`'s page (the driver runs while held).
-async fn endpoint_page(app: &TestApp, key: &str, endpoint: &str) -> (Driver, Client) {
+/// A browser signed in with `key`, on the console's page `#/{page}` (the driver runs
+/// while held).
+async fn console_page(app: &TestApp, key: &str, page: &str) -> (Driver, Client) {
     let driver = start_driver().await;
     let client = browser(&driver).await;
     let console = app.url("/console");
     sign_in(&client, &console, key).await;
-    client
-        .goto(&format!("{console}#/endpoints/{endpoint}"))
-        .await
-        .unwrap();
+    client.goto(&format!("{console}#/{page}")).await.unwrap();
     (driver, client)
 }
 
@@ -979,7 +977,7 @@ async fn the_endpoint_page_lists_pauses_resumes_and_adds_destinations() {
         .collect();
     assert_eq!(ids.len(), 3);
 
-    let (driver, client) = endpoint_page(&app, &key, "contact").await;
+    let (driver, client) = console_page(&app, &key, "endpoints/contact").await;
 
     // The three, in order, each with its kind, its address and its state.
     wait_for_count(&client, "#destinations tbody tr", 3).await;
@@ -1280,7 +1278,7 @@ async fn the_console_adds_an_ordered_slack_destination_and_shows_its_options() {
     let public_key = listed[0]["ed25519PublicKey"].as_str().unwrap().to_string();
     assert!(public_key.starts_with("whpk_"), "{public_key}");
 
-    let (_driver, client) = endpoint_page(&app, &key, "contact").await;
+    let (_driver, client) = console_page(&app, &key, "endpoints/contact").await;
     wait_for_count(&client, "#destinations tbody tr", 1).await;
     let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
 
@@ -1402,7 +1400,7 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
     let (certificate, private_key) = authority;
     let password = "pw-never-shown-77c1";
 
-    let (_driver, client) = endpoint_page(&app, &key, "contact").await;
+    let (_driver, client) = console_page(&app, &key, "endpoints/contact").await;
     wait_for_count(&client, "#destinations tbody tr", 2).await;
     let row = |id: &str| format!("#destinations tr[data-destination='{id}']");
     click(&client, &format!("{} .edit-destination", row(&webhook))).await;
@@ -1590,12 +1588,10 @@ async fn the_console_edits_a_destinations_receiver_settings_and_never_shows_a_se
 
 /// The submissions list's search box: the words given find the submissions holding them
 /// (the page's address keeps them, so the list can be shared and paged), a search the API
-/// refuses is said in its words, and emptied the box shows every submission again.
+/// refuses is said in its words, with a link back to the list without it.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_searches_submissions_by_their_words() {
-    let app = TestApp::start_without_rate_limit().await;
-    let (_, key) = app.create_key("console").await;
-    app.create_contact_endpoint(&key).await;
+    let (app, key) = TestApp::with_contact_endpoint().await;
     let lovelace = app
         .submit("contact", "name=Ada+Lovelace&message=Analytical+engine")
         .await;
@@ -1603,14 +1599,7 @@ async fn the_console_searches_submissions_by_their_words() {
         .submit("contact", "name=Grace+Hopper&message=Compilers")
         .await;
 
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-    let console = app.url("/console");
-    sign_in(&client, &console, &key).await;
-    client
-        .goto(&format!("{console}#/submissions"))
-        .await
-        .unwrap();
+    let (_driver, client) = console_page(&app, &key, "submissions").await;
     wait_for_count(&client, "#submissions tbody tr", 2).await;
     type_into(&client, "#filter-search", "\"analytical engine\"").await;
     click(&client, "#submission-filter button[type='submit']").await;
@@ -1645,9 +1634,7 @@ async fn the_console_searches_submissions_by_their_words() {
 /// and another person's submission stays. The value never enters the page's address.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_finds_downloads_and_erases_a_persons_data() {
-    let app = TestApp::start_without_rate_limit().await;
-    let (_, key) = app.create_key("console").await;
-    app.create_contact_endpoint(&key).await;
+    let (app, key) = TestApp::with_contact_endpoint().await;
     let ada = app
         .submit("contact", "name=Ada&email=ada%40example.com&message=first")
         .await;
@@ -1658,11 +1645,7 @@ async fn the_console_finds_downloads_and_erases_a_persons_data() {
         .submit("contact", "name=Grace&email=grace%40example.org")
         .await;
 
-    let driver = start_driver().await;
-    let client = browser(&driver).await;
-    let console = app.url("/console");
-    sign_in(&client, &console, &key).await;
-    client.goto(&format!("{console}#/people")).await.unwrap();
+    let (_driver, client) = console_page(&app, &key, "people").await;
     type_into(&client, "#person-value", "ada@EXAMPLE.com").await;
     click(&client, "#person-form button[type='submit']").await;
     wait_for_text(&client, "#person-count", "2 submissions hold this value").await;

@@ -313,6 +313,15 @@ impl TestApp {
         .await
     }
 
+    /// [`TestApp::start_without_rate_limit`] with an admin key and the endpoint
+    /// `contact` ([`TestApp::create_contact_endpoint`]); the key.
+    pub async fn with_contact_endpoint() -> (TestApp, String) {
+        let app = TestApp::start_without_rate_limit().await;
+        let (_, key) = app.create_key("test").await;
+        app.create_contact_endpoint(&key).await;
+        (app, key)
+    }
+
     pub async fn start_with(vars: &[(&str, &str)], clock: Arc<dyn Clock>) -> TestApp {
         let db = TestDb::new().await;
         TestApp::start_on(db, vars, clock).await
