@@ -727,6 +727,34 @@ async fn s3_files_are_objects_delivered_downloaded_and_erased() {
     assert_eq!(moto.objects().await.len(), 1);
     assert_eq!(file_rows(&app.db).await.0, 1);
 
+    // One person's data erased by their address: their file's object goes too.
+    let (status, receipt) = post(
+        &app,
+        "s3-files",
+        multipart(&[
+            Part::Text("email", "ada@example.com"),
+            Part::File("photo", "ada.png", PNG),
+        ]),
+    )
+    .await;
+    assert_eq!(status, 202, "{receipt}");
+    assert_eq!(moto.objects().await.len(), 2);
+    assert_eq!(app.worker(None).run_once().await.unwrap(), 1);
+    let erased = data(
+        app.gql(
+            &key,
+            "mutation { erasePersonData(value: \"ADA@example.com\") { erasedSubmissionIds } }",
+            json!({}),
+        )
+        .await,
+    );
+    assert_eq!(
+        erased["erasePersonData"]["erasedSubmissionIds"],
+        json!([receipt["submission_id"]])
+    );
+    assert_eq!(moto.objects().await.len(), 1, "the person's object is gone");
+    assert_eq!(file_rows(&app.db).await.0, 1);
+
     data(
         app.gql(
             &key,
