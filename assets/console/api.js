@@ -3,6 +3,7 @@
 // your own needs nothing else. The key lives in this tab's sessionStorage only: never in
 // a URL, never in localStorage, gone when the tab or browser closes.
 
+import { saveFile } from "./dom.js";
 import { ApiError, fromGraphqlErrors, fromRestError, isKeyRefused } from "./words.js";
 
 const STORAGE = "hymical-console-key";
@@ -82,13 +83,6 @@ export async function downloadExport(params, name) {
     throw refused(fromRestError(response.status, body));
   }
   const blob = await response.blob();
-  const url = URL.createObjectURL(blob);
-  const link = document.createElement("a");
-  link.href = url;
-  link.download = name;
-  document.body.append(link);
-  link.click();
-  link.remove();
-  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  saveFile(blob, name);
   return blob.size;
 }

@@ -81,6 +81,16 @@ export function copyButton(label, text) {
   return button;
 }
 
+// Hands `blob` to the browser as a download named `name`.
+export function saveFile(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const link = h("a", { href: url, download: name });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
 // "2026-12-01T13:25:17.123Z" → "2026-12-01 13:25:17" in the browser's time zone.
 export function time(iso) {
   if (!iso) return "—";

@@ -5,7 +5,7 @@
 // page's address: it is personal data, and addresses end up in browser history.
 
 import { graphql, session } from "./api.js";
-import { confirmation, h, replace, time } from "./dom.js";
+import { confirmation, h, replace, saveFile, time } from "./dom.js";
 import { explain } from "./words.js";
 
 const PERSON = `query PersonData($value: String!) {
@@ -54,14 +54,8 @@ export function render(view, route, shell) {
     }
     const download = h("button", { type: "button", class: "secondary", id: "person-download" }, "Download JSON");
     download.addEventListener("click", () => {
-      const document_ = { value, exportedAt: new Date().toISOString(), submissions };
-      const blob = new Blob([JSON.stringify(document_, null, 2)], { type: "application/json" });
-      const url = URL.createObjectURL(blob);
-      const link = h("a", { href: url, download: "person-data.json" });
-      document.body.append(link);
-      link.click();
-      link.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10000);
+      const file = { value, exportedAt: new Date().toISOString(), submissions };
+      saveFile(new Blob([JSON.stringify(file, null, 2)], { type: "application/json" }), "person-data.json");
     });
     const actions = h("div", { class: "actions" }, download);
     if (session.canChange()) {

@@ -16,7 +16,7 @@ use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, Bind, SqlText, Statement};
 use super::DbError;
 use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
-use crate::model::search::{FieldValue, SearchWords};
+use crate::model::search::{FieldValue, SearchWords, MAX_PERSON_SUBMISSIONS};
 use crate::model::spam::SubmissionFolder;
 use crate::model::state::{DeliveryState, DestinationKind};
 
@@ -419,36 +419,14 @@ pub async fn erase(
     conn: &mut AsyncPgConnection,
     id: &SubmissionId,
 ) -> Result<EraseOutcome, DbError> {
-    use super::schema::{autoresponder_recipients, submissions, webhook_deliveries};
     use diesel_async::AsyncConnection;
-    let id = id.clone();
+    let ids = [id.clone()];
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
-            // Every delivery of the submission (one per destination) is locked, in id
-            // order so two erasers cannot deadlock.
-            let states: Vec<DeliveryState> = webhook_deliveries::table
-                .filter(webhook_deliveries::submission_id.eq(&id))
-                .select(webhook_deliveries::state)
-                .order(webhook_deliveries::id)
-                .for_update()
-                .load(conn)
-                .await?;
-            if let Some(state) = states.into_iter().find(|state| !state.is_terminal()) {
+            if let Some((_, state)) = first_owed(conn, &ids).await? {
                 return Ok(EraseOutcome::DeliveryInProgress { state });
             }
-            // An autoresponder's record of the address this submission was answered at
-            // goes with it: the address may get another confirmation within the window,
-            // and keeps nothing here.
-            diesel::delete(
-                autoresponder_recipients::table
-                    .filter(autoresponder_recipients::submission_id.eq(id.as_str())),
-            )
-            .execute(conn)
-            .await?;
-            let deleted = diesel::delete(submissions::table.find(&id))
-                .execute(conn)
-                .await?;
-            Ok(if deleted == 1 {
+            Ok(if delete_erased(conn, &ids).await? == 1 {
                 EraseOutcome::Erased
             } else {
                 EraseOutcome::NotFound
@@ -457,18 +435,67 @@ pub async fn erase(
         .await?)
 }
 
+/// Locks every delivery of the submissions `ids` (one per destination), in id order so two
+/// erasers cannot deadlock; the first still owed (`pending` or `processing`), if any.
+async fn first_owed(
+    conn: &mut AsyncPgConnection,
+    ids: &[SubmissionId],
+) -> Result<Option<(SubmissionId, DeliveryState)>, diesel::result::Error> {
+    use super::schema::webhook_deliveries;
+    let deliveries: Vec<(Option<SubmissionId>, DeliveryState)> = webhook_deliveries::table
+        .filter(webhook_deliveries::submission_id.eq_any(ids))
+        .select((webhook_deliveries::submission_id, webhook_deliveries::state))
+        .order(webhook_deliveries::id)
+        .for_update()
+        .load(conn)
+        .await?;
+    Ok(deliveries
+        .into_iter()
+        .find(|(_, state)| !state.is_terminal())
+        .and_then(|(id, state)| id.map(|id| (id, state))))
+}
+
+/// Deletes the submissions `ids` with an autoresponder's record of the address each was
+/// answered at (the address may get another confirmation within the window, and keeps
+/// nothing here); how many submissions were deleted. Their files are detached by the
+/// foreign key, for the sweep.
+async fn delete_erased(
+    conn: &mut AsyncPgConnection,
+    ids: &[SubmissionId],
+) -> Result<usize, diesel::result::Error> {
+    use super::schema::{autoresponder_recipients, submissions};
+    diesel::delete(autoresponder_recipients::table.filter(
+        autoresponder_recipients::submission_id.eq_any(ids.iter().map(SubmissionId::as_str)),
+    ))
+    .execute(conn)
+    .await?;
+    diesel::delete(submissions::table.filter(submissions::id.eq_any(ids)))
+        .execute(conn)
+        .await
+}
+
+/// The submissions holding `value` whole, in any folder of any endpoint.
+fn holding_filter(value: &FieldValue) -> SubmissionFilter {
+    SubmissionFilter {
+        folder: SubmissionFolder::All,
+        value: Some(value.clone()),
+        ..SubmissionFilter::default()
+    }
+}
+
 /// The submissions holding `value` whole (in any folder, of any endpoint), newest first;
 /// `None` when more than [`MAX_PERSON_SUBMISSIONS`] do (a common value, not one person's).
 pub async fn holding(
     conn: &mut AsyncPgConnection,
     value: &FieldValue,
 ) -> Result<Option<Vec<SubmissionRow>>, DbError> {
-    let filter = SubmissionFilter {
-        folder: SubmissionFolder::All,
-        value: Some(value.clone()),
-        ..SubmissionFilter::default()
-    };
-    let rows = page(conn, &filter, None, MAX_PERSON_SUBMISSIONS + 1).await?;
+    let rows = page(
+        conn,
+        &holding_filter(value),
+        None,
+        MAX_PERSON_SUBMISSIONS + 1,
+    )
+    .await?;
     Ok((rows.len() as i64 <= MAX_PERSON_SUBMISSIONS).then_some(rows))
 }
 
@@ -487,10 +514,6 @@ pub enum PersonErasure {
     },
 }
 
-/// The most submissions one erasure takes: one person's, in one transaction of bounded
-/// size (a value more hold, such as `yes`, is refused rather than erased everywhere).
-pub const MAX_PERSON_SUBMISSIONS: i64 = 10_000;
-
 /// Erases every submission holding `value` (in any folder, of any endpoint), in one
 /// transaction, unless a delivery of one is still owed; as [`erase`] does one. What their
 /// attempts recorded of the receiver's or mail server's answer (`reply`, `error`: a mail
@@ -500,15 +523,9 @@ pub async fn erase_holding(
     conn: &mut AsyncPgConnection,
     value: &FieldValue,
 ) -> Result<PersonErasure, DbError> {
-    use super::schema::{
-        autoresponder_recipients, delivery_attempts, submissions, webhook_deliveries,
-    };
+    use super::schema::{delivery_attempts, submissions};
     use diesel_async::AsyncConnection;
-    let filter = SubmissionFilter {
-        folder: SubmissionFolder::All,
-        value: Some(value.clone()),
-        ..SubmissionFilter::default()
-    };
+    let filter = holding_filter(value);
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
             let found: Vec<SubmissionId> = filtered(&filter)
@@ -530,17 +547,7 @@ pub async fn erase_holding(
             if ids.is_empty() {
                 return Ok(PersonErasure::NothingHolds);
             }
-            // Their deliveries locked in id order, as `erase` locks one's.
-            let owed: Vec<(Option<SubmissionId>, DeliveryState)> = webhook_deliveries::table
-                .filter(webhook_deliveries::submission_id.eq_any(&ids))
-                .select((webhook_deliveries::submission_id, webhook_deliveries::state))
-                .order(webhook_deliveries::id)
-                .for_update()
-                .load(conn)
-                .await?;
-            if let Some((Some(submission_id), state)) =
-                owed.into_iter().find(|(_, state)| !state.is_terminal())
-            {
+            if let Some((submission_id, state)) = first_owed(conn, &ids).await? {
                 return Ok(PersonErasure::DeliveryInProgress {
                     submission_id,
                     state,
@@ -555,17 +562,7 @@ pub async fn erase_holding(
             ))
             .execute(conn)
             .await?;
-            diesel::delete(
-                autoresponder_recipients::table.filter(
-                    autoresponder_recipients::submission_id
-                        .eq_any(ids.iter().map(SubmissionId::as_str)),
-                ),
-            )
-            .execute(conn)
-            .await?;
-            diesel::delete(submissions::table.filter(submissions::id.eq_any(&ids)))
-                .execute(conn)
-                .await?;
+            delete_erased(conn, &ids).await?;
             Ok(PersonErasure::Erased(ids))
         })
         .await?)

@@ -7,6 +7,17 @@ use super::ApiError;
 use crate::db::DbError;
 use crate::feed::FeedError;
 use crate::model::endpoint::{Setting, SettingError};
+use crate::model::search::SearchError;
+
+impl ApiError {
+    /// A search or value the rules of `model::search` refuse, sent in `field`.
+    pub fn search_refused(field: &str, error: SearchError) -> ApiError {
+        ApiError::InvalidInput {
+            field: field.into(),
+            reason: error.to_string(),
+        }
+    }
+}
 
 impl From<diesel::result::Error> for ApiError {
     fn from(error: diesel::result::Error) -> Self {

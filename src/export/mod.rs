@@ -33,7 +33,7 @@ use crate::db::submissions::SubmissionFilter;
 use crate::db::{self, DbError};
 use crate::error::ApiError;
 use crate::model::ids::EndpointId;
-use crate::model::search::{FieldValue, SearchError, SearchWords};
+use crate::model::search::{FieldValue, SearchWords};
 use crate::model::spam::SubmissionFolder;
 
 const PAGE: i64 = 500;
@@ -92,11 +92,11 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
     };
     let search = params
         .get("search")
-        .map(|raw| SearchWords::parse(raw).map_err(|e| search_refused("search", e)))
+        .map(|raw| SearchWords::parse(raw).map_err(|e| ApiError::search_refused("search", e)))
         .transpose()?;
     let value = params
         .get("value")
-        .map(|raw| FieldValue::parse(raw).map_err(|e| search_refused("value", e)))
+        .map(|raw| FieldValue::parse(raw).map_err(|e| ApiError::search_refused("value", e)))
         .transpose()?;
     let filter = match params.get("endpoint_id").filter(|v| !v.is_empty()) {
         None => SubmissionFilter {
@@ -121,13 +121,6 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
         },
     };
     Ok((format, filter))
-}
-
-fn search_refused(field: &str, error: SearchError) -> ApiError {
-    ApiError::InvalidInput {
-        field: field.into(),
-        reason: error.to_string(),
-    }
 }
 
 async fn export(

@@ -22,7 +22,7 @@ use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
 use crate::model::endpoint::{self as rules, Setting};
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
-use crate::model::search::FieldValue;
+use crate::model::search::{FieldValue, SearchError};
 use crate::model::state::{DeliveryState, PauseReason};
 
 #[derive(InputObject)]
@@ -654,10 +654,8 @@ impl MutationRoot {
         ctx: &Context<'_>,
         value: String,
     ) -> Result<ErasePersonDataPayload> {
-        let value = FieldValue::parse(&value).map_err(|error| ApiError::InvalidInput {
-            field: "value".into(),
-            reason: error.to_string(),
-        })?;
+        let refused = |error| ApiError::search_refused("value", error);
+        let value = FieldValue::parse(&value).map_err(refused)?;
         match database(ctx)
             .run(async |conn| db::submissions::erase_holding(conn, &value).await)
             .await?
@@ -671,14 +669,7 @@ impl MutationRoot {
                 })
             }
             PersonErasure::NothingHolds => Err(ApiError::NoSubmissionHoldsValue.into()),
-            PersonErasure::TooMany => Err(ApiError::InvalidInput {
-                field: "value".into(),
-                reason: format!(
-                    "more than {} submissions hold it: a common value, not one person's",
-                    db::submissions::MAX_PERSON_SUBMISSIONS
-                ),
-            }
-            .into()),
+            PersonErasure::TooMany => Err(refused(SearchError::HeldByTooMany).into()),
             PersonErasure::DeliveryInProgress {
                 submission_id,
                 state,

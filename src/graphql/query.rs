@@ -121,20 +121,12 @@ impl QueryRoot {
     /// with. At most 10,000: a value more hold is `INVALID_INPUT`, a common value, not one
     /// person's. `erasePersonData` erases the same submissions.
     async fn person_data(&self, ctx: &Context<'_>, value: String) -> Result<Vec<Submission>> {
-        let refused = |reason: String| ApiError::InvalidInput {
-            field: "value".into(),
-            reason,
-        };
-        let value = FieldValue::parse(&value).map_err(|error| refused(error.to_string()))?;
+        let refused = |error| ApiError::search_refused("value", error);
+        let value = FieldValue::parse(&value).map_err(refused)?;
         let rows = database(ctx)
             .run(async |conn| db::submissions::holding(conn, &value).await)
             .await?
-            .ok_or_else(|| {
-                refused(format!(
-                    "more than {} submissions hold it: a common value, not one person's",
-                    db::submissions::MAX_PERSON_SUBMISSIONS
-                ))
-            })?;
+            .ok_or_else(|| refused(SearchError::HeldByTooMany))?;
         Ok(rows.into_iter().map(Submission).collect())
     }
 
@@ -151,10 +143,8 @@ impl QueryRoot {
         let (received_after, received_before) =
             time_range(filter.received_after, filter.received_before)?;
         let page = PageRequest::new(first, after, app(ctx).config.graphql.max_page_size)?;
-        let refused = |field: &str, error: SearchError| ApiError::InvalidInput {
-            field: format!("filter.{field}"),
-            reason: error.to_string(),
-        };
+        let refused =
+            |field: &str, error| ApiError::search_refused(&format!("filter.{field}"), error);
         let search = filter
             .search
             .as_deref()

@@ -8,6 +8,11 @@
 /// The longest search or value taken.
 pub const MAX_SEARCH_LENGTH: usize = 200;
 
+/// The most submissions one person's data holds: a value more hold (such as `yes`) is a
+/// common value, refused rather than answered or erased everywhere (an erasure is one
+/// transaction of bounded size).
+pub const MAX_PERSON_SUBMISSIONS: i64 = 10_000;
+
 /// Why a search is refused, in words for `INVALID_INPUT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SearchError {
@@ -17,6 +22,11 @@ pub enum SearchError {
     Control,
     #[error("needs a word to find (a letter or digit, not only excluded with -)")]
     NothingToFind,
+    #[error(
+        "more than {} submissions hold it: a common value, not one person's",
+        MAX_PERSON_SUBMISSIONS
+    )]
+    HeldByTooMany,
 }
 
 /// Words to search for, as written (PostgreSQL reads the syntax; nothing in it is an
