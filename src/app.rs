@@ -8,6 +8,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
+use crate::audit::AuditTrail;
 use crate::files::{Files, FilesState};
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;
@@ -48,6 +49,8 @@ pub struct App {
     pub intake: IntakeState,
     /// Uploaded files: their storage, links and sweeper.
     pub files: Arc<Files>,
+    /// The audit trail's address key and its committed entries, for subscriptions.
+    pub audit: Arc<AuditTrail>,
 }
 
 pub type AppState = Arc<App>;
@@ -127,6 +130,7 @@ impl App {
             screening: Screening::new(config.spam.clone(), db.clone()),
         }));
         Arc::new(App {
+            audit: Arc::new(AuditTrail::new(db.clone())),
             connection,
             graphql_db: db.share(config.graphql.database_connections),
             db,

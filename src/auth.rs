@@ -10,7 +10,7 @@ use subtle::ConstantTimeEq;
 use crate::config::Secret;
 use crate::db::{self, models::ManagementKeyRow, Db};
 use crate::error::ApiError;
-use crate::model::ids::KeyId;
+use crate::model::ids::{KeyId, ProjectId};
 use crate::model::state::KeyRole;
 
 pub const KEY_PREFIX: &str = "hym_live_";
@@ -43,6 +43,8 @@ pub fn generate(name: &str, role: KeyRole, now: DateTime<Utc>) -> NewKey {
             revoked_at: None,
             last_used_at: None,
             role,
+            project_id: None,
+            expires_at: None,
         },
         key: Secret::new(key),
     }
@@ -85,6 +87,12 @@ pub struct AuthenticatedKey {
     pub id: KeyId,
     pub name: String,
     pub role: KeyRole,
+    /// The key's own project; `None`: a key for every project.
+    pub project: Option<ProjectId>,
+    /// What this request sees: the key's project, or the one project a key for every
+    /// project narrowed its view to with the `Hymical-Project` header (the console's
+    /// project switcher); `None`: every project.
+    pub view: Option<ProjectId>,
 }
 
 impl AuthenticatedKey {
@@ -99,7 +107,49 @@ impl AuthenticatedKey {
             }),
         }
     }
+
+    /// Whether this request sees what belongs to `project`.
+    pub fn sees(&self, project: &ProjectId) -> bool {
+        self.view.as_ref().is_none_or(|view| view == project)
+    }
+
+    /// Whether it may manage projects and keys for every project: an admin key for every
+    /// project (a project's admin key manages its own project's keys only).
+    pub fn require_installation_admin(&self) -> Result<(), ApiError> {
+        self.require_admin()?;
+        match self.project {
+            None => Ok(()),
+            Some(_) => Err(ApiError::InsufficientRole {
+                role: self.role,
+                required: KeyRole::Admin,
+            }),
+        }
+    }
+
+    /// Narrows the view to `project` (the `Hymical-Project` header). A project that does
+    /// not exist, is deleted, or is not the key's own is `PROJECT_NOT_FOUND`, the same
+    /// answer for each, so a key learns nothing of other projects from it.
+    pub async fn narrowed(mut self, db: &Db, project: &str) -> Result<Self, ApiError> {
+        let not_found = || ApiError::ProjectNotFound {
+            project_id: project.to_string(),
+        };
+        let id = ProjectId::parse(project).ok_or_else(not_found)?;
+        if self.project.as_ref().is_some_and(|own| *own != id) {
+            return Err(not_found());
+        }
+        let live = db
+            .run(async |conn| db::projects::find_live(conn, &id).await)
+            .await?;
+        if live.is_none() {
+            return Err(not_found());
+        }
+        self.view = Some(id);
+        Ok(self)
+    }
 }
+
+/// The header a key for every project names one project with, to see only that one.
+pub const PROJECT_HEADER: &str = "hymical-project";
 
 /// Checks a key against the database on every call, so a revocation takes effect on the
 /// next request. Malformed, unknown and revoked keys get the same answer.
@@ -115,13 +165,15 @@ pub async fn authenticate_key(
     let row = db
         .run(async |conn| db::keys::find_by_digest(conn, &presented).await)
         .await?;
-    let Some(row) = row else {
+    let Some((row, project_deleted)) = row else {
         return Err(ApiError::InvalidApiKey);
     };
     // The lookup matched on the digest already; comparing again in constant time keeps the
     // check itself free of timing differences whatever the database did.
     let matches: bool = row.key_digest.as_bytes().ct_eq(presented.as_bytes()).into();
-    if !matches || row.revoked_at.is_some() {
+    // Revoked, expired, or of a deleted project: the same answer as an unknown key.
+    let expired = row.expires_at.is_some_and(|at| at <= now);
+    if !matches || row.revoked_at.is_some() || expired || project_deleted {
         return Err(ApiError::InvalidApiKey);
     }
     // Recorded at most once a minute: the row just read says whether it is due, so most
@@ -140,6 +192,8 @@ pub async fn authenticate_key(
         id: row.id,
         name: row.name,
         role: row.role,
+        view: row.project_id.clone(),
+        project: row.project_id,
     })
 }
 
@@ -154,7 +208,16 @@ pub async fn authenticate_headers(
         .map(|value| value.to_str().map_err(|_| ApiError::InvalidApiKey))
         .transpose()?;
     let credential = bearer_credential(header)?;
-    authenticate_key(db, credential, now).await
+    let key = authenticate_key(db, credential, now).await?;
+    match headers.get(PROJECT_HEADER) {
+        None => Ok(key),
+        Some(value) => {
+            let project = value.to_str().map_err(|_| ApiError::ProjectNotFound {
+                project_id: String::new(),
+            })?;
+            key.narrowed(db, project.trim()).await
+        }
+    }
 }
 
 /// Long-lived sessions (GraphQL subscriptions) opened with a key end when the key is
@@ -187,7 +250,7 @@ impl KeyRevocations {
             return;
         }
         match db
-            .run(async |conn| db::keys::unusable_among(conn, &ids).await)
+            .run(async |conn| db::keys::unusable_among(conn, &ids, Utc::now()).await)
             .await
         {
             Ok(unusable) => {

@@ -3,6 +3,7 @@
 //! docs/ARCHITECTURE.md.
 
 mod app;
+mod audit;
 mod auth;
 mod cli;
 mod clock;

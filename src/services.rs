@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::AppState;
-use crate::db::listen::{self, DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED};
+use crate::db::listen::{self, AUDIT_ENTRY, DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED};
 use crate::delivery::alerts::AlertSender;
 use crate::delivery::Senders;
 use crate::delivery::Worker;
@@ -67,9 +67,10 @@ impl Services {
         let feed = app.events.clone();
         let wake = worker_wake.clone();
         let endpoints = app.intake.endpoints.clone();
+        let audit = app.audit.clone();
         tasks.spawn(listen::run(
             app.connection.clone(),
-            &[DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED],
+            &[DELIVERY_DUE, DELIVERY_EVENT, ENDPOINT_CHANGED, AUDIT_ENTRY],
             move |notification| {
                 let due = match notification {
                     // (Re)connected: anything sent meanwhile was missed.
@@ -81,6 +82,12 @@ impl Services {
                     Some((ENDPOINT_CHANGED, id)) => {
                         endpoints.invalidate(id);
                         feed.notify_endpoint_changed();
+                        return;
+                    }
+                    Some((AUDIT_ENTRY, id)) => {
+                        if let Ok(id) = id.parse() {
+                            audit.committed(id);
+                        }
                         return;
                     }
                     Some((channel, payload)) => channel == DELIVERY_DUE && payload != &*own_mark,

@@ -10,11 +10,13 @@ use super::models::{AttemptRow, DeliveryRow, DeliveryRowSql};
 use super::schema::webhook_deliveries;
 use super::statement::{bind, sql, Binds, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, ProjectId, SubmissionId};
 use crate::model::state::{DeliveryState, DestinationKind};
 
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
+    /// Only the deliveries of this project's endpoints.
+    pub project: Option<ProjectId>,
     pub endpoint_id: Option<EndpointId>,
     pub destination_id: Option<DestinationId>,
     pub state: Option<DeliveryState>,
@@ -83,6 +85,11 @@ pub async fn page(
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
     }
+    if let Some(project) = &filter.project {
+        query = query.filter(
+            webhook_deliveries::endpoint_id.eq_any(super::endpoints::of_project(project)),
+        );
+    }
     if let Some(destination_id) = &filter.destination_id {
         query = query.filter(webhook_deliveries::destination_id.eq(destination_id.clone()));
     }
@@ -145,15 +152,20 @@ pub struct DeliveryCounts {
 static DELIVERY_COUNTS: SqlText = sql!("delivery_counts.sql");
 struct CountDeliveries;
 
-/// The counts of one endpoint's deliveries, or of all (delivery_counts.sql).
+/// The counts of one endpoint's deliveries, or of all, of one project's endpoints or of
+/// every project's (delivery_counts.sql).
 pub async fn count_by_state(
     conn: &mut AsyncPgConnection,
     endpoint_id: Option<&EndpointId>,
+    project: Option<&ProjectId>,
 ) -> Result<DeliveryCounts, DbError> {
     Ok(
         Statement::<CountDeliveries, (BigInt, BigInt, BigInt, BigInt), _>::new(
             &DELIVERY_COUNTS,
-            (bind::<Nullable<Text>, _>(endpoint_id),),
+            (
+                bind::<Nullable<Text>, _>(endpoint_id),
+                bind::<Nullable<Text>, _>(project),
+            ),
         )
         .get_result(conn)
         .await?,
@@ -200,6 +212,7 @@ struct DeliveryActivity;
 pub async fn activity_by_minute(
     conn: &mut AsyncPgConnection,
     endpoint_id: Option<&EndpointId>,
+    project: Option<&ProjectId>,
     since: DateTime<Utc>,
 ) -> Result<Vec<(DateTime<Utc>, i64, i64)>, DbError> {
     Ok(
@@ -208,6 +221,7 @@ pub async fn activity_by_minute(
             (
                 bind::<Nullable<Text>, _>(endpoint_id),
                 bind::<Timestamptz, _>(since),
+                bind::<Nullable<Text>, _>(project),
             ),
         )
         .load(conn)
@@ -231,7 +245,7 @@ struct OldestDue;
 
 /// The counts of all deliveries and the age of the oldest due one (oldest_due.sql).
 pub async fn queue_figures(conn: &mut AsyncPgConnection) -> Result<QueueFigures, DbError> {
-    let counts = count_by_state(conn, None).await?;
+    let counts = count_by_state(conn, None, None).await?;
     let oldest_due_seconds = Statement::<OldestDue, Double, _>::new(&OLDEST_DUE, ())
         .get_result(conn)
         .await?;
@@ -364,6 +378,8 @@ pub async fn replay(
 /// `created_at`.
 #[derive(Debug, Clone, Default)]
 pub struct ReplayFilter {
+    /// Only the deliveries of this project's endpoints.
+    pub project: Option<ProjectId>,
     pub endpoint_id: Option<EndpointId>,
     pub destination_id: Option<DestinationId>,
     pub failed_after: Option<DateTime<Utc>>,
@@ -384,6 +400,7 @@ impl ReplayFilter {
             bind::<Nullable<Timestamptz>, _>(self.created_after),
             bind::<Nullable<Timestamptz>, _>(self.created_before),
             bind::<Nullable<Text>, _>(self.destination_id.as_ref()),
+            bind::<Nullable<Text>, _>(self.project.as_ref()),
         )
     }
 }

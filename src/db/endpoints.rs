@@ -9,7 +9,7 @@ use super::endpoint_events::{lock_for_change, notify_changed, write_event};
 use super::models::{DestinationRow, EndpointRow};
 use super::schema::{destinations, endpoints};
 use super::DbError;
-use crate::model::ids::EndpointId;
+use crate::model::ids::{EndpointId, ProjectId};
 use crate::model::state::{DeliveryState, EndpointEventKind, PauseReason};
 
 pub async fn find(
@@ -87,8 +87,20 @@ pub async fn find_many(
 
 /// Newest first; `after` is the (created_at, id) of the last row of the previous page.
 /// Deleted endpoints (kept as tombstones) only when asked for.
+/// The ids of a project's endpoints, as a subquery (`endpoint_id IN (…)`).
+pub fn of_project<'a>(
+    project: &ProjectId,
+) -> endpoints::BoxedQuery<'a, diesel::pg::Pg, diesel::sql_types::Text> {
+    endpoints::table
+        .filter(endpoints::project_id.eq(project.clone()))
+        .select(endpoints::id)
+        .into_boxed()
+}
+
+/// Newest first, of one project or of every project.
 pub async fn page(
     conn: &mut AsyncPgConnection,
+    project: Option<&ProjectId>,
     after: Option<(DateTime<Utc>, String)>,
     limit: i64,
     include_deleted: bool,
@@ -96,6 +108,9 @@ pub async fn page(
     let mut query = endpoints::table
         .select(EndpointRow::as_select())
         .into_boxed();
+    if let Some(project) = project {
+        query = query.filter(endpoints::project_id.eq(project.clone()));
+    }
     if !include_deleted {
         query = query.filter(endpoints::deleted_at.is_null());
     }

@@ -5,7 +5,7 @@ use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::models::ManagementKeyRow;
-use super::schema::management_api_keys;
+use super::schema::{management_api_keys, projects};
 use super::DbError;
 use crate::model::ids::KeyId;
 
@@ -31,13 +31,18 @@ pub async fn count(conn: &mut AsyncPgConnection) -> Result<i64, DbError> {
     Ok(management_api_keys::table.count().get_result(conn).await?)
 }
 
+/// The key with this digest, and whether its project is deleted.
 pub async fn find_by_digest(
     conn: &mut AsyncPgConnection,
     digest: &str,
-) -> Result<Option<ManagementKeyRow>, DbError> {
+) -> Result<Option<(ManagementKeyRow, bool)>, DbError> {
     Ok(management_api_keys::table
+        .left_join(projects::table)
         .filter(management_api_keys::key_digest.eq(digest))
-        .select(ManagementKeyRow::as_select())
+        .select((
+            ManagementKeyRow::as_select(),
+            projects::deleted_at.nullable().is_not_null(),
+        ))
         .first(conn)
         .await
         .optional()?)
@@ -89,14 +94,23 @@ pub async fn touch_last_used(
     Ok(())
 }
 
-/// Which of `ids` can no longer be used: revoked, or gone.
+/// Which of `ids` can no longer be used at `now`: revoked, expired, of a deleted project,
+/// or gone.
 pub async fn unusable_among(
     conn: &mut AsyncPgConnection,
     ids: &[KeyId],
+    now: DateTime<Utc>,
 ) -> Result<Vec<KeyId>, DbError> {
     let usable: Vec<KeyId> = management_api_keys::table
+        .left_join(projects::table)
         .filter(management_api_keys::id.eq_any(ids))
         .filter(management_api_keys::revoked_at.is_null())
+        .filter(
+            management_api_keys::expires_at
+                .is_null()
+                .or(management_api_keys::expires_at.gt(now)),
+        )
+        .filter(projects::deleted_at.is_null())
         .select(management_api_keys::id)
         .load(conn)
         .await?;

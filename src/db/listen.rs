@@ -17,6 +17,8 @@ pub const DELIVERY_DUE: &str = "hymical_delivery_due";
 pub const DELIVERY_EVENT: &str = "hymical_delivery_event";
 /// Notified with an endpoint's id by every change of it: drops intake's cached copy.
 pub const ENDPOINT_CHANGED: &str = "hymical_endpoint_changed";
+/// Notified with an audit entry's id when it commits: wakes the audit subscriptions.
+pub const AUDIT_ENTRY: &str = "hymical_audit_entry";
 
 /// Listens on `channels` until `shutdown`, reconnecting after failures. `on_notification`
 /// gets each notification's channel and payload; after every (re)connection it is also

@@ -6,6 +6,7 @@ mod error;
 pub use error::DbError;
 
 pub mod alerts;
+pub mod audit;
 pub mod deliveries;
 pub mod destinations;
 pub mod endpoint_events;
@@ -18,6 +19,7 @@ mod keyset;
 pub mod listen;
 pub mod migrations;
 pub mod models;
+pub mod projects;
 pub mod queue;
 pub mod rate_limits;
 pub mod replica;

@@ -9,7 +9,9 @@ use super::schema::{
     endpoints, management_api_keys, submissions, webhook_deliveries,
 };
 use crate::model::endpoint::Rotation;
-use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, SubmissionId};
+use crate::model::ids::{
+    ClaimToken, DeliveryId, DestinationId, EndpointId, KeyId, ProjectId, SubmissionId,
+};
 use crate::model::receiver::{RequestAuth, RequestHeaders, RetryPolicy};
 use crate::model::state::{
     AttemptOutcome, CaptchaProvider, DeliveryState, DestinationEvent, DestinationKind,
@@ -43,6 +45,8 @@ pub struct EndpointRow {
     /// `None`: the server's.
     pub retention_days: Option<i32>,
     pub spam_retention_days: Option<i32>,
+    /// The project it belongs to, for ever (an endpoint never moves).
+    pub project_id: ProjectId,
 }
 
 impl EndpointRow {
@@ -60,6 +64,7 @@ impl EndpointRow {
             file_uploads: None,
             retention_days: None,
             spam_retention_days: None,
+            project_id: ProjectId::default_project(),
         }
     }
 
@@ -545,6 +550,20 @@ pub struct ManagementKeyRow {
     pub revoked_at: Option<DateTime<Utc>>,
     pub last_used_at: Option<DateTime<Utc>>,
     pub role: KeyRole,
+    /// The one project it sees; `None`: every project.
+    pub project_id: Option<ProjectId>,
+    /// When it stops working; `None`: never.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
+#[diesel(table_name = super::schema::projects)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct ProjectRow {
+    pub id: ProjectId,
+    pub name: String,
+    pub created_at: DateTime<Utc>,
+    pub deleted_at: Option<DateTime<Utc>>,
 }
 
 /// An event, with the delivery it is about as it was when the event was read: subscribers

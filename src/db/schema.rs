@@ -1,6 +1,25 @@
 // @generated automatically by Diesel CLI.
 
 diesel::table! {
+    audit_entries (id) {
+        id -> Int8,
+        at -> Timestamptz,
+        #[max_length = 35]
+        key_id -> Varchar,
+        #[max_length = 200]
+        key_name -> Varchar,
+        #[max_length = 36]
+        project_id -> Nullable<Varchar>,
+        #[max_length = 64]
+        operation -> Varchar,
+        targets -> Array<Nullable<Text>>,
+        changes -> Jsonb,
+        #[max_length = 64]
+        address_digest -> Nullable<Varchar>,
+    }
+}
+
+diesel::table! {
     autoresponder_recipients (destination_id, address_digest) {
         #[max_length = 36]
         destination_id -> Varchar,
@@ -204,6 +223,8 @@ diesel::table! {
         file_uploads -> Nullable<Jsonb>,
         retention_days -> Nullable<Int4>,
         spam_retention_days -> Nullable<Int4>,
+        #[max_length = 36]
+        project_id -> Varchar,
     }
 }
 
@@ -237,6 +258,20 @@ diesel::table! {
         last_used_at -> Nullable<Timestamptz>,
         #[max_length = 16]
         role -> Varchar,
+        #[max_length = 36]
+        project_id -> Nullable<Varchar>,
+        expires_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    projects (id) {
+        #[max_length = 36]
+        id -> Varchar,
+        #[max_length = 200]
+        name -> Varchar,
+        created_at -> Timestamptz,
+        deleted_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -372,6 +407,8 @@ diesel::joinable!(delivery_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(delivery_state_counts -> endpoints (endpoint_id));
 diesel::joinable!(destinations -> endpoints (endpoint_id));
 diesel::joinable!(endpoint_spam_protection -> endpoints (endpoint_id));
+diesel::joinable!(endpoints -> projects (project_id));
+diesel::joinable!(management_api_keys -> projects (project_id));
 diesel::joinable!(submission_file_chunks -> submission_files (file_id));
 diesel::joinable!(submission_files -> submissions (submission_id));
 diesel::joinable!(submissions -> endpoints (endpoint_id));
@@ -380,6 +417,7 @@ diesel::joinable!(webhook_deliveries -> endpoints (endpoint_id));
 diesel::joinable!(webhook_deliveries -> submissions (submission_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
+    audit_entries,
     autoresponder_recipients,
     captcha_tokens_seen,
     delivery_attempts,
@@ -395,6 +433,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     form_stamps_spent,
     management_api_keys,
     operator_alerts,
+    projects,
     rate_limit_counters,
     server_secrets,
     submission_file_chunks,

@@ -15,7 +15,9 @@ use super::models::{ClaimedDelivery, KeyedSubmission, ReceiverOptions, Submissio
 use super::rate_limits::BatchCounters;
 use super::statement::{bind, sql, Bind, SqlText, Statement};
 use super::DbError;
-use crate::model::ids::{ClaimToken, DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::ids::{
+    ClaimToken, DeliveryId, DestinationId, EndpointId, ProjectId, SubmissionId,
+};
 use crate::model::search::{FieldValue, SearchWords, MAX_PERSON_SUBMISSIONS};
 use crate::model::spam::SubmissionFolder;
 use crate::model::state::{DeliveryState, DestinationKind};
@@ -294,6 +296,8 @@ pub async fn find_by_idempotency_key(
 /// Filters of a submission listing: exclusive time bounds.
 #[derive(Debug, Clone, Default)]
 pub struct SubmissionFilter {
+    /// Only the submissions of this project's endpoints.
+    pub project: Option<ProjectId>,
     pub endpoint_id: Option<EndpointId>,
     /// The inbox (the default), the spam folder or both.
     pub folder: SubmissionFolder,
@@ -309,6 +313,7 @@ impl SubmissionFilter {
     /// A filter no submission matches (an empty time range).
     pub fn nothing() -> SubmissionFilter {
         SubmissionFilter {
+            project: None,
             endpoint_id: None,
             folder: SubmissionFolder::All,
             received_after: Some(DateTime::<Utc>::UNIX_EPOCH),
@@ -475,23 +480,26 @@ async fn delete_erased(
 }
 
 /// The submissions holding `value` whole, in any folder of any endpoint.
-fn holding_filter(value: &FieldValue) -> SubmissionFilter {
+fn holding_filter(value: &FieldValue, project: Option<&ProjectId>) -> SubmissionFilter {
     SubmissionFilter {
+        project: project.cloned(),
         folder: SubmissionFolder::All,
         value: Some(value.clone()),
         ..SubmissionFilter::default()
     }
 }
 
-/// The submissions holding `value` whole (in any folder, of any endpoint), newest first;
-/// `None` when more than [`MAX_PERSON_SUBMISSIONS`] do (a common value, not one person's).
+/// The submissions holding `value` whole (in any folder, of any endpoint of `project`, or
+/// of every project), newest first; `None` when more than [`MAX_PERSON_SUBMISSIONS`] do
+/// (a common value, not one person's).
 pub async fn holding(
     conn: &mut AsyncPgConnection,
     value: &FieldValue,
+    project: Option<&ProjectId>,
 ) -> Result<Option<Vec<SubmissionRow>>, DbError> {
     let rows = page(
         conn,
-        &holding_filter(value),
+        &holding_filter(value, project),
         None,
         MAX_PERSON_SUBMISSIONS + 1,
     )
@@ -522,10 +530,11 @@ pub enum PersonErasure {
 pub async fn erase_holding(
     conn: &mut AsyncPgConnection,
     value: &FieldValue,
+    project: Option<&ProjectId>,
 ) -> Result<PersonErasure, DbError> {
     use super::schema::{delivery_attempts, submissions};
     use diesel_async::AsyncConnection;
-    let filter = holding_filter(value);
+    let filter = holding_filter(value, project);
     Ok(conn
         .transaction::<_, diesel::result::Error, _>(async move |conn| {
             let found: Vec<SubmissionId> = filtered(&filter)
@@ -584,6 +593,9 @@ fn filtered<'a>(
     let mut query = submissions::table.into_boxed();
     if let Some(endpoint_id) = &filter.endpoint_id {
         query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
+    }
+    if let Some(project) = &filter.project {
+        query = query.filter(submissions::endpoint_id.eq_any(super::endpoints::of_project(project)));
     }
     if let Some(spam) = filter.folder.spam() {
         query = query.filter(submissions::spam.eq(spam));

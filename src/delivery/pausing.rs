@@ -12,24 +12,24 @@ use chrono::{DateTime, Utc};
 
 use crate::db::destinations::{self, Switch, Switched};
 use crate::db::models::{DestinationRow, EndpointRow};
-use crate::db::{endpoints, Db, DbError};
+use crate::db::{Db, DbError};
 use crate::model::ids::{DestinationId, EndpointId};
 use crate::telemetry::meters;
 
-/// Pauses or resumes every destination of an endpoint (an operator).
-pub async fn switch_endpoint(
-    db: &Db,
-    id: &EndpointId,
-    to: Switch,
-    now: DateTime<Utc>,
-) -> Result<Switched<EndpointRow>, DbError> {
-    let outcome = db
-        .run(async |conn| endpoints::switch(conn, id, to, now).await)
-        .await?;
-    if let Switched::Done(_, held) = &outcome {
+/// What an operator's pause or resume of an endpoint (`db::endpoints::switch`, in the
+/// mutation's own transaction) tells once it committed: its metric and WARN line, if it
+/// changed anything.
+pub fn switched_endpoint(to: Switch, id: &EndpointId, outcome: &Switched<EndpointRow>) {
+    if let Switched::Done(_, held) = outcome {
         announce(to, id, None, *held);
     }
-    Ok(outcome)
+}
+
+/// The same for one destination (`db::destinations::switch`).
+pub fn switched_destination(to: Switch, id: &DestinationId, outcome: &Switched<DestinationRow>) {
+    if let Switched::Done(row, held) = outcome {
+        announce(to, &row.endpoint_id, Some(id), *held);
+    }
 }
 
 /// Pauses or resumes one destination (the worker: a receiver gone, a run of failed
@@ -43,9 +43,7 @@ pub async fn switch_destination(
     let outcome = db
         .run(async |conn| destinations::switch(conn, id, to, now).await)
         .await?;
-    if let Switched::Done(row, held) = &outcome {
-        announce(to, &row.endpoint_id, Some(id), *held);
-    }
+    switched_destination(to, id, &outcome);
     Ok(outcome)
 }
 

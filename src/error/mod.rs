@@ -171,6 +171,14 @@ pub enum ApiError {
     /// Nothing to erase: the value is not echoed, as a person's data is never logged.
     #[error("No submission holds this value.")]
     NoSubmissionHoldsValue,
+    /// Unknown, deleted and another project's are one answer: a key learns nothing of
+    /// projects it may not see.
+    #[error("No project has this id.")]
+    ProjectNotFound { project_id: String },
+    #[error("The project still has endpoints; delete them first.")]
+    ProjectNotEmpty { project_id: String, endpoints: i64 },
+    #[error("No management key has this id.")]
+    KeyNotFound { key_id: String },
     #[error("Only a failed delivery whose submission and endpoint still exist can be replayed.")]
     DeliveryNotReplayable {
         delivery_id: String,
@@ -330,6 +338,9 @@ impl ApiError {
             ApiError::DeliveryNotReplayable { .. } => "delivery_not_replayable",
             ApiError::SubmissionDeliveryInProgress { .. } => "submission_delivery_in_progress",
             ApiError::NoSubmissionHoldsValue => "no_submission_holds_value",
+            ApiError::ProjectNotFound { .. } => "project_not_found",
+            ApiError::ProjectNotEmpty { .. } => "project_not_empty",
+            ApiError::KeyNotFound { .. } => "key_not_found",
             ApiError::InvalidTimeRange => "invalid_time_range",
             ApiError::InvalidCursor => "invalid_cursor",
             ApiError::EventHistoryExpired { .. } => "event_history_expired",
@@ -364,7 +375,9 @@ impl ApiError {
             | ApiError::DeliveryNotFound { .. }
             | ApiError::DestinationNotFound { .. }
             | ApiError::SubmissionNotFound { .. }
-            | ApiError::NoSubmissionHoldsValue => StatusCode::NOT_FOUND,
+            | ApiError::NoSubmissionHoldsValue
+            | ApiError::ProjectNotFound { .. }
+            | ApiError::KeyNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::EndpointInactive { .. }
             | ApiError::IdempotencyConflict { .. }
             | ApiError::EndpointAlreadyExists { .. }
@@ -375,7 +388,8 @@ impl ApiError {
             | ApiError::EndpointDeleted { .. }
             | ApiError::EndpointHasDeliveriesInProgress { .. }
             | ApiError::DeliveryNotReplayable { .. }
-            | ApiError::SubmissionDeliveryInProgress { .. } => StatusCode::CONFLICT,
+            | ApiError::SubmissionDeliveryInProgress { .. }
+            | ApiError::ProjectNotEmpty { .. } => StatusCode::CONFLICT,
             ApiError::OriginNotAllowed { .. }
             | ApiError::InsufficientRole { .. }
             | ApiError::CaptchaFailed { .. } => StatusCode::FORBIDDEN,

@@ -77,10 +77,13 @@ fn variant(error: &ApiError) -> usize {
         ApiError::VerifierUnavailable { .. } => 56,
         ApiError::FileNameNotAllowed { .. } => 57,
         ApiError::NoSubmissionHoldsValue => 58,
+        ApiError::ProjectNotFound { .. } => 59,
+        ApiError::ProjectNotEmpty { .. } => 60,
+        ApiError::KeyNotFound { .. } => 61,
     }
 }
 
-const VARIANTS: usize = 59;
+const VARIANTS: usize = 62;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -450,6 +453,29 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::NOT_FOUND,
             "no_submission_holds_value",
             json!({}),
+        ),
+        (
+            ApiError::ProjectNotFound {
+                project_id: s("prj_x"),
+            },
+            S::NOT_FOUND,
+            "project_not_found",
+            json!({ "project_id": "prj_x" }),
+        ),
+        (
+            ApiError::ProjectNotEmpty {
+                project_id: s("prj_x"),
+                endpoints: 2,
+            },
+            S::CONFLICT,
+            "project_not_empty",
+            json!({ "project_id": "prj_x", "endpoints": 2 }),
+        ),
+        (
+            ApiError::KeyNotFound { key_id: s("mk_x") },
+            S::NOT_FOUND,
+            "key_not_found",
+            json!({ "key_id": "mk_x" }),
         ),
         (
             ApiError::DeliveryNotReplayable {

@@ -100,6 +100,7 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
         .transpose()?;
     let filter = match params.get("endpoint_id").filter(|v| !v.is_empty()) {
         None => SubmissionFilter {
+            project: None,
             endpoint_id: None,
             folder,
             received_after,
@@ -109,6 +110,7 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
         },
         Some(raw) => match EndpointId::parse(raw) {
             Some(endpoint_id) => SubmissionFilter {
+                project: None,
                 endpoint_id: Some(endpoint_id),
                 folder,
                 received_after,
@@ -131,14 +133,17 @@ async fn export(
     // An export takes every submission's fields out at once: not for a read key.
     let authorized = auth::authenticate_headers(&app.db, &headers, app.clock.now())
         .await
-        .and_then(|key| key.require_admin());
-    if let Err(error) = authorized {
-        return error.into_response();
-    }
-    let (format, filter) = match request(&params) {
+        .and_then(|key| key.require_admin().map(|()| key));
+    let key = match authorized {
+        Ok(key) => key,
+        Err(error) => return error.into_response(),
+    };
+    let (format, mut filter) = match request(&params) {
         Ok(request) => request,
         Err(error) => return error.into_response(),
     };
+    // Only what the key sees: another project's endpoint exports as an unknown one does.
+    filter.project = key.view.clone();
     let Ok(slot) = app.exports.clone().try_acquire_owned() else {
         return ApiError::TooManyExports {
             limit: app.config.export_max_concurrent,

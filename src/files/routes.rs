@@ -57,15 +57,19 @@ async fn serve(
         file_id: file_id.to_string(),
     };
     let id = FileId::parse(file_id).ok_or_else(not_found)?;
-    // A link handed to an API key ends with the key: once it is revoked (or gone), the
-    // link is as good as expired, in every process, from the next download on. Checked
-    // on the connection that reads the file's row: one checkout per download.
+    // A link handed to an API key ends with the key: once it is revoked, expired, of a
+    // deleted project (or gone), the link is as good as expired, in every process, from
+    // the next download on. Checked on the connection that reads the file's row: one
+    // checkout per download. (Only a key that saw the submission was handed the link,
+    // and an endpoint never changes project, so the link names a file of the key's
+    // project for as long as it works.)
+    let now = files.clock.now();
     let (revoked, row) = files
         .db
         .run(async |conn| {
             let revoked = match &holder {
                 Some(holder) => {
-                    !crate::db::keys::unusable_among(conn, std::slice::from_ref(holder))
+                    !crate::db::keys::unusable_among(conn, std::slice::from_ref(holder), now)
                         .await?
                         .is_empty()
                 }

@@ -5,12 +5,14 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, SimpleObject, ID};
 
+use super::audit::{audited, Audited};
 use super::error::{refused_as, ResolverError, Result};
 use super::ids::{destination_or_not_found, endpoint_or_not_found};
 use super::types::Destination;
-use super::{app, database, patch};
+use super::{app, patch};
 use crate::db;
 use crate::db::destinations::{AddOutcome, Switch, Switched};
+use crate::db::projects::Owned;
 use crate::db::models::DestinationRow;
 use crate::delivery::pausing;
 use crate::error::ApiError;
@@ -339,7 +341,16 @@ pub struct ResumeDestinationPayload {
 async fn switched(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Destination, i64)> {
     let target = destination_or_not_found(id)?;
     let now = app(ctx).clock.now();
-    let switched = pausing::switch_destination(database(ctx), &target, to, now).await?;
+    let missing = || not_found(id.clone());
+    let switched = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
+        let switched = db::destinations::switch(conn, &target, to, now).await?;
+        Ok(match &switched {
+            Switched::Done(..) => Audited::changed(switched, vec![target.to_string()]),
+            _ => Audited::unchanged(switched),
+        })
+    })
+    .await?;
+    pausing::switched_destination(to, &target, &switched);
     let (row, held) = answered(switched, || not_found(id.clone()), || not_found(id.clone()))?;
     Ok((Destination(row), held))
 }
@@ -395,9 +406,21 @@ async fn add(
     endpoint_id: &ID,
     destination: DestinationRow,
 ) -> Result<Destination> {
-    let outcome = database(ctx)
-        .run(async |conn| db::destinations::add(conn, destination, MAX_DESTINATIONS).await)
-        .await?;
+    let owner = destination.endpoint_id.clone();
+    let missing = || ApiError::EndpointNotFound {
+        endpoint_id: endpoint_id.0.clone(),
+    };
+    let outcome = audited(ctx, Some(Owned::Endpoint(&owner)), missing, async |conn| {
+        let outcome = db::destinations::add(conn, destination, MAX_DESTINATIONS).await?;
+        Ok(match &outcome {
+            AddOutcome::Added(row) => {
+                let targets = vec![row.endpoint_id.to_string(), row.id.to_string()];
+                Audited::changed(outcome, targets)
+            }
+            _ => Audited::unchanged(outcome),
+        })
+    })
+    .await?;
     app(ctx).intake.endpoints.invalidate(endpoint_id);
     match outcome {
         AddOutcome::Added(row) => Ok(Destination(*row)),
@@ -424,10 +447,16 @@ where
     F: FnOnce(DestinationRow) -> Result<DestinationRow, ApiError> + Send + 'static,
 {
     let target = destination_or_not_found(id)?;
-    let changed = database(ctx)
-        .run(async |conn| Ok(db::destinations::change::<ApiError, _>(conn, &target, change).await))
-        .await??
-        .ok_or_else(|| not_found(id.clone()))?;
+    let missing = || not_found(id.clone());
+    let changed = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
+        let outcome = db::destinations::change::<ApiError, _>(conn, &target, change).await;
+        Ok(match &outcome {
+            Ok(Some(_)) => Audited::changed(outcome, vec![target.to_string()]),
+            _ => Audited::unchanged(outcome),
+        })
+    })
+    .await??
+    .ok_or_else(|| not_found(id.clone()))?;
     app(ctx)
         .intake
         .endpoints
@@ -758,10 +787,16 @@ impl DestinationMutation {
         let target = destination_or_not_found(&id)?;
         let cancel = cancel_deliveries.unwrap_or(false);
         let now = app.clock.now();
-        let (row, cancelled) = database(ctx)
-            .run(async |conn| db::destinations::remove_one(conn, &target, cancel, now).await)
-            .await?
-            .ok_or_else(|| not_found(id.clone()))?;
+        let missing = || not_found(id.clone());
+        let (row, cancelled) = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
+            let removed = db::destinations::remove_one(conn, &target, cancel, now).await?;
+            Ok(match &removed {
+                Some(_) => Audited::changed(removed, vec![target.to_string()]),
+                None => Audited::unchanged(removed),
+            })
+        })
+        .await?
+        .ok_or_else(|| not_found(id.clone()))?;
         app.intake.endpoints.invalidate(row.endpoint_id.as_str());
         tracing::warn!(
             endpoint_id = %row.endpoint_id,

@@ -238,11 +238,23 @@ async fn handle(
             answer,
         );
     }
+    let address = parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|info| {
+            crate::intake::rate_limit::client_address(
+                info.0.ip(),
+                &parts.headers,
+                app.config.rate_limit.trusted_proxy_hops,
+            )
+        })
+        .unwrap_or_default();
     let response = crate::error::logging_storage_once(schema.execute(super::with_operation_data(
         graphql_request,
         operation,
         &app,
         key,
+        address,
     )))
     .await;
     // A request error (the document did not parse or validate) has no data at all, not

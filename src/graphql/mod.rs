@@ -1,6 +1,7 @@
 //! The GraphQL management API: schema, resolvers, the HTTP handler and the WebSocket
 //! protocols (docs/graphql.md, docs/subscriptions.md).
 
+mod audit;
 pub mod cost;
 pub mod destination;
 pub mod destination_mutation;
@@ -19,6 +20,7 @@ mod spam_mutation;
 pub mod subscription;
 mod timestamp;
 pub mod types;
+mod visibility;
 pub mod ws;
 
 use async_graphql::parser::types::OperationType;
@@ -91,6 +93,7 @@ pub(crate) fn with_operation_data(
     operation: Option<OperationType>,
     app: &AppState,
     key: AuthenticatedKey,
+    address: String,
 ) -> async_graphql::Request {
     let subscription = operation == Some(OperationType::Subscription);
     let allowance =
@@ -108,8 +111,16 @@ pub(crate) fn with_operation_data(
     } else {
         Loaders::new(&db)
     };
-    request.data(key).data(loaders).data(OperationDb(db))
+    request
+        .data(key)
+        .data(ClientAddress(address))
+        .data(loaders)
+        .data(OperationDb(db))
 }
+
+/// The address the operation came from (through `FORMS_TRUSTED_PROXY_HOPS` proxies): only
+/// its HMAC is ever written (the audit trail), never the address.
+pub(crate) struct ClientAddress(pub String);
 
 /// An id argument of a filter as the typed id it must be: `Some(None)` for no filter,
 /// `Some(Some(id))` for a filter, `None` when the argument cannot name anything (the filter

@@ -11,10 +11,13 @@ use super::types::{
     EndpointPayload, EndpointSecretPayload, ErasePersonDataPayload, ReplayDeliveriesPayload,
     ReplayDeliveryPayload, ResumeEndpointPayload, Timestamp,
 };
+use super::audit::{audited, Audited};
+use super::visibility::view;
 use super::{app, database, patch, scope, time_range};
+use crate::db::projects::Owned;
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
-use crate::db::destinations::Switch;
+use crate::db::destinations::{Switch, Switched};
 use crate::db::endpoints::DeleteOutcome;
 use crate::db::models::{DestinationRow, EndpointRow};
 use crate::db::submissions::{EraseOutcome, PersonErasure};
@@ -107,8 +110,19 @@ impl ReplayDestination {
 async fn switched_endpoint(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Endpoint, i64)> {
     let target = endpoint_or_not_found(id)?;
     let now = app(ctx).clock.now();
-    let switched = pausing::switch_endpoint(database(ctx), &target, to, now).await?;
     let endpoint_id = || id.0.clone();
+    let missing = || ApiError::EndpointNotFound {
+        endpoint_id: endpoint_id(),
+    };
+    let switched = audited(ctx, Some(Owned::Endpoint(&target)), missing, async |conn| {
+        let switched = db::endpoints::switch(conn, &target, to, now).await?;
+        Ok(match &switched {
+            Switched::Done(..) => Audited::changed(switched, vec![target.to_string()]),
+            _ => Audited::unchanged(switched),
+        })
+    })
+    .await?;
+    pausing::switched_endpoint(to, &target, &switched);
     let (row, held) = answered(
         switched,
         || ApiError::EndpointNotFound {
@@ -141,8 +155,11 @@ where
         + 'static,
 {
     let now = app(ctx).clock.now();
-    let updated = database(ctx)
-        .run(async move |conn| {
+    let missing = || ApiError::EndpointNotFound {
+        endpoint_id: id.0.clone(),
+    };
+    let owner = target.clone();
+    let updated = audited(ctx, Some(Owned::Endpoint(&owner)), missing, async move |conn| {
             let updated = db::endpoints::update_with::<ApiError, _>(
                 conn,
                 &target,
@@ -154,13 +171,17 @@ where
             )
             .await;
             let destinations = match &updated {
-                Ok(Some(_)) => db::destinations::of_endpoints(conn, &[target]).await?,
+                Ok(Some(_)) => db::destinations::of_endpoints(conn, &[target.clone()]).await?,
                 _ => Vec::new(),
             };
-            Ok(updated.map(|found| {
+            let outcome = updated.map(|found| {
                 found
                     .map(|(row, webhook)| (Endpoint::with_destinations(row, destinations), webhook))
-            }))
+            });
+            Ok(match outcome {
+                Ok(Some(_)) => Audited::changed(outcome, vec![target.to_string()]),
+                _ => Audited::unchanged(outcome),
+            })
         })
         .await??;
     app(ctx).intake.endpoints.invalidate(id);
@@ -464,9 +485,19 @@ impl MutationRoot {
         };
         let cancel = input.cancel_deliveries.unwrap_or(false);
         let now = app.clock.now();
-        let outcome = database(ctx)
-            .run(async |conn| db::endpoints::delete(conn, &target, cancel, history, now).await)
-            .await?;
+        let missing = || ApiError::EndpointNotFound {
+            endpoint_id: input.id.0.clone(),
+        };
+        let outcome = audited(ctx, Some(Owned::Endpoint(&target)), missing, async |conn| {
+            let outcome = db::endpoints::delete(conn, &target, cancel, history, now).await?;
+            Ok(match outcome {
+                DeleteOutcome::Deleted { .. } => {
+                    Audited::changed(outcome, vec![target.to_string()])
+                }
+                _ => Audited::unchanged(outcome),
+            })
+        })
+        .await?;
         app.intake.endpoints.invalidate(&input.id);
         match outcome {
             DeleteOutcome::Deleted { cancelled } => {
@@ -514,10 +545,18 @@ impl MutationRoot {
         let Some(delivery) = DeliveryId::parse(&id) else {
             return Err(ApiError::DeliveryNotFound { delivery_id: id.0 }.into());
         };
-        match database(ctx)
-            .run(async |conn| db::deliveries::replay(conn, &delivery, target, now).await)
-            .await?
-        {
+        let missing = || ApiError::DeliveryNotFound {
+            delivery_id: id.0.clone(),
+        };
+        let replayed = audited(ctx, Some(Owned::Delivery(&delivery)), missing, async |conn| {
+            let outcome = db::deliveries::replay(conn, &delivery, target, now).await?;
+            Ok(match outcome {
+                ReplayOutcome::Replayed(_) => Audited::changed(outcome, vec![delivery.to_string()]),
+                _ => Audited::unchanged(outcome),
+            })
+        })
+        .await?;
+        match replayed {
             ReplayOutcome::Replayed(row) => Ok(ReplayDeliveryPayload {
                 delivery: Delivery(row),
             }),
@@ -581,6 +620,7 @@ impl MutationRoot {
             return Ok(ReplayDeliveriesPayload { count: 0 });
         };
         let query = ReplayQuery {
+            project: view(ctx).cloned(),
             endpoint_id,
             destination_id,
             failed_after,
@@ -589,15 +629,27 @@ impl MutationRoot {
             created_before,
         };
         let now = app.clock.pinned();
-        let count = database(ctx)
-            .run(async |conn| {
-                if dry_run == Some(true) {
-                    db::deliveries::count_replayable(conn, &query, target).await
-                } else {
-                    db::deliveries::replay_matching(conn, &query, target, now).await
+        let count = if dry_run == Some(true) {
+            database(ctx)
+                .run(async |conn| db::deliveries::count_replayable(conn, &query, target).await)
+                .await?
+        } else {
+            let nothing = || ApiError::Internal("a replay without a target".into());
+            audited(ctx, None, nothing, async |conn| {
+                let count = db::deliveries::replay_matching(conn, &query, target, now).await?;
+                if count == 0 {
+                    return Ok(Audited::unchanged(count));
                 }
+                // The entry belongs to the endpoint's project when the filter names one.
+                let project = match &query.endpoint_id {
+                    Some(id) => db::projects::owner_of(conn, Owned::Endpoint(id)).await?,
+                    None => query.project.clone(),
+                };
+                let targets = query.endpoint_id.iter().map(ToString::to_string).collect();
+                Ok(Audited::changed_in(count, targets, project))
             })
-            .await?;
+            .await?
+        };
         Ok(ReplayDeliveriesPayload {
             count: i32::try_from(count).unwrap_or(i32::MAX),
         })
@@ -616,10 +668,18 @@ impl MutationRoot {
             }
             .into());
         };
-        match database(ctx)
-            .run(async |conn| db::submissions::erase(conn, &submission).await)
-            .await?
-        {
+        let missing = || ApiError::SubmissionNotFound {
+            submission_id: id.0.clone(),
+        };
+        let erased = audited(ctx, Some(Owned::Submission(&submission)), missing, async |conn| {
+            let outcome = db::submissions::erase(conn, &submission).await?;
+            Ok(match outcome {
+                EraseOutcome::Erased => Audited::changed(outcome, vec![submission.to_string()]),
+                _ => Audited::unchanged(outcome),
+            })
+        })
+        .await?;
+        match erased {
             EraseOutcome::Erased => {
                 // Its files were detached by the delete: their bytes (rows, objects) go now;
                 // should that fail, the workers' hourly sweep removes them.
@@ -656,10 +716,21 @@ impl MutationRoot {
     ) -> Result<ErasePersonDataPayload> {
         let refused = |error| ApiError::search_refused("value", error);
         let value = FieldValue::parse(&value).map_err(refused)?;
-        match database(ctx)
-            .run(async |conn| db::submissions::erase_holding(conn, &value).await)
-            .await?
-        {
+        let project = view(ctx);
+        let nothing = || ApiError::Internal("an erasure without a target".into());
+        let erased = audited(ctx, None, nothing, async |conn| {
+            let outcome = db::submissions::erase_holding(conn, &value, project).await?;
+            // What was erased (the submissions' ids), never the value.
+            Ok(match &outcome {
+                PersonErasure::Erased(ids) => {
+                    let targets = ids.iter().map(ToString::to_string).collect();
+                    Audited::changed_in(outcome, targets, project.cloned())
+                }
+                _ => Audited::unchanged(outcome),
+            })
+        })
+        .await?;
+        match erased {
             PersonErasure::Erased(ids) => {
                 // Their files were detached by the delete: their bytes go now; should
                 // that fail, the workers' hourly sweep removes them.

@@ -11,6 +11,7 @@ use super::types::{
     ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts, DeliveryState, Endpoint, Submission,
     Timestamp,
 };
+use super::visibility::{sees_endpoint, view};
 use super::{app, database, scope, time_range};
 use crate::auth::AuthenticatedKey;
 use crate::db;
@@ -93,9 +94,11 @@ impl QueryRoot {
         let app = app(ctx);
         let page = PageRequest::new(first, after, app.config.graphql.max_page_size)?;
         let after = page.after.clone();
+        let project = view(ctx);
         let rows = database(ctx)
             .run(async |conn| {
-                db::endpoints::page(conn, after, page.fetch_limit(), include_deleted).await
+                db::endpoints::page(conn, project, after, page.fetch_limit(), include_deleted)
+                    .await
             })
             .await?;
         Ok(page.connection(
@@ -111,7 +114,12 @@ impl QueryRoot {
             return Ok(None);
         };
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders.submissions.load_one(id).await?.map(Submission))
+        let Some(row) = loaders.submissions.load_one(id).await? else {
+            return Ok(None);
+        };
+        Ok(sees_endpoint(ctx, &row.endpoint_id)
+            .await?
+            .then_some(Submission(row)))
     }
 
     /// One person's data: every submission, in any folder of any endpoint, with a field
@@ -124,7 +132,7 @@ impl QueryRoot {
         let refused = |error| ApiError::search_refused("value", error);
         let value = FieldValue::parse(&value).map_err(refused)?;
         let rows = database(ctx)
-            .run(async |conn| db::submissions::holding(conn, &value).await)
+            .run(async |conn| db::submissions::holding(conn, &value, view(ctx)).await)
             .await?
             .ok_or_else(|| refused(SearchError::HeldByTooMany))?;
         Ok(rows.into_iter().map(Submission).collect())
@@ -159,6 +167,7 @@ impl QueryRoot {
             return Ok(page.empty());
         };
         let query = SubmissionQuery {
+            project: view(ctx).cloned(),
             endpoint_id,
             folder: filter.folder.unwrap_or_default(),
             received_after,
@@ -177,7 +186,12 @@ impl QueryRoot {
         let rows = database(ctx)
             .run(async |conn| db::deliveries::find_many(conn, &ids).await)
             .await?;
-        Ok(rows.into_iter().next().map(Delivery))
+        let Some(row) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        Ok(sees_endpoint(ctx, &row.endpoint_id)
+            .await?
+            .then_some(Delivery(row)))
     }
 
     /// Deliveries, newest first.
@@ -201,6 +215,7 @@ impl QueryRoot {
             return Ok(page.empty());
         };
         let query = DeliveryQuery {
+            project: view(ctx).cloned(),
             endpoint_id,
             destination_id,
             state: filter.state,
@@ -220,7 +235,9 @@ impl QueryRoot {
             return Ok(DeliveryCounts(Default::default()));
         };
         let counts = database(ctx)
-            .run(async |conn| db::deliveries::count_by_state(conn, endpoint_id.as_ref()).await)
+            .run(async |conn| {
+                db::deliveries::count_by_state(conn, endpoint_id.as_ref(), view(ctx)).await
+            })
             .await?;
         Ok(DeliveryCounts(counts))
     }
@@ -256,7 +273,13 @@ impl QueryRoot {
             Some(endpoint_id) => {
                 database(ctx)
                     .run(async |conn| {
-                        db::deliveries::activity_by_minute(conn, endpoint_id.as_ref(), first).await
+                        db::deliveries::activity_by_minute(
+                            conn,
+                            endpoint_id.as_ref(),
+                            view(ctx),
+                            first,
+                        )
+                        .await
                     })
                     .await?
             }

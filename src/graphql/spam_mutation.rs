@@ -4,11 +4,14 @@
 
 use async_graphql::{Context, InputObject, Object, SimpleObject, ID};
 
+use super::audit::{audited, Audited};
 use super::error::{ResolverError, Result};
 use super::ids::{endpoint_or_not_found, submission_or_not_found};
 use super::spam::SpamProtection;
 use super::types::{Endpoint, Submission};
+use super::visibility::view;
 use super::{app, database};
+use crate::db::projects::Owned;
 use crate::db;
 use crate::db::models::{EndpointRow, SpamProtectionRow, SubmissionRow};
 use crate::db::spam::Release;
@@ -112,6 +115,13 @@ async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<(EndpointId, Endpoi
             endpoint_id: id.0.clone(),
         }
         .into()),
+        // Another project's endpoint is answered as an unknown one.
+        Some(row) if view(ctx).is_some_and(|view| row.project_id != *view) => {
+            Err(ApiError::EndpointNotFound {
+                endpoint_id: id.0.clone(),
+            }
+            .into())
+        }
         Some(row) if row.deleted_at.is_some() => Err(ApiError::EndpointDeleted {
             endpoint_id: id.0.clone(),
         }
@@ -222,11 +232,16 @@ impl SpamMutation {
             akismet: input.akismet,
             updated_at: app.clock.now(),
         };
-        let stored = database(ctx)
-            .run(async |conn| {
-                db::spam::set_protection(conn, &endpoint_id, Some(row.clone()), keep_secret).await
-            })
-            .await?;
+        let missing = || ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.to_string(),
+        };
+        let stored = audited(ctx, Some(Owned::Endpoint(&endpoint_id)), missing, async |conn| {
+            let stored =
+                db::spam::set_protection(conn, &endpoint_id, Some(row.clone()), keep_secret)
+                    .await?;
+            Ok(Audited::changed(stored, vec![endpoint_id.to_string()]))
+        })
+        .await?;
         app.intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
             endpoint: Endpoint::new(endpoint),
@@ -241,9 +256,14 @@ impl SpamMutation {
         endpoint_id: ID,
     ) -> Result<SpamProtectionPayload> {
         let (endpoint_id, endpoint) = live_endpoint(ctx, &endpoint_id).await?;
-        database(ctx)
-            .run(async |conn| db::spam::set_protection(conn, &endpoint_id, None, false).await)
-            .await?;
+        let missing = || ApiError::EndpointNotFound {
+            endpoint_id: endpoint_id.to_string(),
+        };
+        audited(ctx, Some(Owned::Endpoint(&endpoint_id)), missing, async |conn| {
+            db::spam::set_protection(conn, &endpoint_id, None, false).await?;
+            Ok(Audited::changed((), vec![endpoint_id.to_string()]))
+        })
+        .await?;
         app(ctx).intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
             endpoint: Endpoint::new(endpoint),
@@ -263,9 +283,19 @@ impl SpamMutation {
         let submission_id = submission_or_not_found(&id)?;
         let app = app(ctx);
         let now = app.clock.now();
-        let release = database(ctx)
-            .run(async |conn| db::spam::release(conn, &submission_id, Some(now)).await)
-            .await?;
+        let missing = || ApiError::SubmissionNotFound {
+            submission_id: id.0.clone(),
+        };
+        let release = audited(ctx, Some(Owned::Submission(&submission_id)), missing, async |conn| {
+            let release = db::spam::release(conn, &submission_id, Some(now)).await?;
+            Ok(match release {
+                Release::Released { .. } => {
+                    Audited::changed(release, vec![submission_id.to_string()])
+                }
+                Release::NotSpam => Audited::unchanged(release),
+            })
+        })
+        .await?;
         let row = submission_row(ctx, &id, &submission_id).await?;
         let queued = match release {
             Release::Released { queued } => {
@@ -286,11 +316,17 @@ impl SpamMutation {
     async fn mark_submission_spam(&self, ctx: &Context<'_>, id: ID) -> Result<MarkSpamPayload> {
         let submission_id = submission_or_not_found(&id)?;
         let now = app(ctx).clock.now();
-        let marked = database(ctx)
-            .run(async |conn| {
-                db::spam::mark_spam(conn, &submission_id, MARKED_BY_OPERATOR, now).await
+        let missing = || ApiError::SubmissionNotFound {
+            submission_id: id.0.clone(),
+        };
+        let marked = audited(ctx, Some(Owned::Submission(&submission_id)), missing, async |conn| {
+            let marked = db::spam::mark_spam(conn, &submission_id, MARKED_BY_OPERATOR, now).await?;
+            Ok(match &marked {
+                Some((_, true)) => Audited::changed(marked, vec![submission_id.to_string()]),
+                _ => Audited::unchanged(marked),
             })
-            .await?;
+        })
+        .await?;
         let Some((row, changed)) = marked else {
             return Err(ApiError::SubmissionNotFound {
                 submission_id: id.0,

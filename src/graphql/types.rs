@@ -55,11 +55,12 @@ impl Endpoint {
     /// names loads in one query); `None` once erased.
     pub async fn load(ctx: &Context<'_>, id: &EndpointId) -> Result<Option<Endpoint>> {
         let loaders = ctx.data_unchecked::<Loaders>();
-        Ok(loaders
-            .endpoints
-            .load_one(id.clone())
-            .await?
-            .map(Endpoint::new))
+        let Some(row) = loaders.endpoints.load_one(id.clone()).await? else {
+            return Ok(None);
+        };
+        // Another project's endpoint is answered as an unknown one.
+        let seen = super::visibility::view(ctx).is_none_or(|view| row.project_id == *view);
+        Ok(seen.then(|| Endpoint::new(row)))
     }
 
     /// Its destinations not removed, in order.

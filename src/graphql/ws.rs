@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use async_graphql::http::WebSocketProtocols as Protocol;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
 use axum::Extension;
@@ -84,10 +84,16 @@ impl Subscriptions {
 pub async fn upgrade(
     State(app): State<AppState>,
     Extension(Subscriptions { schema, groups }): Extension<Subscriptions>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     mut upgrade: WebSocketUpgrade,
 ) -> Response {
     let protocol = negotiate(&headers);
+    let address = crate::intake::rate_limit::client_address(
+        peer.ip(),
+        &headers,
+        app.config.rate_limit.trusted_proxy_hops,
+    );
     if let Some(protocol) = protocol {
         upgrade.set_selected_protocol(HeaderValue::from_static(protocol.sec_websocket_protocol()));
     }
@@ -107,6 +113,7 @@ pub async fn upgrade(
                 socket,
                 protocol: protocol.unwrap_or(Protocol::GraphQLWS),
                 key: None,
+                address,
                 init_received: false,
                 operations: StreamMap::new(),
             };
@@ -162,6 +169,8 @@ struct Connection {
     socket: WebSocket,
     protocol: Protocol,
     key: Option<AuthenticatedKey>,
+    /// The client's address (for the audit trail of its mutations).
+    address: String,
     init_received: bool,
     operations: StreamMap<String, BoxStream<'static, Outgoing>>,
 }
@@ -339,9 +348,24 @@ impl Connection {
                 .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
                 .and_then(|(_, value)| value.as_str())
         });
+        // `Hymical-Project: prj_…`, as over HTTP: one project's view for a key of every
+        // project.
+        let project = payload.and_then(|payload| {
+            payload
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(auth::PROJECT_HEADER))
+                .and_then(|(_, value)| value.as_str())
+        });
         let authenticated = match auth::bearer_credential(authorization) {
             Ok(credential) => {
-                auth::authenticate_key(&self.app.graphql_db, credential, self.app.clock.now()).await
+                let db = &self.app.graphql_db;
+                match (
+                    auth::authenticate_key(db, credential, self.app.clock.now()).await,
+                    project,
+                ) {
+                    (Ok(key), Some(project)) => key.narrowed(db, project.trim()).await,
+                    (authenticated, _) => authenticated,
+                }
             }
             Err(error) => Err(error),
         };
@@ -360,7 +384,11 @@ impl Connection {
                     Err(_) => Step::Close(Close::new(1000, "")),
                 }
             }
-            Err(error @ (ApiError::AuthenticationRequired | ApiError::InvalidApiKey)) => {
+            Err(
+                error @ (ApiError::AuthenticationRequired
+                | ApiError::InvalidApiKey
+                | ApiError::ProjectNotFound { .. }),
+            ) => {
                 if self.protocol == Protocol::SubscriptionsTransportWS {
                     let _ = self
                         .send(&json!({ "type": "connection_error", "payload": { "message": error.to_string() } }))
@@ -426,7 +454,16 @@ impl Connection {
         }
         let make_request = {
             let (app, operation) = (self.app.clone(), operation.clone());
-            move || super::with_operation_data(operation.request(), kind, &app, key.clone())
+            let address = self.address.clone();
+            move || {
+                super::with_operation_data(
+                    operation.request(),
+                    kind,
+                    &app,
+                    key.clone(),
+                    address.clone(),
+                )
+            }
         };
         let rendered = match operation.group_key() {
             Some(group_key) => {

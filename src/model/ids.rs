@@ -140,6 +140,19 @@ prefixed_id!(
     KeyId = "mk_", "management key id"
 );
 
+prefixed_id!(
+    /// `prj_…`: a project, a team's endpoints and the keys that may see them.
+    ProjectId = "prj_", "project id"
+);
+
+impl ProjectId {
+    /// The project every endpoint and key made before projects existed moved into
+    /// (migration projects); where an endpoint created without a project goes.
+    pub fn default_project() -> ProjectId {
+        ProjectId(format!("{}{}", Self::PREFIX, "0".repeat(32)))
+    }
+}
+
 identifier!(
     /// An endpoint's id, chosen by its operator.
     EndpointId, "endpoint id", is_valid_endpoint_id
@@ -166,6 +179,8 @@ mod tests {
             (DeliveryId::generate().into_string(), "whd_"),
             (AttemptId::generate().into_string(), "att_"),
             (KeyId::generate().into_string(), "mk_"),
+            (ProjectId::generate().into_string(), "prj_"),
+            (ProjectId::default_project().into_string(), "prj_"),
         ] {
             let rest = id.strip_prefix(prefix).expect("prefix");
             assert_eq!(rest.len(), 32);

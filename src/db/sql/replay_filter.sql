@@ -4,7 +4,7 @@
 --
 -- $3 endpoint id (NULL: every endpoint), $4 failed after, $5 failed before, $6 created
 -- after, $7 created before (exclusive, NULL: unbounded), $8 destination id (NULL: every
--- destination).
+-- destination), $9 project id (NULL: every project).
 WITH matching AS (
     SELECT d.id, d.destination_id
     FROM webhook_deliveries d
@@ -15,4 +15,5 @@ WITH matching AS (
       AND ($6::timestamptz IS NULL OR d.created_at > $6)
       AND ($7::timestamptz IS NULL OR d.created_at < $7)
       AND ($8::varchar IS NULL OR d.destination_id = $8)
+      AND ($9::varchar IS NULL OR d.endpoint_id IN (SELECT id FROM endpoints WHERE project_id = $9))
 )

@@ -1,0 +1,131 @@
+//! The audit trail: who changed what, when and from where, through the management API.
+//! An entry is written in the same transaction as its change (`graphql::audit::audited`),
+//! so every committed change has its entry and no entry outlives a rolled-back change.
+//! What is kept of a change is its arguments with every secret and personal value
+//! replaced ([`redacted`]); where from is an HMAC of the client's address under a key of
+//! the server's own (`server_secrets`), so the same address gives the same digest in every
+//! process and the address itself is never stored.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, OnceCell};
+
+use crate::db::{Db, DbError};
+
+/// What replaces a value the trail must not keep.
+pub const REDACTED: &str = "[redacted]";
+
+/// Argument names whose values are never kept: secrets, and the values a person's data
+/// lookup or erasure is given (an email address). Compared without letter case; a name
+/// containing one of [`SECRET_PARTS`], or ending in `key` (a TLS client key), is redacted
+/// too.
+const REDACTED_NAMES: &[&str] = &["value", "search", "key", "body", "certificate"];
+const SECRET_PARTS: &[&str] = &["secret", "password", "token", "privatekey", "credential"];
+
+/// `arguments` with every value under a redacted name replaced by [`REDACTED`], at any
+/// depth.
+pub fn redacted(arguments: Value) -> Value {
+    match arguments {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(name, value)| {
+                    let lower = name.to_ascii_lowercase();
+                    let hidden = REDACTED_NAMES.contains(&lower.as_str())
+                        || lower.ends_with("key")
+                        || SECRET_PARTS.iter().any(|part| lower.contains(part));
+                    let value = match (hidden, value) {
+                        (false, value) => redacted(value),
+                        (true, Value::Null) => Value::Null,
+                        (true, _) => Value::String(REDACTED.into()),
+                    };
+                    (name, value)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
+        other => other,
+    }
+}
+
+/// The process's part of the trail: the address key, and the entries committed in any
+/// process (a notification each) for the subscriptions.
+pub struct AuditTrail {
+    db: Db,
+    address_key: OnceCell<Arc<[u8]>>,
+    committed: broadcast::Sender<i64>,
+}
+
+/// Entries a slow subscriber may fall behind by before it is told it missed some.
+const SUBSCRIBER_BACKLOG: usize = 1024;
+
+impl AuditTrail {
+    pub fn new(db: Db) -> AuditTrail {
+        AuditTrail {
+            db,
+            address_key: OnceCell::new(),
+            committed: broadcast::channel(SUBSCRIBER_BACKLOG).0,
+        }
+    }
+
+    /// The HMAC of a client's address, as lowercase hex.
+    pub async fn address_digest(&self, address: &str) -> Result<String, DbError> {
+        let key = self
+            .address_key
+            .get_or_try_init(|| crate::db::server_secrets::load(&self.db, "audit_addresses"))
+            .await?;
+        Ok(crate::digest::hmac_sha256_hex(key, address.as_bytes()))
+    }
+
+    /// An entry committed (its notification arrived).
+    pub fn committed(&self, id: i64) {
+        // No subscriber: nobody to tell.
+        let _ = self.committed.send(id);
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<i64> {
+        self.committed.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_and_personal_values_are_redacted_at_any_depth() {
+        let input = json!({
+            "input": {
+                "id": "dst_1",
+                "url": "https://example.com/hook",
+                "headers": [{ "name": "X-Token", "value": "abc", "secret": true }],
+                "authentication": { "basic": { "username": "u", "password": "p" },
+                                    "oauth2": { "clientSecret": "s", "tokenUrl": "t" } },
+                "tlsClientKey": "-----BEGIN PRIVATE KEY-----",
+                "extraCa": null,
+                "privateKey": "k",
+                "bodyTemplate": "{{x}}",
+            },
+            "value": "ann@example.com",
+        });
+        let out = redacted(input);
+        assert_eq!(out["input"]["id"], "dst_1");
+        assert_eq!(out["input"]["url"], "https://example.com/hook");
+        assert_eq!(out["input"]["headers"][0]["name"], "X-Token");
+        assert_eq!(out["input"]["headers"][0]["value"], REDACTED);
+        assert_eq!(out["input"]["headers"][0]["secret"], REDACTED);
+        assert_eq!(out["input"]["authentication"]["basic"]["username"], "u");
+        assert_eq!(out["input"]["authentication"]["basic"]["password"], REDACTED);
+        assert_eq!(out["input"]["authentication"]["oauth2"]["clientSecret"], REDACTED);
+        assert_eq!(out["input"]["authentication"]["oauth2"]["tokenUrl"], REDACTED);
+        assert_eq!(out["input"]["tlsClientKey"], REDACTED);
+        assert_eq!(out["input"]["extraCa"], Value::Null);
+        assert_eq!(out["input"]["privateKey"], REDACTED);
+        assert_eq!(out["value"], REDACTED);
+        let text = out.to_string();
+        for secret in ["abc", "\"p\"", "\"s\"", "\"k\"", "ann@example.com", "PRIVATE"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+    }
+}
