@@ -11,7 +11,12 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::{broadcast, OnceCell};
 
+use chrono::{DateTime, Utc};
+
+use crate::auth::AuthenticatedKey;
+use crate::db::audit::NewAuditEntry;
 use crate::db::{Db, DbError};
+use crate::model::ids::ProjectId;
 
 /// What replaces a value the trail must not keep.
 pub const REDACTED: &str = "[redacted]";
@@ -56,6 +61,18 @@ pub struct AuditTrail {
     committed: broadcast::Sender<i64>,
 }
 
+/// A read to record: who, from where, what and when.
+pub struct Read<'a> {
+    pub key: &'a AuthenticatedKey,
+    /// The client's address (only its HMAC is stored); empty when unknown.
+    pub address: &'a str,
+    pub operation: &'a str,
+    pub targets: Vec<String>,
+    pub arguments: Value,
+    pub project: Option<ProjectId>,
+    pub at: DateTime<Utc>,
+}
+
 /// Entries a slow subscriber may fall behind by before it is told it missed some.
 const SUBSCRIBER_BACKLOG: usize = 1024;
 
@@ -75,6 +92,30 @@ impl AuditTrail {
             .get_or_try_init(|| crate::db::server_secrets::load(&self.db, "audit_addresses"))
             .await?;
         Ok(crate::digest::hmac_sha256_hex(key, address.as_bytes()))
+    }
+
+    /// Records a read that takes data out (an export, a person's data) in a transaction
+    /// of its own before the data goes out: a read changes nothing to share one with.
+    /// `arguments` are redacted here.
+    pub async fn record_read(&self, read: Read<'_>) -> Result<(), DbError> {
+        let address_digest = match read.address.is_empty() {
+            true => None,
+            false => Some(self.address_digest(read.address).await?),
+        };
+        let row = NewAuditEntry {
+            at: read.at,
+            key_id: read.key.id.to_string(),
+            key_name: read.key.name.clone(),
+            project_id: read.project,
+            operation: read.operation.to_string(),
+            targets: read.targets.into_iter().map(Some).collect(),
+            changes: redacted(read.arguments),
+            address_digest,
+        };
+        self.db
+            .run(async |conn| crate::db::audit::insert(conn, &row).await)
+            .await?;
+        Ok(())
     }
 
     /// An entry committed (its notification arrived).

@@ -126,6 +126,8 @@ pub struct Config {
     pub event_retention: Duration,
     /// How long the attempt history is kept, in days; 0: forever.
     pub attempt_retention_days: u32,
+    /// How long the audit trail is kept, in days; 0: forever.
+    pub audit_retention_days: u32,
     pub export_max_submissions: u64,
     /// Exports streaming at once; each holds a database connection of its own.
     pub export_max_concurrent: usize,
@@ -257,6 +259,7 @@ fn read(r: &mut Reader) -> Config {
         r.integer("FORMS_SUBMISSION_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
     let event_retention_hours = r.integer("FORMS_EVENT_RETENTION_HOURS", 24, 1, 8_760);
     let attempt_retention_days = r.integer("FORMS_ATTEMPT_RETENTION_DAYS", 0, 0, 1_000_000) as u32;
+    let audit_retention_days = r.integer("FORMS_AUDIT_RETENTION_DAYS", 365, 0, 1_000_000) as u32;
     let export_max_submissions = r.integer("FORMS_EXPORT_MAX_SUBMISSIONS", 10_000, 1, 100_000_000);
     let export_max_concurrent = r.integer("FORMS_EXPORT_MAX_CONCURRENT", 2, 1, 1_000) as usize;
     let graphql = graphql::read(r, database.pool_size);
@@ -323,6 +326,7 @@ fn read(r: &mut Reader) -> Config {
         submission_retention_days,
         event_retention: Duration::from_secs(event_retention_hours * 3600),
         attempt_retention_days,
+        audit_retention_days,
         export_max_submissions,
         export_max_concurrent,
         graphql,
@@ -496,6 +500,7 @@ mod tests {
             ("FORMS_SUBMISSION_RETENTION_DAYS", "-3", "not a whole number"),
             ("FORMS_EVENT_RETENTION_HOURS", "0", "from 1"),
             ("FORMS_ATTEMPT_RETENTION_DAYS", "1000001", "from 0 to 1000000"),
+            ("FORMS_AUDIT_RETENTION_DAYS", "-1", "from 0 to 1000000"),
             ("FORMS_EXPORT_MAX_SUBMISSIONS", "0", "from 1"),
             ("FORMS_EXPORT_MAX_CONCURRENT", "0", "from 1"),
             ("FORMS_GRAPHQL_MAX_DEPTH", "0", "from 1"),

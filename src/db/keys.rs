@@ -48,6 +48,41 @@ pub async fn find_by_digest(
         .optional()?)
 }
 
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    id: &KeyId,
+) -> Result<Option<ManagementKeyRow>, DbError> {
+    Ok(management_api_keys::table
+        .find(id)
+        .select(ManagementKeyRow::as_select())
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// Renames a key (`name`) and sets or clears its expiry (`expires_at`: `Some(None)`
+/// clears); returns the row as it now stands, `None` for an unknown id.
+pub async fn update(
+    conn: &mut AsyncPgConnection,
+    id: &KeyId,
+    name: Option<&str>,
+    expires_at: Option<Option<DateTime<Utc>>>,
+) -> Result<Option<ManagementKeyRow>, DbError> {
+    if let Some(name) = name {
+        diesel::update(management_api_keys::table.find(id))
+            .set(management_api_keys::name.eq(name))
+            .execute(conn)
+            .await?;
+    }
+    if let Some(expires_at) = expires_at {
+        diesel::update(management_api_keys::table.find(id))
+            .set(management_api_keys::expires_at.eq(expires_at))
+            .execute(conn)
+            .await?;
+    }
+    find(conn, id).await
+}
+
 /// Marks the key revoked unless it already is; returns the row as it now stands, or `None`
 /// for an unknown id. The row is kept for the audit trail.
 pub async fn revoke(

@@ -15,7 +15,7 @@ pub mod csv_format;
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -127,6 +127,7 @@ fn request(params: &HashMap<String, String>) -> Result<(Format, SubmissionFilter
 
 async fn export(
     State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     headers: HeaderMap,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
@@ -144,6 +145,51 @@ async fn export(
     };
     // Only what the key sees: another project's endpoint exports as an unknown one does.
     filter.project = key.view.clone();
+    // Recorded before anything goes out: an export that fails later is still on record.
+    let address = crate::intake::rate_limit::client_address(
+        peer.ip(),
+        &headers,
+        app.config.rate_limit.trusted_proxy_hops,
+    );
+    let arguments = serde_json::Value::Object(
+        params
+            .iter()
+            .map(|(name, value)| (name.clone(), serde_json::Value::String(value.clone())))
+            .collect(),
+    );
+    // The entry belongs to the project of the endpoint exported, when one is named.
+    let project = match (&key.view, &filter.endpoint_id) {
+        (Some(view), _) => Some(view.clone()),
+        (None, Some(endpoint)) => {
+            let owner = app
+                .db
+                .run(async |conn| {
+                    db::projects::owner_of(
+                        conn,
+                        db::projects::Owned::Endpoint(endpoint),
+                    )
+                    .await
+                })
+                .await;
+            match owner {
+                Ok(owner) => owner,
+                Err(error) => return ApiError::from(error).into_response(),
+            }
+        }
+        (None, None) => None,
+    };
+    let read = crate::audit::Read {
+        key: &key,
+        address: &address,
+        operation: "export",
+        targets: filter.endpoint_id.iter().map(ToString::to_string).collect(),
+        arguments,
+        project,
+        at: app.clock.now(),
+    };
+    if let Err(error) = app.audit.record_read(read).await {
+        return ApiError::from(error).into_response();
+    }
     let Ok(slot) = app.exports.clone().try_acquire_owned() else {
         return ApiError::TooManyExports {
             limit: app.config.export_max_concurrent,

@@ -136,9 +136,10 @@ where
     written.ok_or_else(|| not_found().into())
 }
 
-/// An audit entry as the API shows it.
 pub struct AuditEntry(pub AuditRow);
 
+/// One change made through the management API (or one export of data): who, what, when
+/// and from where, written in the change's own transaction.
 #[Object]
 impl AuditEntry {
     async fn id(&self) -> ID {

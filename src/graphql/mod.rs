@@ -1,6 +1,7 @@
 //! The GraphQL management API: schema, resolvers, the HTTP handler and the WebSocket
 //! protocols (docs/graphql.md, docs/subscriptions.md).
 
+mod access;
 mod audit;
 pub mod cost;
 pub mod destination;
@@ -39,17 +40,32 @@ use spam_mutation::SpamMutation;
 use subscription::SubscriptionRoot;
 use types::Timestamp;
 
-pub type FormsSchema = Schema<QueryRoot, Mutation, SubscriptionRoot>;
+pub type FormsSchema = Schema<Query, Mutation, Subscription>;
+
+/// Every query: the endpoints', deliveries' and submissions' (query.rs), projects' and
+/// keys' (access.rs) and the audit trail's (audit.rs).
+#[derive(async_graphql::MergedObject, Default)]
+pub struct Query(QueryRoot, access::AccessQuery, audit::AuditQuery);
 
 /// Every mutation: the endpoints', replays and erasure (mutation.rs), the
-/// destinations' (destination_mutation.rs) and spam's (spam_mutation.rs).
+/// destinations' (destination_mutation.rs), spam's (spam_mutation.rs), projects' and
+/// keys' (access.rs).
 #[derive(async_graphql::MergedObject, Default)]
-pub struct Mutation(MutationRoot, DestinationMutation, SpamMutation);
+pub struct Mutation(
+    MutationRoot,
+    DestinationMutation,
+    SpamMutation,
+    access::AccessMutation,
+);
+
+/// Every subscription: deliveries' and endpoints' (subscription.rs), the audit trail's.
+#[derive(async_graphql::MergedSubscription, Default)]
+pub struct Subscription(SubscriptionRoot, audit::AuditSubscription);
 
 /// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {
     let limits = app.config.graphql.clone();
-    Schema::build(QueryRoot, Mutation::default(), SubscriptionRoot)
+    Schema::build(Query::default(), Mutation::default(), Subscription::default())
         // Judged by the extension, which answers with the catalogue's code and the figures.
         .extension(cost::ValidationLimits {
             max_depth: limits.max_depth,
@@ -61,7 +77,7 @@ pub fn build_schema(app: AppState) -> FormsSchema {
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(QueryRoot, Mutation::default(), SubscriptionRoot)
+    Schema::build(Query::default(), Mutation::default(), Subscription::default())
         .finish()
         .sdl()
 }

@@ -24,7 +24,7 @@ use crate::db::submissions::{EraseOutcome, PersonErasure};
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
 use crate::model::endpoint::{self as rules, Setting};
-use crate::model::ids::{DeliveryId, DestinationId, EndpointId, SubmissionId};
+use crate::model::ids::{DeliveryId, DestinationId, EndpointId, ProjectId, SubmissionId};
 use crate::model::search::{FieldValue, SearchError};
 use crate::model::state::{DeliveryState, PauseReason};
 
@@ -47,6 +47,10 @@ pub struct CreateEndpointInput {
     /// Days its spam is kept, 0 (for ever) to 1000000; left out or `null`: the server's
     /// (`FORMS_SPAM_RETENTION_DAYS`).
     pub spam_retention_days: Option<i32>,
+    /// The project it belongs to, for ever. Left out or `null`: the key's project, or for
+    /// a key of every project the one its `Hymical-Project` header names, else the
+    /// default project. Another project than the key's: `PROJECT_NOT_FOUND`.
+    pub project_id: Option<ID>,
 }
 
 /// A field left out is unchanged; `null` removes it (`webhookUrl: null` removes the webhook
@@ -213,6 +217,25 @@ pub struct DeleteEndpointInput {
     pub cancel_deliveries: Option<bool>,
 }
 
+/// The project a new endpoint goes into (see `CreateEndpointInput.projectId`); whether
+/// it is live is checked in the insert's transaction.
+fn endpoint_project(ctx: &Context<'_>, asked: Option<&ID>) -> Result<ProjectId> {
+    let not_found = |id: &ID| ApiError::ProjectNotFound {
+        project_id: id.0.clone(),
+    };
+    match (asked, view(ctx)) {
+        (None, Some(view)) => Ok(view.clone()),
+        (None, None) => Ok(ProjectId::default_project()),
+        (Some(asked), view) => {
+            let id = ProjectId::parse(asked).ok_or_else(|| not_found(asked))?;
+            match view {
+                Some(view) if *view != id => Err(not_found(asked).into()),
+                _ => Ok(id),
+            }
+        }
+    }
+}
+
 /// Origins as the row stores them (a `text[]` column).
 fn stored_origins(origins: Vec<String>) -> Vec<Option<String>> {
     origins.into_iter().map(Some).collect()
@@ -272,18 +295,33 @@ impl MutationRoot {
                 .spam_retention_days
                 .map(|days| rules::retention_days(Setting::SpamRetentionDays, days))
                 .transpose()?,
+            project_id: endpoint_project(ctx, input.project_id.as_ref())?,
             ..EndpointRow::new(id, name, now)
         };
-        let inserted = database(ctx)
-            .run(async |conn| {
-                // A taken id is an answer, not a failure of the call: taken by a live
-                // endpoint, or by a deleted one whose history is kept.
-                let inserted = db::endpoints::insert(conn, &endpoint, webhook).await?;
-                db::endpoints::find(conn, &endpoint.id)
-                    .await
-                    .map(|row| (inserted, row))
+        let project = endpoint.project_id.clone();
+        let project_missing = || ApiError::ProjectNotFound {
+            project_id: project.to_string(),
+        };
+        let inserted = audited(ctx, None, project_missing, async |conn| {
+            // The project is held against a concurrent deletion until the insert commits.
+            if !db::projects::hold_live(conn, &endpoint.project_id).await? {
+                return Ok(Audited::unchanged(None));
+            }
+            // A taken id is an answer, not a failure of the call: taken by a live
+            // endpoint, or by a deleted one whose history is kept.
+            let inserted = db::endpoints::insert(conn, &endpoint, webhook).await?;
+            let row = db::endpoints::find(conn, &endpoint.id).await?;
+            Ok(match inserted {
+                true => Audited::changed_in(
+                    Some((inserted, row)),
+                    vec![endpoint.id.to_string()],
+                    Some(endpoint.project_id.clone()),
+                ),
+                false => Audited::unchanged(Some((inserted, row))),
             })
-            .await?;
+        })
+        .await?
+        .ok_or_else(project_missing)?;
         // This process's intake sees the new endpoint at once; others on notification.
         app.intake.endpoints.invalidate(&input.id);
         let endpoint = match inserted {
@@ -291,7 +329,12 @@ impl MutationRoot {
             (true, None) => {
                 return Err(ApiError::Internal("a created endpoint vanished".into()).into())
             }
-            (false, Some(taken)) if taken.deleted_at.is_some() => {
+            // Another project's id is taken as any is: the id is a public form address,
+            // one namespace for every project (its being deleted is not told).
+            (false, Some(taken))
+                if taken.deleted_at.is_some()
+                    && view(ctx).is_none_or(|view| taken.project_id == *view) =>
+            {
                 return Err(ApiError::EndpointDeleted {
                     endpoint_id: input.id.0,
                 }

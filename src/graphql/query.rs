@@ -3,15 +3,16 @@
 use async_graphql::connection::Connection;
 use async_graphql::{Context, InputObject, Object, ID};
 
+use super::access::ApiKey;
 use super::error::Result;
 use super::listing;
 use super::loaders::Loaders;
 use super::pagination::PageRequest;
 use super::types::{
-    ApiKey, Delivery, DeliveryActivityMinute, DeliveryCounts, DeliveryState, Endpoint, Submission,
+    Delivery, DeliveryActivityMinute, DeliveryCounts, DeliveryState, Endpoint, Submission,
     Timestamp,
 };
-use super::visibility::{sees_endpoint, view};
+use super::visibility::{self, sees_endpoint, view};
 use super::{app, database, scope, time_range};
 use crate::auth::AuthenticatedKey;
 use crate::db;
@@ -53,9 +54,10 @@ pub struct DeliveryFilterInput {
     pub created_before: Option<Timestamp>,
 }
 
+#[derive(Default)]
 pub struct QueryRoot;
 
-#[Object(name = "Query")]
+#[Object]
 impl QueryRoot {
     /// The version of the running service.
     async fn version(&self) -> &'static str {
@@ -64,13 +66,13 @@ impl QueryRoot {
 
     /// The management key this operation was authenticated with: a dashboard learns its
     /// role here and offers only what the role allows.
-    async fn api_key(&self, ctx: &Context<'_>) -> ApiKey {
-        let key = ctx.data_unchecked::<AuthenticatedKey>();
-        ApiKey {
-            id: ID(key.id.to_string()),
-            name: key.name.clone(),
-            role: key.role,
-        }
+    async fn api_key(&self, ctx: &Context<'_>) -> Result<ApiKey> {
+        let id = &ctx.data_unchecked::<AuthenticatedKey>().id;
+        let row = database(ctx)
+            .run(async |conn| db::keys::find(conn, id).await)
+            .await?
+            .ok_or_else(|| ApiError::InvalidApiKey)?;
+        Ok(ApiKey(row))
     }
 
     async fn endpoint(&self, ctx: &Context<'_>, id: ID) -> Result<Option<Endpoint>> {
@@ -135,6 +137,20 @@ impl QueryRoot {
             .run(async |conn| db::submissions::holding(conn, &value, view(ctx)).await)
             .await?
             .ok_or_else(|| refused(SearchError::HeldByTooMany))?;
+        // A person's data taken out is on record (which submissions, never the value).
+        if !rows.is_empty() {
+            let app = app(ctx);
+            let read = crate::audit::Read {
+                key: visibility::key(ctx),
+                address: &ctx.data_unchecked::<super::ClientAddress>().0,
+                operation: "personData",
+                targets: rows.iter().map(|row| row.id.to_string()).collect(),
+                arguments: serde_json::json!({ "value": "[redacted]" }),
+                project: view(ctx).cloned(),
+                at: app.clock.now(),
+            };
+            app.audit.record_read(read).await?;
+        }
         Ok(rows.into_iter().map(Submission).collect())
     }
 

@@ -8,16 +8,23 @@ use futures_util::{Stream, StreamExt};
 
 use super::error::{ResolverError, Result};
 use super::types::{AttemptOutcome, Delivery, DeliveryState, EndpointEvent, Timestamp};
+use super::visibility::view;
 use super::{app, database};
+use crate::db::projects::Owned;
+use crate::db::{self, Db, DbError};
+use crate::model::ids::ProjectId;
+use futures_util::future::Either;
+use std::collections::HashMap;
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
 use crate::error::ApiError;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId};
 use crate::model::state::EventKind;
 
+#[derive(Default)]
 pub struct SubscriptionRoot;
 
-#[Subscription(name = "Subscription")]
+#[Subscription]
 impl SubscriptionRoot {
     /// Every committed state change of a delivery, in commit order per delivery and in
     /// `id` order overall, each once. With `afterEventId` (the `id` of the last event
@@ -63,11 +70,30 @@ impl SubscriptionRoot {
                 }
             }
         };
-        Ok(app
+        // Its catch-up reads (a resume, a lag) are GraphQL's, from GraphQL's share.
+        let events = app
             .events
-            // Its catch-up reads (a resume, a lag) are GraphQL's, from GraphQL's share.
-            .subscribe(database(ctx).clone(), filter, after, started)
-            .map(move |event| {
+            .subscribe(database(ctx).clone(), filter, after, started);
+        let events = match view(ctx) {
+            None => Either::Left(events),
+            Some(view) => {
+                let seen = Arc::new(SeenDestinations::new(database(ctx).clone(), view.clone()));
+                Either::Right(events.filter_map(move |event| {
+                    let seen = seen.clone();
+                    async move {
+                        match event {
+                            Ok(event) => match seen.sees(&event).await {
+                                Ok(true) => Some(Ok(event)),
+                                Ok(false) => None,
+                                Err(error) => Some(Err(error.into())),
+                            },
+                            Err(error) => Some(Err(error)),
+                        }
+                    }
+                }))
+            }
+        };
+        Ok(events.map(move |event| {
                 if let (Ok(event), Some(cursor)) = (&event, &cursor) {
                     cursor.current.store(event.id, Ordering::SeqCst);
                 }
@@ -97,14 +123,86 @@ impl SubscriptionRoot {
             .transpose()?,
         };
         let app = app(ctx);
+        let db = database(ctx).clone();
+        let view = view(ctx).cloned();
         Ok(app
             .events
             .subscribe_endpoint_events(database(ctx).clone(), endpoint, after)
+            // Endpoint events are few (pauses, resumes, deletions): each is checked.
+            .filter_map(move |event| {
+                let (db, view) = (db.clone(), view.clone());
+                async move {
+                    let Some(view) = view else {
+                        return Some(event);
+                    };
+                    let row = match event {
+                        Ok(row) => row,
+                        Err(error) => return Some(Err(error)),
+                    };
+                    let owner = db
+                        .run(async |conn| {
+                            db::projects::owner_of(conn, Owned::Endpoint(&row.endpoint_id)).await
+                        })
+                        .await;
+                    match owner {
+                        Ok(owner) => (owner.as_ref() == Some(&view)).then_some(Ok(row)),
+                        Err(error) => Some(Err(error.into())),
+                    }
+                }
+            })
             .map(|event| {
                 event
                     .map(EndpointEvent)
                     .map_err(|error| ResolverError::from(error).into())
             }))
+    }
+}
+
+/// Which destinations' events a subscriber of one project sees. A destination id is never
+/// reused and a destination never changes endpoint, nor an endpoint project, so each
+/// answer holds for the subscription's life: one query per destination, not per event.
+struct SeenDestinations {
+    db: Db,
+    view: ProjectId,
+    known: std::sync::Mutex<HashMap<DestinationId, bool>>,
+}
+
+impl SeenDestinations {
+    fn new(db: Db, view: ProjectId) -> SeenDestinations {
+        SeenDestinations {
+            db,
+            view,
+            known: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn sees(&self, event: &EventRow) -> Result<bool, DbError> {
+        let Some(destination) = &event.delivery.destination_id else {
+            // A delivery from before destinations: its endpoint's project, each time.
+            let endpoint = &event.endpoint_id;
+            let owner = self
+                .db
+                .run(async |conn| db::projects::owner_of(conn, Owned::Endpoint(endpoint)).await)
+                .await?;
+            return Ok(owner.as_ref() == Some(&self.view));
+        };
+        if let Some(known) = self.lock().get(destination) {
+            return Ok(*known);
+        }
+        let owner = self
+            .db
+            .run(async |conn| db::projects::owner_of(conn, Owned::Destination(destination)).await)
+            .await?;
+        let seen = owner.as_ref() == Some(&self.view);
+        self.lock().insert(destination.clone(), seen);
+        Ok(seen)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<DestinationId, bool>> {
+        // A map of plain values: a panic while holding the lock cannot tear it.
+        self.known
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

@@ -508,16 +508,6 @@ impl DeliveryCounts {
     }
 }
 
-/// A management key, described (the key itself is shown once, when made).
-#[derive(SimpleObject)]
-pub struct ApiKey {
-    pub id: ID,
-    pub name: String,
-    /// `ADMIN`: everything. `READ`: queries and subscriptions only; every mutation and
-    /// export is refused with `INSUFFICIENT_ROLE`.
-    pub role: KeyRole,
-}
-
 /// One minute of deliveries ending.
 #[derive(SimpleObject)]
 pub struct DeliveryActivityMinute {

@@ -4,7 +4,7 @@
 //! | job | first run | then every | runs in | when several processes run it |
 //! | --- | --- | --- | --- | --- |
 //! | `history` (partitions ahead, events and attempts past retention: history.rs) | at start | hour | workers | idempotent: each makes what is missing, drops what is past |
-//! | `forget` (autoresponder recipients, captcha tokens, spent form stamps: forget.rs) | at start | hour | workers | idempotent batches |
+//! | `forget` (autoresponder recipients, captcha tokens, spent form stamps, audit entries past `FORMS_AUDIT_RETENTION_DAYS`: forget.rs) | at start | hour | workers | idempotent batches |
 //! | `file_sweep` (uploads no submission holds: files/) | at start | hour | workers | idempotent |
 //! | `retention` (submissions past their days: retention.rs) | 1 min | hour | every process with retention set | idempotent batches |
 //! | `rate_limit_sweep` (expired counters: rate_limits.rs) | one period | the longest window, 10–300 s | API | idempotent |
@@ -91,11 +91,12 @@ pub fn start(app: &AppState, roles: Roles, tasks: &mut JoinSet<()>, stop: &Cance
             }),
         ));
         let (db, clock) = (app.db.clone(), app.clock.clone());
+        let audit_days = app.config.audit_retention_days;
         jobs.push((
             "forget",
             Duration::ZERO,
             HOUR,
-            Box::new(move || forget::run(db.clone(), clock.now())),
+            Box::new(move || forget::run(db.clone(), clock.now(), audit_days)),
         ));
         let files = app.files.clone();
         jobs.push((
