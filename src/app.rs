@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
+use crate::audit::AuditTrail;
 use crate::auth::KeyRevocations;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::db::{ConnectionSettings, Db};
 use crate::feed::EventFeed;
-use crate::audit::AuditTrail;
 use crate::files::{Files, FilesState};
 use crate::http::BodyBudget;
 use crate::intake::committer::Committer;

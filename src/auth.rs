@@ -108,11 +108,6 @@ impl AuthenticatedKey {
         }
     }
 
-    /// Whether this request sees what belongs to `project`.
-    pub fn sees(&self, project: &ProjectId) -> bool {
-        self.view.as_ref().is_none_or(|view| view == project)
-    }
-
     /// Whether it may manage projects and keys for every project: an admin key for every
     /// project (a project's admin key manages its own project's keys only).
     pub fn require_installation_admin(&self) -> Result<(), ApiError> {

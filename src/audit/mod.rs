@@ -157,15 +157,31 @@ mod tests {
         assert_eq!(out["input"]["headers"][0]["value"], REDACTED);
         assert_eq!(out["input"]["headers"][0]["secret"], REDACTED);
         assert_eq!(out["input"]["authentication"]["basic"]["username"], "u");
-        assert_eq!(out["input"]["authentication"]["basic"]["password"], REDACTED);
-        assert_eq!(out["input"]["authentication"]["oauth2"]["clientSecret"], REDACTED);
-        assert_eq!(out["input"]["authentication"]["oauth2"]["tokenUrl"], REDACTED);
+        assert_eq!(
+            out["input"]["authentication"]["basic"]["password"],
+            REDACTED
+        );
+        assert_eq!(
+            out["input"]["authentication"]["oauth2"]["clientSecret"],
+            REDACTED
+        );
+        assert_eq!(
+            out["input"]["authentication"]["oauth2"]["tokenUrl"],
+            REDACTED
+        );
         assert_eq!(out["input"]["tlsClientKey"], REDACTED);
         assert_eq!(out["input"]["extraCa"], Value::Null);
         assert_eq!(out["input"]["privateKey"], REDACTED);
         assert_eq!(out["value"], REDACTED);
         let text = out.to_string();
-        for secret in ["abc", "\"p\"", "\"s\"", "\"k\"", "ann@example.com", "PRIVATE"] {
+        for secret in [
+            "abc",
+            "\"p\"",
+            "\"s\"",
+            "\"k\"",
+            "ann@example.com",
+            "PRIVATE",
+        ] {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
     }

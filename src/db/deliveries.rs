@@ -86,9 +86,8 @@ pub async fn page(
         query = query.filter(webhook_deliveries::endpoint_id.eq(endpoint_id.clone()));
     }
     if let Some(project) = &filter.project {
-        query = query.filter(
-            webhook_deliveries::endpoint_id.eq_any(super::endpoints::of_project(project)),
-        );
+        query = query
+            .filter(webhook_deliveries::endpoint_id.eq_any(super::endpoints::of_project(project)));
     }
     if let Some(destination_id) = &filter.destination_id {
         query = query.filter(webhook_deliveries::destination_id.eq(destination_id.clone()));

@@ -49,32 +49,22 @@ pub async fn list_live(
         .await?)
 }
 
-/// Projects by id, deleted ones included (a key's project as it is shown).
-pub async fn find_many(
-    conn: &mut AsyncPgConnection,
-    ids: &[ProjectId],
-) -> Result<Vec<ProjectRow>, DbError> {
-    Ok(projects::table
-        .filter(projects::id.eq_any(ids))
-        .select(ProjectRow::as_select())
-        .load(conn)
-        .await?)
-}
-
 /// Renames a live project; `None` when there is none.
 pub async fn rename(
     conn: &mut AsyncPgConnection,
     id: &ProjectId,
     name: &str,
 ) -> Result<Option<ProjectRow>, DbError> {
-    Ok(
-        diesel::update(projects::table.find(id).filter(projects::deleted_at.is_null()))
-            .set(projects::name.eq(name))
-            .returning(ProjectRow::as_returning())
-            .get_result(conn)
-            .await
-            .optional()?,
+    Ok(diesel::update(
+        projects::table
+            .find(id)
+            .filter(projects::deleted_at.is_null()),
     )
+    .set(projects::name.eq(name))
+    .returning(ProjectRow::as_returning())
+    .get_result(conn)
+    .await
+    .optional()?)
 }
 
 /// What deleting a project came to.

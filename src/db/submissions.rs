@@ -595,7 +595,8 @@ fn filtered<'a>(
         query = query.filter(submissions::endpoint_id.eq(endpoint_id.clone()));
     }
     if let Some(project) = &filter.project {
-        query = query.filter(submissions::endpoint_id.eq_any(super::endpoints::of_project(project)));
+        query =
+            query.filter(submissions::endpoint_id.eq_any(super::endpoints::of_project(project)));
     }
     if let Some(spam) = filter.folder.spam() {
         query = query.filter(submissions::spam.eq(spam));

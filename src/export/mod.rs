@@ -164,11 +164,7 @@ async fn export(
             let owner = app
                 .db
                 .run(async |conn| {
-                    db::projects::owner_of(
-                        conn,
-                        db::projects::Owned::Endpoint(endpoint),
-                    )
-                    .await
+                    db::projects::owner_of(conn, db::projects::Owned::Endpoint(endpoint)).await
                 })
                 .await;
             match owner {

@@ -119,10 +119,13 @@ fn manages(ctx: &Context<'_>, row: &ManagementKeyRow) -> bool {
 }
 
 /// An expiry a key may be given: in the future.
-fn checked_expiry(expires_at: Option<Timestamp>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+fn checked_expiry(
+    expires_at: Option<Timestamp>,
+    now: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>> {
     match expires_at {
         Some(Timestamp(at)) if at <= now => Err(ApiError::InvalidInput {
-            field: "input.expiresAt".into(),
+            field: "expiresAt".into(),
             reason: "must be in the future".into(),
         }
         .into()),
@@ -133,7 +136,7 @@ fn checked_expiry(expires_at: Option<Timestamp>, now: DateTime<Utc>) -> Result<O
 fn checked_name(raw: &str) -> Result<String> {
     rules::name(raw).map_err(|_| {
         ApiError::InvalidInput {
-            field: "input.name".into(),
+            field: "name".into(),
             reason: "must be 1 to 200 characters".into(),
         }
         .into()
@@ -220,15 +223,20 @@ impl AccessMutation {
             reason: "must be 1 to 200 characters".into(),
         })?;
         let project = ProjectId::parse(&id).ok_or_else(|| project_not_found(&id))?;
-        let renamed = audited(ctx, None, || project_not_found(&id), async |conn| {
-            Ok(match db::projects::rename(conn, &project, &name).await? {
-                Some(row) => {
-                    let targets = vec![row.id.to_string()];
-                    Audited::changed_in(Some(row), targets, Some(project.clone()))
-                }
-                None => Audited::unchanged(None),
-            })
-        })
+        let renamed = audited(
+            ctx,
+            None,
+            || project_not_found(&id),
+            async |conn| {
+                Ok(match db::projects::rename(conn, &project, &name).await? {
+                    Some(row) => {
+                        let targets = vec![row.id.to_string()];
+                        Audited::changed_in(Some(row), targets, Some(project.clone()))
+                    }
+                    None => Audited::unchanged(None),
+                })
+            },
+        )
         .await?;
         Ok(Project(renamed.ok_or_else(|| project_not_found(&id))?))
     }
@@ -241,15 +249,22 @@ impl AccessMutation {
         key(ctx).require_installation_admin()?;
         let project = ProjectId::parse(&id).ok_or_else(|| project_not_found(&id))?;
         let now = app(ctx).clock.now();
-        let deletion = audited(ctx, None, || project_not_found(&id), async |conn| {
-            let deletion = db::projects::delete(conn, &project, now).await?;
-            Ok(match deletion {
-                ProjectDeletion::Deleted(_) => {
-                    Audited::changed_in(deletion, vec![project.to_string()], Some(project.clone()))
-                }
-                _ => Audited::unchanged(deletion),
-            })
-        })
+        let deletion = audited(
+            ctx,
+            None,
+            || project_not_found(&id),
+            async |conn| {
+                let deletion = db::projects::delete(conn, &project, now).await?;
+                Ok(match deletion {
+                    ProjectDeletion::Deleted(_) => Audited::changed_in(
+                        deletion,
+                        vec![project.to_string()],
+                        Some(project.clone()),
+                    ),
+                    _ => Audited::unchanged(deletion),
+                })
+            },
+        )
         .await?;
         match deletion {
             ProjectDeletion::Deleted(row) => Ok(Project(row)),
@@ -299,7 +314,11 @@ impl AccessMutation {
                 }
             }
             db::keys::insert(conn, &row).await?;
-            Ok(Audited::changed_in(true, vec![row.id.to_string()], row.project_id.clone()))
+            Ok(Audited::changed_in(
+                true,
+                vec![row.id.to_string()],
+                row.project_id.clone(),
+            ))
         })
         .await?;
         if !made {
@@ -322,17 +341,22 @@ impl AccessMutation {
             Patch::Set(at) => Some(checked_expiry(Some(at), now)?),
         };
         let id = KeyId::parse(&input.id).ok_or_else(|| key_not_found(&input.id))?;
-        let updated = audited(ctx, None, || key_not_found(&input.id), async |conn| {
-            let Some(current) = db::keys::find(conn, &id).await? else {
-                return Ok(Audited::unchanged(None));
-            };
-            if !manages(ctx, &current) {
-                return Ok(Audited::unchanged(None));
-            }
-            let row = db::keys::update(conn, &id, name.as_deref(), expires_at).await?;
-            let project = current.project_id.clone();
-            Ok(Audited::changed_in(row, vec![id.to_string()], project))
-        })
+        let updated = audited(
+            ctx,
+            None,
+            || key_not_found(&input.id),
+            async |conn| {
+                let Some(current) = db::keys::find(conn, &id).await? else {
+                    return Ok(Audited::unchanged(None));
+                };
+                if !manages(ctx, &current) {
+                    return Ok(Audited::unchanged(None));
+                }
+                let row = db::keys::update(conn, &id, name.as_deref(), expires_at).await?;
+                let project = current.project_id.clone();
+                Ok(Audited::changed_in(row, vec![id.to_string()], project))
+            },
+        )
         .await?;
         Ok(ApiKey(updated.ok_or_else(|| key_not_found(&input.id))?))
     }
@@ -343,20 +367,25 @@ impl AccessMutation {
         key(ctx).require_admin()?;
         let key_id = KeyId::parse(&id).ok_or_else(|| key_not_found(&id))?;
         let now = app(ctx).clock.now();
-        let revoked = audited(ctx, None, || key_not_found(&id), async |conn| {
-            let Some(current) = db::keys::find(conn, &key_id).await? else {
-                return Ok(Audited::unchanged(None));
-            };
-            if !manages(ctx, &current) {
-                return Ok(Audited::unchanged(None));
-            }
-            if current.revoked_at.is_some() {
-                return Ok(Audited::unchanged(Some(current)));
-            }
-            let row = db::keys::revoke(conn, &key_id, now).await?;
-            let project = current.project_id.clone();
-            Ok(Audited::changed_in(row, vec![key_id.to_string()], project))
-        })
+        let revoked = audited(
+            ctx,
+            None,
+            || key_not_found(&id),
+            async |conn| {
+                let Some(current) = db::keys::find(conn, &key_id).await? else {
+                    return Ok(Audited::unchanged(None));
+                };
+                if !manages(ctx, &current) {
+                    return Ok(Audited::unchanged(None));
+                }
+                if current.revoked_at.is_some() {
+                    return Ok(Audited::unchanged(Some(current)));
+                }
+                let row = db::keys::revoke(conn, &key_id, now).await?;
+                let project = current.project_id.clone();
+                Ok(Audited::changed_in(row, vec![key_id.to_string()], project))
+            },
+        )
         .await?;
         Ok(ApiKey(revoked.ok_or_else(|| key_not_found(&id))?))
     }

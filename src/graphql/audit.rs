@@ -228,10 +228,7 @@ impl AuditSubscription {
     /// Every audit entry as it commits, in any process (admin keys only; a project's key
     /// gets its project's). Live only: entries committed while the subscription was not
     /// open are read with `auditEntries`.
-    async fn audit_entry_added(
-        &self,
-        ctx: &Context<'_>,
-    ) -> Result<impl Stream<Item = AuditEntry>> {
+    async fn audit_entry_added(&self, ctx: &Context<'_>) -> Result<impl Stream<Item = AuditEntry>> {
         key(ctx).require_admin()?;
         let db = database(ctx).clone();
         let view = view(ctx).cloned();

@@ -12,8 +12,8 @@ use super::types::Destination;
 use super::{app, patch};
 use crate::db;
 use crate::db::destinations::{AddOutcome, Switch, Switched};
-use crate::db::projects::Owned;
 use crate::db::models::DestinationRow;
+use crate::db::projects::Owned;
 use crate::delivery::pausing;
 use crate::error::ApiError;
 use crate::model::client_tls;
@@ -342,13 +342,18 @@ async fn switched(ctx: &Context<'_>, id: &ID, to: Switch) -> Result<(Destination
     let target = destination_or_not_found(id)?;
     let now = app(ctx).clock.now();
     let missing = || not_found(id.clone());
-    let switched = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
-        let switched = db::destinations::switch(conn, &target, to, now).await?;
-        Ok(match &switched {
-            Switched::Done(..) => Audited::changed(switched, vec![target.to_string()]),
-            _ => Audited::unchanged(switched),
-        })
-    })
+    let switched = audited(
+        ctx,
+        Some(Owned::Destination(&target)),
+        missing,
+        async |conn| {
+            let switched = db::destinations::switch(conn, &target, to, now).await?;
+            Ok(match &switched {
+                Switched::Done(..) => Audited::changed(switched, vec![target.to_string()]),
+                _ => Audited::unchanged(switched),
+            })
+        },
+    )
     .await?;
     pausing::switched_destination(to, &target, &switched);
     let (row, held) = answered(switched, || not_found(id.clone()), || not_found(id.clone()))?;
@@ -448,13 +453,18 @@ where
 {
     let target = destination_or_not_found(id)?;
     let missing = || not_found(id.clone());
-    let changed = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
-        let outcome = db::destinations::change::<ApiError, _>(conn, &target, change).await;
-        Ok(match &outcome {
-            Ok(Some(_)) => Audited::changed(outcome, vec![target.to_string()]),
-            _ => Audited::unchanged(outcome),
-        })
-    })
+    let changed = audited(
+        ctx,
+        Some(Owned::Destination(&target)),
+        missing,
+        async |conn| {
+            let outcome = db::destinations::change::<ApiError, _>(conn, &target, change).await;
+            Ok(match &outcome {
+                Ok(Some(_)) => Audited::changed(outcome, vec![target.to_string()]),
+                _ => Audited::unchanged(outcome),
+            })
+        },
+    )
     .await??
     .ok_or_else(|| not_found(id.clone()))?;
     app(ctx)
@@ -788,13 +798,18 @@ impl DestinationMutation {
         let cancel = cancel_deliveries.unwrap_or(false);
         let now = app.clock.now();
         let missing = || not_found(id.clone());
-        let (row, cancelled) = audited(ctx, Some(Owned::Destination(&target)), missing, async |conn| {
-            let removed = db::destinations::remove_one(conn, &target, cancel, now).await?;
-            Ok(match &removed {
-                Some(_) => Audited::changed(removed, vec![target.to_string()]),
-                None => Audited::unchanged(removed),
-            })
-        })
+        let (row, cancelled) = audited(
+            ctx,
+            Some(Owned::Destination(&target)),
+            missing,
+            async |conn| {
+                let removed = db::destinations::remove_one(conn, &target, cancel, now).await?;
+                Ok(match &removed {
+                    Some(_) => Audited::changed(removed, vec![target.to_string()]),
+                    None => Audited::unchanged(removed),
+                })
+            },
+        )
         .await?
         .ok_or_else(|| not_found(id.clone()))?;
         app.intake.endpoints.invalidate(row.endpoint_id.as_str());

@@ -65,21 +65,29 @@ pub struct Subscription(SubscriptionRoot, audit::AuditSubscription);
 /// The schema with the query limits of the configuration, checked before execution.
 pub fn build_schema(app: AppState) -> FormsSchema {
     let limits = app.config.graphql.clone();
-    Schema::build(Query::default(), Mutation::default(), Subscription::default())
-        // Judged by the extension, which answers with the catalogue's code and the figures.
-        .extension(cost::ValidationLimits {
-            max_depth: limits.max_depth,
-            max_complexity: limits.max_complexity,
-        })
-        .data(app)
-        .finish()
+    Schema::build(
+        Query::default(),
+        Mutation::default(),
+        Subscription::default(),
+    )
+    // Judged by the extension, which answers with the catalogue's code and the figures.
+    .extension(cost::ValidationLimits {
+        max_depth: limits.max_depth,
+        max_complexity: limits.max_complexity,
+    })
+    .data(app)
+    .finish()
 }
 
 /// The SDL as `hymical-forms schema` prints it and `schema.graphql` holds it.
 pub fn sdl() -> String {
-    Schema::build(Query::default(), Mutation::default(), Subscription::default())
-        .finish()
-        .sdl()
+    Schema::build(
+        Query::default(),
+        Mutation::default(),
+        Subscription::default(),
+    )
+    .finish()
+    .sdl()
 }
 
 pub use handler::routes;

@@ -3,6 +3,7 @@
 
 use async_graphql::{Context, InputObject, MaybeUndefined, Object, ID};
 
+use super::audit::{audited, Audited};
 use super::destination_mutation::{answered, rotation};
 use super::error::{ResolverError, Result};
 use super::ids::endpoint_or_not_found;
@@ -11,15 +12,14 @@ use super::types::{
     EndpointPayload, EndpointSecretPayload, ErasePersonDataPayload, ReplayDeliveriesPayload,
     ReplayDeliveryPayload, ResumeEndpointPayload, Timestamp,
 };
-use super::audit::{audited, Audited};
 use super::visibility::view;
 use super::{app, database, patch, scope, time_range};
-use crate::db::projects::Owned;
 use crate::db;
 use crate::db::deliveries::{ReplayFilter as ReplayQuery, ReplayOutcome, ReplayTarget};
 use crate::db::destinations::{Switch, Switched};
 use crate::db::endpoints::DeleteOutcome;
 use crate::db::models::{DestinationRow, EndpointRow};
+use crate::db::projects::Owned;
 use crate::db::submissions::{EraseOutcome, PersonErasure};
 use crate::delivery::pausing;
 use crate::error::{ApiError, NotReplayable};
@@ -163,7 +163,11 @@ where
         endpoint_id: id.0.clone(),
     };
     let owner = target.clone();
-    let updated = audited(ctx, Some(Owned::Endpoint(&owner)), missing, async move |conn| {
+    let updated = audited(
+        ctx,
+        Some(Owned::Endpoint(&owner)),
+        missing,
+        async move |conn| {
             let updated = db::endpoints::update_with::<ApiError, _>(
                 conn,
                 &target,
@@ -175,7 +179,9 @@ where
             )
             .await;
             let destinations = match &updated {
-                Ok(Some(_)) => db::destinations::of_endpoints(conn, &[target.clone()]).await?,
+                Ok(Some(_)) => {
+                    db::destinations::of_endpoints(conn, std::slice::from_ref(&target)).await?
+                }
                 _ => Vec::new(),
             };
             let outcome = updated.map(|found| {
@@ -186,8 +192,9 @@ where
                 Ok(Some(_)) => Audited::changed(outcome, vec![target.to_string()]),
                 _ => Audited::unchanged(outcome),
             })
-        })
-        .await??;
+        },
+    )
+    .await??;
     app(ctx).intake.endpoints.invalidate(id);
     updated
         .ok_or(ApiError::EndpointNotFound {
@@ -591,13 +598,20 @@ impl MutationRoot {
         let missing = || ApiError::DeliveryNotFound {
             delivery_id: id.0.clone(),
         };
-        let replayed = audited(ctx, Some(Owned::Delivery(&delivery)), missing, async |conn| {
-            let outcome = db::deliveries::replay(conn, &delivery, target, now).await?;
-            Ok(match outcome {
-                ReplayOutcome::Replayed(_) => Audited::changed(outcome, vec![delivery.to_string()]),
-                _ => Audited::unchanged(outcome),
-            })
-        })
+        let replayed = audited(
+            ctx,
+            Some(Owned::Delivery(&delivery)),
+            missing,
+            async |conn| {
+                let outcome = db::deliveries::replay(conn, &delivery, target, now).await?;
+                Ok(match outcome {
+                    ReplayOutcome::Replayed(_) => {
+                        Audited::changed(outcome, vec![delivery.to_string()])
+                    }
+                    _ => Audited::unchanged(outcome),
+                })
+            },
+        )
         .await?;
         match replayed {
             ReplayOutcome::Replayed(row) => Ok(ReplayDeliveryPayload {
@@ -714,13 +728,18 @@ impl MutationRoot {
         let missing = || ApiError::SubmissionNotFound {
             submission_id: id.0.clone(),
         };
-        let erased = audited(ctx, Some(Owned::Submission(&submission)), missing, async |conn| {
-            let outcome = db::submissions::erase(conn, &submission).await?;
-            Ok(match outcome {
-                EraseOutcome::Erased => Audited::changed(outcome, vec![submission.to_string()]),
-                _ => Audited::unchanged(outcome),
-            })
-        })
+        let erased = audited(
+            ctx,
+            Some(Owned::Submission(&submission)),
+            missing,
+            async |conn| {
+                let outcome = db::submissions::erase(conn, &submission).await?;
+                Ok(match outcome {
+                    EraseOutcome::Erased => Audited::changed(outcome, vec![submission.to_string()]),
+                    _ => Audited::unchanged(outcome),
+                })
+            },
+        )
         .await?;
         match erased {
             EraseOutcome::Erased => {

@@ -99,8 +99,7 @@ impl QueryRoot {
         let project = view(ctx);
         let rows = database(ctx)
             .run(async |conn| {
-                db::endpoints::page(conn, project, after, page.fetch_limit(), include_deleted)
-                    .await
+                db::endpoints::page(conn, project, after, page.fetch_limit(), include_deleted).await
             })
             .await?;
         Ok(page.connection(

@@ -11,9 +11,9 @@ use super::spam::SpamProtection;
 use super::types::{Endpoint, Submission};
 use super::visibility::view;
 use super::{app, database};
-use crate::db::projects::Owned;
 use crate::db;
 use crate::db::models::{EndpointRow, SpamProtectionRow, SubmissionRow};
+use crate::db::projects::Owned;
 use crate::db::spam::Release;
 use crate::error::ApiError;
 use crate::model::endpoint::{Setting, SettingError};
@@ -235,12 +235,17 @@ impl SpamMutation {
         let missing = || ApiError::EndpointNotFound {
             endpoint_id: endpoint_id.to_string(),
         };
-        let stored = audited(ctx, Some(Owned::Endpoint(&endpoint_id)), missing, async |conn| {
-            let stored =
-                db::spam::set_protection(conn, &endpoint_id, Some(row.clone()), keep_secret)
-                    .await?;
-            Ok(Audited::changed(stored, vec![endpoint_id.to_string()]))
-        })
+        let stored = audited(
+            ctx,
+            Some(Owned::Endpoint(&endpoint_id)),
+            missing,
+            async |conn| {
+                let stored =
+                    db::spam::set_protection(conn, &endpoint_id, Some(row.clone()), keep_secret)
+                        .await?;
+                Ok(Audited::changed(stored, vec![endpoint_id.to_string()]))
+            },
+        )
         .await?;
         app.intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
@@ -259,10 +264,15 @@ impl SpamMutation {
         let missing = || ApiError::EndpointNotFound {
             endpoint_id: endpoint_id.to_string(),
         };
-        audited(ctx, Some(Owned::Endpoint(&endpoint_id)), missing, async |conn| {
-            db::spam::set_protection(conn, &endpoint_id, None, false).await?;
-            Ok(Audited::changed((), vec![endpoint_id.to_string()]))
-        })
+        audited(
+            ctx,
+            Some(Owned::Endpoint(&endpoint_id)),
+            missing,
+            async |conn| {
+                db::spam::set_protection(conn, &endpoint_id, None, false).await?;
+                Ok(Audited::changed((), vec![endpoint_id.to_string()]))
+            },
+        )
         .await?;
         app(ctx).intake.endpoints.invalidate(endpoint_id.as_str());
         Ok(SpamProtectionPayload {
@@ -286,15 +296,20 @@ impl SpamMutation {
         let missing = || ApiError::SubmissionNotFound {
             submission_id: id.0.clone(),
         };
-        let release = audited(ctx, Some(Owned::Submission(&submission_id)), missing, async |conn| {
-            let release = db::spam::release(conn, &submission_id, Some(now)).await?;
-            Ok(match release {
-                Release::Released { .. } => {
-                    Audited::changed(release, vec![submission_id.to_string()])
-                }
-                Release::NotSpam => Audited::unchanged(release),
-            })
-        })
+        let release = audited(
+            ctx,
+            Some(Owned::Submission(&submission_id)),
+            missing,
+            async |conn| {
+                let release = db::spam::release(conn, &submission_id, Some(now)).await?;
+                Ok(match release {
+                    Release::Released { .. } => {
+                        Audited::changed(release, vec![submission_id.to_string()])
+                    }
+                    Release::NotSpam => Audited::unchanged(release),
+                })
+            },
+        )
         .await?;
         let row = submission_row(ctx, &id, &submission_id).await?;
         let queued = match release {
@@ -319,13 +334,19 @@ impl SpamMutation {
         let missing = || ApiError::SubmissionNotFound {
             submission_id: id.0.clone(),
         };
-        let marked = audited(ctx, Some(Owned::Submission(&submission_id)), missing, async |conn| {
-            let marked = db::spam::mark_spam(conn, &submission_id, MARKED_BY_OPERATOR, now).await?;
-            Ok(match &marked {
-                Some((_, true)) => Audited::changed(marked, vec![submission_id.to_string()]),
-                _ => Audited::unchanged(marked),
-            })
-        })
+        let marked = audited(
+            ctx,
+            Some(Owned::Submission(&submission_id)),
+            missing,
+            async |conn| {
+                let marked =
+                    db::spam::mark_spam(conn, &submission_id, MARKED_BY_OPERATOR, now).await?;
+                Ok(match &marked {
+                    Some((_, true)) => Audited::changed(marked, vec![submission_id.to_string()]),
+                    _ => Audited::unchanged(marked),
+                })
+            },
+        )
         .await?;
         let Some((row, changed)) = marked else {
             return Err(ApiError::SubmissionNotFound {

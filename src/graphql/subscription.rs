@@ -10,16 +10,16 @@ use super::error::{ResolverError, Result};
 use super::types::{AttemptOutcome, Delivery, DeliveryState, EndpointEvent, Timestamp};
 use super::visibility::view;
 use super::{app, database};
-use crate::db::projects::Owned;
-use crate::db::{self, Db, DbError};
-use crate::model::ids::ProjectId;
-use futures_util::future::Either;
-use std::collections::HashMap;
 use crate::db::events::EventFilter;
 use crate::db::models::EventRow;
+use crate::db::projects::Owned;
+use crate::db::{self, Db, DbError};
 use crate::error::ApiError;
+use crate::model::ids::ProjectId;
 use crate::model::ids::{DeliveryId, DestinationId, EndpointId};
 use crate::model::state::EventKind;
+use futures_util::future::Either;
+use std::collections::HashMap;
 
 #[derive(Default)]
 pub struct SubscriptionRoot;
@@ -94,13 +94,13 @@ impl SubscriptionRoot {
             }
         };
         Ok(events.map(move |event| {
-                if let (Ok(event), Some(cursor)) = (&event, &cursor) {
-                    cursor.current.store(event.id, Ordering::SeqCst);
-                }
-                event
-                    .map(DeliveryEvent)
-                    .map_err(|error| ResolverError::from(error).into())
-            }))
+            if let (Ok(event), Some(cursor)) = (&event, &cursor) {
+                cursor.current.store(event.id, Ordering::SeqCst);
+            }
+            event
+                .map(DeliveryEvent)
+                .map_err(|error| ResolverError::from(error).into())
+        }))
     }
 
     /// Every committed change of an endpoint's state: `PAUSED` (with its reason),

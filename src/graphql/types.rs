@@ -25,7 +25,7 @@ use crate::db::submissions::SubmissionFilter;
 use crate::db::DbError;
 use crate::model::ids::EndpointId;
 pub use crate::model::state::{
-    AttemptOutcome, DeliveryState, DestinationKind, EndpointEventKind, KeyRole, PauseReason,
+    AttemptOutcome, DeliveryState, DestinationKind, EndpointEventKind, PauseReason,
 };
 
 pub struct Endpoint {
@@ -103,6 +103,10 @@ impl Endpoint {
     }
     async fn name(&self) -> &str {
         &self.row.name
+    }
+    /// The project it belongs to, for ever.
+    async fn project_id(&self) -> ID {
+        ID(self.row.project_id.to_string())
     }
     async fn is_active(&self) -> bool {
         self.row.is_active

@@ -24,7 +24,9 @@ pub async fn run(db: Db, now: DateTime<Utc>, audit_retention_days: u32) {
         let cutoff = now - chrono::Duration::days(i64::from(audit_retention_days));
         for _ in 0..MAX_STAMP_BATCHES {
             match db
-                .run(async |conn| crate::db::audit::delete_older_than(conn, cutoff, PRUNE_BATCH).await)
+                .run(async |conn| {
+                    crate::db::audit::delete_older_than(conn, cutoff, PRUNE_BATCH).await
+                })
                 .await
             {
                 Ok(forgotten) if (forgotten as i64) < PRUNE_BATCH => break,

@@ -9,6 +9,7 @@
 mod peers;
 mod probe;
 
+mod audit;
 mod chaos;
 mod clients;
 mod failover;

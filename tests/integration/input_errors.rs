@@ -117,7 +117,18 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         Arc::new(SystemClock),
     )
     .await;
-    let (_, key) = app.create_key("input-errors").await;
+    let (key_id, key) = app.create_key("input-errors").await;
+    let project = app
+        .gql(
+            &key,
+            r#"mutation { createProject(name: "Agency") { id } }"#,
+            json!({}),
+        )
+        .await;
+    let project = project["data"]["createProject"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{project}"))
+        .to_string();
 
     // What the valid arguments refer to: an endpoint with a webhook, a submission, its
     // delivery.
@@ -204,6 +215,19 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         ),
         ("deleteSubmission", json!({ "id": submission })),
         ("erasePersonData", json!({ "value": "visitor@example.org" })),
+        ("createProject", json!({ "name": "Studio" })),
+        ("renameProject", json!({ "id": project, "name": "Studio" })),
+        ("deleteProject", json!({ "id": project })),
+        (
+            "createApiKey",
+            json!({ "input": { "name": "ci", "role": "READ", "projectId": project,
+                               "expiresAt": "2100-01-01T00:00:00Z" } }),
+        ),
+        (
+            "updateApiKey",
+            json!({ "input": { "id": key_id, "name": "ops", "expiresAt": "2100-01-01T00:00:00Z" } }),
+        ),
+        ("revokeApiKey", json!({ "id": key_id })),
         (
             "addWebhookDestination",
             json!({ "input": {
@@ -348,6 +372,43 @@ async fn every_mutation_input_field_is_named_in_its_error() {
         (("replayDeliveries", "destination"), Exempt(ENUM)),
         (("deleteSubmission", "id"), no_submission()),
         (("erasePersonData", "value"), Bad(json!("@@"))),
+        (
+            ("createEndpoint", "projectId"),
+            Refused(json!("prj_nothing"), "PROJECT_NOT_FOUND"),
+        ),
+        (("createProject", "name"), Bad(json!(" "))),
+        (("renameProject", "name"), Bad(json!(""))),
+        (
+            ("renameProject", "id"),
+            Refused(json!("prj_nothing"), "PROJECT_NOT_FOUND"),
+        ),
+        (
+            ("deleteProject", "id"),
+            Refused(json!("prj_nothing"), "PROJECT_NOT_FOUND"),
+        ),
+        (("createApiKey", "name"), Bad(json!(""))),
+        (("createApiKey", "role"), Exempt(ENUM)),
+        (
+            ("createApiKey", "projectId"),
+            Refused(json!("prj_nothing"), "PROJECT_NOT_FOUND"),
+        ),
+        (
+            ("createApiKey", "expiresAt"),
+            Bad(json!("2000-01-01T00:00:00Z")),
+        ),
+        (
+            ("updateApiKey", "id"),
+            Refused(json!("mk_nothing"), "KEY_NOT_FOUND"),
+        ),
+        (("updateApiKey", "name"), Bad(json!(" "))),
+        (
+            ("updateApiKey", "expiresAt"),
+            Bad(json!("2000-01-01T00:00:00Z")),
+        ),
+        (
+            ("revokeApiKey", "id"),
+            Refused(json!("mk_nothing"), "KEY_NOT_FOUND"),
+        ),
         (("addWebhookDestination", "endpointId"), no_endpoint()),
         (
             ("addWebhookDestination", "url"),

@@ -46,6 +46,7 @@ mod operations;
 mod ordering;
 mod partitions;
 mod pgbouncer;
+mod projects;
 mod receiver_credentials;
 mod receiver_examples;
 mod receivers;

@@ -862,6 +862,13 @@ async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_
                 .request()
                 .data(OperationDb(app.graphql_db.clone()))
                 .data(Loaders::uncached(&app.graphql_db))
+                .data(hymical_forms::testing::auth::AuthenticatedKey {
+                    id: hymical_forms::testing::model::ids::KeyId::generate(),
+                    name: "fan-out".into(),
+                    role: hymical_forms::testing::model::state::KeyRole::Read,
+                    project: None,
+                    view: None,
+                })
         }
     };
     let join = || {
