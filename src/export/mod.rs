@@ -146,7 +146,7 @@ async fn export(
     // Only what the key sees: another project's endpoint exports as an unknown one does.
     filter.project = key.view.clone();
     // Recorded before anything goes out: an export that fails later is still on record.
-    let address = crate::intake::rate_limit::client_address(
+    let address = crate::http::client_address(
         peer.ip(),
         &headers,
         app.config.rate_limit.trusted_proxy_hops,

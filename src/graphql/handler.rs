@@ -242,7 +242,7 @@ async fn handle(
         .extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|info| {
-            crate::intake::rate_limit::client_address(
+            crate::http::client_address(
                 info.0.ip(),
                 &parts.headers,
                 app.config.rate_limit.trusted_proxy_hops,

@@ -89,7 +89,7 @@ pub async fn upgrade(
     mut upgrade: WebSocketUpgrade,
 ) -> Response {
     let protocol = negotiate(&headers);
-    let address = crate::intake::rate_limit::client_address(
+    let address = crate::http::client_address(
         peer.ip(),
         &headers,
         app.config.rate_limit.trusted_proxy_hops,

@@ -1,8 +1,11 @@
-//! HTTP plumbing every route shares: the server itself (`server`), bounded body reads, and
-//! the shutdown signal. The route table is `crate::router`; the handlers live with their
+//! HTTP plumbing every route shares: the server itself (`server`), the client's address
+//! through trusted proxies (`client_address`), bounded body reads, and the shutdown signal. The route table is `crate::router`; the handlers live with their
 //! concern (intake, export, GraphQL).
 
+mod client_address;
 pub mod server;
+
+pub use client_address::client_address;
 
 use std::time::Duration;
 

@@ -325,7 +325,7 @@ fn source_counted(
 ) -> Option<Counted> {
     let limits = &intake.config.rate_limit;
     limits.enabled.then(|| {
-        let address = rate_limit::client_address(peer, headers, limits.trusted_proxy_hops);
+        let address = crate::http::client_address(peer, headers, limits.trusted_proxy_hops);
         Counted {
             subject: rate_limit::address_digest(&address, limits.ip_secret.as_ref()),
             limit: Limit {
