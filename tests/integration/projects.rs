@@ -352,6 +352,12 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
     let (_, everything) = export(None).await;
     assert!(everything.contains("bob@example.com"), "{everything}");
     assert!(!everything.contains("ann@example.com"), "{everything}");
+    // Each export is on record under the key that made it.
+    let exports = app
+        .db
+        .count("SELECT count(*) AS n FROM audit_entries WHERE operation = 'export' AND key_name = 'b-admin'")
+        .await;
+    assert_eq!(exports, 3);
 }
 
 /// Subscriptions of project B's key get B's events only, whichever filter: A's endpoint
@@ -642,4 +648,112 @@ async fn keys_are_named_expired_revoked_and_end_with_their_project() {
         .graphql(Some(&format!("Bearer {short}")), "{ version }")
         .await;
     assert_eq!(status, 401);
+}
+
+/// The audit trail is read and followed live by admins: a key of every project gets every
+/// entry, a project's admin key its project's, a read key none; each entry names the key,
+/// the operation, its targets and its arguments without secrets.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_trail_is_read_and_followed_live_by_admins() {
+    let app = TestApp::start_with(
+        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
+        std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
+    )
+    .await;
+    let (_, root) = app.create_key("installation").await;
+    let b = create(
+        &app,
+        &root,
+        r#"mutation { createProject(name: "B") { id } }"#,
+    )
+    .await;
+    let b = b["createProject"]["id"].as_str().unwrap().to_string();
+    let key_of = |role: &str| {
+        format!(
+            r#"mutation {{ createApiKey(input: {{ name: "b-{role}", role: {role}, projectId: "{b}" }}) {{ key }} }}"#
+        )
+    };
+    let admin_b = create(&app, &root, &key_of("ADMIN")).await["createApiKey"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let read_b = create(&app, &root, &key_of("READ")).await["createApiKey"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ws_url = app.url("/graphql/ws").replace("http://", "ws://");
+    let follow =
+        r#"subscription { auditEntryAdded { operation keyName targets projectId changes } }"#;
+    let mut everything = WsClient::ready(&ws_url, &root).await;
+    everything
+        .send(json!({ "type": "subscribe", "id": "t", "payload": { "query": follow } }))
+        .await;
+    let mut of_b = WsClient::ready(&ws_url, &admin_b).await;
+    of_b.send(json!({ "type": "subscribe", "id": "t", "payload": { "query": follow } }))
+        .await;
+    let mut reader = WsClient::ready(&ws_url, &read_b).await;
+    reader
+        .send(json!({ "type": "subscribe", "id": "t", "payload": { "query": follow } }))
+        .await;
+    let refused = reader.next_json().await;
+    assert_eq!(refused["type"], "next", "{refused}");
+    assert_eq!(
+        refused["payload"]["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // One change outside B (the default project), one in B with a secret in it.
+    create(&app, &root, r#"mutation { createEndpoint(input: { id: "outside", name: "Outside" }) { endpoint { id } } }"#).await;
+    create(
+        &app,
+        &admin_b,
+        r#"mutation { createEndpoint(input: { id: "inside", name: "Inside", webhookUrl: "https://hooks.example.com/x" }) { webhookSecret } }"#,
+    )
+    .await;
+    let entry = |message: Value| message["payload"]["data"]["auditEntryAdded"].clone();
+    let first = entry(everything.next_json().await);
+    let second = entry(everything.next_json().await);
+    assert_eq!(first["targets"], json!(["outside"]), "{first}");
+    assert_eq!(second["targets"], json!(["inside"]), "{second}");
+    assert_eq!(second["keyName"], "b-ADMIN");
+    assert_eq!(second["projectId"], b.as_str());
+    assert_eq!(second["changes"]["input"]["name"], "Inside");
+    let seen_by_b = entry(of_b.next_json().await);
+    assert_eq!(seen_by_b, second);
+    of_b.quiet_for(Duration::from_millis(500)).await;
+
+    // Queried: newest first, a project's admin sees its project's entries only.
+    let listed = create(
+        &app,
+        &admin_b,
+        "{ auditEntries(first: 50) { nodes { operation targets projectId } } }",
+    )
+    .await;
+    let nodes = listed["auditEntries"]["nodes"].as_array().unwrap();
+    assert!(!nodes.is_empty());
+    assert!(
+        nodes.iter().all(|node| node["projectId"] == b.as_str()),
+        "{listed}"
+    );
+    assert_eq!(nodes[0]["targets"], json!(["inside"]));
+    let (_, refused) = app
+        .graphql(
+            Some(&format!("Bearer {read_b}")),
+            "{ auditEntries { nodes { id } } }",
+        )
+        .await;
+    assert_eq!(
+        refused["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
+        "{refused}"
+    );
+    // No secret reached the trail: the webhook's secret was made by the server, and the
+    // keys made above are in no entry.
+    let all = create(
+        &app,
+        &root,
+        "{ auditEntries(first: 100) { nodes { changes } } }",
+    )
+    .await;
+    assert!(!all.to_string().contains("hym_live_"), "{all}");
 }

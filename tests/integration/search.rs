@@ -294,6 +294,21 @@ async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
     let mut expected = vec![first.clone(), second.clone()];
     expected.sort();
     assert_eq!(ids, expected);
+    // The erasure is on record: what was erased (the submissions), never the value.
+    let trail = app
+        .gql(
+            &key,
+            "{ auditEntries(first: 5) { nodes { operation keyName targets changes } } }",
+            json!({}),
+        )
+        .await;
+    let entry = trail["data"]["auditEntries"]["nodes"][0].clone();
+    assert_eq!(entry["operation"], "erasePersonData", "{trail}");
+    assert_eq!(entry["keyName"], "erase");
+    let mut targets: Vec<String> = serde_json::from_value(entry["targets"].clone()).unwrap();
+    targets.sort();
+    assert_eq!(targets, expected);
+    assert_eq!(entry["changes"], json!({ "value": "[redacted]" }));
 
     // No row of any table holds the address but Grace's submission, which names it in
     // a message and is hers.
