@@ -78,6 +78,9 @@ enum KeysCommand {
         /// every mutation and export is refused with `insufficient_role`).
         #[arg(long, default_value = "admin", value_parser = key_role)]
         role: KeyRole,
+        /// The one project it sees (`prj_…`); left out: every project.
+        #[arg(long)]
+        project: Option<String>,
     },
     /// List keys (never the key itself).
     List,
@@ -505,34 +508,60 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
     let mut connection = db::connect_one(&database.url).await?;
     let now = SystemClock.now();
     match action {
-        KeysCommand::Create { name, role } => {
+        KeysCommand::Create {
+            name,
+            role,
+            project,
+        } => {
             let Ok(name) = crate::model::endpoint::name(&name) else {
                 bail!("--name must be 1 to 200 characters");
             };
-            let new = auth::generate(&name, role, now);
+            let mut new = auth::generate(&name, role, now);
+            if let Some(project) = &project {
+                let Some(id) = crate::model::ids::ProjectId::parse(project) else {
+                    bail!("--project: no project has the id {project:?}");
+                };
+                if db::projects::find_live(&mut connection, &id)
+                    .await?
+                    .is_none()
+                {
+                    bail!("--project: no project has the id {project:?}");
+                }
+                new.row.project_id = Some(id);
+            }
             db::keys::insert(&mut connection, &new.row).await?;
             println!("id:  {}", new.row.id);
             println!("key: {}", new.key.expose());
             println!("role: {role}");
+            match &new.row.project_id {
+                Some(project) => println!("project: {project}"),
+                None => println!("project: every project"),
+            }
             println!(
                 "The key is shown only this once; the database keeps only its SHA-256 digest."
             );
         }
         KeysCommand::List => {
             println!(
-                "{:35}  {:24}  {:5}  {:17}  {:27}  {:27}  STATUS",
-                "ID", "NAME", "ROLE", "PREFIX", "CREATED", "LAST USED"
+                "{:35}  {:24}  {:5}  {:36}  {:17}  {:27}  {:27}  STATUS",
+                "ID", "NAME", "ROLE", "PROJECT", "PREFIX", "CREATED", "LAST USED"
             );
             for key in db::keys::list(&mut connection).await? {
-                let status = match key.revoked_at {
-                    Some(at) => format!("revoked {}", format_timestamp(at)),
-                    None => "active".to_string(),
+                let status = match (key.revoked_at, key.expires_at) {
+                    (Some(at), _) => format!("revoked {}", format_timestamp(at)),
+                    (None, Some(at)) if at <= now => format!("expired {}", format_timestamp(at)),
+                    (None, _) => "active".to_string(),
                 };
+                let project = key
+                    .project_id
+                    .as_ref()
+                    .map_or_else(|| "every project".to_string(), ToString::to_string);
                 println!(
-                    "{:35}  {:24}  {:5}  {:17}  {:27}  {:27}  {status}",
+                    "{:35}  {:24}  {:5}  {:36}  {:17}  {:27}  {:27}  {status}",
                     key.id,
                     key.name,
                     key.role.as_str(),
+                    project,
                     key.display_prefix,
                     format_timestamp(key.created_at),
                     key.last_used_at

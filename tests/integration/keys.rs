@@ -268,3 +268,40 @@ async fn a_read_key_reads_and_changes_nothing() {
         .unwrap();
     assert_eq!(export.status(), 200);
 }
+
+/// `keys create --project` makes a key of one project (refused for an unknown one), and
+/// `keys list` shows each key's project.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_makes_a_key_of_one_project() {
+    let app = TestApp::start().await;
+    let db = &app.db;
+    let default = "prj_00000000000000000000000000000000";
+    let (ok, stdout, stderr) = run(
+        db,
+        &["keys", "create", "--name", "team", "--project", default],
+    );
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains(&format!("project: {default}")), "{stdout}");
+    let id = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("id:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let (_, listing, _) = run(db, &["keys", "list"]);
+    let line = listing.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(line.contains(default), "{line}");
+    let (ok, _, stderr) = run(
+        db,
+        &[
+            "keys",
+            "create",
+            "--name",
+            "x",
+            "--project",
+            "prj_00000000000000000000000000000001",
+        ],
+    );
+    assert!(!ok);
+    assert!(stderr.contains("--project"), "{stderr}");
+}
