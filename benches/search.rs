@@ -18,7 +18,11 @@
 //! - two words of one message: `search: "w1 w2"`;
 //! - a word on one endpoint: `{endpointId, search}`;
 //! - a person: `submissions(filter: {value: "person123@example.com", folder: ALL})`, the
-//!   lookup behind one person's data.
+//!   lookup behind one person's data;
+//! - the same word and person searches made with a project's key: the endpoints are in
+//!   10 projects of 100 each, and a project's key sees one (its searches carry the
+//!   project's endpoints as a filter: `endpoint_id IN (SELECT id FROM endpoints WHERE
+//!   project_id = …)`).
 //!
 //! Loading 10 million takes a few minutes and some 6 GB of disk. Settings (in brackets
 //! the smoke configuration's, `cargo test --bench search`): `BENCH_SUBMISSIONS`
@@ -60,8 +64,9 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     let (addr, key) = runtime.block_on(start_server(&url));
+    let project_key = runtime.block_on(project_key(&url));
     let people = (submissions / 3).max(1);
-    let measures: [(&str, Filter); 5] = [
+    let measures: [(&str, Filter); 7] = [
         (
             "baseline: one endpoint's newest 50",
             Box::new(|n| serde_json::json!({ "endpointId": format!("e{:04}", n % ENDPOINTS) })),
@@ -97,10 +102,33 @@ fn main() {
                 })
             }),
         ),
+        (
+            "project key: a word in its project",
+            // A word of a submission of the project's endpoints (e0000, e0010, …).
+            Box::new(move |n| {
+                let submission = ((n * 7919) % (submissions / 10).max(1)) * 10;
+                serde_json::json!({ "search": format!("w{}", words_of(submission).0) })
+            }),
+        ),
+        (
+            "project key: a person in its project",
+            Box::new(move |n| {
+                // A person with a submission on one of the project's endpoints.
+                let submission = ((n * 7919) % (submissions / 10).max(1)) * 10;
+                serde_json::json!({
+                    "value": format!("person{}@example.com", submission % people),
+                    "folder": "ALL",
+                })
+            }),
+        ),
     ];
     let mut baseline = None;
     for (label, filter) in &measures {
-        let (p50, p99, found) = runtime.block_on(sample(addr, &key, samples, filter));
+        let key = match label.starts_with("project key") {
+            true => &project_key,
+            false => &key,
+        };
+        let (p50, p99, found) = runtime.block_on(sample(addr, key, samples, filter));
         require(found > 0, label);
         let base = *baseline.get_or_insert(p99);
         println!(
@@ -125,7 +153,11 @@ async fn load(url: &Secret, count: u64) {
         .collect();
     let people = (count / 3).max(1);
     conn.batch_execute(&format!(
-        "INSERT INTO endpoints (id, name) VALUES {endpoints};
+        "INSERT INTO projects (id, name, created_at)
+         SELECT 'prj_' || lpad(p::text, 32, '0'), 'Project ' || p, now()
+         FROM generate_series(1, 10) AS p;
+         INSERT INTO endpoints (id, name) VALUES {endpoints};
+         UPDATE endpoints SET project_id = 'prj_' || lpad((substr(id, 2)::int % 10 + 1)::text, 32, '0');
          DROP INDEX submissions_search_idx;
          SET maintenance_work_mem = '1GB';
          INSERT INTO submissions (id, endpoint_id, received_at, fields)
@@ -151,6 +183,22 @@ async fn load(url: &Secret, count: u64) {
     conn.batch_execute("VACUUM ANALYZE submissions")
         .await
         .expect("vacuum");
+}
+
+/// An admin key of project 1 (the endpoints e0000, e0010, …, e0990).
+async fn project_key(url: &Secret) -> String {
+    let mut new_key = hymical_forms::testing::auth::generate(
+        "bench project",
+        hymical_forms::testing::model::state::KeyRole::Admin,
+        chrono::Utc::now(),
+    );
+    new_key.row.project_id =
+        hymical_forms::testing::model::ids::ProjectId::parse(&format!("prj_{:032}", 1));
+    let mut conn = db::connect_one(url).await.expect("connection");
+    db::keys::insert(&mut conn, &new_key.row)
+        .await
+        .expect("key");
+    new_key.key.expose().to_string()
 }
 
 async fn start_server(url: &Secret) -> (SocketAddr, String) {
