@@ -1580,3 +1580,98 @@ async fn a_link_handed_to_a_key_stops_working_when_the_key_is_revoked() {
         "another key's link goes on"
     );
 }
+
+/// A file of one project is no other project's: another project's key finds no
+/// submission to take a link from, a link made for one key does not work with another
+/// key's id put in, and a link handed to a project's key ends with the project.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_link_is_only_ever_its_own_projects() {
+    let app = TestApp::start_with(DEV, Arc::new(SystemClock)).await;
+    let (_, root) = app.create_key("installation").await;
+    let mut keys = Vec::new();
+    for name in ["A", "B"] {
+        let project = data(
+            app.gql(
+                &root,
+                &format!(r#"mutation {{ createProject(name: "{name}") {{ id }} }}"#),
+                json!({}),
+            )
+            .await,
+        )["createProject"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let made = data(
+            app.gql(
+                &root,
+                "mutation($p: ID!) { createApiKey(input: { name: \"team\", role: ADMIN, projectId: $p }) { key apiKey { id } } }",
+                json!({ "p": project }),
+            )
+            .await,
+        );
+        keys.push((
+            project,
+            made["createApiKey"]["key"].as_str().unwrap().to_string(),
+            made["createApiKey"]["apiKey"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        ));
+    }
+    let [(project_a, key_a, _), (_, key_b, key_b_id)] = [keys[0].clone(), keys[1].clone()];
+    create_endpoint(&app, &key_a, "upload-a", None, json!({})).await;
+    let (status, receipt) = post(
+        &app,
+        "upload-a",
+        multipart(&[Part::File("cv", "cv.png", PNG)]),
+    )
+    .await;
+    assert_eq!(status, 202, "{receipt}");
+    let submission = receipt["submission_id"].as_str().unwrap().to_string();
+    let files = "query($id: ID!) { submission(id: $id) { files { downloadUrl } } }";
+    let seen_by_b = data(app.gql(&key_b, files, json!({ "id": submission })).await);
+    assert_eq!(seen_by_b["submission"], Value::Null);
+    let answer = data(app.gql(&key_a, files, json!({ "id": submission })).await);
+    let link = link_parts(
+        answer["submission"]["files"][0]["downloadUrl"]
+            .as_str()
+            .unwrap(),
+    )
+    .0;
+    let get = |path: String| {
+        let app = &app;
+        async move {
+            let response = app.http.get(app.url(&path)).send().await.unwrap();
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    assert_eq!(get(link.clone()).await.0, 200);
+    // B's key id put in A's link: not a link this server made.
+    let key_a_id = link
+        .split("key=")
+        .nth(1)
+        .unwrap()
+        .split('&')
+        .next()
+        .unwrap()
+        .to_string();
+    let (code, answer) = get(link.replace(&key_a_id, &key_b_id)).await;
+    assert_eq!(code, 403, "{answer}");
+    assert_eq!(answer["error"]["code"], "file_link_invalid");
+    // Project A deleted (after its endpoint): the link handed to A's key ends with it.
+    data(app.gql(&key_a, r#"mutation { deleteEndpoint(input: { id: "upload-a", history: KEEP }) { deletedEndpointId } }"#, json!({})).await);
+    let refused = app
+        .gql(
+            &root,
+            "mutation($p: ID!) { deleteProject(id: $p) { id } }",
+            json!({ "p": project_a }),
+        )
+        .await;
+    assert!(refused.get("errors").is_none(), "{refused}");
+    let (code, answer) = get(link).await;
+    assert_eq!(code, 410, "{answer}");
+}
