@@ -18,7 +18,7 @@
 //! connection, the event reader, the workers and intake's writers run for the process's
 //! life (services.rs).
 
-mod forget;
+pub mod forget;
 pub mod history;
 mod rate_limits;
 pub mod retention;

@@ -757,3 +757,38 @@ async fn the_audit_trail_is_read_and_followed_live_by_admins() {
     .await;
     assert!(!all.to_string().contains("hym_live_"), "{all}");
 }
+
+/// The audit trail keeps its own retention: the workers' `forget` job deletes the entries
+/// older than `FORMS_AUDIT_RETENTION_DAYS` and keeps the rest (0: all).
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_entries_past_their_retention_are_deleted() {
+    use diesel_async::SimpleAsyncConnection;
+    let (app, key) = TestApp::with_contact_endpoint().await;
+    create(
+        &app,
+        &key,
+        r#"mutation { pauseEndpoint(endpointId: "contact") { endpoint { id } } }"#,
+    )
+    .await;
+    let mut conn = app.db.connect().await;
+    conn.batch_execute(
+        "INSERT INTO audit_entries (at, key_id, key_name, operation, targets, changes)
+         VALUES (now() - interval '40 days', 'mk_x', 'old', 'pauseEndpoint', '{contact}', '{}'),
+                (now() - interval '31 days', 'mk_x', 'old', 'resumeEndpoint', '{contact}', '{}')",
+    )
+    .await
+    .unwrap();
+    let entries = || app.db.count("SELECT count(*) AS n FROM audit_entries");
+    let before = entries().await;
+    let pool = app.app.db.clone();
+    hymical_forms::testing::upkeep::forget::run(pool.clone(), chrono::Utc::now(), 0).await;
+    assert_eq!(entries().await, before, "0 keeps every entry");
+    hymical_forms::testing::upkeep::forget::run(pool, chrono::Utc::now(), 30).await;
+    assert_eq!(entries().await, before - 2);
+    assert_eq!(
+        app.db
+            .count("SELECT count(*) AS n FROM audit_entries WHERE key_name = 'old'")
+            .await,
+        0
+    );
+}
