@@ -6,7 +6,7 @@
 
 import { graphql, session } from "./api.js";
 import { PAUSE_REASONS, deliveryTarget, targetLabel } from "./destinations.js";
-import { h, replace, stateBadge, throttle, time } from "./dom.js";
+import { h, replace, stateBadge, throttle, time, toIso, toLocal } from "./dom.js";
 import { subscribe } from "./live.js";
 import { explain } from "./words.js";
 
@@ -33,18 +33,6 @@ const REPLAY_ONE = `mutation Replay($id: ID!) { replayDelivery(id: $id) { delive
 const REPLAY_MATCHING = `mutation ReplayMatching($filter: ReplayFilter!, $dryRun: Boolean!) {
   replayDeliveries(filter: $filter, dryRun: $dryRun) { count }
 }`;
-
-// `datetime-local` works in local time without a zone; the API wants RFC 3339.
-function toIso(local) {
-  return local ? new Date(local).toISOString() : null;
-}
-function toLocal(iso) {
-  if (!iso) return "";
-  const date = new Date(iso);
-  if (Number.isNaN(date.getTime())) return "";
-  const pad = (n) => String(n).padStart(2, "0");
-  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
-}
 
 function filterFrom(params) {
   return {

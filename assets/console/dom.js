@@ -100,6 +100,20 @@ export function time(iso) {
     `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
 }
 
+// `datetime-local` inputs work in local time without a zone; the API wants RFC 3339.
+export function toIso(local) {
+  return local ? new Date(local).toISOString() : null;
+}
+
+// RFC 3339 → the value of a `datetime-local` input, in the browser's time zone.
+export function toLocal(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return "";
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
+}
+
 export function stateBadge(state) {
   return h("span", { class: `state state-${state.toLowerCase()}`, "data-state": state }, state);
 }

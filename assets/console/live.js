@@ -1,21 +1,28 @@
-// Live delivery state over `/graphql/ws` (the graphql-transport-ws protocol), one socket
-// for every subscription of the page. The key goes in `connection_init`, never in the URL.
+// Live delivery state and audit entries over `/graphql/ws` (the graphql-transport-ws
+// protocol), one socket for every subscription of the page. The key goes in
+// `connection_init`, never in the URL, and beside it the project the view is narrowed to
+// (`Hymical-Project`), which holds for the socket's life: switching projects ends every
+// subscription (`endAll`) and the next view's open a new socket.
 //
 // After a dropped connection, a subscription that had received events resumes with
 // `afterEventId` (the id of the last one), so nothing is missed and nothing arrives twice.
 // One that had received none, or whose events the server no longer has
 // (EVENT_HISTORY_EXPIRED), starts again from now and tells its view to reload (`onReset`),
-// which covers whatever happened meanwhile.
+// which covers whatever happened meanwhile. Audit entries cannot be resumed (the server
+// sends them live only), so their view reloads after every (re)connection.
 
-import { session } from "./api.js";
+import { PROJECT_HEADER, session } from "./api.js";
 import { ApiError, fromGraphqlErrors } from "./words.js";
 
-const DOCUMENT = `subscription Live($endpointId: ID, $deliveryId: ID, $states: [DeliveryState!], $afterEventId: ID) {
+const DELIVERIES = `subscription Live($endpointId: ID, $deliveryId: ID, $states: [DeliveryState!], $afterEventId: ID) {
   deliveryStateChanged(endpointId: $endpointId, deliveryId: $deliveryId, states: $states, afterEventId: $afterEventId) {
     id kind state previousState attempts cycleAttempts outcome occurredAt endpointId
     delivery { id createdAt nextAttemptAt completedAt destinationUrl }
   }
 }`;
+
+export const AUDIT_FIELDS = "id at keyId keyName projectId operation targets changes addressDigest";
+const AUDIT = `subscription Audit { auditEntryAdded { ${AUDIT_FIELDS} } }`;
 
 // The server closes with this when the key is refused or revoked; reconnecting cannot help.
 const KEY_REFUSED = 4403;
@@ -55,7 +62,7 @@ function send(message) {
 function start(subscription) {
   const variables = { ...subscription.filter };
   if (subscription.afterEventId) variables.afterEventId = subscription.afterEventId;
-  send({ id: subscription.id, type: "subscribe", payload: { query: DOCUMENT, variables } });
+  send({ id: subscription.id, type: "subscribe", payload: { query: subscription.query, variables } });
 }
 
 // Starts a subscription again from now under a new operation id (the server refuses an
@@ -78,7 +85,9 @@ function connect() {
   socket = ws;
   acknowledged = false;
   ws.addEventListener("open", () => {
-    send({ type: "connection_init", payload: { Authorization: `Bearer ${session.key()}` } });
+    const payload = { Authorization: `Bearer ${session.key()}` };
+    if (session.project()) payload[PROJECT_HEADER] = session.project();
+    send({ type: "connection_init", payload });
   });
   ws.addEventListener("message", (message) => {
     // A socket being closed may still deliver; only the current one counts.
@@ -143,9 +152,9 @@ function receive(message) {
         }
         break;
       }
-      const event = payload.data && payload.data.deliveryStateChanged;
+      const event = payload.data && payload.data[subscription.field];
       if (!event) break;
-      subscription.afterEventId = event.id;
+      if (subscription.resumable) subscription.afterEventId = event.id;
       subscription.onEvent(event);
       break;
     }
@@ -176,8 +185,18 @@ function receive(message) {
 
 // Follows `filter` (endpointId, deliveryId, states: the subscription's arguments).
 // Returns the function that ends it.
-export function subscribe(filter, { onEvent, onReset = () => {}, onError = () => {} }) {
-  const subscription = { id: String(nextId++), filter, onEvent, onReset, onError, afterEventId: null, expired: false };
+export function subscribe(filter, handlers) {
+  return follow({ query: DELIVERIES, field: "deliveryStateChanged", filter, resumable: true }, handlers);
+}
+
+// Follows the audit trail (`auditEntryAdded`, admin keys only): each entry as it commits.
+// `onReset` runs after every (re)connection, since entries are not resumable.
+export function subscribeAudit(handlers) {
+  return follow({ query: AUDIT, field: "auditEntryAdded", filter: {}, resumable: false }, handlers);
+}
+
+function follow({ query, field, filter, resumable }, { onEvent, onReset = () => {}, onError = () => {} }) {
+  const subscription = { id: String(nextId++), query, field, filter, resumable, onEvent, onReset, onError, afterEventId: null, expired: false };
   subscriptions.set(subscription.id, subscription);
   clearTimeout(lingerTimer);
   if (!socket) connect();

@@ -1,6 +1,7 @@
-// The console's shell: sign-in, the navigation, the live-connection status, and the
-// router that renders one view at a time from the URL's fragment (`#/deliveries?state=FAILED`).
-// Views are modules with `render(container, route, shell)` returning their cleanup.
+// The console's shell: sign-in, the navigation, the project switcher, the live-connection
+// status, and the router that renders one view at a time from the URL's fragment
+// (`#/deliveries?state=FAILED`). Views are modules with `render(container, route, shell)`
+// returning their cleanup.
 
 import { graphql, session } from "./api.js";
 import { h, replace } from "./dom.js";
@@ -11,10 +12,15 @@ import * as endpoints from "./endpoints.js";
 import * as deliveries from "./deliveries.js";
 import * as submissions from "./submissions.js";
 import * as people from "./people.js";
+import * as keys from "./keys.js";
+import * as audit from "./audit.js";
+import { switcher } from "./projects.js";
 
 const root = document.getElementById("app");
-// The key being signed in with: its role decides which actions the console offers.
-const WHO = "{ apiKey { name role } }";
+// The key being signed in with: its role decides which actions the console offers, its
+// project whether the header offers a choice of projects. Asked about every project.
+const WHO = "query Who { apiKey { name role projectId } }";
+const whoIs = (key) => graphql(WHO, {}, key, { project: null });
 let cleanup = () => {};
 
 const ROUTES = [
@@ -27,6 +33,8 @@ const ROUTES = [
   [/^submissions$/, submissions.list],
   [/^submissions\/([^/]+)$/, submissions.detail],
   [/^people$/, people.render],
+  [/^keys$/, keys.render],
+  [/^audit$/, audit.render],
 ];
 
 const NAV = [
@@ -35,6 +43,9 @@ const NAV = [
   ["deliveries", "Deliveries"],
   ["submissions", "Submissions"],
   ["people", "A person's data"],
+  // Admin keys only: a read key manages no key and reads no audit trail.
+  ["keys", "Keys", true],
+  ["audit", "Audit trail", true],
 ];
 
 // The path stays encoded: an id is decoded once, where it is matched.
@@ -108,8 +119,8 @@ function signInPage(message) {
     button.disabled = true;
     error.textContent = "";
     try {
-      const { apiKey } = await graphql(WHO, {}, key);
-      session.signIn(key, apiKey.role);
+      const { apiKey } = await whoIs(key);
+      session.signIn(key, apiKey.role, apiKey.projectId);
       render();
     } catch (failure) {
       error.textContent = explain(failure);
@@ -137,7 +148,7 @@ function header(active) {
   const nav = h(
     "nav",
     { "aria-label": "Sections" },
-    NAV.map(([path, label]) =>
+    NAV.filter(([, , admin]) => !admin || session.canChange()).map(([path, label]) =>
       h("a", { href: `#/${path}`, class: active === path ? "active" : null, "aria-current": active === path ? "page" : null }, label),
     ),
   );
@@ -146,10 +157,30 @@ function header(active) {
     ? null
     : h("span", { id: "key-role", class: "key-role", title: "This key can read everything and change nothing." }, "Read-only key");
   signOutButton.addEventListener("click", () => signOut(""));
+  const projects = switcher({ switched, gone: projectGone });
   return {
-    node: h("header", { class: "top" }, h("a", { href: "#/overview", class: "brand" }, "Hymical Forms"), nav, status, role, signOutButton),
+    node: h("header", { class: "top" }, h("a", { href: "#/overview", class: "brand" }, "Hymical Forms"), nav, projects, status, role, signOutButton),
     unlisten,
   };
+}
+
+// Another project chosen (api.js keeps it): the live connection, opened with the old
+// one, ends, and the page is drawn again for the new one (its subscriptions open a new
+// connection).
+function switched(label) {
+  endAll();
+  carried = [`Showing ${label}.`, "ok"];
+  render();
+  const select = document.getElementById("project-select");
+  if (select) select.focus();
+}
+
+// The project chosen earlier is gone (deleted): back to every project.
+function projectGone() {
+  session.setProject(null);
+  endAll();
+  carried = ["The project chosen before is no longer there; showing all projects.", "info"];
+  render();
 }
 
 function render() {
@@ -157,11 +188,11 @@ function render() {
     signInPage("");
     return;
   }
-  // A tab signed in before roles were read asks once.
-  if (!session.role()) {
-    graphql(WHO)
+  // A tab signed in before roles (or projects) were read asks once.
+  if (!session.described()) {
+    whoIs(session.key())
       .then(({ apiKey }) => {
-        session.signIn(session.key(), apiKey.role);
+        session.signIn(session.key(), apiKey.role, apiKey.projectId);
         render();
       })
       .catch((error) => signInPage(explain(error)));
@@ -199,7 +230,20 @@ function render() {
 // whether an HTTP request or the live connection noticed first.
 const refused = () => signOut("Your key is no longer accepted (it may have been revoked). Sign in with another key.");
 session.whenRefused(refused);
-whenKeyRefused(refused);
+// The socket is refused the same way when the project it was narrowed to is gone: with
+// a project chosen, the key is asked about once more, over HTTP and for every project.
+whenKeyRefused(async () => {
+  if (session.project()) {
+    try {
+      await whoIs(session.key());
+      projectGone();
+      return;
+    } catch {
+      // Refused (api.js has signed out already) or unreachable.
+    }
+  }
+  if (session.key()) refused();
+});
 
 // After a navigation the focus goes to the new view, not back to the top of the page.
 window.addEventListener("hashchange", () => {

@@ -16,6 +16,9 @@ const PHRASES = {
   QUERY_TOO_COMPLEX: "The server refused the request as too expensive; narrow the filters.",
   EVENT_HISTORY_EXPIRED: "Live updates were interrupted for too long; the view was reloaded.",
   TOO_MANY_EXPORTS: "Other exports are running; try again when they have finished.",
+  PROJECT_NOT_FOUND:
+    "No project this key sees has that id: it may have been deleted. Choose another project in the header.",
+  KEY_NOT_FOUND: "This key manages no key with that id (any more); the list was reloaded.",
   EMAIL_NOT_CONFIGURED:
     "This server has no mail server to send email through: set FORMS_SMTP_HOST (and the other FORMS_SMTP_* settings) and restart it to add email destinations.",
 };

@@ -68,7 +68,10 @@ impl QueryRoot {
     /// role here and offers only what the role allows.
     async fn api_key(&self, ctx: &Context<'_>) -> Result<ApiKey> {
         let id = &ctx.data_unchecked::<AuthenticatedKey>().id;
-        let row = database(ctx)
+        // From the primary, where the key was just checked: a replica may not have a key
+        // made a moment ago.
+        let row = app(ctx)
+            .graphql_db
             .run(async |conn| db::keys::find(conn, id).await)
             .await?
             .ok_or_else(|| ApiError::InvalidApiKey)?;

@@ -9,8 +9,10 @@
 //! older release, is markup; an endpoint's destinations (two webhooks and an email)
 //! listed, paused, resumed, added and removed from its page; a webhook destination added
 //! from its page as an ordered Slack one, and another's options (its auth, headers, Ed25519
-//! key, retries) listed with no secret in the page; and an email delivery the
-//! mail server refused, its SMTP reply in the timeline.
+//! key, retries) listed with no secret in the page; an email delivery the
+//! mail server refused, its SMTP reply in the timeline; and the project switcher, the keys
+//! page (a key made, shown once, renamed, given an expiry and revoked) and the audit trail
+//! followed live.
 //!
 //! Screenshots of the main views are written to a temporary directory, or to
 //! `docs/console/` with `FORMS_UPDATE_SCREENSHOTS=1` (how the ones there were made).
@@ -206,7 +208,8 @@ async fn the_console_follows_deliveries_live_from_sign_in_to_replay() {
         )
         .await
         .unwrap();
-    assert_eq!(storage[0], 2);
+    // The key, its role and its project (here: every project).
+    assert_eq!(storage[0], 3);
     assert_eq!(storage[1], 0);
     assert!(!storage[2].as_str().unwrap().contains(&key));
 
@@ -1707,4 +1710,453 @@ async fn the_console_finds_downloads_and_erases_a_persons_data() {
     assert_eq!(left["personData"], json!([]));
     let kept = format!("SELECT count(*) AS n FROM submissions WHERE id = '{grace}'");
     assert_eq!(app.db.count(&kept).await, 1);
+}
+
+const CREATE_PROJECT: &str = "mutation($name: String!) { createProject(name: $name) { id } }";
+const CREATE_IN_PROJECT: &str = "mutation($input: CreateEndpointInput!) { createEndpoint(input: $input) { endpoint { id projectId } } }";
+const KEYS: &str = "{ apiKeys { id name role projectId expiresAt revokedAt } }";
+
+/// Chooses `project` ("" for All projects) in the header's switcher, applies it, and
+/// waits for the page drawn again for it.
+async fn switch_project(client: &Client, project: &str, label: &str) {
+    let option = format!("#project-select option[value='{project}']");
+    client
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(&option))
+        .await
+        .unwrap_or_else(|e| panic!("{option}: {e}"));
+    client
+        .find(Locator::Css("#project-select"))
+        .await
+        .unwrap()
+        .select_by_value(project)
+        .await
+        .unwrap();
+    click(client, "#project-switch").await;
+    wait_for_text(client, "#flash", &format!("Showing {label}.")).await;
+}
+
+/// The key named `name`, as the API lists it to `admin`.
+async fn key_named(app: &TestApp, admin: &str, name: &str) -> serde_json::Value {
+    let keys = api(app, admin, KEYS, json!({})).await["apiKeys"].clone();
+    keys.as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == name)
+        .unwrap_or_else(|| panic!("no key {name:?} in {keys}"))
+        .clone()
+}
+
+/// Two projects with an endpoint each, and an admin key of every project in the console:
+/// the header's switcher narrows the endpoints list to one project (the choice in session
+/// storage only), an endpoint made from the console lands in the chosen project, and All
+/// projects lists every endpoint again. On the keys page a read key of one project is
+/// made and shown once (it works, for its project only), taken off the page, renamed,
+/// given an expiry and revoked (the API then refuses it with 401). The audit trail lists
+/// each of these changes, shows a pause made meanwhile through the API at the top without
+/// a reload, and narrowed to one project lists and follows that project's entries only.
+/// No key is anywhere in the page once its one display is gone. A project's own key sees
+/// its project named in the header, no choice, and neither the keys page nor the audit
+/// trail.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_switches_projects_manages_keys_and_shows_the_audit_trail() {
+    use hymical_forms::testing::model::state::KeyRole;
+    let app = TestApp::start_without_rate_limit().await;
+    let (_, admin) = app.create_key("operator").await;
+    let mut made = Vec::new();
+    for name in ["Alpha", "Beta"] {
+        let project = api(&app, &admin, CREATE_PROJECT, json!({ "name": name })).await;
+        made.push(project["createProject"]["id"].as_str().unwrap().to_string());
+    }
+    let (alpha, beta) = (made[0].clone(), made[1].clone());
+    for (id, name, project) in [
+        ("alpha-form", "Alpha form", &alpha),
+        ("beta-form", "Beta form", &beta),
+    ] {
+        // With a webhook: an endpoint without destinations has nothing to pause.
+        let input = json!({ "input": {
+            "id": id,
+            "name": name,
+            "projectId": project,
+            "webhookUrl": format!("https://receiver.example/{id}"),
+        } });
+        let created = api(&app, &admin, CREATE_IN_PROJECT, input).await;
+        assert_eq!(
+            created["createEndpoint"]["endpoint"]["projectId"],
+            json!(project)
+        );
+    }
+    let console = app.url("/console");
+    let shots = Screenshots::new();
+
+    // Every project: both endpoints.
+    let (_driver, client) = console_page(&app, &admin, "endpoints").await;
+    wait_for_count(&client, "#endpoints tbody tr", 2).await;
+
+    // Alpha: its endpoint alone; the choice is in this tab's session storage only.
+    switch_project(&client, &alpha, "Alpha").await;
+    wait_for_count(&client, "#endpoints tbody tr", 1).await;
+    wait_for_count(&client, "#endpoints tr[data-endpoint='alpha-form']", 1).await;
+    shots.take(&client, "projects-switched").await;
+    let stored = client
+        .execute(
+            "return [sessionStorage.getItem('hymical-console-project'), localStorage.length, location.href];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored[0], json!(alpha));
+    assert_eq!(stored[1], 0);
+    assert!(!stored[2].as_str().unwrap().contains(&alpha), "{stored}");
+
+    // An endpoint made from the console meanwhile lands in Alpha (the header, no field).
+    client
+        .goto(&format!("{console}#/endpoints/new"))
+        .await
+        .unwrap();
+    type_into(&client, "#field-id", "alpha-new").await;
+    type_into(&client, "#field-name", "Made in Alpha").await;
+    click(&client, "#endpoint-form button[type='submit']").await;
+    wait_for_text(&client, "#view h1", "Endpoint alpha-new created").await;
+    let new = api(
+        &app,
+        &admin,
+        "{ endpoint(id: \"alpha-new\") { projectId } }",
+        json!({}),
+    )
+    .await;
+    assert_eq!(new["endpoint"]["projectId"], json!(alpha));
+    // Submissions and their export: Alpha's alone (the export carries the project too).
+    let alpha_submission = app.submit("alpha-form", "email=a%40example.com").await;
+    let beta_submission = app.submit("beta-form", "email=b%40example.com").await;
+    client
+        .goto(&format!("{console}#/submissions"))
+        .await
+        .unwrap();
+    wait_for_count(&client, "#submissions tbody tr", 1).await;
+    wait_for_text(&client, "#submissions", &alpha_submission).await;
+    client
+        .execute(
+            "window.downloads = []; const make = URL.createObjectURL; URL.createObjectURL = (blob) => { blob.text().then((t) => window.downloads.push(t)); return make(blob); };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "#export-json").await;
+    wait_for_text(&client, "#export-status", "Exported JSON").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exported = loop {
+        let got = client
+            .execute("return window.downloads[0] || null;", vec![])
+            .await
+            .unwrap();
+        if let Some(text) = got.as_str() {
+            break text.to_string();
+        }
+        assert!(Instant::now() < deadline, "no export");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(exported.contains(&alpha_submission), "{exported}");
+    assert!(!exported.contains(&beta_submission), "{exported}");
+
+    client.goto(&format!("{console}#/endpoints")).await.unwrap();
+    wait_for_count(&client, "#endpoints tbody tr", 2).await;
+    assert!(client
+        .find_all(Locator::Css("#endpoints tr[data-endpoint='beta-form']"))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // All projects: every endpoint again, and no project sent.
+    switch_project(&client, "", "All projects").await;
+    wait_for_count(&client, "#endpoints tbody tr", 3).await;
+    wait_for_count(&client, "#endpoints tr[data-endpoint='beta-form']", 1).await;
+    let stored = client
+        .execute(
+            "return sessionStorage.getItem('hymical-console-project');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, serde_json::Value::Null);
+
+    // The keys page: a read key of Alpha, shown once.
+    click(&client, "nav a[href='#/keys']").await;
+    wait_for_count(&client, "#keys tbody tr", 1).await;
+    wait_for_text(&client, "#keys", "operator").await;
+    type_into(&client, "#new-key-name", "alpha reader").await;
+    for (select, value) in [
+        ("#new-key-role", "READ"),
+        ("#new-key-project", alpha.as_str()),
+    ] {
+        client
+            .find(Locator::Css(select))
+            .await
+            .unwrap()
+            .select_by_value(value)
+            .await
+            .unwrap();
+    }
+    click(&client, "#new-key-form button[type='submit']").await;
+    wait_for_text(&client, "#new-key", "it will not be shown again").await;
+    let secret = wait_for_text(&client, "#new-key-value", "hym_live_").await;
+    let secret = secret.trim().to_string();
+    wait_for_count(&client, "#keys tbody tr", 2).await;
+    let bearer = format!("Bearer {secret}");
+    let (status, answer) = app
+        .graphql(
+            Some(&bearer),
+            "{ projects { id } apiKey { role projectId } }",
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["projects"], json!([{ "id": alpha }]));
+    assert_eq!(answer["data"]["apiKey"]["role"], "READ");
+    assert_eq!(answer["data"]["apiKey"]["projectId"], json!(alpha));
+    let listed = key_named(&app, &admin, "alpha reader").await;
+    let key_id = listed["id"].as_str().unwrap().to_string();
+    let row = format!("#keys tr[data-key='{key_id}']");
+    let shown = wait_for_text(&client, &row, "alpha reader").await;
+    for part in ["read", "Alpha", "hym_live_", "never", "active"] {
+        assert!(shown.contains(part), "{part:?} not in {shown:?}");
+    }
+    assert!(!shown.contains(&secret), "{shown}");
+    // "I have copied it" takes it off the page for good.
+    click(&client, "#new-key-done").await;
+    wait_for_count(&client, "#new-key-value", 0).await;
+    assert!(!client.source().await.unwrap().contains(&secret));
+
+    // Renamed.
+    click(&client, &format!("{row} .rename-key")).await;
+    type_into(&client, "#rename-key-name", "alpha dashboard").await;
+    click(&client, "#confirm-rename-key").await;
+    wait_for_text(&client, &row, "alpha dashboard").await;
+    wait_for_text(&client, "#flash", "is now called “alpha dashboard”").await;
+    key_named(&app, &admin, "alpha dashboard").await;
+    shots.take(&client, "keys").await;
+
+    // Given an expiry, in the browser's time zone.
+    click(&client, &format!("{row} .expiry-key")).await;
+    client
+        .execute(
+            "const at = document.getElementById('expiry-key-at'); at.value = '2031-02-03T04:05'; at.dispatchEvent(new Event('input'));",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "#confirm-expiry-key").await;
+    wait_for_text(&client, &format!("{row} .key-expires"), "2031-02-03 04:05").await;
+    let expires = key_named(&app, &admin, "alpha dashboard").await["expiresAt"].clone();
+    let same = client
+        .execute(
+            "return new Date(arguments[0]).getTime() === new Date('2031-02-03T04:05').getTime();",
+            vec![expires.clone()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(same, json!(true), "{expires}");
+
+    // Revoked after a confirmation: the API refuses it from then on.
+    click(&client, &format!("{row} .revoke-key")).await;
+    wait_for_text(&client, ".confirm", "This cannot be undone.").await;
+    click(&client, "#confirm-revoke-key").await;
+    wait_for_attribute(&client, &row, "data-state", "revoked").await;
+    wait_for_count(&client, &format!("{row} button"), 0).await;
+    let (status, _) = app.graphql(Some(&bearer), "{ projects { id } }").await;
+    assert_eq!(status, 401);
+    assert!(key_named(&app, &admin, "alpha dashboard").await["revokedAt"].is_string());
+
+    // The audit trail: each change, with who made it, about what, in which project, 25
+    // at a time. With 21 renames more, the page holds 31 entries: the 9 changes above,
+    // the export and the renames.
+    let rename =
+        "mutation($id: ID!, $name: String!) { renameProject(id: $id, name: $name) { id } }";
+    for n in (1..=20)
+        .map(|n| format!("Beta {n}"))
+        .chain(["Beta".to_string()])
+    {
+        api(&app, &admin, rename, json!({ "id": beta, "name": n })).await;
+    }
+    click(&client, "nav a[href='#/audit']").await;
+    wait_for_count(&client, "#audit tbody tr", 25).await;
+    wait_for_count(
+        &client,
+        "#audit tbody tr:first-child[data-operation='renameProject']",
+        1,
+    )
+    .await;
+    click(&client, "#audit-more").await;
+    wait_for_count(&client, "#audit tbody tr", 31).await;
+    wait_for_count(&client, "#audit-more[hidden]", 1).await;
+    for (operation, n) in [
+        ("createProject", 2),
+        ("createEndpoint", 3),
+        ("createApiKey", 1),
+        ("updateApiKey", 2),
+        ("revokeApiKey", 1),
+        ("export", 1),
+        ("renameProject", 21),
+    ] {
+        wait_for_count(
+            &client,
+            &format!("#audit tr[data-operation='{operation}']"),
+            n,
+        )
+        .await;
+    }
+    let created = wait_for_text(&client, "#audit tr[data-operation='createApiKey']", &key_id).await;
+    for part in ["operator", "Alpha", "alpha reader", "READ"] {
+        assert!(created.contains(part), "{part:?} not in {created:?}");
+    }
+    let revoked = wait_for_text(&client, "#audit tr[data-operation='revokeApiKey']", &key_id).await;
+    assert!(revoked.contains("Alpha"), "{revoked}");
+    // Nothing anywhere in the page holds a key any more: not the one shown once, not the
+    // console's own.
+    let source = client.source().await.unwrap();
+    assert!(
+        !source.contains(&secret),
+        "the new key is still in the page"
+    );
+    assert!(!source.contains(&admin), "the console's key is in the page");
+    let storage = client
+        .execute(
+            "return [localStorage.length, Object.values(sessionStorage).some((v) => v.includes(arguments[0])), location.href];",
+            vec![json!(secret)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(storage[0], 0);
+    assert_eq!(storage[1], false);
+    assert!(
+        !storage[2].as_str().unwrap().contains("hym_live_"),
+        "{storage}"
+    );
+
+    // A change made meanwhile through the API arrives at the top, without a reload.
+    wait_until_live(&client).await;
+    client
+        .execute("window.stillTheSamePage = true;", vec![])
+        .await
+        .unwrap();
+    let pause = "mutation($id: ID!) { pauseEndpoint(endpointId: $id) { endpoint { id } } }";
+    let resume = "mutation($id: ID!) { resumeEndpoint(endpointId: $id) { heldDeliveries } }";
+    api(&app, &admin, pause, json!({ "id": "beta-form" })).await;
+    let live = wait_for_text(
+        &client,
+        "#audit tr[data-operation='pauseEndpoint']",
+        "beta-form",
+    )
+    .await;
+    assert!(live.contains("Beta") && live.contains("operator"), "{live}");
+    wait_for_attribute(
+        &client,
+        "#audit tbody tr:first-child",
+        "data-operation",
+        "pauseEndpoint",
+    )
+    .await;
+    let same_page = client
+        .execute("return window.stillTheSamePage === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same_page, json!(true));
+    client
+        .execute("window.scrollTo(0, 0);", vec![])
+        .await
+        .unwrap();
+    shots.take(&client, "audit-trail").await;
+
+    // Narrowed to Alpha: its entries only, listed and live.
+    switch_project(&client, &alpha, "Alpha").await;
+    wait_for_count(&client, "#audit tr[data-operation='createProject']", 1).await;
+    let projects_shown: Vec<String> = {
+        let mut shown = Vec::new();
+        for cell in client
+            .find_all(Locator::Css("#audit tbody td.audit-project"))
+            .await
+            .unwrap()
+        {
+            shown.push(cell.text().await.unwrap());
+        }
+        shown
+    };
+    assert!(!projects_shown.is_empty());
+    assert!(
+        projects_shown.iter().all(|p| p == "Alpha"),
+        "{projects_shown:?}"
+    );
+    wait_until_live(&client).await;
+    api(&app, &admin, resume, json!({ "id": "beta-form" })).await;
+    api(&app, &admin, pause, json!({ "id": "alpha-form" })).await;
+    wait_for_text(
+        &client,
+        "#audit tr[data-operation='pauseEndpoint']",
+        "alpha-form",
+    )
+    .await;
+    assert!(client
+        .find_all(Locator::Css("#audit tr[data-operation='resumeEndpoint']"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(
+        client
+            .find_all(Locator::Css("#audit tr[data-operation='pauseEndpoint']"))
+            .await
+            .unwrap()
+            .len()
+            == 1
+    );
+
+    // A project's own (admin) key: its project named, no choice; its project's
+    // endpoints and keys only, and new keys of its project only.
+    let scoped = api(
+        &app,
+        &admin,
+        "mutation($input: CreateApiKeyInput!) { createApiKey(input: $input) { key } }",
+        json!({ "input": { "name": "alpha team", "role": "ADMIN", "projectId": alpha } }),
+    )
+    .await["createApiKey"]["key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    click(&client, "#sign-out").await;
+    sign_in(&client, &console, &scoped).await;
+    wait_for_text(&client, "#project-name", "Project: Alpha").await;
+    assert!(client
+        .find_all(Locator::Css("#project-select"))
+        .await
+        .unwrap()
+        .is_empty());
+    click(&client, "nav a[href='#/endpoints']").await;
+    wait_for_count(&client, "#endpoints tbody tr", 2).await;
+    click(&client, "nav a[href='#/keys']").await;
+    wait_for_count(&client, "#keys tbody tr", 2).await;
+    wait_for_text(&client, "#keys", "alpha team").await;
+    wait_for_text(&client, "#keys", "alpha dashboard").await;
+    let options = client
+        .find_all(Locator::Css("#new-key-project option"))
+        .await
+        .unwrap();
+    assert_eq!(options.len(), 1);
+    assert_eq!(options[0].text().await.unwrap(), "Alpha");
+
+    // A read key: neither the keys page nor the audit trail is offered.
+    let (_, reader) = app.create_key_with_role("viewer", KeyRole::Read).await;
+    click(&client, "#sign-out").await;
+    sign_in(&client, &console, &reader).await;
+    for link in ["nav a[href='#/keys']", "nav a[href='#/audit']"] {
+        assert!(
+            client
+                .find_all(Locator::Css(link))
+                .await
+                .unwrap()
+                .is_empty(),
+            "{link}"
+        );
+    }
+    client.goto(&format!("{console}#/audit")).await.unwrap();
+    wait_for_text(&client, "#view .read-only", "read-only").await;
+    client.close().await.unwrap();
 }
