@@ -947,3 +947,51 @@ async fn history_before_destinations_is_given_its_destination() {
         25_000
     );
 }
+
+/// Migration projects moves an installation into the default project: every endpoint in
+/// it, every key a key of every project, and the API answers as before.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_installation_moves_into_the_default_project() {
+    use diesel_async::SimpleAsyncConnection;
+    let db = TestDb::new().await;
+    let status = migrations::status(&db.url).await.unwrap();
+    let since = 1 + status
+        .iter()
+        .rev()
+        .position(|m| m.name.contains("000049_projects"))
+        .expect("migration projects");
+    let reverted = migrations::revert_newest(&db.url, since).await.unwrap();
+    assert!(
+        reverted.last().is_some_and(|name| name.contains("000049")),
+        "{reverted:?}"
+    );
+    let mut conn = db.connect().await;
+    conn.batch_execute(&format!(
+        "INSERT INTO endpoints (id, name) VALUES ('contact', 'Contact'), ('shop', 'Shop');
+         INSERT INTO management_api_keys (id, name, display_prefix, key_digest, created_at)
+         VALUES ('mk_{hex}', 'ops', 'hym_live_abcdefgh', '{digest}', now());",
+        hex = "a".repeat(32),
+        digest = "b".repeat(64),
+    ))
+    .await
+    .unwrap();
+    migrations::run_pending(&db.url).await.unwrap();
+    let default = "prj_00000000000000000000000000000000";
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) AS n FROM endpoints WHERE project_id = '{default}'"
+        ))
+        .await,
+        2
+    );
+    assert_eq!(
+        db.count("SELECT count(*) AS n FROM management_api_keys WHERE project_id IS NULL AND expires_at IS NULL")
+            .await,
+        1
+    );
+    assert_eq!(
+        db.count(&format!("SELECT count(*) AS n FROM projects WHERE id = '{default}' AND name = 'Default' AND deleted_at IS NULL"))
+            .await,
+        1
+    );
+}
