@@ -277,23 +277,26 @@ impl AccessMutation {
         }
     }
 
-    /// Makes a key. The key itself is in the answer only. A project's admin key makes
-    /// keys of its own project only (another: `PROJECT_NOT_FOUND`).
+    /// Makes a key. The key itself is in the answer only. A project's admin key (or a
+    /// key of every project narrowed to one by `Hymical-Project`) makes keys of that
+    /// project only (another: `PROJECT_NOT_FOUND`).
     async fn create_api_key(
         &self,
         ctx: &Context<'_>,
         input: CreateApiKeyInput,
     ) -> Result<CreateApiKeyPayload> {
-        let caller = key(ctx);
-        caller.require_admin()?;
+        key(ctx).require_admin()?;
         let name = checked_name(&input.name)?;
         let now = app(ctx).clock.now();
         let expires_at = checked_expiry(input.expires_at, now)?;
-        let project = match (&input.project_id, &caller.project) {
-            (None, own) => own.clone(),
+        // A key is made in the project this request sees (a project's key: its own; a key
+        // of every project narrowed by `Hymical-Project`: that one), or any for a key of
+        // every project that is not narrowed.
+        let project = match (&input.project_id, view(ctx)) {
+            (None, own) => own.cloned(),
             (Some(asked), own) => {
                 let id = ProjectId::parse(asked).ok_or_else(|| project_not_found(asked))?;
-                if own.as_ref().is_some_and(|own| *own != id) {
+                if own.is_some_and(|own| *own != id) {
                     return Err(project_not_found(asked).into());
                 }
                 Some(id)

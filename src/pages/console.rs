@@ -33,6 +33,9 @@ const ASSETS: &[Asset] = assets!["console/";
     "deliveries.js" => JAVASCRIPT,
     "submissions.js" => JAVASCRIPT,
     "people.js" => JAVASCRIPT,
+    "projects.js" => JAVASCRIPT,
+    "keys.js" => JAVASCRIPT,
+    "audit.js" => JAVASCRIPT,
 ];
 
 pub fn routes() -> Router<AppState> {

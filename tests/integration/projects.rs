@@ -307,6 +307,31 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
         narrowed["data"]["endpoints"]["nodes"],
         json!([{ "id": "beta" }])
     );
+    // …and makes keys of B only: without a project, one of B; with A, none.
+    for (input, expected) in [
+        (r#"{ name: "n", role: READ }"#.to_string(), json!(b)),
+        (
+            format!(r#"{{ name: "n", role: READ, projectId: "{a}" }}"#),
+            json!(null),
+        ),
+    ] {
+        let answer: Value = app
+            .http
+            .post(app.url("/graphql"))
+            .header("authorization", format!("Bearer {root}"))
+            .header("hymical-project", &b)
+            .json(&json!({ "query": format!("mutation {{ createApiKey(input: {input}) {{ apiKey {{ projectId }} }} }}") }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(
+            answer["data"]["createApiKey"]["apiKey"]["projectId"], expected,
+            "{answer}"
+        );
+    }
     // B's key naming A (or an unknown project) in the header: one answer for both.
     for project in [a.as_str(), UNKNOWN_PROJECT] {
         let response = app
