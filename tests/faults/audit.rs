@@ -60,18 +60,7 @@ async fn create_endpoints(
 async fn every_committed_change_has_its_entry_and_no_entry_outlives_its_change() {
     let per_process = if crate::long() { 2_000 } else { 300 };
     let db = TestDb::new().await;
-    let key = {
-        let new = hymical_forms::testing::auth::generate(
-            "audited",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        let mut conn = db.connect().await;
-        hymical_forms::testing::db::keys::insert(&mut conn, &new.row)
-            .await
-            .expect("key");
-        new.key.expose().to_string()
-    };
+    let key = db.insert_admin_key("audited").await;
     let survivor = ServeProcess::start(&db, SERVER);
     let victim = ServeProcess::start(&db, SERVER);
     wait_for_status(&survivor.url("/ready"), 200).await;

@@ -847,18 +847,7 @@ async fn run(synchronous: bool, fault: Fault) {
     let receiver = HostileReceiver::start(Behaviour::Chaos).await;
     db.insert_webhook_endpoint("contact", receiver.url()).await;
     db.insert_webhook_endpoint("limited", receiver.url()).await;
-    let key = {
-        let mut conn = db.connect().await;
-        let new = hymical_forms::testing::auth::generate(
-            "failover",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        hymical_forms::testing::db::keys::insert(&mut conn, &new.row)
-            .await
-            .expect("key");
-        new.key.expose().to_string()
-    };
+    let key = db.insert_admin_key("failover").await;
     let vars = [crate::QUICK_DELIVERY, SERVER].concat();
     let servers = [
         ServeProcess::start(&db, &vars),

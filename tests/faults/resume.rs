@@ -55,18 +55,7 @@ async fn afterevent_id_after_restarts_returns_exactly_the_missed_events() {
     let db = TestDb::new().await;
     db.insert_webhook_endpoint("contact", receiver.url("/ok"))
         .await;
-    let key = {
-        let new = hymical_forms::testing::auth::generate(
-            "resume",
-            hymical_forms::testing::model::state::KeyRole::Admin,
-            chrono::Utc::now(),
-        );
-        let mut conn = db.connect().await;
-        hymical_forms::testing::db::keys::insert(&mut conn, &new.row)
-            .await
-            .expect("key");
-        new.key.expose().to_string()
-    };
+    let key = db.insert_admin_key("resume").await;
     // The writer stays up; the server the subscriber uses is restarted again and again.
     let writer = ServeProcess::start(&db, SERVER);
     wait_for_status(&writer.url("/ready"), 200).await;

@@ -133,12 +133,8 @@ async fn create(app: &TestApp, key: &str, query: &str) -> Value {
     data(app.gql(key, query, json!({})).await)
 }
 
-/// Project B's admin key, sending every operation about project A's things, gets what it
-/// gets for ids nothing has, word for word; A's state is unchanged, the audit trail has
-/// no entry by B's key, and B's listings, counts, subscriptions and exports hold none of
-/// A's rows.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_key_of_one_project_cannot_see_or_touch_another() {
+/// A server delivering to loopback, and an admin key of every project.
+async fn installation() -> (TestApp, String) {
     let app = TestApp::start_with(
         &[
             ("FORMS_RATE_LIMIT_ENABLED", "false"),
@@ -147,36 +143,73 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
         std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
     )
     .await;
-    let receiver = Receiver::start().await;
     let (_, root) = app.create_key("installation").await;
-    let a = create(
-        &app,
-        &root,
-        r#"mutation { createProject(name: "A") { id } }"#,
+    (app, root)
+}
+
+/// A new project's id.
+async fn project(app: &TestApp, root: &str, name: &str) -> String {
+    let made = create(
+        app,
+        root,
+        &format!(r#"mutation {{ createProject(name: "{name}") {{ id }} }}"#),
     )
     .await;
-    let a = a["createProject"]["id"].as_str().unwrap().to_string();
-    let b = create(
-        &app,
-        &root,
-        r#"mutation { createProject(name: "B") { id } }"#,
+    made["createProject"]["id"].as_str().unwrap().to_string()
+}
+
+/// A new key of `project` with `role` (`ADMIN`, `READ`): the key and its id.
+async fn project_key(
+    app: &TestApp,
+    root: &str,
+    project: &str,
+    name: &str,
+    role: &str,
+) -> (String, String) {
+    let made = create(
+        app,
+        root,
+        &format!(r#"mutation {{ createApiKey(input: {{ name: "{name}", role: {role}, projectId: "{project}" }}) {{ key apiKey {{ id projectId }} }} }}"#),
     )
     .await;
-    let b = b["createProject"]["id"].as_str().unwrap().to_string();
-    let key_of = |project: &str, name: &str| {
-        format!(
-            r#"mutation {{ createApiKey(input: {{ name: "{name}", role: ADMIN, projectId: "{project}" }}) {{ key apiKey {{ id projectId }} }} }}"#
-        )
-    };
-    let made_a = create(&app, &root, &key_of(&a, "a-admin")).await;
-    let key_a = made_a["createApiKey"]["key"].as_str().unwrap().to_string();
-    let key_a_id = made_a["createApiKey"]["apiKey"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let made_b = create(&app, &root, &key_of(&b, "b-admin")).await;
-    let key_b = made_b["createApiKey"]["key"].as_str().unwrap().to_string();
-    assert_eq!(made_b["createApiKey"]["apiKey"]["projectId"], b.as_str());
+    assert_eq!(made["createApiKey"]["apiKey"]["projectId"], project);
+    (
+        made["createApiKey"]["key"].as_str().unwrap().to_string(),
+        made["createApiKey"]["apiKey"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    )
+}
+
+/// A GraphQL request with `Hymical-Project: project`: its status and body.
+async fn narrowed(app: &TestApp, key: &str, project: &str, query: &str) -> (u16, Value) {
+    let response = app
+        .http
+        .post(app.url("/graphql"))
+        .header("authorization", format!("Bearer {key}"))
+        .header("hymical-project", project)
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// Project B's admin key, sending every operation about project A's things, gets what it
+/// gets for ids nothing has, word for word; A's state is unchanged, the audit trail has
+/// no entry by B's key, and B's listings, counts, subscriptions and exports hold none of
+/// A's rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_one_project_cannot_see_or_touch_another() {
+    let (app, root) = installation().await;
+    let receiver = Receiver::start().await;
+    let (a, b) = (
+        project(&app, &root, "A").await,
+        project(&app, &root, "B").await,
+    );
+    let (key_a, key_a_id) = project_key(&app, &root, &a, "a-admin", "ADMIN").await;
+    let (key_b, _) = project_key(&app, &root, &b, "b-admin", "ADMIN").await;
 
     // A's endpoint (made by A's key, so in A without naming it), with a webhook and a
     // delivered submission; B's likewise.
@@ -291,20 +324,9 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
     assert_eq!(seen_by_root["deliveryCounts"]["delivered"], 2);
 
     // A key of every project narrowed to B with the header sees B only.
-    let narrowed: Value = app
-        .http
-        .post(app.url("/graphql"))
-        .header("authorization", format!("Bearer {root}"))
-        .header("hymical-project", &b)
-        .json(&json!({ "query": "{ endpoints { nodes { id } } }" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, seen) = narrowed(&app, &root, &b, "{ endpoints { nodes { id } } }").await;
     assert_eq!(
-        narrowed["data"]["endpoints"]["nodes"],
+        seen["data"]["endpoints"]["nodes"],
         json!([{ "id": "beta" }])
     );
     // …and makes keys of B only: without a project, one of B; with A, none.
@@ -315,18 +337,9 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
             json!(null),
         ),
     ] {
-        let answer: Value = app
-            .http
-            .post(app.url("/graphql"))
-            .header("authorization", format!("Bearer {root}"))
-            .header("hymical-project", &b)
-            .json(&json!({ "query": format!("mutation {{ createApiKey(input: {input}) {{ apiKey {{ projectId }} }} }}") }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let make =
+            format!("mutation {{ createApiKey(input: {input}) {{ apiKey {{ projectId }} }} }}");
+        let (_, answer) = narrowed(&app, &root, &b, &make).await;
         assert_eq!(
             answer["data"]["createApiKey"]["apiKey"]["projectId"], expected,
             "{answer}"
@@ -334,17 +347,9 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
     }
     // B's key naming A (or an unknown project) in the header: one answer for both.
     for project in [a.as_str(), UNKNOWN_PROJECT] {
-        let response = app
-            .http
-            .post(app.url("/graphql"))
-            .header("authorization", format!("Bearer {key_b}"))
-            .header("hymical-project", project)
-            .json(&json!({ "query": "{ endpoints { nodes { id } } }" }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 404);
-        let body: Value = response.json().await.unwrap();
+        let (status, body) =
+            narrowed(&app, &key_b, project, "{ endpoints { nodes { id } } }").await;
+        assert_eq!(status, 404);
         assert_eq!(body["error"]["code"], "project_not_found", "{body}");
     }
 
@@ -389,37 +394,17 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
 /// as a filter is silent, as an unknown one is.
 #[tokio::test(flavor = "multi_thread")]
 async fn subscriptions_carry_only_the_keys_project() {
-    let app = TestApp::start_with(
-        &[
-            ("FORMS_RATE_LIMIT_ENABLED", "false"),
-            ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
-        ],
-        std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
-    )
-    .await;
+    let (app, root) = installation().await;
     let receiver = Receiver::start().await;
-    let (_, root) = app.create_key("installation").await;
-    let b = create(
-        &app,
-        &root,
-        r#"mutation { createProject(name: "B") { id } }"#,
-    )
-    .await;
-    let b = b["createProject"]["id"].as_str().unwrap().to_string();
-    let made = create(
-        &app,
-        &root,
-        &format!(r#"mutation {{ createApiKey(input: {{ name: "b", role: READ, projectId: "{b}" }}) {{ key }} }}"#),
-    )
-    .await;
-    let key_b = made["createApiKey"]["key"].as_str().unwrap().to_string();
-    for (id, project) in [("alpha", None), ("beta", Some(&b))] {
-        let project = project.map_or(String::new(), |p| format!(r#", projectId: "{p}""#));
+    let b = project(&app, &root, "B").await;
+    let (key_b, _) = project_key(&app, &root, &b, "b", "READ").await;
+    for (id, in_project) in [("alpha", None), ("beta", Some(&b))] {
+        let in_project = in_project.map_or(String::new(), |p| format!(r#", projectId: "{p}""#));
         create(
             &app,
             &root,
             &format!(
-                r#"mutation {{ createEndpoint(input: {{ id: "{id}", name: "{id}", webhookUrl: "{}"{project} }}) {{ endpoint {{ id }} }} }}"#,
+                r#"mutation {{ createEndpoint(input: {{ id: "{id}", name: "{id}", webhookUrl: "{}"{in_project} }}) {{ endpoint {{ id }} }} }}"#,
                 receiver.url("/")
             ),
         )
@@ -680,32 +665,10 @@ async fn keys_are_named_expired_revoked_and_end_with_their_project() {
 /// the operation, its targets and its arguments without secrets.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_audit_trail_is_read_and_followed_live_by_admins() {
-    let app = TestApp::start_with(
-        &[("FORMS_RATE_LIMIT_ENABLED", "false")],
-        std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
-    )
-    .await;
-    let (_, root) = app.create_key("installation").await;
-    let b = create(
-        &app,
-        &root,
-        r#"mutation { createProject(name: "B") { id } }"#,
-    )
-    .await;
-    let b = b["createProject"]["id"].as_str().unwrap().to_string();
-    let key_of = |role: &str| {
-        format!(
-            r#"mutation {{ createApiKey(input: {{ name: "b-{role}", role: {role}, projectId: "{b}" }}) {{ key }} }}"#
-        )
-    };
-    let admin_b = create(&app, &root, &key_of("ADMIN")).await["createApiKey"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let read_b = create(&app, &root, &key_of("READ")).await["createApiKey"]["key"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (app, root) = installation().await;
+    let b = project(&app, &root, "B").await;
+    let (admin_b, _) = project_key(&app, &root, &b, "b-ADMIN", "ADMIN").await;
+    let (read_b, _) = project_key(&app, &root, &b, "b-READ", "READ").await;
     let ws_url = app.url("/graphql/ws").replace("http://", "ws://");
     let follow =
         r#"subscription { auditEntryAdded { operation keyName targets projectId changes } }"#;

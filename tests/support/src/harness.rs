@@ -598,6 +598,14 @@ impl TestDb {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// Inserts an admin key of every project named `name`; returns the key.
+    pub async fn insert_admin_key(&self, name: &str) -> String {
+        let new = hymical_forms::testing::auth::generate(name, KeyRole::Admin, chrono::Utc::now());
+        let mut conn = self.connect().await;
+        db::keys::insert(&mut conn, &new.row).await.expect("key");
+        new.key.expose().to_string()
+    }
+
     /// Inserts endpoint `id` delivering to one webhook at `url`, with a fresh secret.
     pub async fn insert_webhook_endpoint(&self, id: &str, url: impl Into<String>) {
         let mut conn = self.connect().await;
