@@ -1662,26 +1662,8 @@ async fn the_console_finds_downloads_and_erases_a_persons_data() {
         .contains("ada"));
 
     // The download: the file the page hands the browser, caught as it is made.
-    client
-        .execute(
-            "window.downloads = []; const make = URL.createObjectURL; URL.createObjectURL = (blob) => { blob.text().then((t) => window.downloads.push(t)); return make(blob); };",
-            vec![],
-        )
-        .await
-        .unwrap();
-    click(&client, "#person-download").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let file = loop {
-        let got = client
-            .execute("return window.downloads[0] || null;", vec![])
-            .await
-            .unwrap();
-        if let Some(text) = got.as_str() {
-            break serde_json::from_str::<serde_json::Value>(text).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no download");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let file: serde_json::Value =
+        serde_json::from_str(&download_of(&client, "#person-download").await).unwrap();
     let mut ids: Vec<String> = file["submissions"]
         .as_array()
         .unwrap()
@@ -1836,27 +1818,8 @@ async fn the_console_switches_projects_manages_keys_and_shows_the_audit_trail() 
         .unwrap();
     wait_for_count(&client, "#submissions tbody tr", 1).await;
     wait_for_text(&client, "#submissions", &alpha_submission).await;
-    client
-        .execute(
-            "window.downloads = []; const make = URL.createObjectURL; URL.createObjectURL = (blob) => { blob.text().then((t) => window.downloads.push(t)); return make(blob); };",
-            vec![],
-        )
-        .await
-        .unwrap();
-    click(&client, "#export-json").await;
+    let exported = download_of(&client, "#export-json").await;
     wait_for_text(&client, "#export-status", "Exported JSON").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exported = loop {
-        let got = client
-            .execute("return window.downloads[0] || null;", vec![])
-            .await
-            .unwrap();
-        if let Some(text) = got.as_str() {
-            break text.to_string();
-        }
-        assert!(Instant::now() < deadline, "no export");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
     assert!(exported.contains(&alpha_submission), "{exported}");
     assert!(!exported.contains(&beta_submission), "{exported}");
 
@@ -2159,4 +2122,29 @@ async fn the_console_switches_projects_manages_keys_and_shows_the_audit_trail() 
     client.goto(&format!("{console}#/audit")).await.unwrap();
     wait_for_text(&client, "#view .read-only", "read-only").await;
     client.close().await.unwrap();
+}
+
+/// What the page hands the browser to save when `button` is clicked: the file's text,
+/// caught as the page makes it (within 10 seconds).
+async fn download_of(client: &Client, button: &str) -> String {
+    client
+        .execute(
+            "window.downloads = []; const make = URL.createObjectURL; URL.createObjectURL = (blob) => { blob.text().then((t) => window.downloads.push(t)); return make(blob); };",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(client, button).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = client
+            .execute("return window.downloads[0] || null;", vec![])
+            .await
+            .unwrap();
+        if let Some(text) = got.as_str() {
+            return text.to_string();
+        }
+        assert!(Instant::now() < deadline, "no download from {button}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
