@@ -1541,17 +1541,7 @@ async fn a_link_handed_to_a_key_stops_working_when_the_key_is_revoked() {
         read_link.contains(&format!("&key={reader_id}&")),
         "{read_link}"
     );
-    let status = |path: String| {
-        let app = &app;
-        async move {
-            let response = app.http.get(app.url(&path)).send().await.unwrap();
-            let status = response.status().as_u16();
-            (
-                status,
-                response.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
-    };
+    let status = |path: String| download(&app, path);
     assert_eq!(status(read_link.clone()).await.0, 200);
     // Without its key the link is not this server's.
     let (path, query) = read_link.split_once('?').unwrap();
@@ -1638,17 +1628,7 @@ async fn a_file_link_is_only_ever_its_own_projects() {
             .unwrap(),
     )
     .0;
-    let get = |path: String| {
-        let app = &app;
-        async move {
-            let response = app.http.get(app.url(&path)).send().await.unwrap();
-            let status = response.status().as_u16();
-            (
-                status,
-                response.json::<Value>().await.unwrap_or(Value::Null),
-            )
-        }
-    };
+    let get = |path: String| download(&app, path);
     assert_eq!(get(link.clone()).await.0, 200);
     // B's key id put in A's link: not a link this server made.
     let key_a_id = link
@@ -1674,4 +1654,14 @@ async fn a_file_link_is_only_ever_its_own_projects() {
     assert!(refused.get("errors").is_none(), "{refused}");
     let (code, answer) = get(link).await;
     assert_eq!(code, 410, "{answer}");
+}
+
+/// GETs a file link's path: the status, and the error body (`null` for the file's bytes).
+async fn download(app: &TestApp, path: String) -> (u16, Value) {
+    let response = app.http.get(app.url(&path)).send().await.unwrap();
+    let status = response.status().as_u16();
+    (
+        status,
+        response.json::<Value>().await.unwrap_or(Value::Null),
+    )
 }
