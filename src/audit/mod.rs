@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, OnceCell};
 use chrono::{DateTime, Utc};
 
 use crate::auth::AuthenticatedKey;
-use crate::db::audit::NewAuditEntry;
+use crate::db::audit::AuditRecord;
 use crate::db::{Db, DbError};
 use crate::model::ids::ProjectId;
 
@@ -102,7 +102,7 @@ impl AuditTrail {
             true => None,
             false => Some(self.address_digest(read.address).await?),
         };
-        let row = NewAuditEntry {
+        let row = AuditRecord {
             at: read.at,
             key_id: read.key.id.to_string(),
             key_name: read.key.name.clone(),

@@ -10,12 +10,11 @@ use super::schema::audit_entries;
 use super::DbError;
 use crate::model::ids::ProjectId;
 
-/// One entry as it is stored and shown.
-#[derive(Debug, Clone, Queryable, Selectable)]
+/// What an entry records.
+#[derive(Debug, Clone, Queryable, Selectable, Insertable)]
 #[diesel(table_name = audit_entries)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
-pub struct AuditRow {
-    pub id: i64,
+pub struct AuditRecord {
     pub at: DateTime<Utc>,
     pub key_id: String,
     pub key_name: String,
@@ -28,23 +27,19 @@ pub struct AuditRow {
     pub address_digest: Option<String>,
 }
 
-/// An entry to write.
-#[derive(Debug, Clone, Insertable)]
+/// One entry as it is stored and shown.
+#[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = audit_entries)]
-pub struct NewAuditEntry {
-    pub at: DateTime<Utc>,
-    pub key_id: String,
-    pub key_name: String,
-    pub project_id: Option<ProjectId>,
-    pub operation: String,
-    pub targets: Vec<Option<String>>,
-    pub changes: serde_json::Value,
-    pub address_digest: Option<String>,
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct AuditRow {
+    pub id: i64,
+    #[diesel(embed)]
+    pub record: AuditRecord,
 }
 
 /// Writes the entry and tells every process's subscribers of it once the transaction
 /// commits (a notification is sent at commit, or never).
-pub async fn insert(conn: &mut AsyncPgConnection, entry: &NewAuditEntry) -> Result<i64, DbError> {
+pub async fn insert(conn: &mut AsyncPgConnection, entry: &AuditRecord) -> Result<i64, DbError> {
     let id: i64 = diesel::insert_into(audit_entries::table)
         .values(entry)
         .returning(audit_entries::id)

@@ -98,12 +98,7 @@ pub async fn revoke(
     .set(management_api_keys::revoked_at.eq(now))
     .execute(conn)
     .await?;
-    Ok(management_api_keys::table
-        .find(id)
-        .select(ManagementKeyRow::as_select())
-        .first(conn)
-        .await
-        .optional()?)
+    find(conn, id).await
 }
 
 /// Records a use, at most once per `granularity`, so that a busy dashboard does not turn

@@ -12,7 +12,7 @@ use super::types::Timestamp;
 use super::visibility::{key, view};
 use super::{app, database, ClientAddress};
 use crate::audit::redacted;
-use crate::db::audit::{AuditRow, NewAuditEntry};
+use crate::db::audit::{AuditRecord, AuditRow};
 use crate::db::projects::Owned;
 use crate::db::{self, ConnectionWork, DbError};
 use crate::error::ApiError;
@@ -116,7 +116,7 @@ where
                 };
                 let done = change(conn).await?;
                 if let Some(entry) = done.entry {
-                    let row = NewAuditEntry {
+                    let row = AuditRecord {
                         at: now,
                         key_id: key.id.to_string(),
                         key_name: key.name.clone(),
@@ -146,35 +146,39 @@ impl AuditEntry {
         ID(self.0.id.to_string())
     }
     async fn at(&self) -> Timestamp {
-        Timestamp(self.0.at)
+        Timestamp(self.0.record.at)
     }
     /// The key the change was made with (kept after the key is revoked).
     async fn key_id(&self) -> ID {
-        ID(self.0.key_id.clone())
+        ID(self.0.record.key_id.clone())
     }
     async fn key_name(&self) -> &str {
-        &self.0.key_name
+        &self.0.record.key_name
     }
     /// The project of what changed; `null`: no one project's (a key for every project).
     async fn project_id(&self) -> Option<ID> {
-        self.0.project_id.as_ref().map(|id| ID(id.to_string()))
+        self.0
+            .record
+            .project_id
+            .as_ref()
+            .map(|id| ID(id.to_string()))
     }
     /// The mutation (or `export`, `personData`).
     async fn operation(&self) -> &str {
-        &self.0.operation
+        &self.0.record.operation
     }
     /// The ids it was about.
     async fn targets(&self) -> Vec<String> {
-        self.0.targets.iter().flatten().cloned().collect()
+        self.0.record.targets.iter().flatten().cloned().collect()
     }
     /// Its arguments as JSON, every secret and personal value replaced by `"[redacted]"`.
     async fn changes(&self) -> async_graphql::Json<serde_json::Value> {
-        async_graphql::Json(self.0.changes.clone())
+        async_graphql::Json(self.0.record.changes.clone())
     }
     /// HMAC-SHA256 of the client's address under the server's own key: the same address
     /// gives the same digest, and the address is never stored.
     async fn address_digest(&self) -> Option<&str> {
-        self.0.address_digest.as_deref()
+        self.0.record.address_digest.as_deref()
     }
 }
 
@@ -249,7 +253,7 @@ impl AuditSubscription {
                     .run(async |conn| db::audit::find(conn, id).await)
                     .await
                     .ok()??;
-                let seen = view.is_none_or(|view| row.project_id.as_ref() == Some(&view));
+                let seen = view.is_none_or(|view| row.record.project_id.as_ref() == Some(&view));
                 seen.then_some(AuditEntry(row))
             }
         }))
