@@ -20,6 +20,7 @@ use tokio::sync::broadcast;
 
 use super::subscription::{EventCursor, ResumeAfter};
 use super::FormsSchema;
+use crate::model::ids::ProjectId;
 
 /// One execution result, rendered once for every socket that shows it.
 #[derive(Clone, Debug)]
@@ -58,8 +59,10 @@ impl Operation {
 
     /// The key under which identical live subscriptions share an execution, or `None`
     /// when this one cannot share: not a subscription, anything but a single
-    /// `deliveryStateChanged` field, or an `afterEventId` (its replay is its own).
-    pub fn group_key(&self) -> Option<String> {
+    /// `deliveryStateChanged` field, or an `afterEventId` (its replay is its own). Only
+    /// subscriptions that see the same projects (`view`: one project, or every project)
+    /// share: what an execution sends depends on it.
+    pub fn group_key(&self, view: Option<&ProjectId>) -> Option<String> {
         let document = async_graphql::parser::parse_query(&self.query).ok()?;
         let mut operations = document.operations.iter();
         let operation = match &self.operation_name {
@@ -101,7 +104,7 @@ impl Operation {
         if resumes {
             return None;
         }
-        serde_json::to_string(&(&self.query, &self.operation_name, &self.variables)).ok()
+        serde_json::to_string(&(&self.query, &self.operation_name, &self.variables, view)).ok()
     }
 }
 
@@ -364,19 +367,21 @@ mod tests {
     #[test]
     fn only_live_single_field_subscriptions_share() {
         let live = "subscription { deliveryStateChanged(states: [FAILED]) { id } }";
-        assert!(operation(live, Value::Null).group_key().is_some());
+        assert!(operation(live, Value::Null).group_key(None).is_some());
         assert_eq!(
-            operation(live, Value::Null).group_key(),
-            operation(live, Value::Null).group_key()
+            operation(live, Value::Null).group_key(None),
+            operation(live, Value::Null).group_key(None)
         );
         let with_variable =
             "subscription($after: ID) { deliveryStateChanged(afterEventId: $after) { id } }";
-        assert!(operation(with_variable, json!({})).group_key().is_some());
+        assert!(operation(with_variable, json!({}))
+            .group_key(None)
+            .is_some());
         assert!(operation(with_variable, json!({ "after": null }))
-            .group_key()
+            .group_key(None)
             .is_some());
         assert!(operation(with_variable, json!({ "after": "5" }))
-            .group_key()
+            .group_key(None)
             .is_none());
         for unshared in [
             r#"subscription { deliveryStateChanged(afterEventId: "5") { id } }"#,
@@ -386,15 +391,25 @@ mod tests {
             "subscription {",
         ] {
             assert!(
-                operation(unshared, Value::Null).group_key().is_none(),
+                operation(unshared, Value::Null).group_key(None).is_none(),
                 "{unshared}"
             );
         }
         // Different variables or documents are different groups.
         let by_endpoint = "subscription($e: ID) { deliveryStateChanged(endpointId: $e) { id } }";
         assert_ne!(
-            operation(by_endpoint, json!({ "e": "a" })).group_key(),
-            operation(by_endpoint, json!({ "e": "b" })).group_key()
+            operation(by_endpoint, json!({ "e": "a" })).group_key(None),
+            operation(by_endpoint, json!({ "e": "b" })).group_key(None)
+        );
+        // Subscribers that see different projects never share what they are sent.
+        let project = ProjectId::generate();
+        assert_ne!(
+            operation(live, Value::Null).group_key(None),
+            operation(live, Value::Null).group_key(Some(&project))
+        );
+        assert_ne!(
+            operation(live, Value::Null).group_key(Some(&ProjectId::generate())),
+            operation(live, Value::Null).group_key(Some(&project))
         );
     }
 }

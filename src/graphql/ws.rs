@@ -452,6 +452,7 @@ impl Connection {
                 .insert(id.clone(), stream::once(async move { frame }).boxed());
             return Step::Continue;
         }
+        let group_key = operation.group_key(key.view.as_ref());
         let make_request = {
             let (app, operation) = (self.app.clone(), operation.clone());
             let address = self.address.clone();
@@ -465,7 +466,7 @@ impl Connection {
                 )
             }
         };
-        let rendered = match operation.group_key() {
+        let rendered = match group_key {
             Some(group_key) => {
                 let membership = self
                     .groups

@@ -411,6 +411,11 @@ async fn subscriptions_carry_only_the_keys_project() {
         .await;
     }
     let ws_url = app.url("/graphql/ws").replace("http://", "ws://");
+    // A key of every project subscribes first with the same document: identical live
+    // subscriptions share an execution, but never across what their keys see.
+    let mut root_all = WsClient::ready(&ws_url, &root).await;
+    root_all.subscribe_events("all", "").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut all = WsClient::ready(&ws_url, &key_b).await;
     all.subscribe_events("all", "").await;
     let mut of_a = WsClient::ready(&ws_url, &key_b).await;
@@ -443,6 +448,14 @@ async fn subscriptions_carry_only_the_keys_project() {
         assert_eq!(event["endpointId"], "beta", "{event}");
     }
     all.quiet_for(Duration::from_millis(700)).await;
+    // The key of every project got both endpoints' events.
+    let seen: std::collections::BTreeSet<String> = root_all
+        .events("all", 6)
+        .await
+        .iter()
+        .map(|event| event["endpointId"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
     of_a.quiet_for(Duration::from_millis(300)).await;
     let paused = endpoint_events.next_json().await;
     assert_eq!(

@@ -854,7 +854,9 @@ async fn identical_live_subscriptions_share_one_execution_and_a_laggard_resumes_
         operation_name: None,
         variables: Value::Null,
     };
-    let key = operation.group_key().expect("a live subscription shares");
+    let key = operation
+        .group_key(None)
+        .expect("a live subscription shares");
     let make = {
         let (app, operation) = (app.app.clone(), operation.clone());
         move || {
