@@ -108,16 +108,19 @@ impl AuthenticatedKey {
         }
     }
 
-    /// Whether it may manage projects and keys for every project: an admin key for every
-    /// project (a project's admin key manages its own project's keys only).
+    /// Whether it may manage projects: an admin key of every project (a project's admin
+    /// key manages its own project's keys only).
     pub fn require_installation_admin(&self) -> Result<(), ApiError> {
         self.require_admin()?;
-        match self.project {
-            None => Ok(()),
-            Some(_) => Err(ApiError::InsufficientRole {
-                role: self.role,
-                required: KeyRole::Admin,
-            }),
+        self.require_installation()
+    }
+
+    /// Whether the request sees the whole installation: a key of every project, not
+    /// narrowed to one (the installation's figures, `/metrics`).
+    pub fn require_installation(&self) -> Result<(), ApiError> {
+        match (&self.project, &self.view) {
+            (None, None) => Ok(()),
+            _ => Err(ApiError::InstallationKeyRequired),
         }
     }
 

@@ -504,6 +504,36 @@ async fn migrate(database: &Database, status: bool, adopt: bool) -> anyhow::Resu
     Ok(())
 }
 
+/// A key changed from the command line, with its audit entry in the same transaction (the
+/// key `cli`, "command line": no management key made the change).
+async fn by_command_line<T: Send>(
+    conn: &mut diesel_async::AsyncPgConnection,
+    now: chrono::DateTime<chrono::Utc>,
+    operation: &str,
+    key: &crate::model::ids::KeyId,
+    project: Option<crate::model::ids::ProjectId>,
+    arguments: serde_json::Value,
+    change: impl for<'c> db::ConnectionWork<'c, T> + Send,
+) -> Result<T, db::DbError> {
+    use diesel_async::AsyncConnection;
+    let record = db::audit::AuditRecord {
+        at: now,
+        key_id: "cli".into(),
+        key_name: "command line".into(),
+        project_id: project,
+        operation: operation.into(),
+        targets: vec![Some(key.to_string())],
+        changes: arguments,
+        address_digest: None,
+    };
+    conn.transaction::<_, db::DbError, _>(async |conn| {
+        let done = change(conn).await?;
+        db::audit::insert(conn, &record).await?;
+        Ok(done)
+    })
+    .await
+}
+
 async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
     let mut connection = db::connect_one(&database.url).await?;
     let now = SystemClock.now();
@@ -529,7 +559,19 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
                 }
                 new.row.project_id = Some(id);
             }
-            db::keys::insert(&mut connection, &new.row).await?;
+            let row = new.row.clone();
+            let arguments =
+                serde_json::json!({ "name": name, "role": role.as_str(), "project": project });
+            by_command_line(
+                &mut connection,
+                now,
+                "keys create",
+                &row.id,
+                row.project_id.clone(),
+                arguments,
+                async |conn| db::keys::insert(conn, &row).await,
+            )
+            .await?;
             println!("id:  {}", new.row.id);
             println!("key: {}", new.key.expose());
             println!("role: {role}");
@@ -574,7 +616,24 @@ async fn keys(action: KeysCommand, database: &Database) -> anyhow::Result<()> {
             let Some(id) = crate::model::ids::KeyId::parse(&key_id) else {
                 bail!("no management key has the id {key_id:?}");
             };
-            match db::keys::revoke(&mut connection, &id, now).await? {
+            let current = db::keys::find(&mut connection, &id).await?;
+            let revoked = match current {
+                Some(key) if key.revoked_at.is_none() => {
+                    let arguments = serde_json::json!({ "id": key_id });
+                    by_command_line(
+                        &mut connection,
+                        now,
+                        "keys revoke",
+                        &id,
+                        key.project_id.clone(),
+                        arguments,
+                        async |conn| db::keys::revoke(conn, &id, now).await,
+                    )
+                    .await?
+                }
+                other => other,
+            };
+            match revoked {
                 None => bail!("no management key has the id {key_id:?}"),
                 Some(key) => {
                     let at = key.revoked_at.map(format_timestamp).unwrap_or_default();

@@ -22,11 +22,27 @@ use crate::model::ids::ProjectId;
 pub const REDACTED: &str = "[redacted]";
 
 /// Argument names whose values are never kept: secrets, and the values a person's data
-/// lookup or erasure is given (an email address). Compared without letter case; a name
-/// containing one of [`SECRET_PARTS`], or ending in `key` (a TLS client key), is redacted
-/// too.
-const REDACTED_NAMES: &[&str] = &["value", "search", "key", "body", "certificate"];
+/// lookup or erasure is given (an email address), addresses (recipients, blocked
+/// senders), message bodies and templates, and certificates. Compared without letter
+/// case; a name containing one of [`SECRET_PARTS`], or ending in `key` (a TLS client key),
+/// is redacted too.
+const REDACTED_NAMES: &[&str] = &[
+    "value",
+    "search",
+    "key",
+    "body",
+    "bodytemplate",
+    "text",
+    "subject",
+    "certificate",
+    "clientca",
+    "recipients",
+    "blockedsenders",
+];
 const SECRET_PARTS: &[&str] = &["secret", "password", "token", "privatekey", "credential"];
+/// URLs whose path and query may be the credential (a chat platform's incoming webhook):
+/// only their origin is kept.
+const URL_NAMES: &[&str] = &["url", "webhookurl"];
 
 /// `arguments` with every value under a redacted name replaced by [`REDACTED`], at any
 /// depth.
@@ -40,9 +56,12 @@ pub fn redacted(arguments: Value) -> Value {
                         || lower.ends_with("key")
                         || SECRET_PARTS.iter().any(|part| lower.contains(part));
                     let value = match (hidden, value) {
-                        (false, value) => redacted(value),
-                        (true, Value::Null) => Value::Null,
+                        (_, Value::Null) => Value::Null,
                         (true, _) => Value::String(REDACTED.into()),
+                        (false, Value::String(url)) if URL_NAMES.contains(&lower.as_str()) => {
+                            Value::String(origin_only(&url))
+                        }
+                        (false, value) => redacted(value),
                     };
                     (name, value)
                 })
@@ -50,6 +69,17 @@ pub fn redacted(arguments: Value) -> Value {
         ),
         Value::Array(items) => Value::Array(items.into_iter().map(redacted).collect()),
         other => other,
+    }
+}
+
+/// `https://hooks.example.com/[redacted]`: the scheme and host of a URL, what it points
+/// at; its path and query replaced.
+fn origin_only(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(parsed) if parsed.has_host() => {
+            format!("{}/{REDACTED}", parsed.origin().ascii_serialization())
+        }
+        _ => REDACTED.to_string(),
     }
 }
 
@@ -147,12 +177,17 @@ mod tests {
                 "extraCa": null,
                 "privateKey": "k",
                 "bodyTemplate": "{{x}}",
+                "recipients": ["owner@example.com"],
+                "blockedSenders": ["spammer@example.com"],
+                "emailTemplate": { "subject": "Hi {{x}}", "text": "Dear x" },
+                "clientCa": "-----BEGIN CERTIFICATE-----",
+                "webhookUrl": "https://hooks.slack.com/services/T0/B0/XYZ",
             },
             "value": "ann@example.com",
         });
         let out = redacted(input);
         assert_eq!(out["input"]["id"], "dst_1");
-        assert_eq!(out["input"]["url"], "https://example.com/hook");
+        assert_eq!(out["input"]["url"], "https://example.com/[redacted]");
         assert_eq!(out["input"]["headers"][0]["name"], "X-Token");
         assert_eq!(out["input"]["headers"][0]["value"], REDACTED);
         assert_eq!(out["input"]["headers"][0]["secret"], REDACTED);
@@ -173,6 +208,15 @@ mod tests {
         assert_eq!(out["input"]["extraCa"], Value::Null);
         assert_eq!(out["input"]["privateKey"], REDACTED);
         assert_eq!(out["value"], REDACTED);
+        assert_eq!(
+            out["input"]["webhookUrl"],
+            "https://hooks.slack.com/[redacted]"
+        );
+        for hidden in ["bodyTemplate", "recipients", "blockedSenders", "clientCa"] {
+            assert_eq!(out["input"][hidden], REDACTED, "{hidden}");
+        }
+        assert_eq!(out["input"]["emailTemplate"]["subject"], REDACTED);
+        assert_eq!(out["input"]["emailTemplate"]["text"], REDACTED);
         let text = out.to_string();
         for secret in [
             "abc",

@@ -141,6 +141,47 @@ pub enum Owned<'a> {
     Delivery(&'a DeliveryId),
 }
 
+/// The project `target` belongs to, its endpoint's row held (`FOR KEY SHARE`) until the
+/// transaction ends, so that the endpoint cannot be erased and its id taken by another
+/// project's endpoint before the change that follows; `None` when it does not exist.
+pub async fn owner_of_held(
+    conn: &mut AsyncPgConnection,
+    target: Owned<'_>,
+) -> Result<Option<ProjectId>, DbError> {
+    use super::schema::{destinations, submissions, webhook_deliveries};
+    let endpoint: Option<EndpointId> = match target {
+        Owned::Endpoint(id) => Some(id.clone()),
+        Owned::Destination(id) => destinations::table
+            .find(id)
+            .select(destinations::endpoint_id)
+            .first(conn)
+            .await
+            .optional()?,
+        Owned::Submission(id) => submissions::table
+            .find(id)
+            .select(submissions::endpoint_id)
+            .first(conn)
+            .await
+            .optional()?,
+        Owned::Delivery(id) => webhook_deliveries::table
+            .find(id)
+            .select(webhook_deliveries::endpoint_id)
+            .first(conn)
+            .await
+            .optional()?,
+    };
+    let Some(endpoint) = endpoint else {
+        return Ok(None);
+    };
+    Ok(endpoints::table
+        .find(&endpoint)
+        .select(endpoints::project_id)
+        .for_key_share()
+        .first(conn)
+        .await
+        .optional()?)
+}
+
 /// The project `target` belongs to; `None` when it does not exist.
 pub async fn owner_of(
     conn: &mut AsyncPgConnection,

@@ -179,6 +179,10 @@ pub enum ApiError {
     ProjectNotEmpty { project_id: String, endpoints: i64 },
     #[error("No management key has this id.")]
     KeyNotFound { key_id: String },
+    /// Projects, keys of other projects and the installation's figures are for a key of
+    /// every project, not narrowed to one.
+    #[error("This needs a key of every project.")]
+    InstallationKeyRequired,
     #[error("Only a failed delivery whose submission and endpoint still exist can be replayed.")]
     DeliveryNotReplayable {
         delivery_id: String,
@@ -341,6 +345,7 @@ impl ApiError {
             ApiError::ProjectNotFound { .. } => "project_not_found",
             ApiError::ProjectNotEmpty { .. } => "project_not_empty",
             ApiError::KeyNotFound { .. } => "key_not_found",
+            ApiError::InstallationKeyRequired => "installation_key_required",
             ApiError::InvalidTimeRange => "invalid_time_range",
             ApiError::InvalidCursor => "invalid_cursor",
             ApiError::EventHistoryExpired { .. } => "event_history_expired",
@@ -392,6 +397,7 @@ impl ApiError {
             | ApiError::ProjectNotEmpty { .. } => StatusCode::CONFLICT,
             ApiError::OriginNotAllowed { .. }
             | ApiError::InsufficientRole { .. }
+            | ApiError::InstallationKeyRequired
             | ApiError::CaptchaFailed { .. } => StatusCode::FORBIDDEN,
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidIdempotencyKey

@@ -80,10 +80,11 @@ fn variant(error: &ApiError) -> usize {
         ApiError::ProjectNotFound { .. } => 59,
         ApiError::ProjectNotEmpty { .. } => 60,
         ApiError::KeyNotFound { .. } => 61,
+        ApiError::InstallationKeyRequired => 62,
     }
 }
 
-const VARIANTS: usize = 62;
+const VARIANTS: usize = 63;
 
 fn s(text: &str) -> String {
     text.to_string()
@@ -470,6 +471,12 @@ fn catalogue() -> Vec<(ApiError, StatusCode, &'static str, Value)> {
             S::CONFLICT,
             "project_not_empty",
             json!({ "project_id": "prj_x", "endpoints": 2 }),
+        ),
+        (
+            ApiError::InstallationKeyRequired,
+            S::FORBIDDEN,
+            "installation_key_required",
+            json!({}),
         ),
         (
             ApiError::KeyNotFound { key_id: s("mk_x") },

@@ -106,7 +106,7 @@ where
             conn.transaction::<_, DbError, _>(async move |conn| {
                 let owner = match target {
                     Some(target) => {
-                        let owner = db::projects::owner_of(conn, target).await?;
+                        let owner = db::projects::owner_of_held(conn, target).await?;
                         if view.is_some() && owner.as_ref() != view {
                             return Ok(None);
                         }

@@ -697,10 +697,14 @@ impl MutationRoot {
                 if count == 0 {
                     return Ok(Audited::unchanged(count));
                 }
-                // The entry belongs to the endpoint's project when the filter names one.
-                let project = match &query.endpoint_id {
-                    Some(id) => db::projects::owner_of(conn, Owned::Endpoint(id)).await?,
-                    None => query.project.clone(),
+                // The entry belongs to the project of the endpoint or destination the
+                // filter names, if any.
+                let project = match (&query.endpoint_id, &query.destination_id) {
+                    (Some(id), _) => db::projects::owner_of(conn, Owned::Endpoint(id)).await?,
+                    (None, Some(id)) => {
+                        db::projects::owner_of(conn, Owned::Destination(id)).await?
+                    }
+                    (None, None) => query.project.clone(),
                 };
                 let targets = query.endpoint_id.iter().map(ToString::to_string).collect();
                 Ok(Audited::changed_in(count, targets, project))

@@ -350,11 +350,12 @@ impl Connection {
         });
         // `Hymical-Project: prj_…`, as over HTTP: one project's view for a key of every
         // project.
+        // A member that is not a string names no project: refused as an unknown one.
         let project = payload.and_then(|payload| {
             payload
                 .iter()
                 .find(|(name, _)| name.eq_ignore_ascii_case(auth::PROJECT_HEADER))
-                .and_then(|(_, value)| value.as_str())
+                .map(|(_, value)| value.as_str().unwrap_or(""))
         });
         let authenticated = match auth::bearer_credential(authorization) {
             Ok(credential) => {

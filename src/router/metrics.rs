@@ -22,7 +22,10 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     if app.config.metrics.require_key {
-        auth::authenticate_headers(&app.db, &headers, app.clock.now()).await?;
+        // The figures are the whole installation's: not for a project's key.
+        auth::authenticate_headers(&app.db, &headers, app.clock.now())
+            .await?
+            .require_installation()?;
     }
     let queue = app
         .db

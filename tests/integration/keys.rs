@@ -291,6 +291,17 @@ async fn the_cli_makes_a_key_of_one_project() {
     let (_, listing, _) = run(db, &["keys", "list"]);
     let line = listing.lines().find(|l| l.starts_with(&id)).unwrap();
     assert!(line.contains(default), "{line}");
+    // On the audit trail, under the command line, in the default project.
+    let (ok, _, stderr) = run(db, &["keys", "revoke", &id]);
+    assert!(ok, "{stderr}");
+    for operation in ["keys create", "keys revoke"] {
+        let entries = db
+            .count(&format!(
+                "SELECT count(*) AS n FROM audit_entries WHERE operation = '{operation}' AND key_id = 'cli' AND '{id}' = ANY(targets) AND project_id = '{default}'"
+            ))
+            .await;
+        assert_eq!(entries, 1, "{operation}");
+    }
     let (ok, _, stderr) = run(
         db,
         &[

@@ -345,6 +345,29 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
             "{answer}"
         );
     }
+    // Narrowed, it manages no project.
+    let (_, answer) = narrowed(
+        &app,
+        &root,
+        &b,
+        r#"mutation { createProject(name: "C") { id } }"#,
+    )
+    .await;
+    assert_eq!(
+        answer["errors"][0]["extensions"]["code"], "INSTALLATION_KEY_REQUIRED",
+        "{answer}"
+    );
+    // The installation's figures are not a project's.
+    for (key, expected) in [(&key_b, 403), (&root, 200)] {
+        let response = app
+            .http
+            .get(app.url("/metrics"))
+            .header("authorization", format!("Bearer {key}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), expected);
+    }
     // B's key naming A (or an unknown project) in the header: one answer for both.
     for project in [a.as_str(), UNKNOWN_PROJECT] {
         let (status, body) =
