@@ -371,6 +371,24 @@ async fn erasing_a_persons_data_leaves_nothing_of_them_in_any_table() {
         !again.to_string().contains(address),
         "the value is not echoed: {again}"
     );
+    // Nor does the export hold it: Grace's submission, in which it is a word of hers.
+    let export = app
+        .http
+        .get(app.url("/submissions/export?format=json&folder=all"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(export.status(), 200);
+    let exported = export.text().await.unwrap();
+    assert_eq!(
+        exported
+            .to_lowercase()
+            .matches(&address.to_lowercase())
+            .count(),
+        1,
+        "{exported}"
+    );
     // A value 10,001 submissions hold is not one person's: refused, nothing erased.
     conn.batch_execute(
         "INSERT INTO submissions (id, endpoint_id, received_at, fields)
