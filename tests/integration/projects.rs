@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use support::harness::{data, TestApp};
 use support::receiver::Receiver;
+use support::smtp_server::SmtpServer;
 use support::ws_client::WsClient;
 
 /// Ids of the same shapes as project A's, which nothing has.
@@ -96,6 +97,7 @@ const OPERATIONS: &[&str] = &[
     r#"mutation { deleteEndpoint(input: { id: "{EP}", history: ERASE, cancelDeliveries: true }) { deletedEndpointId } }"#,
     r#"mutation { addWebhookDestination(input: { endpointId: "{EP}", url: "http://127.0.0.1:9/x" }) { destination { id } } }"#,
     r#"mutation { addAutoresponderDestination(input: { endpointId: "{EP}", subject: "s", body: "b" }) { destination { id } } }"#,
+    r#"mutation { addEmailDestination(input: { endpointId: "{EP}", recipients: ["owner@example.com"] }) { destination { id } } }"#,
     r#"mutation { setSpamProtection(input: { endpointId: "{EP}", blockedWords: ["x"] }) { endpoint { id } } }"#,
     r#"mutation { removeSpamProtection(endpointId: "{EP}") { endpoint { id } } }"#,
     r#"mutation { replayDeliveries(filter: { endpointId: "{EP}" }) { count } }"#,
@@ -118,6 +120,8 @@ const OPERATIONS: &[&str] = &[
     r#"mutation { createApiKey(input: { name: "x", role: READ, projectId: "{PRJ}" }) { key } }"#,
     r#"mutation { updateApiKey(input: { id: "{KEY}", name: "renamed" }) { id } }"#,
     r#"mutation { revokeApiKey(id: "{KEY}") { id } }"#,
+    r#"mutation { renameProject(id: "{PRJ}", name: "Taken") { id } }"#,
+    r#"mutation { deleteProject(id: "{PRJ}") { id } }"#,
 ];
 
 /// Project A's state as an admin of every project reads it: what must not change.
@@ -133,12 +137,18 @@ async fn create(app: &TestApp, key: &str, query: &str) -> Value {
     data(app.gql(key, query, json!({})).await)
 }
 
-/// A server delivering to loopback, and an admin key of every project.
-async fn installation() -> (TestApp, String) {
+/// A server delivering to loopback (webhooks, and email through `smtp`), and an admin key
+/// of every project.
+async fn installation(smtp: &SmtpServer) -> (TestApp, String) {
+    let port = smtp.port();
     let app = TestApp::start_with(
         &[
             ("FORMS_RATE_LIMIT_ENABLED", "false"),
             ("FORMS_ALLOW_PRIVATE_WEBHOOK_TARGETS", "true"),
+            ("FORMS_SMTP_HOST", "127.0.0.1"),
+            ("FORMS_SMTP_PORT", &port),
+            ("FORMS_SMTP_TLS", "none"),
+            ("FORMS_SMTP_FROM", "Hymical Forms <forms@example.com>"),
         ],
         std::sync::Arc::new(hymical_forms::testing::clock::SystemClock),
     )
@@ -202,7 +212,8 @@ async fn narrowed(app: &TestApp, key: &str, project: &str, query: &str) -> (u16,
 /// A's rows.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_key_of_one_project_cannot_see_or_touch_another() {
-    let (app, root) = installation().await;
+    let smtp = SmtpServer::start(&[]);
+    let (app, root) = installation(&smtp).await;
     let receiver = Receiver::start().await;
     let (a, b) = (
         project(&app, &root, "A").await,
@@ -417,7 +428,8 @@ async fn a_key_of_one_project_cannot_see_or_touch_another() {
 /// as a filter is silent, as an unknown one is.
 #[tokio::test(flavor = "multi_thread")]
 async fn subscriptions_carry_only_the_keys_project() {
-    let (app, root) = installation().await;
+    let smtp = SmtpServer::start(&[]);
+    let (app, root) = installation(&smtp).await;
     let receiver = Receiver::start().await;
     let b = project(&app, &root, "B").await;
     let (key_b, _) = project_key(&app, &root, &b, "b", "READ").await;
@@ -701,7 +713,8 @@ async fn keys_are_named_expired_revoked_and_end_with_their_project() {
 /// the operation, its targets and its arguments without secrets.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_audit_trail_is_read_and_followed_live_by_admins() {
-    let (app, root) = installation().await;
+    let smtp = SmtpServer::start(&[]);
+    let (app, root) = installation(&smtp).await;
     let b = project(&app, &root, "B").await;
     let (admin_b, _) = project_key(&app, &root, &b, "b-ADMIN", "ADMIN").await;
     let (read_b, _) = project_key(&app, &root, &b, "b-READ", "READ").await;
