@@ -124,15 +124,14 @@ impl AuditTrail {
         Ok(crate::digest::hmac_sha256_hex(key, address.as_bytes()))
     }
 
-    /// Records a read that takes data out (an export, a person's data) in a transaction
-    /// of its own before the data goes out: a read changes nothing to share one with.
-    /// `arguments` are redacted here.
-    pub async fn record_read(&self, read: Read<'_>) -> Result<(), DbError> {
+    /// The entry for `read`: its arguments redacted, the client's address as its HMAC.
+    /// What every entry is made by (a mutation's in `graphql::audit::audited`).
+    pub async fn record(&self, read: Read<'_>) -> Result<AuditRecord, DbError> {
         let address_digest = match read.address.is_empty() {
             true => None,
             false => Some(self.address_digest(read.address).await?),
         };
-        let row = AuditRecord {
+        Ok(AuditRecord {
             at: read.at,
             key_id: read.key.id.to_string(),
             key_name: read.key.name.clone(),
@@ -141,7 +140,13 @@ impl AuditTrail {
             targets: read.targets.into_iter().map(Some).collect(),
             changes: redacted(read.arguments),
             address_digest,
-        };
+        })
+    }
+
+    /// Records a read that takes data out (an export, a person's data) in a transaction
+    /// of its own before the data goes out: a read changes nothing to share one with.
+    pub async fn record_read(&self, read: Read<'_>) -> Result<(), DbError> {
+        let row = self.record(read).await?;
         self.db
             .run(async |conn| crate::db::audit::insert(conn, &row).await)
             .await?;

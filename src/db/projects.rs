@@ -141,36 +141,63 @@ pub enum Owned<'a> {
     Delivery(&'a DeliveryId),
 }
 
-/// The project `target` belongs to, its endpoint's row held (`FOR KEY SHARE`) until the
-/// transaction ends, so that the endpoint cannot be erased and its id taken by another
-/// project's endpoint before the change that follows; `None` when it does not exist.
+/// The endpoint `target` belongs to; `None` when it does not exist.
+async fn endpoint_of(
+    conn: &mut AsyncPgConnection,
+    target: Owned<'_>,
+) -> Result<Option<EndpointId>, DbError> {
+    use super::schema::{destinations, submissions, webhook_deliveries};
+    let endpoint = match target {
+        Owned::Endpoint(id) => return Ok(Some(id.clone())),
+        Owned::Destination(id) => {
+            destinations::table
+                .find(id)
+                .select(destinations::endpoint_id)
+                .first(conn)
+                .await
+        }
+        Owned::Submission(id) => {
+            submissions::table
+                .find(id)
+                .select(submissions::endpoint_id)
+                .first(conn)
+                .await
+        }
+        Owned::Delivery(id) => {
+            webhook_deliveries::table
+                .find(id)
+                .select(webhook_deliveries::endpoint_id)
+                .first(conn)
+                .await
+        }
+    };
+    Ok(endpoint.optional()?)
+}
+
+/// The project `target` belongs to; `None` when it does not exist.
+pub async fn owner_of(
+    conn: &mut AsyncPgConnection,
+    target: Owned<'_>,
+) -> Result<Option<ProjectId>, DbError> {
+    let Some(endpoint) = endpoint_of(conn, target).await? else {
+        return Ok(None);
+    };
+    Ok(endpoints::table
+        .find(&endpoint)
+        .select(endpoints::project_id)
+        .first(conn)
+        .await
+        .optional()?)
+}
+
+/// [`owner_of`], the endpoint's row held (`FOR KEY SHARE`) until the transaction ends, so
+/// that the endpoint cannot be erased and its id taken by another project's endpoint
+/// before the change that follows.
 pub async fn owner_of_held(
     conn: &mut AsyncPgConnection,
     target: Owned<'_>,
 ) -> Result<Option<ProjectId>, DbError> {
-    use super::schema::{destinations, submissions, webhook_deliveries};
-    let endpoint: Option<EndpointId> = match target {
-        Owned::Endpoint(id) => Some(id.clone()),
-        Owned::Destination(id) => destinations::table
-            .find(id)
-            .select(destinations::endpoint_id)
-            .first(conn)
-            .await
-            .optional()?,
-        Owned::Submission(id) => submissions::table
-            .find(id)
-            .select(submissions::endpoint_id)
-            .first(conn)
-            .await
-            .optional()?,
-        Owned::Delivery(id) => webhook_deliveries::table
-            .find(id)
-            .select(webhook_deliveries::endpoint_id)
-            .first(conn)
-            .await
-            .optional()?,
-    };
-    let Some(endpoint) = endpoint else {
+    let Some(endpoint) = endpoint_of(conn, target).await? else {
         return Ok(None);
     };
     Ok(endpoints::table
@@ -180,46 +207,4 @@ pub async fn owner_of_held(
         .first(conn)
         .await
         .optional()?)
-}
-
-/// The project `target` belongs to; `None` when it does not exist.
-pub async fn owner_of(
-    conn: &mut AsyncPgConnection,
-    target: Owned<'_>,
-) -> Result<Option<ProjectId>, DbError> {
-    use super::schema::{destinations, submissions, webhook_deliveries};
-    let project = match target {
-        Owned::Endpoint(id) => {
-            endpoints::table
-                .find(id)
-                .select(endpoints::project_id)
-                .first(conn)
-                .await
-        }
-        Owned::Destination(id) => {
-            destinations::table
-                .inner_join(endpoints::table)
-                .filter(destinations::id.eq(id))
-                .select(endpoints::project_id)
-                .first(conn)
-                .await
-        }
-        Owned::Submission(id) => {
-            submissions::table
-                .inner_join(endpoints::table)
-                .filter(submissions::id.eq(id))
-                .select(endpoints::project_id)
-                .first(conn)
-                .await
-        }
-        Owned::Delivery(id) => {
-            webhook_deliveries::table
-                .inner_join(endpoints::table)
-                .filter(webhook_deliveries::id.eq(id))
-                .select(endpoints::project_id)
-                .first(conn)
-                .await
-        }
-    };
-    Ok(project.optional()?)
 }

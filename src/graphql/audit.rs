@@ -11,8 +11,8 @@ use super::error::Result;
 use super::types::Timestamp;
 use super::visibility::{key, view};
 use super::{app, database, ClientAddress};
-use crate::audit::redacted;
-use crate::db::audit::{AuditRecord, AuditRow};
+use crate::audit::Read;
+use crate::db::audit::AuditRow;
 use crate::db::projects::Owned;
 use crate::db::{self, ConnectionWork, DbError};
 use crate::error::ApiError;
@@ -81,26 +81,31 @@ where
     let key = key(ctx);
     let view = view(ctx);
     let app = app(ctx);
-    let address = &ctx.data_unchecked::<ClientAddress>().0;
-    let address_digest = match address.is_empty() {
-        true => None,
-        false => Some(app.audit.address_digest(address).await?),
-    };
-    let operation = ctx.field().name().to_string();
     let arguments = ctx
         .field()
         .arguments()
         .map_err(|e| ApiError::Internal(format!("arguments: {}", e.message)))?;
-    let changes = redacted(serde_json::Value::Object(
-        arguments
-            .into_iter()
-            .map(|(name, value)| {
-                let value = value.into_json().unwrap_or(serde_json::Value::Null);
-                (name.to_string(), value)
-            })
-            .collect(),
-    ));
-    let now = app.clock.now();
+    // Its targets and project are filled in once the change is known.
+    let mut record = app
+        .audit
+        .record(Read {
+            key,
+            address: &ctx.data_unchecked::<ClientAddress>().0,
+            operation: ctx.field().name(),
+            targets: Vec::new(),
+            arguments: serde_json::Value::Object(
+                arguments
+                    .into_iter()
+                    .map(|(name, value)| {
+                        let value = value.into_json().unwrap_or(serde_json::Value::Null);
+                        (name.to_string(), value)
+                    })
+                    .collect(),
+            ),
+            project: None,
+            at: app.clock.now(),
+        })
+        .await?;
     let written = database(ctx)
         .run(async move |conn: &mut AsyncPgConnection| {
             conn.transaction::<_, DbError, _>(async move |conn| {
@@ -116,17 +121,9 @@ where
                 };
                 let done = change(conn).await?;
                 if let Some(entry) = done.entry {
-                    let row = AuditRecord {
-                        at: now,
-                        key_id: key.id.to_string(),
-                        key_name: key.name.clone(),
-                        project_id: owner.or(entry.project),
-                        operation,
-                        targets: entry.targets.into_iter().map(Some).collect(),
-                        changes,
-                        address_digest,
-                    };
-                    db::audit::insert(conn, &row).await?;
+                    record.project_id = owner.or(entry.project);
+                    record.targets = entry.targets.into_iter().map(Some).collect();
+                    db::audit::insert(conn, &record).await?;
                 }
                 Ok(Some(done.outcome))
             })

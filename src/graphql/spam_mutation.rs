@@ -9,7 +9,7 @@ use super::error::{ResolverError, Result};
 use super::ids::{endpoint_or_not_found, submission_or_not_found};
 use super::spam::SpamProtection;
 use super::types::{Endpoint, Submission};
-use super::visibility::view;
+use super::visibility::sees;
 use super::{app, database};
 use crate::db;
 use crate::db::models::{EndpointRow, SpamProtectionRow, SubmissionRow};
@@ -116,12 +116,10 @@ async fn live_endpoint(ctx: &Context<'_>, id: &ID) -> Result<(EndpointId, Endpoi
         }
         .into()),
         // Another project's endpoint is answered as an unknown one.
-        Some(row) if view(ctx).is_some_and(|view| row.project_id != *view) => {
-            Err(ApiError::EndpointNotFound {
-                endpoint_id: id.0.clone(),
-            }
-            .into())
+        Some(row) if !sees(ctx, &row.project_id) => Err(ApiError::EndpointNotFound {
+            endpoint_id: id.0.clone(),
         }
+        .into()),
         Some(row) if row.deleted_at.is_some() => Err(ApiError::EndpointDeleted {
             endpoint_id: id.0.clone(),
         }

@@ -59,8 +59,7 @@ impl Endpoint {
             return Ok(None);
         };
         // Another project's endpoint is answered as an unknown one.
-        let seen = super::visibility::view(ctx).is_none_or(|view| row.project_id == *view);
-        Ok(seen.then(|| Endpoint::new(row)))
+        Ok(super::visibility::sees(ctx, &row.project_id).then(|| Endpoint::new(row)))
     }
 
     /// Its destinations not removed, in order.

@@ -20,17 +20,22 @@ pub(crate) fn view<'a>(ctx: &Context<'a>) -> Option<&'a ProjectId> {
     key(ctx).view.as_ref()
 }
 
+/// Whether this request sees what belongs to `project`.
+pub(crate) fn sees(ctx: &Context<'_>, project: &ProjectId) -> bool {
+    view(ctx).is_none_or(|view| view == project)
+}
+
 /// Whether this request sees the endpoint `id` (through the request's loader, which a
 /// response's other lookups of the endpoint share). A request that sees every project
 /// sees it without a query.
 pub(crate) async fn sees_endpoint(ctx: &Context<'_>, id: &EndpointId) -> Result<bool> {
-    let Some(view) = view(ctx) else {
+    if view(ctx).is_none() {
         return Ok(true);
-    };
+    }
     let row = ctx
         .data_unchecked::<Loaders>()
         .endpoints
         .load_one(id.clone())
         .await?;
-    Ok(row.is_some_and(|row| row.project_id == *view))
+    Ok(row.is_some_and(|row| sees(ctx, &row.project_id)))
 }
