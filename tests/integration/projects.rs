@@ -738,7 +738,27 @@ async fn the_audit_trail_is_read_and_followed_live_by_admins() {
         refused["payload"]["errors"][0]["extensions"]["code"], "INSUFFICIENT_ROLE",
         "{refused}"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both subscriptions are live once a change in B reaches each (a bounded number of
+    // tries: a subscription starts listening a moment after it is acknowledged).
+    let rename = format!(r#"mutation {{ renameProject(id: "{b}", name: "B") {{ id }} }}"#);
+    for client in [&mut everything, &mut of_b] {
+        let mut live = false;
+        for _ in 0..20 {
+            create(&app, &root, &rename).await;
+            if client
+                .next_within(Duration::from_millis(500))
+                .await
+                .is_some()
+            {
+                live = true;
+                break;
+            }
+        }
+        assert!(live, "the subscription never went live");
+    }
+    // Whatever the probes left in flight.
+    everything.drain(Duration::from_millis(500)).await;
+    of_b.drain(Duration::from_millis(500)).await;
 
     // One change outside B (the default project), one in B with a secret in it.
     create(&app, &root, r#"mutation { createEndpoint(input: { id: "outside", name: "Outside" }) { endpoint { id } } }"#).await;

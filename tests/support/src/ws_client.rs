@@ -171,6 +171,16 @@ impl WsClient {
     }
 
     /// Asserts nothing arrives within `wait`.
+    /// Reads and drops frames until none arrives within `wait` (at most 1,000).
+    pub async fn drain(&mut self, wait: Duration) {
+        for _ in 0..1000 {
+            if self.next_within(wait).await.is_none() {
+                return;
+            }
+        }
+        panic!("frames kept coming");
+    }
+
     pub async fn quiet_for(&mut self, wait: Duration) {
         if let Some(frame) = self.next_within(wait).await {
             panic!("expected nothing, got {frame:?}");
